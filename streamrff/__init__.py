@@ -1,0 +1,48 @@
+"""streamrff: mergeable kernel-space sketches of out-of-core data on Dask.
+
+>>> import streamrff as srf
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .errors import (
+    ClusterError,
+    InputError,
+    NotFittedMapError,
+    SketchFormatError,
+    SketchMismatchError,
+    SourceError,
+    StreamRFFError,
+)
+from .fileformat import load
+from .maps import JL, RFF, FeatureMap, exact_kernel, map_from_spec
+from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
+
+try:
+    __version__ = version("streamrff")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "RFF",
+    "JL",
+    "FeatureMap",
+    "exact_kernel",
+    "map_from_spec",
+    "Sketch",
+    "MeanSketch",
+    "LandmarkSketch",
+    "merge",
+    "mmd2",
+    "sketch_array",
+    "load",
+    "StreamRFFError",
+    "InputError",
+    "NotFittedMapError",
+    "SketchMismatchError",
+    "SketchFormatError",
+    "SourceError",
+    "ClusterError",
+]

@@ -1,0 +1,115 @@
+"""Input checks at the public boundary; internal functions trust their inputs."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = [
+    "check_rows",
+    "check_finite_rows",
+    "check_width",
+    "check_positive_int",
+    "check_bandwidth",
+    "normalize_seed",
+]
+
+
+def check_finite_rows(X: np.ndarray, name: str = "X", where: str = "") -> None:
+    """Raise InputError naming the first rows that hold NaN or inf."""
+    bad = ~np.isfinite(X).all(axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        shown = ", ".join(str(r) for r in rows[:5]) + (" ..." if rows.size > 5 else "")
+        raise InputError(
+            f"{name} must contain only finite values. Got NaN or inf in {rows.size} row(s)"
+            f"{where} (rows {shown}). Drop or impute those rows, or pass on_invalid='skip' "
+            "to streamrff.sketch to skip them."
+        )
+
+
+def check_rows(X: Any, name: str = "X", allow_empty: bool = False) -> np.ndarray:
+    """Return ``X`` as a 2-D float32/float64 array with finite values, or raise InputError."""
+    array = np.asarray(X)
+    if array.dtype == object:
+        try:
+            array = array.astype(np.float64)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name} must be numeric: {error}") from error
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.iscomplexobj(array):
+        raise InputError(
+            f"{name} must be a real numeric array. Got dtype {array.dtype}. "
+            "Convert it with X.astype('float32')."
+        )
+    if array.ndim != 2:
+        fix = (
+            "Reshape a single feature with X.reshape(-1, 1) or a single sample with X.reshape(1, -1)."
+            if array.ndim < 2
+            else "Flatten the trailing axes with X.reshape(len(X), -1)."
+        )
+        raise InputError(
+            f"Expected a 2-D array for {name} (rows = samples, columns = features). "
+            f"Got {array.ndim}-D array of shape {array.shape}. {fix}"
+        )
+    if not allow_empty and (array.shape[0] == 0 or array.shape[1] == 0):
+        raise InputError(
+            f"{name} must have at least 1 sample and 1 feature. Got shape {array.shape}."
+        )
+    if array.dtype not in (np.float32, np.float64):
+        array = array.astype(np.float64)
+    check_finite_rows(array, name)
+    return array
+
+
+def check_width(array: np.ndarray, n_features_in: int, owner: str, name: str = "X") -> None:
+    """Raise InputError if ``array`` does not have ``n_features_in`` columns."""
+    if array.shape[1] != n_features_in:
+        raise InputError(
+            f"{name} has {array.shape[1]} features, but {owner} is expecting {n_features_in} "
+            f"features as input. Pass data with {n_features_in} columns, or fit a new map on "
+            "the new data."
+        )
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int >= ``minimum`` or raise InputError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}. Got {value!r}.")
+    return int(value)
+
+
+def check_bandwidth(value: Any, name: str = "bandwidth") -> float | str:
+    """Return a positive finite float, or the string ``"median"``."""
+    if isinstance(value, str):
+        if value == "median":
+            return value
+        raise InputError(f"{name} must be a positive number or 'median'. Got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a positive number or 'median'. Got {value!r}.")
+    if not np.isfinite(value) or value <= 0:
+        raise InputError(
+            f"{name} must be a positive finite number or 'median'. Got {value!r}; "
+            "use e.g. bandwidth=1.0 or bandwidth='median'."
+        )
+    return float(value)
+
+
+def normalize_seed(seed: Any, name: str = "seed") -> int:
+    """Turn an int, a ``numpy.random.Generator`` or None into a non-negative int seed.
+
+    A Generator (or None, meaning fresh OS entropy) is drawn from once; the int
+    that results is what a map records in its spec, so the map can be rebuilt.
+    """
+    if seed is None:
+        return int(np.random.default_rng().integers(2**63))
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(2**63))
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**63:
+        raise InputError(
+            f"{name} must be an int in [0, 2**63), a numpy.random.Generator or None. Got {seed!r}."
+        )
+    return int(seed)

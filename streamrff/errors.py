@@ -1,0 +1,46 @@
+"""Exception types raised by streamrff.
+
+Every error the library raises on purpose is a :class:`StreamRFFError`; each
+subclass also derives from the built-in exception that fits, so callers can
+catch either ``streamrff.InputError`` or plain ``ValueError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StreamRFFError",
+    "InputError",
+    "NotFittedMapError",
+    "SketchMismatchError",
+    "SketchFormatError",
+    "SourceError",
+    "ClusterError",
+]
+
+
+class StreamRFFError(Exception):
+    """Base class of every error raised by streamrff."""
+
+
+class InputError(StreamRFFError, ValueError):
+    """An argument has the wrong type, shape, value or contains NaN/inf."""
+
+
+class NotFittedMapError(StreamRFFError, ValueError, AttributeError):
+    """A feature map was used before ``fit`` (compatible with scikit-learn's NotFittedError)."""
+
+
+class SketchMismatchError(StreamRFFError, ValueError):
+    """Sketches of different kinds or different feature maps were combined."""
+
+
+class SketchFormatError(StreamRFFError, ValueError):
+    """A sketch file is missing, unreadable, incomplete, tampered with or of an unknown version."""
+
+
+class SourceError(StreamRFFError, OSError):
+    """A data source (path, zarr array, bucket) cannot be read."""
+
+
+class ClusterError(StreamRFFError, ConnectionError):
+    """A Dask scheduler cannot be reached."""

@@ -1,0 +1,300 @@
+"""The sketch file format: one zarr v3 group per sketch. No pickle.
+
+Layout (version 1)::
+
+    <sketch>/zarr.json              group; attrs below
+    <sketch>/<array>                e.g. feature_sum (D,) float64, moment (D, D) float64
+    <sketch>/map/<array>            fitted map arrays not given by the spec (K-JL landmarks)
+
+Group attributes::
+
+    format            "streamrff.sketch"
+    version           1
+    kind              "mean" | "landmark" | ...
+    map               the feature map's JSON spec
+    fingerprint       sha256 of the spec and the map's parameters
+    count             rows sketched
+    checksums         {array path: sha256 of its little-endian C-order bytes}
+    ...               kind-specific scalars (squared_norm_sum, n_invalid, moments)
+
+Arrays are little-endian with an explicit ``bytes`` codec. The attributes are
+written last, so an interrupted write to object storage leaves a group that
+:func:`load` rejects as incomplete; local directories and zip files are written
+under a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import BytesCodec
+
+from .errors import SketchFormatError, SourceError, StreamRFFError
+from .sketches import Sketch
+from .typing import PathOrURL, StorageOptions
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load"]
+
+FORMAT_NAME = "streamrff.sketch"
+FORMAT_VERSION = 1
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _local_path(path: str) -> Path:
+    return Path(path[len("file://") :] if path.startswith("file://") else path)
+
+
+def _checksum(array: np.ndarray) -> str:
+    little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
+    return hashlib.sha256(little.tobytes()).hexdigest()
+
+
+def _write_group(store: Any, sketch: Sketch) -> None:
+    root = zarr.open_group(store=store, mode="w", zarr_format=3)
+    arrays = dict(sketch._arrays())
+    arrays.update({f"map/{name}": value for name, value in sketch.state_arrays().items()})
+    for name, value in arrays.items():
+        value = np.ascontiguousarray(value)
+        little = value.astype(value.dtype.newbyteorder("<"), copy=False)
+        chunks = little.shape if little.ndim < 2 else (max(1, min(little.shape[0], 2**22 // max(1, little.shape[1]))), little.shape[1])
+        target = root.create_array(
+            name,
+            shape=little.shape,
+            dtype=little.dtype,
+            chunks=chunks if all(chunks) else "auto",
+            serializer=BytesCodec(endian="little"),
+            fill_value=0,
+        )
+        if little.size:
+            target[...] = little
+    attrs = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "kind": sketch.kind,
+        "map": sketch.spec,
+        "fingerprint": sketch.fingerprint,
+        "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
+    }
+    attrs.update(sketch._attrs())
+    root.attrs.update(attrs)  # last: marks the group complete
+
+
+def save_sketch(
+    sketch: Sketch, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+) -> None:
+    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``).
+
+    Parameters
+    ----------
+    sketch : Sketch
+    path_or_url : str or PathLike
+        Local directory, path ending in ``.zip``, ``file://`` URL or any fsspec URL.
+    storage_options : dict, optional
+        Passed to fsspec for URLs (credentials, ``endpoint_url``). Never logged.
+    overwrite : bool, default=False
+        Replace an existing sketch at that place.
+
+    Raises
+    ------
+    FileExistsError
+        If something exists at the target and ``overwrite`` is False.
+    SourceError
+        If the target cannot be written (e.g. a bucket that does not exist).
+    """
+    if not isinstance(sketch, Sketch):
+        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
+    target = os.fspath(path_or_url)
+    if _is_url(target):
+        _save_remote(sketch, target, storage_options, overwrite)
+        return
+    path = _local_path(target)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists. Choose another path or pass overwrite=True (CLI: --overwrite).")
+    if not path.parent.exists():
+        raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
+    staging = path.parent / f".{path.name}.partial-{uuid.uuid4().hex}"
+    try:
+        if path.suffix == ".zip":
+            # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
+            # entry, so build the group as a directory and pack it once.
+            _write_group(zarr.storage.LocalStore(staging), sketch)
+            packed = staging.with_name(staging.name + ".zip")
+            try:
+                _zip_directory(staging, packed)
+                os.replace(packed, path)
+            finally:
+                packed.unlink(missing_ok=True)
+            return
+        _write_group(zarr.storage.LocalStore(staging), sketch)
+        if path.exists():
+            retired = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
+            os.rename(path, retired)
+            os.rename(staging, path)
+            _remove(retired)
+        else:
+            os.rename(staging, path)
+    finally:
+        if staging.exists():
+            _remove(staging)
+
+
+def _zip_directory(directory: Path, archive: Path) -> None:
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as packed:
+        for file in sorted(directory.rglob("*")):
+            if file.is_file():
+                packed.write(file, file.relative_to(directory).as_posix())
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _save_remote(sketch: Sketch, url: str, storage_options: StorageOptions, overwrite: bool) -> None:
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        exists = fs.exists(root.rstrip("/") + "/zarr.json")
+    except Exception as error:  # fsspec backends raise many types
+        raise SourceError(f"Cannot reach {url}: {type(error).__name__}: {error}") from error
+    if exists and not overwrite:
+        raise FileExistsError(f"{url} already holds a sketch. Choose another URL or pass overwrite=True (CLI: --overwrite).")
+    try:
+        if exists:
+            fs.rm(root, recursive=True)
+        store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
+        _write_group(store, sketch)
+    except StreamRFFError:
+        raise
+    except Exception as error:
+        raise SourceError(f"Cannot write the sketch to {url}: {type(error).__name__}: {error}") from error
+
+
+def _open_store(target: str, storage_options: StorageOptions) -> Any:
+    if _is_url(target):
+        return zarr.storage.FsspecStore.from_url(target, storage_options=storage_options, read_only=True)
+    path = _local_path(target)
+    if not path.exists():
+        raise SketchFormatError(f"No sketch at {path}: the path does not exist.")
+    if path.is_file():
+        return zarr.storage.ZipStore(path, mode="r")
+    return zarr.storage.LocalStore(path, read_only=True)
+
+
+def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sketch:
+    """Read a sketch written by :meth:`Sketch.save`, validating everything.
+
+    Checks the format name and version, the kind, the map spec (rebuilt and
+    re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
+    the scalar attributes.
+
+    Parameters
+    ----------
+    path_or_url : str or PathLike
+        Directory, ``.zip`` file, ``file://`` or fsspec URL.
+    storage_options : dict, optional
+        fsspec options for URLs. Never logged.
+
+    Returns
+    -------
+    Sketch
+
+    Raises
+    ------
+    SketchFormatError
+        If the place is missing, unreadable, not a sketch, incomplete, tampered
+        with, or written by a newer format version.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, streamrff as srf
+    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8))
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+    >>> s.save(path)
+    >>> srf.load(path) == s
+    True
+    """
+    target = os.fspath(path_or_url)
+    try:
+        store = _open_store(target, storage_options)
+        try:
+            return _read_sketch(store, target)
+        finally:
+            if isinstance(store, zarr.storage.ZipStore):
+                store.close()
+    except StreamRFFError as error:
+        if isinstance(error, SketchFormatError):
+            raise
+        raise SketchFormatError(f"{target} is not a valid streamrff sketch: {error}") from error
+    except Exception as error:  # anything zarr, json or fsspec raise on a malformed file
+        raise SketchFormatError(
+            f"Cannot read a streamrff sketch from {target}: {type(error).__name__}: {error}"
+        ) from error
+
+
+def _read_sketch(store: Any, target: str) -> Sketch:
+    try:
+        root = zarr.open_group(store=store, mode="r", zarr_format=3)
+    except FileNotFoundError as error:
+        raise SketchFormatError(f"No sketch at {target}: no zarr group found.") from error
+    attrs = dict(root.attrs)
+    if attrs.get("format") != FORMAT_NAME:
+        raise SketchFormatError(
+            f"{target} is not a complete streamrff sketch: expected attribute format={FORMAT_NAME!r}, "
+            f"got {attrs.get('format')!r}. It may be another zarr group or an interrupted write."
+        )
+    version = attrs.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise SketchFormatError(f"{target}: invalid format version {version!r}.")
+    if version > FORMAT_VERSION:
+        raise SketchFormatError(
+            f"{target} was written in sketch format version {version}; this streamrff reads up to "
+            f"version {FORMAT_VERSION}. Upgrade streamrff (pip install -U streamrff)."
+        )
+    kind = attrs.get("kind")
+    if kind not in Sketch._registry:
+        raise SketchFormatError(f"{target}: unknown sketch kind {kind!r}; expected one of {sorted(Sketch._registry)}.")
+    checksums = attrs.get("checksums")
+    if not isinstance(checksums, dict):
+        raise SketchFormatError(f"{target}: missing or malformed checksums attribute.")
+    arrays: dict[str, np.ndarray] = {}
+    for name, expected in checksums.items():
+        try:
+            node = root[name]
+        except KeyError as error:
+            raise SketchFormatError(f"{target}: array {name!r} is missing (truncated file?).") from error
+        if not isinstance(node, zarr.Array):
+            raise SketchFormatError(f"{target}: {name!r} is not an array.")
+        value = np.asarray(node[...])
+        if _checksum(value) != expected:
+            raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (tampered or corrupt).")
+        arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
+    spec = attrs.get("map")
+    if not isinstance(spec, dict):
+        raise SketchFormatError(f"{target}: missing map spec.")
+    map_arrays = {k[len("map/") :]: v for k, v in arrays.items() if k.startswith("map/")}
+    sketch_arrays = {k: v for k, v in arrays.items() if not k.startswith("map/")}
+    try:
+        sketch = Sketch._registry[kind]._from_parts(spec, map_arrays, attrs, sketch_arrays)
+    except StreamRFFError as error:
+        raise SketchFormatError(f"{target}: {error}") from error
+    if sketch.fingerprint != attrs.get("fingerprint"):
+        raise SketchFormatError(
+            f"{target}: the stored fingerprint does not match the map rebuilt from its spec "
+            "(tampered file, or written with an incompatible numpy random stream)."
+        )
+    return sketch

@@ -1,0 +1,577 @@
+"""Oblivious, seeded feature maps for the Gaussian kernel.
+
+A fitted map is fully described by its JSON-able :attr:`FeatureMap.spec`; the
+random parameters are regenerated from the spec wherever the map is used, so
+the same spec gives the same map on every worker and every machine, and a
+pickled map (as Dask ships it) carries only the spec.
+
+Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
+``sigma = bandwidth``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.spatial.distance import cdist
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._validation import (
+    check_bandwidth,
+    check_finite_rows,
+    check_positive_int,
+    check_rows,
+    normalize_seed,
+)
+from .errors import InputError, NotFittedMapError
+from .sampling import MEDIAN_SAMPLE_ROWS, bottom_k, median_heuristic, row_keys
+from .typing import ArrayLike2D, MapSpec, Seed
+
+__all__ = ["FeatureMap", "RFF", "JL", "exact_kernel", "map_from_spec"]
+
+#: Bytes of float64 projections one tile may hold; keeps intermediates in cache-sized tiles.
+_TILE_BYTES = 4 * 2**20
+
+
+def exact_kernel(X: ArrayLike2D, Y: ArrayLike2D | None = None, bandwidth: float = 1.0) -> np.ndarray:
+    """Exact Gaussian Gram matrix ``K[i, j] = exp(-||X_i - Y_j||^2 / (2 bandwidth^2))``.
+
+    The reference against which the approximations are tested.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+    Y : array-like of shape (m, d), default=None
+        Defaults to ``X``.
+    bandwidth : float, default=1.0
+        Kernel width sigma, > 0.
+
+    Returns
+    -------
+    K : ndarray of shape (n, m), float64
+
+    Raises
+    ------
+    InputError
+        On non-2-D or non-finite input, mismatched widths or a non-positive bandwidth.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> srf.exact_kernel(np.zeros((1, 2)), np.ones((1, 2)), bandwidth=1.0).round(4)
+    array([[0.3679]])
+    """
+    sigma = check_bandwidth(bandwidth)
+    if isinstance(sigma, str):
+        raise InputError("exact_kernel needs a numeric bandwidth. Got 'median'.")
+    X = check_rows(X, "X").astype(np.float64)
+    Y = X if Y is None else check_rows(Y, "Y").astype(np.float64)
+    if X.shape[1] != Y.shape[1]:
+        raise InputError(
+            f"X and Y must have the same number of columns. Got {X.shape[1]} and {Y.shape[1]}."
+        )
+    return np.exp(-cdist(X, Y, "sqeuclidean") / (2.0 * sigma * sigma))
+
+
+def _spec_key(spec: MapSpec) -> str:
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def _hash_arrays(digest: Any, arrays: dict[str, np.ndarray]) -> None:
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        digest.update(f"{name}:{little.dtype.str}:{little.shape}".encode())
+        digest.update(little.tobytes())
+
+
+class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class of streamrff's feature maps (scikit-learn transformers).
+
+    Subclasses implement ``_begin_fit``, ``_finish_fit``, ``spec``,
+    ``_from_spec``, ``_make_params`` and ``_embed_tile``. Fitting happens in two
+    steps so that the Dask engine can supply the seeded row sample itself:
+    ``_begin_fit(n_features_in)`` validates parameters and says how many sample
+    rows are needed and under which seed they are keyed; ``_finish_fit(rows)``
+    completes the fit from the bottom-k rows.
+    """
+
+    kind: ClassVar[str] = ""
+    _registry: ClassVar[dict[str, type[FeatureMap]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            FeatureMap._registry[cls.kind] = cls
+
+    # -- scikit-learn contract -------------------------------------------------
+    def fit(self, X: ArrayLike2D, y: Any = None) -> FeatureMap:
+        """Infer the input width, choose the bandwidth if asked, and draw the random parameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in)
+        y : ignored
+
+        Returns
+        -------
+        self : FeatureMap
+        """
+        X = self._validate_input(X, reset=True)
+        n_rows, sample_seed = self._begin_fit(X.shape[1])
+        if n_rows:
+            sample = X[bottom_k(row_keys(sample_seed, 0, X.shape[0]), n_rows)]
+        else:
+            sample = X[:0]
+        return self._finish_fit(np.asarray(sample, dtype=np.float64))
+
+    def transform(self, X: ArrayLike2D) -> np.ndarray:
+        """Embed rows of ``X``: returns float32 features of shape (n_samples, n_features_out)."""
+        self._check_fitted()
+        X = self._validate_input(X, reset=False)
+        return self._embed(X)
+
+    def __sklearn_tags__(self):  # noqa: D105
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        tags.input_tags.allow_nan = False
+        return tags
+
+    # -- identity ---------------------------------------------------------------
+    @property
+    def spec(self) -> MapSpec:
+        """JSON-able description from which :func:`map_from_spec` rebuilds this map."""
+        raise NotImplementedError  # pragma: no cover - every subclass defines it
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the spec and of every random parameter: equal fingerprints, equal maps."""
+        self._check_fitted()
+        return _fingerprint(self)
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Fitted arrays that the spec does not determine (landmarks); empty for oblivious maps."""
+        return {}
+
+    @property
+    def n_features_out_(self) -> int:
+        """Width of the embedding."""
+        self._check_fitted()
+        return self._output_width()
+
+    @property
+    def _n_features_out(self) -> int:  # used by get_feature_names_out
+        return self.n_features_out_
+
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` has run (or the map was rebuilt from a spec)."""
+        return hasattr(self, "n_features_in_")
+
+    # -- embedding --------------------------------------------------------------
+    def _tile_rows(self, n_columns: int) -> int:
+        return max(64, _TILE_BYTES // (8 * max(n_columns, 1)))
+
+    def _embed(self, X: np.ndarray) -> np.ndarray:
+        """Embed trusted, validated rows into a new float32 array."""
+        out = np.empty((X.shape[0], self._output_width()), dtype=np.float32)
+        step = self._tile_rows(self._output_width())
+        for start in range(0, X.shape[0], step):
+            self._embed_tile(X[start : start + step], out[start : start + step])
+        return out
+
+    def embed_tiles(self, X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start_row, features)`` for row tiles of trusted ``X``, reusing one buffer.
+
+        The yielded array is overwritten by the next tile: consume it before
+        advancing. This is how sketches embed a chunk without holding all of
+        its features at once.
+        """
+        width = self._output_width()
+        step = self._tile_rows(width)
+        buffer = np.empty((min(step, X.shape[0]), width), dtype=np.float32)
+        for start in range(0, X.shape[0], step):
+            tile = X[start : start + step]
+            out = buffer[: tile.shape[0]]
+            self._embed_tile(tile, out)
+            yield start, out
+
+    # -- helpers for subclasses ---------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not self.is_fitted():
+            raise NotFittedMapError(
+                f"This {type(self).__name__} is not fitted yet. Call fit(X) first, or pass it "
+                "to streamrff.sketch, which fits it on a seeded sample of the data."
+            )
+
+    def _validate_input(self, X: Any, reset: bool) -> np.ndarray:
+        try:
+            X = validate_data(
+                self,
+                X,
+                reset=reset,
+                dtype=[np.float64, np.float32],
+                ensure_all_finite=False,
+                ensure_min_samples=1,
+            )
+        except ValueError as error:
+            if isinstance(error, InputError):
+                raise
+            raise InputError(f"{error} (in {type(self).__name__}.{'fit' if reset else 'transform'})") from error
+        check_finite_rows(X, "X")
+        return X
+
+    def _params(self) -> dict[str, np.ndarray]:
+        """Random parameters, regenerated from the spec and cached per process."""
+        return _cached_params(type(self).kind, _spec_key(self.spec))
+
+    @classmethod
+    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
+        return {}
+
+    def _output_width(self) -> int:
+        raise NotImplementedError  # pragma: no cover
+
+    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        raise NotImplementedError  # pragma: no cover
+
+    def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
+        raise NotImplementedError  # pragma: no cover
+
+    def _finish_fit(self, sample: np.ndarray) -> FeatureMap:
+        raise NotImplementedError  # pragma: no cover
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> FeatureMap:
+        raise NotImplementedError  # pragma: no cover
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
+    params = FeatureMap._registry[kind]._make_params(json.loads(spec_json))
+    for array in params.values():
+        array.setflags(write=False)
+    return params
+
+
+def _fingerprint(feature_map: FeatureMap) -> str:
+    digest = hashlib.sha256(_spec_key(feature_map.spec).encode())
+    _hash_arrays(digest, feature_map._params())
+    _hash_arrays(digest, feature_map.state_arrays())
+    return digest.hexdigest()
+
+
+def _require(spec: MapSpec, key: str) -> Any:
+    if key not in spec:
+        raise InputError(f"Map spec of kind {spec.get('kind')!r} lacks the key {key!r}. Got keys {sorted(spec)}.")
+    return spec[key]
+
+
+def _gaussian_frequencies(rng: np.random.Generator, n_rows: int, dim: int, orthogonal: bool) -> np.ndarray:
+    """``n_rows`` frequency vectors in R^dim with N(0, I) marginals.
+
+    With ``orthogonal=True`` they come in blocks of ``dim`` mutually orthogonal
+    rows (QR of a Gaussian block, sign-corrected to be Haar), each row scaled by
+    an independent chi(dim) norm: orthogonal random features (Yu et al. 2016).
+    """
+    if not orthogonal:
+        return rng.standard_normal((n_rows, dim))
+    blocks = []
+    for _ in range(-(-n_rows // dim)):
+        q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+        q *= np.sign(np.diag(r))
+        norms = np.sqrt(rng.chisquare(dim, size=dim))
+        blocks.append(q.T * norms[:, None])
+    return np.concatenate(blocks)[:n_rows]
+
+
+class RFF(FeatureMap):
+    """Random Fourier features for the Gaussian kernel (Rahimi & Recht 2007).
+
+    Parameters
+    ----------
+    n_features : int, default=1024
+        Output width D. Must be even and >= 2 for ``variant="sincos"``.
+    bandwidth : float or "median", default=1.0
+        Kernel width sigma; ``"median"`` takes the median pairwise distance of a
+        seeded sample of 1 000 rows (the same rows the Dask engine samples).
+    variant : {"sincos", "cosphase"}, default="sincos"
+        ``"sincos"``: ``z(x) = m^-1/2 [cos(Wx), sin(Wx)]`` with m = D/2
+        frequencies (Sutherland & Schneider 2015, eq. 1); ``z(x).z(x) = 1`` and
+        lower variance for the Gaussian kernel (their eqs. 5-7).
+        ``"cosphase"``: ``z(x) = sqrt(2/D) cos(Wx + b)`` with D frequencies and
+        phases b ~ U[0, 2 pi) (their eq. 2; scikit-learn's ``RBFSampler``).
+    orthogonal : bool, default=False
+        Draw frequencies as orthogonal random features (Yu et al. 2016): rows of
+        ``W`` orthogonal within blocks of ``d``, with chi(d) norms. Lower variance
+        at the same D.
+    seed : int, numpy.random.Generator or None, default=0
+        Seed of the frequencies (and of the row sample for ``"median"``).
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Input width d.
+    bandwidth_ : float
+        Bandwidth in use.
+    seed_ : int
+        Integer seed recorded in :attr:`spec`.
+
+    Raises
+    ------
+    InputError
+        On an odd or too small ``n_features`` for sincos, a non-positive
+        bandwidth, an unknown variant, or bad input rows.
+
+    References
+    ----------
+    Sutherland, D. J. & Schneider, J. (2015). On the error of random Fourier
+    features. UAI. Eqs. (1), (2), (5), (6).
+    Yu, F. X. et al. (2016). Orthogonal random features. NeurIPS.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(5, 3))
+    >>> rff = srf.RFF(n_features=4096, bandwidth=1.0, seed=0).fit(X)
+    >>> Z = rff.transform(X)
+    >>> Z.shape, Z.dtype
+    ((5, 4096), dtype('float32'))
+    >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 1.0)).max() < 0.1)
+    True
+    """
+
+    kind = "rff"
+
+    def __init__(
+        self,
+        n_features: int = 1024,
+        bandwidth: float | str = 1.0,
+        variant: str = "sincos",
+        orthogonal: bool = False,
+        seed: Seed = 0,
+    ) -> None:
+        self.n_features = n_features
+        self.bandwidth = bandwidth
+        self.variant = variant
+        self.orthogonal = orthogonal
+        self.seed = seed
+
+    def _check_params(self) -> None:
+        if self.variant not in ("sincos", "cosphase"):
+            raise InputError(f"variant must be 'sincos' or 'cosphase'. Got {self.variant!r}.")
+        n_features = check_positive_int(self.n_features, "n_features", minimum=1)
+        if self.variant == "sincos" and (n_features < 2 or n_features % 2):
+            suggestion = max(2, n_features + 1)
+            raise InputError(
+                f"n_features must be even and >= 2 for the sincos variant (got {self.n_features}); "
+                f"use {suggestion} or variant='cosphase'."
+            )
+        if not isinstance(self.orthogonal, (bool, np.bool_)):
+            raise InputError(f"orthogonal must be True or False. Got {self.orthogonal!r}.")
+        check_bandwidth(self.bandwidth)
+
+    def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
+        self._check_params()
+        self.seed_ = normalize_seed(self.seed)
+        self.n_features_in_ = int(n_features_in)
+        return (MEDIAN_SAMPLE_ROWS if self.bandwidth == "median" else 0), self.seed_
+
+    def _finish_fit(self, sample: np.ndarray) -> RFF:
+        if self.bandwidth == "median":
+            self.bandwidth_ = median_heuristic(sample)
+        else:
+            self.bandwidth_ = float(self.bandwidth)
+        return self
+
+    @property
+    def spec(self) -> MapSpec:
+        self._check_fitted()
+        return {
+            "kind": self.kind,
+            "n_features_in": self.n_features_in_,
+            "n_features": int(self.n_features),
+            "bandwidth": self.bandwidth_,
+            "variant": self.variant,
+            "orthogonal": bool(self.orthogonal),
+            "seed": self.seed_,
+        }
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> RFF:
+        feature_map = cls(
+            n_features=_require(spec, "n_features"),
+            bandwidth=_require(spec, "bandwidth"),
+            variant=_require(spec, "variant"),
+            orthogonal=_require(spec, "orthogonal"),
+            seed=_require(spec, "seed"),
+        )
+        feature_map._begin_fit(check_positive_int(_require(spec, "n_features_in"), "n_features_in"))
+        return feature_map._finish_fit(np.empty((0, spec["n_features_in"])))
+
+    @classmethod
+    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(spec["seed"])
+        n_frequencies = spec["n_features"] // 2 if spec["variant"] == "sincos" else spec["n_features"]
+        frequencies = _gaussian_frequencies(rng, n_frequencies, spec["n_features_in"], spec["orthogonal"])
+        params = {"frequencies": frequencies / spec["bandwidth"]}
+        if spec["variant"] == "cosphase":
+            params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
+        return params
+
+    def _output_width(self) -> int:
+        return int(self.n_features)
+
+    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        params = self._params()
+        # Projections in float64 so that large phases keep their precision; the
+        # transcendentals then run in float32, the cost that dominates.
+        projection = X.astype(np.float64, copy=False) @ params["frequencies"].T
+        if self.variant == "sincos":
+            m = projection.shape[1]
+            np.cos(projection, out=out[:, :m], dtype=np.float32)
+            np.sin(projection, out=out[:, m:], dtype=np.float32)
+            out *= np.float32(1.0 / np.sqrt(m))
+        else:
+            projection += params["phases"]
+            np.cos(projection, out=out, dtype=np.float32)
+            out *= np.float32(np.sqrt(2.0 / out.shape[1]))
+
+
+class JL(FeatureMap):
+    """A Johnson-Lindenstrauss Gaussian projection applied after another map.
+
+    ``z(x) = P^T inner(x)`` with ``P[i, j] ~ N(0, 1/n_components)``, so inner
+    products are preserved in expectation (Phillips & Tai 2018, sec. 4):
+    storage drops from the inner width to ``n_components``.
+
+    Parameters
+    ----------
+    inner_map : FeatureMap
+        The map applied first (cloned and fitted in :meth:`fit`).
+    n_components : int, default=256
+        Output width.
+    seed : int, numpy.random.Generator or None, default=0
+        Seed of the projection.
+
+    Attributes
+    ----------
+    inner_map_ : FeatureMap
+        The fitted inner map.
+    n_features_in_ : int
+    seed_ : int
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(10, 3))
+    >>> jl = srf.JL(srf.RFF(n_features=512), n_components=64).fit(X)
+    >>> jl.transform(X).shape
+    (10, 64)
+    """
+
+    kind = "jl"
+
+    def __init__(self, inner_map: FeatureMap | None = None, n_components: int = 256, seed: Seed = 0) -> None:
+        self.inner_map = inner_map
+        self.n_components = n_components
+        self.seed = seed
+
+    def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
+        inner = RFF() if self.inner_map is None else self.inner_map
+        if not isinstance(inner, FeatureMap):
+            raise InputError(
+                f"inner_map must be a streamrff FeatureMap such as RFF(). Got {type(inner).__name__}."
+            )
+        check_positive_int(self.n_components, "n_components")
+        self.seed_ = normalize_seed(self.seed)
+        self.inner_map_ = clone(inner)
+        self.n_features_in_ = int(n_features_in)
+        return self.inner_map_._begin_fit(n_features_in)
+
+    def _finish_fit(self, sample: np.ndarray) -> JL:
+        self.inner_map_._finish_fit(sample)
+        return self
+
+    @property
+    def spec(self) -> MapSpec:
+        self._check_fitted()
+        return {
+            "kind": self.kind,
+            "n_features_in": self.n_features_in_,
+            "n_components": int(self.n_components),
+            "seed": self.seed_,
+            "inner_width": self.inner_map_.n_features_out_,
+            "inner": self.inner_map_.spec,
+        }
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {f"inner/{name}": array for name, array in self.inner_map_.state_arrays().items()}
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> JL:
+        inner_arrays = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("inner/")}
+        inner = map_from_spec(_require(spec, "inner"), inner_arrays)
+        feature_map = cls(inner, n_components=_require(spec, "n_components"), seed=_require(spec, "seed"))
+        feature_map.seed_ = normalize_seed(feature_map.seed)
+        check_positive_int(feature_map.n_components, "n_components")
+        feature_map.inner_map_ = inner
+        feature_map.n_features_in_ = inner.n_features_in_
+        return feature_map
+
+    @classmethod
+    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(spec["seed"])
+        k = spec["n_components"]
+        return {"projection": rng.standard_normal((spec["inner_width"], k)) / np.sqrt(k)}
+
+    def _output_width(self) -> int:
+        return int(self.n_components)
+
+    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        inner = self.inner_map_._embed(X)
+        out[...] = inner.astype(np.float64) @ self._params()["projection"]
+
+
+def map_from_spec(spec: MapSpec, arrays: dict[str, np.ndarray] | None = None) -> FeatureMap:
+    """Rebuild the fitted map described by ``spec`` (and its state arrays, for fitted maps like K-JL).
+
+    Parameters
+    ----------
+    spec : dict
+        A map's :attr:`FeatureMap.spec`.
+    arrays : dict of str to ndarray, optional
+        The map's :meth:`FeatureMap.state_arrays`; empty for oblivious maps.
+
+    Returns
+    -------
+    FeatureMap
+        A fitted map whose features equal the original's bit for bit.
+
+    Raises
+    ------
+    InputError
+        If the spec is not a dict, names an unknown kind, or lacks keys.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.ones((2, 3))
+    >>> rff = srf.RFF(n_features=8).fit(X)
+    >>> twin = srf.map_from_spec(rff.spec)
+    >>> bool((twin.transform(X) == rff.transform(X)).all()), twin.fingerprint == rff.fingerprint
+    (True, True)
+    """
+    if not isinstance(spec, dict):
+        raise InputError(f"spec must be a dict (a map's .spec). Got {type(spec).__name__}.")
+    kind = spec.get("kind")
+    if kind not in FeatureMap._registry:
+        raise InputError(
+            f"Unknown feature map kind {kind!r}. Expected one of {sorted(FeatureMap._registry)}."
+        )
+    return FeatureMap._registry[kind]._from_spec(spec, dict(arrays or {}))
