@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .engine import sketch
 from .errors import (
     ClusterError,
     InputError,
@@ -37,6 +38,7 @@ __all__ = [
     "merge",
     "mmd2",
     "sketch_array",
+    "sketch",
     "load",
     "StreamRFFError",
     "InputError",

@@ -442,15 +442,20 @@ def mean_sketch_of_chunk(
     return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, n_invalid)
 
 
-def landmark_sketch_of_chunk(rows: np.ndarray, k: int, seed: int, row_offset: int) -> LandmarkSketch:
-    """Pure per-chunk kernel of the bottom-k row sample (non-finite rows are never sampled)."""
-    finite = np.isfinite(rows).all(axis=1)
-    if finite.all():
+def landmark_sketch_of_chunk(
+    rows: np.ndarray, k: int, seed: int, row_offset: int, valid: np.ndarray | None = None
+) -> LandmarkSketch:
+    """Pure per-chunk kernel of the bottom-k row sample.
+
+    ``rows`` are the chunk's finite rows; ``valid`` (when some rows were
+    dropped as non-finite) marks which of the chunk's rows they are, so that
+    keys still come from the true global row indices.
+    """
+    if valid is None:
         return LandmarkSketch.from_rows(rows, k, seed, row_offset)
-    keys = row_keys(seed, row_offset, row_offset + rows.shape[0])[finite]
-    kept = rows[finite]
+    keys = row_keys(seed, row_offset, row_offset + valid.shape[0])[valid]
     chosen = bottom_k(keys, k)
-    return LandmarkSketch(k, seed, rows.shape[1], keys[chosen], np.asarray(kept[chosen], np.float64), rows.shape[0])
+    return LandmarkSketch(k, seed, rows.shape[1], keys[chosen], np.asarray(rows[chosen], np.float64), valid.shape[0])
 
 
 def sketch_array(X: ArrayLike2D, feature_map: FeatureMap, moments: bool = False) -> MeanSketch:

@@ -1,0 +1,393 @@
+"""The Dask engine: broadcast a fitted map, embed each chunk in one task, tree-merge the partials.
+
+Every algorithm in streamrff is a pure per-chunk kernel ``rows -> partial
+sketch`` plus an associative ``merge``; this module only maps and reduces.
+The reduction tree is fixed by chunk order (groups of ``split_every``), so the
+answer does not depend on how many workers run it, and tasks are pure, so a
+lost worker's tasks are retried with the same result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from sklearn.base import clone
+
+from .errors import ClusterError, InputError, SketchFormatError
+from .io import as_row_chunked, describe_source
+from .maps import FeatureMap
+from .sketches import LandmarkSketch, MeanSketch, Sketch, landmark_sketch_of_chunk, mean_sketch_of_chunk
+from .sampling import bottom_k, row_keys
+from .typing import StorageOptions
+
+__all__ = ["sketch", "connect", "fit_map", "run_chunks", "landmark_sample"]
+
+logger = logging.getLogger("streamrff.engine")
+
+#: A per-chunk kernel: (finite rows, global index of the chunk's first row,
+#: boolean mask of the finite rows within the chunk or None) -> partial sketch.
+ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], Sketch]
+
+_ON_INVALID = ("raise", "skip")
+_CONNECT_TIMEOUT_S = 20
+
+
+@contextlib.contextmanager
+def connect(client: Any) -> Iterator[Any]:
+    """Yield a ``distributed.Client`` for ``client`` (a Client, an address string or None).
+
+    ``None`` yields None: the embedded local default (dask's threaded
+    scheduler, one thread per core). An address string opens a Client that is
+    closed on exit; an unreachable scheduler fails within ~20 s naming the address.
+    """
+    if client is None:
+        yield None
+        return
+    if isinstance(client, str):
+        from distributed import Client
+
+        try:
+            opened = Client(client, timeout=f"{_CONNECT_TIMEOUT_S}s", set_as_default=False)
+        except (OSError, TimeoutError) as error:
+            raise ClusterError(
+                f"Cannot reach the Dask scheduler at {client} within {_CONNECT_TIMEOUT_S} s "
+                f"({type(error).__name__}). Check the address and that `dask scheduler` is running there."
+            ) from error
+        try:
+            yield opened
+        finally:
+            opened.close()
+        return
+    if hasattr(client, "compute") and hasattr(client, "scheduler"):
+        yield client
+        return
+    raise InputError(
+        f"client must be None, a distributed.Client or a scheduler address like 'tcp://host:8786'. "
+        f"Got {type(client).__name__}."
+    )
+
+
+def _chunk_task(
+    block: np.ndarray,
+    row_offset: int,
+    chunk_index: int,
+    kernel: ChunkKernel,
+    on_invalid: str,
+    checkpoint_path: str | None,
+    storage_options: StorageOptions,
+) -> Sketch:
+    rows = np.asarray(block)
+    if rows.dtype not in (np.float32, np.float64):
+        rows = rows.astype(np.float64)
+    finite = np.isfinite(rows).all(axis=1)
+    valid = None
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        if on_invalid == "raise":
+            raise InputError(
+                f"NaN or inf in {bad.size} row(s) of chunk {chunk_index} (rows {row_offset}.."
+                f"{row_offset + rows.shape[0] - 1}); first bad row {row_offset + int(bad[0])}. "
+                "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows."
+            )
+        valid = finite
+    partial = kernel(rows if valid is None else rows[valid], row_offset, valid)
+    if checkpoint_path is not None:
+        partial.save(checkpoint_path, storage_options=storage_options, overwrite=True)
+    return partial
+
+
+def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
+    from .fileformat import load
+
+    return load(path, storage_options=storage_options)
+
+
+def _merge_group(*partials: Sketch) -> Sketch:
+    merged = partials[0]
+    for partial in partials[1:]:
+        merged = merged.merge(partial)
+    return merged
+
+
+def _checkpoint_paths(checkpoint: str, job: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[str]:
+    base = checkpoint.rstrip("/") + "/" + job
+    if "://" not in base or base.startswith("file://"):
+        os.makedirs(base[len("file://") :] if base.startswith("file://") else base, exist_ok=True)
+    return [f"{base}/rows-{start:012d}-{start + size:012d}.zarr" for start, size in zip(offsets, sizes)]
+
+
+def _checkpoint_exists(path: str, storage_options: StorageOptions) -> bool:
+    import fsspec
+
+    options = (storage_options or {}) if "://" in path and not path.startswith("file://") else {}
+    fs, root = fsspec.core.url_to_fs(path, **options)
+    return fs.exists(root.rstrip("/") + "/zarr.json")
+
+
+def run_chunks(
+    arrays: Sequence[da.Array],
+    kernel: ChunkKernel,
+    client: Any = None,
+    on_invalid: str = "raise",
+    split_every: int = 8,
+    progress: bool = False,
+    checkpoint: str | None = None,
+    checkpoint_job: str = "",
+    storage_options: StorageOptions = None,
+    retries: int = 3,
+    chunk_filter: Callable[[int, int], bool] | None = None,
+) -> Sketch:
+    """Apply ``kernel`` to every row chunk of ``arrays`` (pooled, in order) and tree-merge the partials.
+
+    Global row indices run through the arrays in order, so a chunk of the
+    second array starts at ``len(arrays[0])`` plus its own offset. With
+    ``checkpoint``, each chunk's partial is saved under
+    ``checkpoint/checkpoint_job/rows-START-STOP.zarr`` and reused on later runs.
+    ``chunk_filter(start, stop)`` may skip chunks (the landmark pass reads
+    only the chunks that hold sampled rows).
+    """
+    if on_invalid not in _ON_INVALID:
+        raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+    blocks, offsets, sizes = [], [], []
+    start = 0
+    for array in arrays:
+        for block, size in zip(array.to_delayed().ravel(), array.chunks[0]):
+            if chunk_filter is None or chunk_filter(start, start + size):
+                blocks.append(block)
+                offsets.append(start)
+                sizes.append(size)
+            start += size
+    if not blocks:
+        raise InputError("No chunks to process: the data has no rows.")
+    paths: list[str | None] = [None] * len(blocks)
+    if checkpoint is not None:
+        paths = _checkpoint_paths(os.fspath(checkpoint), checkpoint_job, offsets, sizes)
+    # One key for the kernel (and the map inside it): the map is shipped once, not per task.
+    kernel_key = dask.delayed(kernel, pure=True, traverse=False)
+    partials, reused = [], 0
+    for index, (block, offset, path) in enumerate(zip(blocks, offsets, paths)):
+        if path is not None and _checkpoint_exists(path, storage_options):
+            partials.append(dask.delayed(_load_checkpoint, pure=True)(path, storage_options))
+            reused += 1
+            continue
+        partials.append(
+            dask.delayed(_chunk_task, pure=True)(block, offset, index, kernel_key, on_invalid, path, storage_options)
+        )
+    logger.info(
+        "sketching %d chunk(s): %d from checkpoint, %d to compute", len(blocks), reused, len(blocks) - reused
+    )
+    level = partials
+    while len(level) > 1:
+        level = [
+            dask.delayed(_merge_group, pure=True)(*level[i : i + split_every]) for i in range(0, len(level), split_every)
+        ]
+    return _compute(level[0], client, progress, retries)
+
+
+def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
+    with connect(client) as active:
+        if active is None:
+            bar = contextlib.nullcontext()
+            if progress:
+                from dask.diagnostics import ProgressBar
+
+                bar = ProgressBar()
+            with bar:
+                (value,) = dask.compute(result, scheduler="threads")
+            return value
+        future = active.compute(result, retries=retries)
+        if progress:
+            from distributed import progress as show_progress
+
+            show_progress(future)
+        return future.result()
+
+
+def landmark_sample(
+    arrays: Sequence[da.Array], k: int, seed: int, client: Any = None, progress: bool = False
+) -> LandmarkSketch:
+    """The bottom-``k`` row sample of the pooled arrays by keyed hash of the global row index.
+
+    Keys depend only on row indices, so the driver first finds the ``k``
+    smallest keys in blocks (no data read), then reads only the chunks that
+    hold those rows; non-finite rows are never sampled.
+    """
+    n_total = sum(array.shape[0] for array in arrays)
+    threshold = _kth_smallest_key(seed, n_total, k)
+
+    def holds_sampled_row(start: int, stop: int) -> bool:
+        return bool((row_keys(seed, start, stop) <= threshold).any())
+
+    kernel = functools.partial(_landmark_kernel, k=k, seed=seed)
+    return run_chunks(arrays, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row)
+
+
+def _kth_smallest_key(seed: int, n_total: int, k: int, block: int = 2**22) -> np.uint64:
+    # Keep a few extra keys so that rows skipped as non-finite can be replaced by the next ones.
+    keep = min(n_total, 2 * k + 64)
+    best = np.empty(0, dtype=np.uint64)
+    for start in range(0, n_total, block):
+        keys = np.concatenate([best, row_keys(seed, start, min(n_total, start + block))])
+        best = keys[bottom_k(keys, keep)]
+    return best[-1]
+
+
+def _landmark_kernel(rows: np.ndarray, row_offset: int, valid: np.ndarray | None, k: int, seed: int) -> LandmarkSketch:
+    return landmark_sketch_of_chunk(rows, k, seed, row_offset, valid)
+
+
+def _mean_kernel(rows: np.ndarray, row_offset: int, valid: np.ndarray | None, feature_map: FeatureMap, moments: bool) -> MeanSketch:
+    n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
+    return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid)
+
+
+def fit_map(
+    feature_map: FeatureMap, arrays: Sequence[da.Array], client: Any = None, progress: bool = False
+) -> FeatureMap:
+    """A fitted copy of ``feature_map``: itself if already fitted, else fitted on the seeded row sample.
+
+    The sample is the same bottom-k sample that ``feature_map.fit`` takes on
+    the pooled rows in memory, so both paths give the same fitted map.
+    """
+    if not isinstance(feature_map, FeatureMap):
+        raise InputError(
+            f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}."
+        )
+    width = arrays[0].shape[1]
+    for array in arrays[1:]:
+        if array.shape[1] != width:
+            raise InputError(
+                f"All samples must have the same number of columns. Got {width} and {array.shape[1]}."
+            )
+    if feature_map.is_fitted():
+        if feature_map.n_features_in_ != width:
+            raise InputError(
+                f"The data has {width} features, but {type(feature_map).__name__} is expecting "
+                f"{feature_map.n_features_in_} features as input. Pass data with "
+                f"{feature_map.n_features_in_} columns, or pass an unfitted map to fit it on this data."
+            )
+        return feature_map
+    fitted = clone(feature_map)
+    n_rows, sample_seed = fitted._begin_fit(width)
+    sample = np.empty((0, width))
+    if n_rows:
+        sample = landmark_sample(arrays, n_rows, sample_seed, client=client, progress=progress).rows
+    return fitted._finish_fit(sample)
+
+
+def sketch(
+    source: Any,
+    feature_map: FeatureMap,
+    moments: bool = False,
+    client: Any = None,
+    storage_options: StorageOptions = None,
+    sample_dim: str | None = None,
+    chunk_rows: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    on_invalid: str = "raise",
+    progress: bool = False,
+    split_every: int = 8,
+    retries: int = 3,
+) -> MeanSketch:
+    """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
+
+    Each task reads one chunk of rows, checks it (finite, right width), embeds
+    it tile by tile with the broadcast map and returns a partial
+    :class:`MeanSketch`; partials are tree-merged. No task holds more than one
+    chunk's features.
+
+    Parameters
+    ----------
+    source : ndarray, dask Array, xarray DataArray, or str/PathLike
+        The rows. A str is a zarr array path or URL (plain path, ``file://``,
+        ``s3://...``), or a zarr group path with the array name appended.
+    feature_map : FeatureMap
+        A fitted map is used as is; an unfitted one is cloned and fitted on
+        the seeded bottom-k row sample (``bandwidth="median"`` uses it).
+        The fitted map is ``result.feature_map``.
+    moments : bool, default=False
+        Also accumulate the D x D second moment (for KPCA and the spectral and
+        Hotelling tests); costs D^2 float64 per task.
+    client : None, distributed.Client or str, default=None
+        None runs on the embedded local default (threads, one per core); a
+        Client or a scheduler address (``tcp://host:8786``) runs on that cluster.
+    storage_options : dict, optional
+        fsspec options for URL sources and checkpoints. Never logged.
+    sample_dim : str, optional
+        For a DataArray, the sample dimension (default: its first).
+    chunk_rows : int, optional
+        Rows per task (default: the source's chunking).
+    checkpoint : str or PathLike, optional
+        Directory or URL for per-chunk partial sketches: a rerun computes only
+        the chunks without a partial (after an interruption, or rows appended
+        to a zarr array). Partials are keyed by the map fingerprint and row
+        range; rows already sketched are assumed unchanged.
+    on_invalid : {"raise", "skip"}, default="raise"
+        What to do with NaN/inf rows: fail naming the chunk and rows, or skip
+        them and count them in ``result.n_invalid``.
+    progress : bool, default=False
+        Show a progress bar (dask's for local runs, distributed's on a cluster).
+    split_every : int, default=8
+        Fan-in of the merge tree.
+    retries : int, default=3
+        Retries of a failed task on a cluster (a lost worker's tasks are rerun).
+
+    Returns
+    -------
+    MeanSketch
+
+    Raises
+    ------
+    InputError
+        Non-numeric, non-2-D data, a width different from a fitted map, NaN/inf
+        rows with ``on_invalid="raise"``, bad arguments.
+    SourceError
+        Missing path, array or bucket.
+    ClusterError
+        Unreachable scheduler.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(10_000, 8)).astype("float32")
+    >>> s = srf.sketch(X, srf.RFF(n_features=256, bandwidth="median"), chunk_rows=2_500)
+    >>> s.count, s.feature_sum.shape
+    (10000, (256,))
+    >>> bool(np.allclose(s.feature_sum, srf.sketch_array(X, s.feature_map).feature_sum, rtol=1e-6))
+    True
+    """
+    if not isinstance(moments, (bool, np.bool_)):
+        raise InputError(f"moments must be True or False. Got {moments!r}.")
+    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+        raise InputError(f"split_every must be an integer >= 2. Got {split_every!r}.")
+    if on_invalid not in _ON_INVALID:
+        raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+    array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    with connect(client) as active:
+        fitted = fit_map(feature_map, [array], client=active, progress=progress)
+        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments))
+        job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
+        logger.info("sketch of %s with %s", describe_source(source), type(fitted).__name__)
+        result = run_chunks(
+            [array],
+            kernel,
+            client=active,
+            on_invalid=on_invalid,
+            split_every=split_every,
+            progress=progress,
+            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+            checkpoint_job=job,
+            storage_options=storage_options,
+            retries=retries,
+        )
+    if not isinstance(result, MeanSketch):  # pragma: no cover - defensive: kernels return MeanSketch
+        raise SketchFormatError(f"Internal error: expected a MeanSketch, got {type(result).__name__}.")
+    return result
