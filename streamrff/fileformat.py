@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.codecs import BytesCodec
+from zarr.errors import ContainsArrayError
 
 from .errors import SketchFormatError, SourceError, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable"]
 
 FORMAT_NAME = "streamrff.sketch"
 FORMAT_VERSION = 1
@@ -115,14 +116,11 @@ def save_sketch(
     if not isinstance(sketch, Sketch):
         raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
     target = os.fspath(path_or_url)
+    check_writable(target, storage_options, overwrite)
     if _is_url(target):
         _save_remote(sketch, target, storage_options, overwrite)
         return
     path = _local_path(target)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists. Choose another path or pass overwrite=True (CLI: --overwrite).")
-    if not path.parent.exists():
-        raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
     staging = path.parent / f".{path.name}.partial-{uuid.uuid4().hex}"
     try:
         if path.suffix == ".zip":
@@ -156,6 +154,33 @@ def _zip_directory(directory: Path, archive: Path) -> None:
                 packed.write(file, file.relative_to(directory).as_posix())
 
 
+def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False) -> None:
+    """Fail early if a sketch cannot be written at ``path_or_url`` (exists, or no parent directory).
+
+    Call it before a long job so that nothing is computed for an output that
+    would be refused.
+    """
+    target = os.fspath(path_or_url)
+    if _is_url(target):
+        import fsspec
+
+        try:
+            fs, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
+            exists = fs.exists(root.rstrip("/") + "/zarr.json")
+        except Exception as error:  # fsspec backends raise many types
+            raise SourceError(f"Cannot reach {target}: {type(error).__name__}: {error}") from error
+        if exists and not overwrite:
+            raise FileExistsError(
+                f"{target} already holds a sketch. Choose another URL or pass overwrite=True (CLI: --overwrite)."
+            )
+        return
+    path = _local_path(target)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists. Choose another path or pass overwrite=True (CLI: --overwrite).")
+    if not path.parent.exists():
+        raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
+
+
 def _remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
@@ -168,14 +193,8 @@ def _save_remote(sketch: Sketch, url: str, storage_options: StorageOptions, over
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        exists = fs.exists(root.rstrip("/") + "/zarr.json")
-    except Exception as error:  # fsspec backends raise many types
-        raise SourceError(f"Cannot reach {url}: {type(error).__name__}: {error}") from error
-    if exists and not overwrite:
-        raise FileExistsError(f"{url} already holds a sketch. Choose another URL or pass overwrite=True (CLI: --overwrite).")
-    try:
-        if exists:
-            fs.rm(root, recursive=True)
+        if fs.exists(root):
+            fs.rm(root, recursive=True)  # overwrite was checked by check_writable
         store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
         _write_group(store, sketch)
     except StreamRFFError:
@@ -251,6 +270,11 @@ def _read_sketch(store: Any, target: str) -> Sketch:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
     except FileNotFoundError as error:
         raise SketchFormatError(f"No sketch at {target}: no zarr group found.") from error
+    except ContainsArrayError as error:
+        raise SketchFormatError(
+            f"{target} is a zarr array, not a streamrff sketch. Pass a sketch written by "
+            "`streamrff sketch` or Sketch.save (sketch the array first)."
+        ) from error
     attrs = dict(root.attrs)
     if attrs.get("format") != FORMAT_NAME:
         raise SketchFormatError(
