@@ -18,7 +18,8 @@ from .errors import (
     StreamRFFError,
 )
 from .fileformat import load
-from .maps import JL, RFF, FeatureMap, exact_kernel, map_from_spec
+from .kpca import KernelPCA
+from .maps import JL, KJL, RFF, FeatureMap, exact_kernel, map_from_spec
 from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
 
 try:
@@ -29,6 +30,8 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "RFF",
     "JL",
+    "KJL",
+    "KernelPCA",
     "FeatureMap",
     "exact_kernel",
     "map_from_spec",
