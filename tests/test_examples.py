@@ -1,0 +1,85 @@
+"""Every script in examples/ runs at a small size and prints what it promises."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> str:
+    completed = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **(env or {})},
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout
+
+
+def test_examples_each_has_a_header_and_stays_short():
+    scripts = sorted(EXAMPLES.glob("*.py"))
+    assert len(scripts) >= 8
+    for script in scripts:
+        text = script.read_text()
+        assert text.startswith('"""'), f"{script.name} lacks a header docstring"
+        assert len(text.splitlines()) < 100, f"{script.name} is over 100 lines"
+
+
+def test_example_quickstart_in_memory_estimate_is_close_to_exact():
+    out = run_example("quickstart_in_memory.py", "--rows", "400")
+    estimate, exact = (float(part.split()[-1]) for part in out.splitlines()[-1].split("exact:"))
+    assert abs(estimate - exact) < 0.02
+
+
+def test_example_zarr_on_disk_round_trips(tmp_path):
+    out = run_example("zarr_on_disk.py", "--rows", "4000", "--out", str(tmp_path))
+    assert "round trip exact: True" in out
+
+
+def test_example_merge_sites_merge_equals_whole():
+    out = run_example("merge_sites.py", "--rows", "2000")
+    assert "merge equals sketching all rows: True" in out
+    assert "refused as expected" in out
+
+
+def test_example_xarray_input_equals_in_memory():
+    out = run_example("xarray_input.py", "--rows", "3000")
+    assert "equals the in-memory sketch: True" in out
+
+
+def test_example_kernel_pca_merged_fit_equals_whole():
+    out = run_example("kernel_pca.py", "--features", "128")
+    assert "merged fit equals whole fit: True" in out
+
+
+def test_example_submit_to_cluster(dask_cluster):
+    out = run_example("submit_to_cluster.py", dask_cluster.address, "--rows", "4000")
+    assert "workers: 2" in out
+    assert "same as the embedded local default: True" in out
+
+
+def test_example_object_storage(s3_server):
+    env = {
+        "STREAMRFF_S3_ENDPOINT": s3_server.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "STREAMRFF_S3_BUCKET": "example-bucket",
+    }
+    out = run_example("object_storage.py", "--rows", "2000", "--create-bucket", env=env)
+    assert "MeanSketch(count=2000" in out
+
+
+@pytest.mark.parametrize("name", ["kernel_kmeans.py"])
+def test_example_kernel_kmeans(name):
+    if not (EXAMPLES / name).exists():
+        pytest.fail(f"examples/{name} is missing")
+    out = run_example(name, "--rows", "2000")
+    assert "adjusted Rand index" in out
