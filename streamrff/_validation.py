@@ -47,7 +47,7 @@ def check_rows(X: Any, name: str = "X", allow_empty: bool = False) -> np.ndarray
         )
     if array.ndim != 2:
         fix = (
-            "Reshape a single feature with X.reshape(-1, 1) or a single sample with X.reshape(1, -1)."
+            "Reshape your data with X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a single sample."
             if array.ndim < 2
             else "Flatten the trailing axes with X.reshape(len(X), -1)."
         )
