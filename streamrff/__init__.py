@@ -16,11 +16,21 @@ from .errors import (
     SketchMismatchError,
     SourceError,
     StreamRFFError,
+    VarianceWarning,
 )
 from .fileformat import load
 from .kpca import KernelPCA
-from .maps import JL, KJL, RFF, FeatureMap, exact_kernel, map_from_spec
+from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
+from .pointsets import SketchIndex, kernel_distance
 from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
+from .twosample import (
+    TwoSampleResult,
+    TwoSampleSketch,
+    mmd_test,
+    permutation_indices,
+    permutation_test,
+    two_sample_test,
+)
 
 try:
     __version__ = version("streamrff")
@@ -31,7 +41,10 @@ __all__ = [
     "RFF",
     "JL",
     "KJL",
+    "RelativeErrorRFF",
     "KernelPCA",
+    "kernel_distance",
+    "SketchIndex",
     "FeatureMap",
     "exact_kernel",
     "map_from_spec",
@@ -50,4 +63,11 @@ __all__ = [
     "SketchFormatError",
     "SourceError",
     "ClusterError",
+    "VarianceWarning",
+    "TwoSampleSketch",
+    "TwoSampleResult",
+    "two_sample_test",
+    "mmd_test",
+    "permutation_test",
+    "permutation_indices",
 ]

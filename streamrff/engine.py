@@ -78,7 +78,7 @@ def connect(client: Any) -> Iterator[Any]:
 def _chunk_task(
     block: np.ndarray,
     row_offset: int,
-    chunk_index: int,
+    where: tuple[str, int, int],
     kernel: ChunkKernel,
     on_invalid: str,
     checkpoint_path: str | None,
@@ -91,11 +91,16 @@ def _chunk_task(
     valid = None
     if not finite.all():
         bad = np.flatnonzero(~finite)
-        if on_invalid == "raise":
-            raise InputError(
-                f"NaN or inf in {bad.size} row(s) of chunk {chunk_index} (rows {row_offset}.."
-                f"{row_offset + rows.shape[0] - 1}); first bad row {row_offset + int(bad[0])}. "
+        if on_invalid != "skip":
+            name, chunk_index, local_start = where
+            hint = (
                 "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows."
+                if on_invalid == "raise"
+                else "Clean the data first: this analysis needs every row."
+            )
+            raise InputError(
+                f"NaN or inf in {bad.size} row(s) of {name} chunk {chunk_index} (rows {local_start}.."
+                f"{local_start + rows.shape[0] - 1}); first bad row: {name} row {local_start + int(bad[0])}. {hint}"
             )
         valid = finite
     partial = kernel(rows if valid is None else rows[valid], row_offset, valid)
@@ -118,6 +123,9 @@ def _merge_group(*partials: Sketch) -> Sketch:
 
 
 def _checkpoint_paths(checkpoint: str, job: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[str]:
+    if "://" not in checkpoint:
+        # Workers run in other directories: a relative path would land there, not here.
+        checkpoint = os.path.abspath(checkpoint)
     base = checkpoint.rstrip("/") + "/" + job
     if "://" not in base or base.startswith("file://"):
         os.makedirs(base[len("file://") :] if base.startswith("file://") else base, exist_ok=True)
@@ -144,6 +152,7 @@ def run_chunks(
     storage_options: StorageOptions = None,
     retries: int = 3,
     chunk_filter: Callable[[int, int], bool] | None = None,
+    names: Sequence[str] | None = None,
 ) -> Sketch:
     """Apply ``kernel`` to every row chunk of ``arrays`` (pooled, in order) and tree-merge the partials.
 
@@ -152,19 +161,25 @@ def run_chunks(
     ``checkpoint``, each chunk's partial is saved under
     ``checkpoint/checkpoint_job/rows-START-STOP.zarr`` and reused on later runs.
     ``chunk_filter(start, stop)`` may skip chunks (the landmark pass reads
-    only the chunks that hold sampled rows).
+    only the chunks that hold sampled rows). ``names`` label the arrays in
+    error messages (default "data"); ``on_invalid="require"`` fails on NaN/inf
+    rows without suggesting to skip them (for analyses that need every row).
     """
-    if on_invalid not in _ON_INVALID:
+    if on_invalid not in (*_ON_INVALID, "require"):
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
-    blocks, offsets, sizes = [], [], []
+    names = list(names) if names is not None else ["data"] * len(arrays)
+    blocks, offsets, sizes, places = [], [], [], []
     start = 0
-    for array in arrays:
-        for block, size in zip(array.to_delayed().ravel(), array.chunks[0]):
+    for array, name in zip(arrays, names):
+        local = 0
+        for index, (block, size) in enumerate(zip(array.to_delayed().ravel(), array.chunks[0])):
             if chunk_filter is None or chunk_filter(start, start + size):
                 blocks.append(block)
                 offsets.append(start)
                 sizes.append(size)
+                places.append((name, index, local))
             start += size
+            local += size
     if not blocks:
         raise InputError("No chunks to process: the data has no rows.")
     paths: list[str | None] = [None] * len(blocks)
@@ -173,13 +188,13 @@ def run_chunks(
     # One key for the kernel (and the map inside it): the map is shipped once, not per task.
     kernel_key = dask.delayed(kernel, pure=True, traverse=False)
     partials, reused = [], 0
-    for index, (block, offset, path) in enumerate(zip(blocks, offsets, paths)):
+    for block, offset, where, path in zip(blocks, offsets, places, paths):
         if path is not None and _checkpoint_exists(path, storage_options):
             partials.append(dask.delayed(_load_checkpoint, pure=True)(path, storage_options))
             reused += 1
             continue
         partials.append(
-            dask.delayed(_chunk_task, pure=True)(block, offset, index, kernel_key, on_invalid, path, storage_options)
+            dask.delayed(_chunk_task, pure=True)(block, offset, where, kernel_key, on_invalid, path, storage_options)
         )
     logger.info(
         "sketching %d chunk(s): %d from checkpoint, %d to compute", len(blocks), reused, len(blocks) - reused
@@ -200,7 +215,12 @@ def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
                 from dask.diagnostics import ProgressBar
 
                 bar = ProgressBar()
-            with bar:
+            # One BLAS thread per task thread, as dask's nannies set for workers: the tasks
+            # already use every core, and a multi-threaded BLAS on top of them oversubscribes
+            # the cores (6-8x slower on small per-tile products).
+            from threadpoolctl import threadpool_limits
+
+            with bar, threadpool_limits(limits=1, user_api="blas"):
                 (value,) = dask.compute(result, scheduler="threads")
             return value
         future = active.compute(result, retries=retries)
@@ -223,11 +243,21 @@ def landmark_sample(
     n_total = sum(array.shape[0] for array in arrays)
     threshold = _kth_smallest_key(seed, n_total, k)
 
+    skipped: list[int] = []
+
     def holds_sampled_row(start: int, stop: int) -> bool:
-        return bool((row_keys(seed, start, stop) <= threshold).any())
+        holds = bool((row_keys(seed, start, stop) <= threshold).any())
+        if not holds:
+            skipped.append(start)
+        return holds
 
     kernel = functools.partial(_landmark_kernel, k=k, seed=seed)
-    return run_chunks(arrays, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row)
+    sample = run_chunks(arrays, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row)
+    if skipped and not (sample.keys.shape[0] == k and sample.keys[-1] <= threshold):
+        # More non-finite rows among the candidates than spare keys: the k smallest finite
+        # keys may lie in chunks that were skipped, so read them all.
+        sample = run_chunks(arrays, kernel, client=client, on_invalid="skip", progress=progress)
+    return sample
 
 
 def _kth_smallest_key(seed: int, n_total: int, k: int, block: int = 2**22) -> np.uint64:

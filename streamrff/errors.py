@@ -15,6 +15,7 @@ __all__ = [
     "SketchFormatError",
     "SourceError",
     "ClusterError",
+    "VarianceWarning",
 ]
 
 
@@ -44,3 +45,7 @@ class SourceError(StreamRFFError, OSError):
 
 class ClusterError(StreamRFFError, ConnectionError):
     """A Dask scheduler cannot be reached."""
+
+
+class VarianceWarning(UserWarning):
+    """A feature map's estimates will be much noisier than usual (e.g. RelativeErrorRFF in many dimensions)."""

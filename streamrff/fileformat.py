@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
 from .errors import SketchFormatError, SourceError, StreamRFFError
@@ -210,6 +210,13 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
     if not path.exists():
         raise SketchFormatError(f"No sketch at {path}: the path does not exist.")
     if path.is_file():
+        # ZipStore opens lazily: a non-zip file would fail inside zarr and then again in
+        # close(), hiding the cause behind "'ZipStore' object has no attribute '_zf'".
+        if not zipfile.is_zipfile(path):
+            raise SketchFormatError(
+                f"{path} is a file but not a zip archive, so not a streamrff sketch. Expected a "
+                "sketch directory or .zip written by Sketch.save or `streamrff sketch`."
+            )
         return zarr.storage.ZipStore(path, mode="r")
     return zarr.storage.LocalStore(path, read_only=True)
 
@@ -219,7 +226,9 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sket
 
     Checks the format name and version, the kind, the map spec (rebuilt and
     re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
-    the scalar attributes.
+    the scalar attributes. Array sizes, codecs and chunking, and the size of the
+    map to rebuild, are checked before any data is read or any parameter drawn,
+    so a tampered file fails fast instead of allocating gigabytes.
 
     Parameters
     ----------
@@ -265,6 +274,90 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sket
         ) from error
 
 
+#: Largest array a version-1 sketch holds (a 16384 x 16384 float64 second moment, 2 GiB).
+#: load() refuses larger declared shapes before reading, so a tampered few-kB file cannot make
+#: it allocate and fill gigabytes.
+MAX_ARRAY_ELEMENTS = 2**28
+#: save_sketch writes 1-D arrays as one chunk and 2-D arrays in row blocks of about 2**22
+#: elements; a file declaring far more chunks (e.g. one per element) was not written by it, and
+#: reading it would take one store request per chunk.
+_MIN_ELEMENTS_PER_CHUNK = 2**21
+_COMPRESSORS = (ZstdCodec, GzipCodec, BloscCodec, Crc32cCodec)
+
+
+def _check_array_metadata(node: Any, name: str, target: str) -> None:
+    """Refuse arrays whose metadata no sketch writer produces, before any data is read."""
+    dtype = np.dtype(node.dtype)
+    if dtype.kind not in "biuf" or node.ndim > 2:
+        raise SketchFormatError(
+            f"{target}: array {name!r} has dtype {dtype} and {node.ndim} dimensions; sketch arrays are "
+            "numeric with at most 2 dimensions (tampered or not a streamrff sketch)."
+        )
+    if (
+        not isinstance(node.serializer, BytesCodec)
+        or node.filters
+        or not all(isinstance(codec, _COMPRESSORS) for codec in node.compressors)
+    ):
+        # Other codecs (vlen-bytes, sharding, numcodecs filters) are never written and would
+        # trust sizes stored in the chunk bytes.
+        codecs = [type(codec).__name__ for codec in (*node.filters, node.serializer, *node.compressors)]
+        raise SketchFormatError(
+            f"{target}: array {name!r} uses codecs {codecs}; sketch arrays use the plain 'bytes' "
+            "codec with an optional zstd, gzip or blosc compressor (tampered or not a streamrff sketch)."
+        )
+    if node.size > MAX_ARRAY_ELEMENTS:
+        raise SketchFormatError(
+            f"{target}: array {name!r} declares shape {node.shape} ({node.size:,} elements); a sketch "
+            f"array holds at most {MAX_ARRAY_ELEMENTS:,} (tampered or not a streamrff sketch)."
+        )
+    if node.nchunks > 1 + -(-node.size // _MIN_ELEMENTS_PER_CHUNK):
+        raise SketchFormatError(
+            f"{target}: array {name!r} of shape {node.shape} declares {node.nchunks:,} chunks of shape "
+            f"{node.chunks}; sketches are written in few large chunks (tampered or not a streamrff sketch)."
+        )
+
+
+#: Map spec fields that size the random parameters a map regenerates on load.
+_SPEC_SIZE_KEYS = ("n_features_in", "n_features", "n_components", "n_landmarks", "inner_width", "k")
+
+
+def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], target: str) -> None:
+    """Refuse a map spec that would cost far more to rebuild than the sketch it describes.
+
+    Maps regenerate their random parameters from the spec (K-JL even eagerly, before any shape
+    check), so a tampered size field could make load() draw gigabytes of normals first.
+    """
+    levels = [spec]
+    while levels:
+        level = levels.pop()
+        levels.extend(value for value in level.values() if isinstance(value, dict))  # nested specs (JL's inner)
+        sizes = sorted(
+            value for key, value in level.items()
+            if key in _SPEC_SIZE_KEYS and isinstance(value, int) and not isinstance(value, bool) and value > 0
+        )  # fmt: skip
+        landmarks = level.get("n_landmarks") if isinstance(level.get("n_landmarks"), int) else 0
+        # parameters ~ the product of the two largest sizes; K-JL also builds the landmarks' Gram matrix
+        cost = max(sizes[-1] * (sizes[-2] if len(sizes) > 1 else 1) if sizes else 0, landmarks**2)
+        if cost > MAX_ARRAY_ELEMENTS:
+            raise SketchFormatError(
+                f"{target}: the map spec {_describe_sizes(level)} would need about {cost:,} random "
+                f"parameters to rebuild; a sketch's map has at most {MAX_ARRAY_ELEMENTS:,} (tampered spec?)."
+            )
+    # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
+    width = spec.get("n_components", spec.get("n_features"))
+    if isinstance(width, int) and not isinstance(width, bool):
+        widths = {array.shape[-1] for name, array in arrays.items() if array.ndim and not name.startswith("map/")}
+        if width not in widths:
+            raise SketchFormatError(
+                f"{target}: the map spec declares {width} output features, but the stored arrays have widths "
+                f"{sorted(widths)} (tampered spec or arrays)."
+            )
+
+
+def _describe_sizes(level: dict[str, Any]) -> str:
+    return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
+
+
 def _read_sketch(store: Any, target: str) -> Sketch:
     try:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
@@ -279,7 +372,7 @@ def _read_sketch(store: Any, target: str) -> Sketch:
     if attrs.get("format") != FORMAT_NAME:
         raise SketchFormatError(
             f"{target} is not a complete streamrff sketch: expected attribute format={FORMAT_NAME!r}, "
-            f"got {attrs.get('format')!r}. It may be another zarr group or an interrupted write."
+            f"got {attrs.get('format')!r}. It may be another zarr group or an incomplete (interrupted) write."
         )
     version = attrs.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -303,6 +396,7 @@ def _read_sketch(store: Any, target: str) -> Sketch:
             raise SketchFormatError(f"{target}: array {name!r} is missing (truncated file?).") from error
         if not isinstance(node, zarr.Array):
             raise SketchFormatError(f"{target}: {name!r} is not an array.")
+        _check_array_metadata(node, name, target)  # before reading: a tampered shape costs nothing
         value = np.asarray(node[...])
         if _checksum(value) != expected:
             raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (tampered or corrupt).")
@@ -310,6 +404,7 @@ def _read_sketch(store: Any, target: str) -> Sketch:
     spec = attrs.get("map")
     if not isinstance(spec, dict):
         raise SketchFormatError(f"{target}: missing map spec.")
+    _check_spec_sizes(spec, arrays, target)
     map_arrays = {k[len("map/") :]: v for k, v in arrays.items() if k.startswith("map/")}
     sketch_arrays = {k: v for k, v in arrays.items() if not k.startswith("map/")}
     try:
@@ -321,4 +416,33 @@ def _read_sketch(store: Any, target: str) -> Sketch:
             f"{target}: the stored fingerprint does not match the map rebuilt from its spec "
             "(tampered file, or written with an incompatible numpy random stream)."
         )
+    # The sketch must write back exactly what is stored: otherwise an edited attribute (say
+    # moments=false beside a stored moment array) would silently load as a different sketch.
+    written = set(sketch._arrays()) | {f"map/{name}" for name in sketch.state_arrays()}
+    if written != set(checksums):
+        raise SketchFormatError(
+            f"{target}: the file holds arrays {sorted(checksums)}, but a {kind!r} sketch with these "
+            f"attributes holds {sorted(written)} (tampered attributes or arrays)."
+        )
+    for key, value in sketch._attrs().items():
+        if not _same_value(value, attrs.get(key)):
+            raise SketchFormatError(
+                f"{target}: attribute {key!r} is {attrs.get(key)!r}; expected {value!r} for this sketch "
+                "(tampered attributes)."
+            )
     return sketch
+
+
+def _same_value(expected: Any, stored: Any) -> bool:
+    """JSON-level equality that keeps bools apart from numbers (``1 == True`` in Python)."""
+    if isinstance(expected, (bool, np.bool_)) or isinstance(stored, bool):
+        return isinstance(stored, bool) and isinstance(expected, (bool, np.bool_)) and stored == bool(expected)
+    if isinstance(expected, dict):
+        return isinstance(stored, dict) and expected.keys() == stored.keys() and all(
+            _same_value(expected[key], stored[key]) for key in expected
+        )
+    if isinstance(expected, (list, tuple)):
+        return isinstance(stored, list) and len(stored) == len(expected) and all(
+            _same_value(a, b) for a, b in zip(expected, stored)
+        )
+    return bool(expected == stored)

@@ -46,7 +46,9 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
         if _is_remote(location):
             store = zarr.storage.FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
         else:
-            store = zarr.storage.LocalStore(location, read_only=True)
+            # Absolute: workers run in other directories and would read a relative path
+            # there, where zarr returns fill values for the chunks it cannot find.
+            store = zarr.storage.LocalStore(os.path.abspath(location), read_only=True)
         node = zarr.open(store=store, mode="r")
     except FileNotFoundError as error:
         raise SourceError(f"No zarr array or group at {url}: {error}") from error
@@ -68,6 +70,7 @@ def as_row_chunked(
     storage_options: StorageOptions = None,
     sample_dim: str | None = None,
     chunk_rows: int | None = None,
+    name: str = "data",
 ) -> da.Array:
     """Return ``source`` as a 2-D dask array chunked by rows only.
 
@@ -83,6 +86,8 @@ def as_row_chunked(
     chunk_rows : int, optional
         Rows per task. Defaults to the source's own chunking (zarr, dask) or
         dask's automatic chunking (numpy).
+    name : str, default="data"
+        What to call the source in error messages (e.g. "X").
 
     Raises
     ------
@@ -96,16 +101,16 @@ def as_row_chunked(
     array = _to_dask(source, storage_options, sample_dim)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(array.dtype, np.complexfloating):
         raise InputError(
-            f"The data must be real numbers. Got dtype {array.dtype} from {describe_source(source)}. "
+            f"The {name} must be real numbers. Got dtype {array.dtype} from {describe_source(source)}. "
             "Convert it to float32."
         )
     if array.ndim != 2:
         raise InputError(
-            f"Expected 2-D data (rows = samples, columns = features). Got {array.ndim}-D data of shape "
+            f"Expected 2-D {name} (rows = samples, columns = features). Got {array.ndim}-D {name} of shape "
             f"{array.shape} from {describe_source(source)}. Reshape it to (n_samples, n_features)."
         )
     if array.shape[0] == 0 or array.shape[1] == 0:
-        raise InputError(f"The data must have at least 1 row and 1 column. Got shape {array.shape}.")
+        raise InputError(f"The {name} must have at least 1 row and 1 column. Got shape {array.shape}.")
     return array.rechunk({0: int(chunk_rows) if chunk_rows else array.chunks[0], 1: -1})
 
 

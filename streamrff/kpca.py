@@ -2,11 +2,16 @@
 
 One pass over the data builds a :class:`MeanSketch` with moments (count, sum z,
 sum z z^T); the centred feature covariance ``C = M/n - mu mu^T`` is
-diagonalised with ``eigh``. Because the sketch merges, two sites can sketch
-separately and fit on the merged sketch (:meth:`KernelPCA.fit_from_sketch`).
-The D x D moment costs ``8 D^2`` bytes per task and ``n D^2`` flops: 8 MiB and
+diagonalised. Because the sketch merges, two sites can sketch separately and
+fit on the merged sketch (:meth:`KernelPCA.fit_from_sketch`).
+
+Costs. The D x D moment costs ``8 D^2`` bytes per task and ``n D^2`` flops: 8 MiB and
 fine at D = 1024, 128 MiB at D = 4096; above that, compose the map with a JL
 projection (``JL(RFF(16384), n_components=2048)``) and pass it as ``feature_map``.
+The eigendecomposition costs ``O(D^3)`` once, on the driver: a dense ``eigh`` takes
+seconds at D = 1600 and about half a minute at D = 4096 on one core, so for
+``n_components`` well below D the default ``eigen_solver="auto"`` uses ARPACK
+(Lanczos, ``O(D^2)`` per iteration; the same eigenpairs to machine precision).
 """
 
 from __future__ import annotations
@@ -15,33 +20,63 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from ._validation import check_positive_int, check_rows
+from ._validation import check_positive_int, check_rows, normalize_seed
 from .errors import InputError, NotFittedMapError
-from .maps import RFF, FeatureMap
+from .maps import KJL, RFF, FeatureMap
 from .sketches import MeanSketch
 from .typing import PathOrURL, StorageOptions
 
 __all__ = ["KernelPCA"]
 
+_METHODS = ("rff", "kjl")
+_EIGEN_SOLVERS = ("auto", "dense", "arpack")
+#: eigen_solver="auto" uses ARPACK above this width when n_components < D / 10.
+_ARPACK_MIN_WIDTH = 1024
+
 
 class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Kernel PCA of out-of-core data in random-feature space, from one mergeable sketch.
+
+    The data are embedded with a feature map ``z`` (random Fourier features by
+    default, or the K-JL sketch), the centred covariance of the features is
+    accumulated in one pass (a moment sketch) and its top eigenvectors are the
+    principal axes. With ``E[z(x).z(y)] = k(x, y)`` the covariance's nonzero
+    spectrum times n approximates that of the centred Gram matrix ``H K H``,
+    and the residual ``R_hat_k`` approximates the exact ``R_k`` with relative
+    error (Chen & Phillips 2016, sec. 7.1).
 
     Parameters
     ----------
     n_components : int, default=2
         Number of principal components k (1 <= k <= the map's output width).
     n_features : int, default=1024
-        Random features D of the default RFF map.
+        Output width D of the default map: random features (``method="rff"``)
+        or K-JL components d' (``method="kjl"``).
     bandwidth : float or "median", default="median"
         Gaussian kernel width sigma of the default map.
+    method : {"rff", "kjl"}, default="rff"
+        Default map: ``RFF(n_features, bandwidth, seed=seed)`` (sincos), or
+        ``KJL(n_landmarks, n_components=n_features, bandwidth=bandwidth,
+        seed=seed)``: the K-JL Gaussian sketch fitted on a seeded landmark
+        sample (Kpotufe & Sriperumbudur, sec. 5). Its features live in K-JL
+        units, so ``residual_`` is comparable across K-JL fits but not to R_k.
+    n_landmarks : int, default=1000
+        Landmark rows of the K-JL map (``method="kjl"`` only).
+    eigen_solver : {"auto", "dense", "arpack"}, default="auto"
+        ``"dense"``: ``numpy.linalg.eigh`` of the D x D covariance.
+        ``"arpack"``: the top ``n_components`` eigenpairs by Lanczos iteration
+        (``scipy.sparse.linalg.eigsh``, start vector from ``seed``), much
+        faster when ``n_components`` is small. ``"auto"``: arpack when
+        D > 1024 and ``n_components < D / 10``, else dense.
     seed : int, default=0
-        Seed of the default map and its row sample.
+        Seed of the default map, its row sample, and ARPACK's start vector.
     feature_map : FeatureMap, optional
-        Use this map instead of ``RFF(n_features, bandwidth, seed=seed)`` (for
-        instance a ``JL`` composition for large D).
+        Use this map instead of the default (for instance a ``JL`` composition
+        for large D, or ``RelativeErrorRFF``); ``n_features``, ``bandwidth``,
+        ``method`` and ``n_landmarks`` then do not apply.
 
     Attributes
     ----------
@@ -50,17 +85,21 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     mean_ : ndarray of shape (D,), float64
         Mean feature vector.
     components_ : ndarray of shape (n_components, D), float64
-        Principal axes in feature space, by decreasing variance.
+        Principal axes in feature space, by decreasing variance; each axis's
+        largest-magnitude loading is positive.
     explained_variance_ : ndarray of shape (n_components,), float64
         Variance along each axis (population covariance, divided by n).
-    explained_variance_ratio_ : ndarray of shape (n_components,)
-        Fraction of the total feature variance.
-    eigenvalues_ : ndarray of shape (D,)
-        All eigenvalues of the centred covariance, decreasing.
+    explained_variance_ratio_ : ndarray of shape (n_components,), float64
+        Fraction of ``total_variance_``.
+    eigenvalues_ : ndarray of shape (n_components,), float64
+        ``n * explained_variance_``: estimates of the top eigenvalues of the
+        centred Gram matrix ``H K H`` (as scikit-learn's ``KernelPCA.eigenvalues_``).
+    total_variance_ : float
+        Trace of the centred feature covariance.
     residual_ : float
         ``R_hat_k``: the sum over rows of squared residuals after projecting
         the centred features on the k components (Chen & Phillips 2016,
-        sec. 7.1), i.e. ``n * sum_{i > k} eigenvalues_[i]``.
+        sec. 7.1), i.e. ``n * (total_variance_ - sum(explained_variance_))``.
     n_samples_ : int
     n_features_in_ : int
 
@@ -68,6 +107,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     ----------
     Chen, D. & Phillips, J. M. (2016). Relative error embeddings of the
     Gaussian kernel distance, sec. 7.1.
+    Kpotufe, S. & Sriperumbudur, B. K. (2020). Gaussian sketching yields a J-L
+    lemma in RKHS. AISTATS, sec. 5.
 
     Examples
     --------
@@ -78,6 +119,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     (500, 2)
     >>> bool(kpca.explained_variance_[0] >= kpca.explained_variance_[1])
     True
+    >>> bool(np.isclose(kpca.residual_, kpca.residual(2)))
+    True
     """
 
     def __init__(
@@ -85,14 +128,29 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         n_components: int = 2,
         n_features: int = 1024,
         bandwidth: float | str = "median",
+        method: str = "rff",
+        n_landmarks: int = 1000,
+        eigen_solver: str = "auto",
         seed: int = 0,
         feature_map: FeatureMap | None = None,
     ) -> None:
         self.n_components = n_components
         self.n_features = n_features
         self.bandwidth = bandwidth
+        self.method = method
+        self.n_landmarks = n_landmarks
+        self.eigen_solver = eigen_solver
         self.seed = seed
         self.feature_map = feature_map
+
+    def _check_params(self) -> int:
+        k = check_positive_int(self.n_components, "n_components")
+        if self.method not in _METHODS:
+            raise InputError(f"method must be 'rff' or 'kjl'. Got {self.method!r}.")
+        if self.eigen_solver not in _EIGEN_SOLVERS:
+            raise InputError(f"eigen_solver must be 'auto', 'dense' or 'arpack'. Got {self.eigen_solver!r}.")
+        normalize_seed(self.seed)
+        return k
 
     def _initial_map(self) -> FeatureMap:
         if self.feature_map is not None:
@@ -101,6 +159,10 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                     f"feature_map must be a streamrff FeatureMap. Got {type(self.feature_map).__name__}."
                 )
             return self.feature_map
+        if self.method == "kjl":
+            return KJL(
+                n_landmarks=self.n_landmarks, n_components=self.n_features, bandwidth=self.bandwidth, seed=self.seed
+            )
         return RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=self.seed)
 
     def fit(
@@ -113,30 +175,70 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     ) -> KernelPCA:
         """Sketch ``X`` with second moments in one pass and diagonalise the centred covariance.
 
-        ``X`` is anything :func:`streamrff.sketch` accepts (numpy, dask,
-        xarray, zarr path or URL).
+        Parameters
+        ----------
+        X : array-like, dask Array, xarray DataArray, or str/PathLike
+            Anything :func:`streamrff.sketch` accepts (zarr path or URL included).
+        y : ignored
+        client : None, distributed.Client or str, default=None
+            Where the sketch runs (see :func:`streamrff.sketch`).
+        storage_options : dict, optional
+            fsspec options for URL sources.
+        progress : bool, default=False
+            Show a progress bar.
+
+        Returns
+        -------
+        self : KernelPCA
+
+        Raises
+        ------
+        InputError
+            On bad parameters or data (NaN/inf, non-2-D, fewer than 2 samples),
+            or ``n_components`` larger than the map's output width.
         """
         from .engine import sketch
 
-        check_positive_int(self.n_components, "n_components")
-        in_memory = _is_in_memory(X)
-        if in_memory:
+        self._check_params()
+        feature_map = self._initial_map()
+        if _is_in_memory(X):
             X = _validate(self, X, reset=True)
         moment_sketch = sketch(
-            X, self._initial_map(), moments=True, client=client, storage_options=storage_options, progress=progress
+            X, feature_map, moments=True, client=client, storage_options=storage_options, progress=progress
         )
         return self.fit_from_sketch(moment_sketch)
 
     def fit_from_sketch(self, sketch: MeanSketch | PathOrURL, storage_options: StorageOptions = None) -> KernelPCA:
         """Fit from a :class:`MeanSketch` with moments, or from the path/URL of a saved one.
 
+        The sketch may be the merge of several sites' sketches (same map); the
+        fit equals the fit on all their rows.
+
+        Parameters
+        ----------
+        sketch : MeanSketch, str or PathLike
+            A moment sketch (``streamrff.sketch(..., moments=True)``) or where one was saved.
+        storage_options : dict, optional
+            fsspec options when ``sketch`` is a URL.
+
+        Returns
+        -------
+        self : KernelPCA
+
         Raises
         ------
         InputError
             If the sketch has no second moment (re-sketch with ``moments=True``,
-            CLI ``--moments``), fewer than 2 rows, or ``n_components`` exceeds its width.
+            CLI ``--moments``), fewer than 2 samples, or ``n_components`` exceeds its width.
+        SketchFormatError
+            If the path holds no valid sketch.
         """
+        k = self._check_params()
         if not isinstance(sketch, MeanSketch):
+            if not isinstance(sketch, (str, bytes)) and not hasattr(sketch, "__fspath__"):
+                raise InputError(
+                    f"fit_from_sketch takes a MeanSketch or the path/URL of a saved one. Got {type(sketch).__name__}."
+                )
             from .fileformat import load
 
             sketch = load(sketch, storage_options=storage_options)
@@ -145,46 +247,66 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         if not sketch.has_moments:
             raise InputError(
                 "This sketch has no second moment, which KernelPCA needs. Re-sketch with moments=True "
-                "(CLI: streamrff sketch ... --moments)."
+                "(streamrff.sketch(X, feature_map, moments=True); CLI: streamrff sketch ... --moments)."
             )
         if sketch.count < 2:
-            raise InputError(f"KernelPCA needs at least 2 rows. Got a sketch of {sketch.count}.")
+            raise InputError(
+                f"KernelPCA needs at least 2 samples. Got a sketch of {sketch.count} sample(s) "
+                f"(n_samples = {sketch.count})."
+            )
         width = sketch.feature_sum.shape[0]
-        k = check_positive_int(self.n_components, "n_components")
         if k > width:
             raise InputError(
-                f"n_components must be <= the number of features ({width}). Got {k}; lower n_components "
-                "or raise n_features."
+                f"n_components must be <= the number of features of the map ({width}). Got {k}; lower "
+                "n_components or raise n_features."
             )
         n = sketch.count
         mean = sketch.feature_sum / n
         covariance = sketch.moment / n - np.outer(mean, mean)
         covariance = (covariance + covariance.T) / 2.0
-        eigenvalues, eigenvectors = np.linalg.eigh(covariance)
-        order = np.argsort(eigenvalues)[::-1]
-        eigenvalues = np.clip(eigenvalues[order], 0.0, None)
-        eigenvectors = eigenvectors[:, order]
-        # Fix signs so that results are reproducible: largest-magnitude loading positive.
-        signs = np.sign(eigenvectors[np.argmax(np.abs(eigenvectors), axis=0), np.arange(width)])
-        eigenvectors *= np.where(signs == 0, 1.0, signs)
-        total = float(eigenvalues.sum())
+        variances, axes = _top_eigenpairs(covariance, k, self._solver(width, k), normalize_seed(self.seed))
+        # Reproducible signs: each axis's largest-magnitude loading is positive.
+        signs = np.sign(axes[np.argmax(np.abs(axes), axis=0), np.arange(k)])
+        axes *= np.where(signs == 0, 1.0, signs)
+        total = float(max(np.trace(covariance), 0.0))
         self.feature_map_ = sketch.feature_map
         self.n_features_in_ = sketch.feature_map.n_features_in_
         self.n_samples_ = n
         self.mean_ = mean
-        self.eigenvalues_ = eigenvalues
-        self.components_ = eigenvectors[:, :k].T.copy()
-        self.explained_variance_ = eigenvalues[:k].copy()
-        self.explained_variance_ratio_ = eigenvalues[:k] / total if total > 0 else np.zeros(k)
+        self.components_ = np.ascontiguousarray(axes.T)
+        self.explained_variance_ = variances
+        self.explained_variance_ratio_ = variances / total if total > 0 else np.zeros(k)
+        self.eigenvalues_ = n * variances
+        self.total_variance_ = total
         self.residual_ = self.residual(k)
         self._n_features_out = k
         return self
 
+    def _solver(self, width: int, k: int) -> str:
+        if self.eigen_solver != "auto":
+            return self.eigen_solver
+        return "arpack" if width > _ARPACK_MIN_WIDTH and k < width // 10 else "dense"
+
     def residual(self, k: int) -> float:
-        """``R_hat_k`` for any ``k``: squared residual summed over rows after keeping k components."""
+        """``R_hat_k`` for ``0 <= k <= n_components``: squared residual summed over rows after keeping k axes.
+
+        ``R_hat_k = n * (total_variance_ - sum of the top k variances)``
+        (Chen & Phillips 2016, sec. 7.1); ``residual(0)`` is the total
+        squared deviation from the mean, ``n * total_variance_``.
+
+        Raises
+        ------
+        InputError
+            If k is negative or above ``n_components`` (fit with more components).
+        """
         self._check_fitted()
         k = check_positive_int(k, "k", minimum=0)
-        return float(self.n_samples_ * self.eigenvalues_[k:].sum())
+        if k > self.explained_variance_.shape[0]:
+            raise InputError(
+                f"k must be <= n_components ({self.explained_variance_.shape[0]}) to compute R_hat_k. "
+                f"Got {k}; fit with n_components >= {k}."
+            )
+        return float(self.n_samples_ * max(self.total_variance_ - float(self.explained_variance_[:k].sum()), 0.0))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "components_"):
@@ -197,7 +319,17 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     def transform(self, X: Any, storage_options: StorageOptions = None) -> Any:
         """Scores of rows on the components: numpy in, numpy out; anything else gives a lazy dask array.
 
-        Returns float32 of shape (n_samples, n_components).
+        Parameters
+        ----------
+        X : array-like, dask Array, xarray DataArray, or str/PathLike
+            Rows to project; dask, xarray and zarr sources are read chunk by
+            chunk when the result is computed (nothing is read here).
+        storage_options : dict, optional
+            fsspec options for URL sources.
+
+        Returns
+        -------
+        ndarray or dask Array of shape (n_samples, n_components), float32
         """
         self._check_fitted()
         if _is_in_memory(X):
@@ -207,7 +339,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         array = as_row_chunked(X, storage_options=storage_options)
         if array.shape[1] != self.n_features_in_:
             raise InputError(
-                f"The data has {array.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} features as input."
+                f"X has {array.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} features as input."
             )
         return array.map_blocks(
             _checked_scores, self, dtype=np.float32, chunks=(array.chunks[0], (self._n_features_out,))
@@ -216,14 +348,29 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     def __sklearn_tags__(self):  # noqa: D105
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float32"]
+        tags.input_tags.allow_nan = False
         return tags
 
 
+def _top_eigenpairs(covariance: np.ndarray, k: int, solver: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest eigenvalues (decreasing, clipped at 0) and their eigenvectors (columns)."""
+    if solver == "arpack":
+        from scipy.sparse.linalg import eigsh
+
+        # A seeded start vector makes ARPACK deterministic (as scikit-learn's _init_arpack_v0).
+        start = np.random.default_rng(seed).uniform(-1.0, 1.0, covariance.shape[0])
+        values, vectors = eigsh(covariance, k=k, which="LA", v0=start, tol=0.0)
+    else:
+        values, vectors = np.linalg.eigh(covariance)
+    order = np.argsort(values)[::-1][:k]
+    return np.clip(values[order], 0.0, None), vectors[:, order]
+
+
 def _is_in_memory(X: Any) -> bool:
-    """numpy arrays, lists and pandas frames (not dask, xarray or paths)."""
+    """numpy arrays, lists, pandas frames and scipy sparse (refused by validation); not dask, xarray or paths."""
     if isinstance(X, (str, da.Array)) or hasattr(X, "dims") or hasattr(X, "__fspath__"):
         return False
-    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__")
+    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__") or issparse(X)
 
 
 def _validate(model: KernelPCA, X: Any, reset: bool) -> np.ndarray:

@@ -275,6 +275,15 @@ def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
     return params
 
 
+@functools.lru_cache(maxsize=32)
+def _float32_params(kind: str, spec_json: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Transposed float32 frequencies (d x m) and float32 phases, for the embedding hot path."""
+    params = _cached_params(kind, spec_json)
+    frequencies = np.ascontiguousarray(params["frequencies"].T, dtype=np.float32)
+    phases = params["phases"].astype(np.float32) if "phases" in params else None
+    return frequencies, phases
+
+
 def _fingerprint(feature_map: FeatureMap) -> str:
     digest = hashlib.sha256(_spec_key(feature_map.spec).encode())
     _hash_arrays(digest, feature_map._params())
@@ -450,17 +459,18 @@ class RFF(FeatureMap):
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         params = self._params()
-        # Projections in float64 so that large phases keep their precision; the
-        # transcendentals then run in float32, the cost that dominates.
-        projection = X.astype(np.float64, copy=False) @ params["frequencies"].T
+        # float32 throughout: the phases are rounded to float32 before the cosine
+        # anyway, so a float64 projection would cost twice the GEMM for no precision.
+        frequencies, phases = _float32_params(self.kind, _spec_key(self.spec))
+        projection = X.astype(np.float32, copy=False) @ frequencies
         if self.variant == "sincos":
             m = projection.shape[1]
-            np.cos(projection, out=out[:, :m], dtype=np.float32)
-            np.sin(projection, out=out[:, m:], dtype=np.float32)
+            np.cos(projection, out=out[:, :m])
+            np.sin(projection, out=out[:, m:])
             out *= np.float32(1.0 / np.sqrt(m))
         else:
-            projection += params["phases"]
-            np.cos(projection, out=out, dtype=np.float32)
+            projection += phases
+            np.cos(projection, out=out)
             out *= np.float32(np.sqrt(2.0 / out.shape[1]))
 
 
@@ -560,6 +570,233 @@ class JL(FeatureMap):
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         inner = self.inner_map_._embed(X)
         out[...] = inner.astype(np.float64) @ self._params()["projection"]
+
+
+#: SeedSequence spawn key of the RelativeErrorRFF frequency stream (ASCII "RERF"), so that its
+#: frequencies are independent of an RFF's with the same seed (side-by-side comparisons).
+_RELATIVE_RFF_STREAM = 0x52455246
+#: RelativeErrorRFF warns (VarianceWarning) when the per-feature second moment exceeds this many
+#: times a sincos RFF's: it then needs that many times more features for the same accuracy.
+RELATIVE_RFF_VARIANCE_LIMIT = 50.0
+
+
+def _check_fraction(value: Any, name: str, upper: float, include_upper: bool) -> float:
+    """Return ``value`` as a float in (0, upper) (or (0, upper] with ``include_upper``) or raise InputError."""
+    interval = f"(0, {upper:g}{']' if include_upper else ')'}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"{name} must be a number in {interval}. Got {value!r}.")
+    number = float(value)
+    if not (0.0 < number < upper or (include_upper and number == upper)):
+        raise InputError(f"{name} must be in {interval}. Got {value!r}.")
+    return number
+
+
+def _relative_rff_gamma(n_features_in: int, alpha: float, eps: float) -> float:
+    """Half-width of the frequency box of :class:`RelativeErrorRFF` (Phillips & Tai 2018, sec. 2).
+
+    ``gamma = sqrt(4 ln(16 d / (sqrt(pi) eps alpha)))``, which bounds the
+    truncation bias of every kernel value by ``eps alpha / 4`` (their Lemma 13).
+    """
+    return float(np.sqrt(4.0 * np.log(16.0 * n_features_in / (np.sqrt(np.pi) * eps * alpha))))
+
+
+class RelativeErrorRFF(FeatureMap):
+    """Relative-error random features for the Gaussian kernel distance between point sets (Phillips & Tai 2018).
+
+    ``m = D/2`` frequency vectors ``v ~ Unif([-gamma, gamma]^d)`` are weighted
+    rather than sampled from the kernel's spectrum::
+
+        w(v) = (2 gamma)^(d/2) (4 pi)^(-d/4) exp(-||v||^2 / 8)
+        z(x) = m^-1/2 [w(v_j) cos <v_j, x'>, w(v_j) sin <v_j, x'>]_j,   x' = x / (sigma sqrt 2)
+
+    with ``gamma = sqrt(4 ln(16 d / (sqrt(pi) eps alpha)))``. Then
+    ``E[z(x).z(y)] = k(x, y) + E_xy`` with ``|E_xy| <= eps alpha / 4`` (their
+    Lemma 2 and 13), and the mean embeddings ``F(P)`` of point sets with
+    ``D_K^2(P, Q) >= alpha`` satisfy ``||F(P) - F(Q)|| in (1 +- eps) D_K(P, Q)``
+    with high probability once D is large enough (Theorems 9 and 12; D grows
+    like ``gamma^(2d)`` times the squared volume of the data's region). Unlike
+    sincos RFF, whose relative error blows up as ``D_K^2`` shrinks, the
+    uniform frequency box keeps the error relative down to ``alpha``.
+
+    The paper's kernel is ``exp(-||x - t||^2)``; streamrff's is
+    ``exp(-||x - y||^2 / (2 sigma^2))``, hence the input scaling ``x'``.
+
+    The price is variance: one hash's estimate of ``k(x, x)`` has second moment
+    ``(2 gamma)^d (4 pi)^-d (2 pi)^(d/2) ~= (gamma / sqrt(2 pi))^d``
+    (``variance_factor_``) against 1 for sincos RFF: about 8 for d = 2, 22 for
+    d = 3, 66 for d = 4 with the defaults. The map is meant for small d
+    (point sets, shapes, low-dimensional distributions); fitting warns with
+    :class:`~streamrff.errors.VarianceWarning` when the factor exceeds
+    ``RELATIVE_RFF_VARIANCE_LIMIT`` (50).
+
+    Parameters
+    ----------
+    n_features : int, default=1024
+        Output width D (even, >= 2): D/2 frequencies, a cos and a sin feature each.
+    bandwidth : float or "median", default=1.0
+        Kernel width sigma; ``"median"`` as for :class:`RFF`.
+    alpha : float, default=1e-3
+        Smallest squared kernel distance ``D_K^2(P, Q)`` to be approximated with
+        relative error, in (0, 1). Enters only through ``gamma`` (logarithmically).
+    eps : float, default=0.1
+        Target relative error, in (0, 1/2] (the paper assumes eps < 1/2).
+    seed : int, numpy.random.Generator or None, default=0
+        Seed of the frequencies (and of the row sample for ``"median"``).
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Input width d.
+    bandwidth_ : float
+        Bandwidth in use.
+    gamma_ : float
+        Half-width of the frequency box (in units of the paper's kernel).
+    variance_factor_ : float
+        ``(gamma / sqrt(2 pi))^d``: per-feature second moment relative to sincos RFF.
+    seed_ : int
+        Integer seed recorded in :attr:`spec`.
+
+    Raises
+    ------
+    InputError
+        On an odd or too small ``n_features``, ``alpha`` outside (0, 1), ``eps``
+        outside (0, 1/2], a non-positive bandwidth, or bad input rows.
+
+    Warns
+    -----
+    VarianceWarning
+        When ``variance_factor_ > RELATIVE_RFF_VARIANCE_LIMIT`` (e.g. d >= 4 with the defaults).
+
+    References
+    ----------
+    Phillips, J. M. & Tai, W. M. (2018). Relative error RKHS embeddings for
+    Gaussian kernels. Sec. 2 (hash family), Lemma 2, Theorems 9 and 12, Lemma 13.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(5, 2))
+    >>> rel = srf.RelativeErrorRFF(n_features=8192, bandwidth=1.0, seed=0).fit(X)
+    >>> Z = rel.transform(X)
+    >>> Z.shape, Z.dtype, round(rel.gamma_, 2)
+    ((5, 8192), dtype('float32'), 6.96)
+    >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 1.0)).max() < 0.15)
+    True
+    """
+
+    kind = "relative_rff"
+
+    def __init__(
+        self,
+        n_features: int = 1024,
+        bandwidth: float | str = 1.0,
+        alpha: float = 1e-3,
+        eps: float = 0.1,
+        seed: Seed = 0,
+    ) -> None:
+        self.n_features = n_features
+        self.bandwidth = bandwidth
+        self.alpha = alpha
+        self.eps = eps
+        self.seed = seed
+
+    def _setup(self, n_features_in: int) -> None:
+        n_features = check_positive_int(self.n_features, "n_features", minimum=1)
+        if n_features < 2 or n_features % 2:
+            raise InputError(
+                f"n_features must be even and >= 2: a cos and a sin feature per frequency (got "
+                f"{self.n_features}); use {max(2, n_features + 1)}."
+            )
+        alpha = _check_fraction(self.alpha, "alpha", upper=1.0, include_upper=False)
+        eps = _check_fraction(self.eps, "eps", upper=0.5, include_upper=True)
+        check_bandwidth(self.bandwidth)
+        self.seed_ = normalize_seed(self.seed)
+        self.n_features_in_ = int(n_features_in)
+        self.gamma_ = _relative_rff_gamma(self.n_features_in_, alpha, eps)
+        self.variance_factor_ = float((self.gamma_ / np.sqrt(2.0 * np.pi)) ** self.n_features_in_)
+
+    def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
+        import warnings
+
+        from .errors import VarianceWarning
+
+        self._setup(n_features_in)
+        if self.variance_factor_ > RELATIVE_RFF_VARIANCE_LIMIT:
+            warnings.warn(
+                f"RelativeErrorRFF on {self.n_features_in_}-dimensional input: each feature has up to "
+                f"{self.variance_factor_:.3g} times the variance of a sincos RFF feature "
+                f"((gamma / sqrt(2 pi))^d with gamma = {self.gamma_:.3g}), so it needs about that many "
+                "times more features for the same accuracy. It is meant for small d (point sets and "
+                "shapes in 1-3 dimensions); use RFF for higher d, or raise alpha or eps to shrink gamma.",
+                VarianceWarning,
+                stacklevel=3,
+            )
+        return (MEDIAN_SAMPLE_ROWS if self.bandwidth == "median" else 0), self.seed_
+
+    def _finish_fit(self, sample: np.ndarray) -> RelativeErrorRFF:
+        self.bandwidth_ = median_heuristic(sample) if self.bandwidth == "median" else float(self.bandwidth)
+        return self
+
+    @property
+    def spec(self) -> MapSpec:
+        self._check_fitted()
+        return {
+            "kind": self.kind,
+            "n_features_in": self.n_features_in_,
+            "n_features": int(self.n_features),
+            "bandwidth": self.bandwidth_,
+            "alpha": float(self.alpha),
+            "eps": float(self.eps),
+            "seed": self.seed_,
+        }
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> RelativeErrorRFF:
+        bandwidth = check_bandwidth(_require(spec, "bandwidth"))
+        if bandwidth == "median":
+            raise InputError("A map spec needs the fitted numeric bandwidth. Got 'median'; use the map's .spec after fit.")
+        feature_map = cls(
+            n_features=_require(spec, "n_features"),
+            bandwidth=bandwidth,
+            alpha=_require(spec, "alpha"),
+            eps=_require(spec, "eps"),
+            seed=_require(spec, "seed"),
+        )
+        # No VarianceWarning here: it was given when the map was fitted, not on every load.
+        feature_map._setup(check_positive_int(_require(spec, "n_features_in"), "n_features_in"))
+        return feature_map._finish_fit(np.empty((0, spec["n_features_in"])))
+
+    @classmethod
+    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
+        d = spec["n_features_in"]
+        m = spec["n_features"] // 2
+        gamma = _relative_rff_gamma(d, spec["alpha"], spec["eps"])
+        rng = np.random.default_rng(np.random.SeedSequence(spec["seed"], spawn_key=(_RELATIVE_RFF_STREAM,)))
+        frequencies = rng.uniform(-gamma, gamma, size=(m, d))
+        # Weights in log space: (2 gamma)^(d/2) overflows for large d while exp(-||v||^2/8) underflows.
+        log_weights = (
+            0.5 * d * np.log(2.0 * gamma)
+            - 0.25 * d * np.log(4.0 * np.pi)
+            - np.einsum("ij,ij->i", frequencies, frequencies) / 8.0
+            - 0.5 * np.log(m)
+        )
+        return {
+            "frequencies": frequencies / (spec["bandwidth"] * np.sqrt(2.0)),  # <v, x'> = <v / (sigma sqrt 2), x>
+            "weights": np.exp(log_weights),
+        }
+
+    def _output_width(self) -> int:
+        return int(self.n_features)
+
+    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        params = self._params()
+        projection = X.astype(np.float64, copy=False) @ params["frequencies"].T
+        m = projection.shape[1]
+        weights = params["weights"].astype(np.float32)
+        np.cos(projection, out=out[:, :m], dtype=np.float32)
+        np.sin(projection, out=out[:, m:], dtype=np.float32)
+        out[:, :m] *= weights
+        out[:, m:] *= weights
 
 
 class KJL(FeatureMap):

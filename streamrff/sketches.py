@@ -435,7 +435,7 @@ def mean_sketch_of_chunk(
     squared_norm_sum = 0.0
     for _, features in feature_map.embed_tiles(rows):
         feature_sum += features.sum(axis=0, dtype=np.float64)
-        squared_norm_sum += float(np.einsum("ij,ij->", features, features, dtype=np.float64))
+        squared_norm_sum += float(np.einsum("ij,ij->i", features, features).sum(dtype=np.float64))
         if moment is not None:
             wide = features.astype(np.float64)
             moment += wide.T @ wide

@@ -46,6 +46,16 @@ __all__ = ["LocalProcessCluster", "MotoS3Server", "main"]
 _TERMINATE_GRACE = 15.0
 #: Interval between two checks while polling for a condition with a deadline.
 _POLL_INTERVAL = 0.05
+#: Fields of a ``distributed.Security`` that a TLS cluster needs.
+_TLS_FIELDS = (
+    "tls_ca_file",
+    "tls_scheduler_cert",
+    "tls_scheduler_key",
+    "tls_worker_cert",
+    "tls_worker_key",
+    "tls_client_cert",
+    "tls_client_key",
+)
 _NOT_RUNNING = "The cluster is not running; call start() or use it in a `with` block."
 #: Lines of each log file quoted in a :class:`ClusterError`.
 _LOG_TAIL_LINES = 25
@@ -142,6 +152,13 @@ class LocalProcessCluster:
         Run each worker under a nanny process that restarts it if it dies.
     startup_timeout : float, default=60.0
         Seconds to wait for the scheduler and all workers to come up.
+    security : distributed.Security, optional
+        Run the cluster over mutual TLS: the scheduler listens on ``tls://`` and gets
+        ``--tls-ca-file``, ``--tls-cert`` and ``--tls-key`` from the scheduler certificate, the
+        workers from the worker certificate, and :meth:`client` connects with it. It needs
+        ``tls_ca_file`` and the scheduler, worker and client certificates and keys, as file
+        paths or PEM text (``Security.temporary()`` works; PEM text is written to the log
+        directory for the command lines).
 
     Attributes
     ----------
@@ -177,6 +194,7 @@ class LocalProcessCluster:
         memory_limit: str = "2GiB",
         nanny: bool = True,
         startup_timeout: float = 60.0,
+        security: Any = None,
     ) -> None:
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1 (got {n_workers}).")
@@ -187,6 +205,14 @@ class LocalProcessCluster:
         self.memory_limit = memory_limit
         self.nanny = nanny
         self.startup_timeout = startup_timeout
+        if security is not None:
+            missing = [name for name in _TLS_FIELDS if not getattr(security, name, None)]
+            if missing:
+                raise ValueError(
+                    f"security must hold a CA file and the scheduler, worker and client certificates "
+                    f"and keys for a TLS cluster. Missing: {', '.join(missing)}."
+                )
+        self.security = security
         self.log_dir: Path | None = None
         self._address: str | None = None
         self._scheduler: subprocess.Popen | None = None
@@ -223,6 +249,26 @@ class LocalProcessCluster:
                 raise
             return self
 
+    def _tls_arguments(self, role: str) -> list[str]:
+        """``--protocol tls`` and the ``--tls-*`` flags of ``role`` ("scheduler" or "worker")."""
+        if self.security is None:
+            return []
+        assert self.log_dir is not None
+        files = {}
+        for flag, field in (
+            ("--tls-ca-file", "tls_ca_file"),
+            ("--tls-cert", f"tls_{role}_cert"),
+            ("--tls-key", f"tls_{role}_key"),
+        ):
+            value = str(getattr(self.security, field))
+            if value.lstrip().startswith("-----BEGIN"):  # PEM text, e.g. from Security.temporary()
+                path = self.log_dir / f"{field}.pem"
+                path.write_text(value)
+                path.chmod(0o600)
+                value = str(path)
+            files[flag] = value
+        return ["--protocol", "tls", *(item for pair in files.items() for item in pair)]
+
     def _popen(self, args: list[str], log_name: str) -> subprocess.Popen:
         assert self.log_dir is not None
         log = open(self.log_dir / log_name, "wb")  # noqa: SIM115 - closed in stop()
@@ -256,6 +302,7 @@ class LocalProcessCluster:
                 sys.executable, "-m", "distributed.cli.dask_scheduler",
                 "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                 "--scheduler-file", str(scheduler_file),
+                *self._tls_arguments("scheduler"),
             ],
             "scheduler.log",
         )
@@ -273,13 +320,17 @@ class LocalProcessCluster:
                         "--nanny" if self.nanny else "--no-nanny",
                         "--host", "127.0.0.1", "--no-dashboard",
                         "--local-directory", str(local_directory),
+                        *self._tls_arguments("worker"),
                     ],
                     f"worker-{index}.log",
                 )
             )
         try:
             self._client = Client(
-                self._address, set_as_default=False, timeout=max(deadline - time.monotonic(), 1.0)
+                self._address,
+                set_as_default=False,
+                timeout=max(deadline - time.monotonic(), 1.0),
+                security=self.security,
             )
         except OSError as error:
             reason = f"Expected to connect to {self._address}. Got {error!r}."
@@ -397,7 +448,7 @@ class LocalProcessCluster:
 
     @property
     def address(self) -> str:
-        """The scheduler's address, ``tcp://127.0.0.1:PORT``.
+        """The scheduler's address, ``tcp://127.0.0.1:PORT`` (``tls://`` with ``security``).
 
         Raises
         ------
@@ -466,6 +517,8 @@ class LocalProcessCluster:
         """
         from distributed import Client
 
+        if self.security is not None:
+            kwargs.setdefault("security", self.security)
         return Client(self.address, **kwargs)
 
 

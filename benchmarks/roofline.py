@@ -1,0 +1,100 @@
+"""Roofline of a sketch job on this machine, next to the measured time of ``streamrff.sketch``.
+
+Measures, in one run: (a) float32 and float64 GEMM GFLOP/s, (b) numpy float32 cos+sin evaluations
+per second per core, (c) zarr chunk read+decompress GB/s. From those it predicts the time of a
+sketch job of N rows, d inputs, D features (projection GEMM + D transcendentals per row + read,
++ the D x D moment update with --moments) and prints it next to the measured time of
+``streamrff.sketch`` on the embedded local default as "fraction of roofline" (predicted / measured;
+1.0 means the job runs at the speed of its parts). Everything is a ratio measured side by side, so
+the figure holds on any machine.
+
+Run: python benchmarks/roofline.py [--rows 200000] [--dims 8,32,128] [--features 256,1024,4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+import zarr
+
+import streamrff as srf
+
+
+def best_of(function, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def gemm_gflops(dtype: str, cores: int) -> float:
+    import threadpoolctl
+
+    a = np.random.default_rng(0).standard_normal((4096, 256)).astype(dtype)
+    b = np.random.default_rng(1).standard_normal((256, 2048)).astype(dtype)
+    with threadpoolctl.threadpool_limits(cores):
+        seconds = best_of(lambda: a @ b)
+    return 2 * 4096 * 256 * 2048 / seconds / 1e9
+
+
+def transcendentals_per_core() -> float:
+    x = np.random.default_rng(0).uniform(-50, 50, size=(4096, 1024)).astype(np.float32)
+    out = np.empty_like(x)
+    seconds = best_of(lambda: (np.cos(x, out=out), np.sin(x, out=out)))
+    return 2 * x.size / seconds
+
+
+def zarr_read_gbps(path: str) -> float:
+    array = zarr.open_array(path, mode="r")
+    seconds = best_of(lambda: array[...], repeats=2)
+    return array.nbytes / seconds / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--dims", default="8,32,128")
+    parser.add_argument("--features", default="256,1024,4096")
+    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    dims = [int(v) for v in args.dims.split(",")]
+    features = [int(v) for v in args.features.split(",")]
+
+    gemm32, gemm64 = gemm_gflops("float32", cores), gemm_gflops("float64", cores)
+    trans = transcendentals_per_core()
+    print(f"machine: {cores} cores; GEMM float32 {gemm32:.1f} GFLOP/s, float64 {gemm64:.1f} GFLOP/s; "
+          f"cos/sin {trans / 1e6:.0f} M evals/s/core")
+    header = f"{'d':>4} {'D':>5} {'moments':>7} {'read GB/s':>9} {'roofline s':>10} {'measured s':>10} {'fraction':>8} {'rows/s':>10}"
+    print(header)
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in dims:
+            path = os.path.join(tmp, f"x{d}.zarr")
+            data = zarr.create_array(path, shape=(args.rows, d), chunks=(args.chunk_rows, d), dtype="float32")
+            data[...] = np.random.default_rng(d).standard_normal((args.rows, d), dtype=np.float32)
+            read = zarr_read_gbps(path)
+            for D in features:
+                rff = srf.RFF(n_features=D, bandwidth=float(np.sqrt(d))).fit(np.zeros((1, d)))
+                for moments in (False, True):
+                    if moments and D > 1024 and args.rows * D * D > 2e12:
+                        continue  # the D x D update alone would take minutes here
+                    predicted = (
+                        2 * args.rows * d * (D // 2) / (gemm64 * 1e9)  # projection (float64 GEMM)
+                        + args.rows * D / (trans * cores)  # cos and sin
+                        + args.rows * d * 4 / (read * 1e9)  # read + decompress
+                        + (2 * args.rows * D * D / (gemm64 * 1e9) if moments else 0.0)  # z z^T
+                    )
+                    srf.sketch(path, rff, moments=moments)  # warm up
+                    measured = best_of(lambda: srf.sketch(path, rff, moments=moments), repeats=2)
+                    print(f"{d:>4} {D:>5} {str(moments):>7} {read:>9.2f} {predicted:>10.3f} {measured:>10.3f} "
+                          f"{predicted / measured:>8.2f} {args.rows / measured:>10.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,941 @@
+"""Kernel k-means of out-of-core data: Lloyd iterations in feature space, one pass per iteration.
+
+A feature map (RFF, or K-JL as in Kpotufe & Sriperumbudur sec. 5.2) is fitted
+once on the seeded row sample; the initial centres come from k-means++ and a
+few Lloyd iterations on the embedded sample; then every Lloyd iteration is one
+pass over the data that builds a mergeable :class:`ClusterSketch` (per-cluster
+counts and float64 feature sums, inertia, moved rows) from pure per-chunk
+kernels, tree-merged by the engine. New centres are ``sums / counts``.
+
+Because every pass is a float64 sum merged in a fixed tree, the same seed gives
+the same centres and labels whatever the chunking and however many workers run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+
+from ._validation import check_bandwidth, check_positive_int, check_rows, normalize_seed
+from .errors import InputError, NotFittedMapError, SketchMismatchError
+from .maps import KJL, RFF, FeatureMap
+from .sketches import Sketch, _describe, _expect_array, _expect_int
+from .typing import MapSpec, Seed, StorageOptions
+
+__all__ = ["ClusterSketch", "KernelKMeans", "LloydIteration", "cluster_sketch_of_chunk"]
+
+logger = logging.getLogger("streamrff.kmeans")
+
+#: SeedSequence spawn key of the initialisation stream (ASCII "KMPP"), apart from the maps' streams.
+_INIT_STREAM = 0x4B4D5050
+#: Lloyd iterations on the in-memory sample for each initialisation candidate.
+_SAMPLE_MAX_ITER = 100
+#: Default n_init for the "k-means++" and "random" initialisations.
+_DEFAULT_N_INIT = 10
+#: Cap of the default K-JL landmark count (the n x n Gram matrix is built in memory).
+_MAX_DEFAULT_LANDMARKS = 2000
+
+
+def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | None) -> str:
+    digest = hashlib.sha256()
+    for name, array in (("centers", centers), ("previous_centers", previous_centers)):
+        if array is None:
+            digest.update(f"{name}:none".encode())
+            continue
+        little = np.ascontiguousarray(array, dtype="<f8")
+        digest.update(f"{name}:{little.shape}".encode())
+        digest.update(little.tobytes())
+    return digest.hexdigest()
+
+
+class ClusterSketch(Sketch):
+    """One Lloyd step of kernel k-means over some rows: per-cluster counts and feature sums, inertia.
+
+    Every row is assigned to its nearest centre in feature space; the sketch
+    holds, per cluster, the number of rows and the float64 sum of their
+    features, plus the inertia (sum of squared distances of the rows to their
+    centre), the sum of ``||z||^2`` and the number of rows whose nearest centre
+    differs from their nearest *previous* centre. It merges like a sum, but only
+    with sketches of the same map and the same centres (its identity includes a
+    fingerprint of the centres), so partials of different iterations never mix.
+
+    Parameters
+    ----------
+    feature_map : FeatureMap
+        The fitted map.
+    centers : ndarray of shape (k, D), float64
+        Centres the rows were assigned to.
+    previous_centers : ndarray of shape (k, D), float64, or None
+        Centres of the previous iteration; None on the first one, where every
+        row counts as moved.
+    counts : ndarray of shape (k,), int64
+        Rows per cluster.
+    sums : ndarray of shape (k, D), float64
+        Sum of the features of each cluster's rows.
+    inertia : float
+        ``sum_i min_c ||z_i - c||^2``.
+    squared_norm_sum : float
+        ``sum_i ||z_i||^2`` (gives the total feature variance, and the inertia
+        of the partition about its own means, ``Q - sum_c ||S_c||^2 / n_c``).
+    n_moved : int
+        Rows whose nearest centre changed from ``previous_centers`` to ``centers``.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.kmeans import cluster_sketch_of_chunk
+    >>> X = np.random.default_rng(0).normal(size=(100, 2))
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(X)
+    >>> centers = rff.transform(X[:3]).astype(np.float64)
+    >>> a = cluster_sketch_of_chunk(X[:60], rff, centers)
+    >>> b = cluster_sketch_of_chunk(X[60:], rff, centers)
+    >>> merged = a.merge(b)
+    >>> merged.count, int(merged.counts.sum()), merged.sums.shape
+    (100, 100, (3, 64))
+    """
+
+    kind = "cluster"
+
+    def __init__(
+        self,
+        feature_map: FeatureMap,
+        centers: np.ndarray,
+        previous_centers: np.ndarray | None,
+        counts: np.ndarray,
+        sums: np.ndarray,
+        inertia: float,
+        squared_norm_sum: float,
+        n_moved: int,
+    ) -> None:
+        self.feature_map = feature_map
+        self.centers = centers
+        self.previous_centers = previous_centers
+        self.counts = counts
+        self.sums = sums
+        self.inertia = float(inertia)
+        self.squared_norm_sum = float(squared_norm_sum)
+        self.n_moved = int(n_moved)
+        self.count = int(counts.sum())
+        for array in (centers, previous_centers, counts, sums):
+            if array is not None:
+                array.setflags(write=False)
+
+    @classmethod
+    def empty(
+        cls, feature_map: FeatureMap, centers: np.ndarray, previous_centers: np.ndarray | None = None
+    ) -> ClusterSketch:
+        """The neutral element for these centres: zero rows."""
+        centers, previous_centers = _check_centers(feature_map, centers, previous_centers)
+        k, width = centers.shape
+        return cls(feature_map, centers, previous_centers, np.zeros(k, np.int64), np.zeros((k, width)), 0.0, 0.0, 0)
+
+    # -- identity ------------------------------------------------------------------
+    @property
+    def spec(self) -> MapSpec:
+        return self.feature_map.spec
+
+    @property
+    def fingerprint(self) -> str:
+        """The map's fingerprint (the centres have their own, :attr:`centers_fingerprint`)."""
+        return self.feature_map.fingerprint
+
+    @property
+    def centers_fingerprint(self) -> str:
+        """sha256 of the centres and previous centres: sketches merge only when these agree."""
+        return _centers_fingerprint(self.centers, self.previous_centers)
+
+    @property
+    def n_clusters(self) -> int:
+        """Number of clusters k."""
+        return int(self.centers.shape[0])
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return self.feature_map.state_arrays()
+
+    def check_compatible(self, other: Any) -> None:
+        super().check_compatible(other)
+        if other.n_clusters != self.n_clusters:
+            raise SketchMismatchError(
+                f"Cannot merge cluster sketches with different numbers of clusters: k={self.n_clusters} vs "
+                f"k={other.n_clusters}. Sketch every chunk with the same centres."
+            )
+        if other.centers_fingerprint != self.centers_fingerprint:
+            raise SketchMismatchError(
+                "Cannot merge cluster sketches of different centres (different Lloyd iterations): centres "
+                f"fingerprint {self.centers_fingerprint[:16]} vs {other.centers_fingerprint[:16]}. Sketch "
+                "every chunk of one iteration with the same centres and previous centres."
+            )
+
+    # -- reading ---------------------------------------------------------------------
+    def means(self) -> np.ndarray:
+        """Per-cluster mean features ``sums / counts`` (k x D, float64); rows of empty clusters are NaN."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sums / self.counts[:, None]
+
+    @property
+    def total_variance(self) -> float:
+        """Trace of the feature covariance of the rows, ``Q/n - ||mean||^2`` (0 for an empty sketch)."""
+        if self.count == 0:
+            return 0.0
+        mean = self.sums.sum(axis=0) / self.count
+        return max(0.0, self.squared_norm_sum / self.count - float(mean @ mean))
+
+    @property
+    def partition_inertia(self) -> float:
+        """Inertia of this sketch's partition about its own means: ``Q - sum_c ||S_c||^2 / n_c``.
+
+        It is never above :attr:`inertia` (the means minimise each cluster's
+        sum of squares), and equals the inertia the next Lloyd step starts from.
+        """
+        filled = self.counts > 0
+        spread = np.einsum("ij,ij->i", self.sums[filled], self.sums[filled]) / self.counts[filled]
+        return max(0.0, self.squared_norm_sum - float(spread.sum()))
+
+    # -- monoid and file format --------------------------------------------------------
+    def _merge(self, other: ClusterSketch) -> ClusterSketch:
+        return ClusterSketch(
+            self.feature_map,
+            self.centers,
+            self.previous_centers,
+            self.counts + other.counts,
+            self.sums + other.sums,
+            self.inertia + other.inertia,
+            self.squared_norm_sum + other.squared_norm_sum,
+            self.n_moved + other.n_moved,
+        )
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = {"counts": self.counts, "sums": self.sums, "centers": self.centers}
+        if self.previous_centers is not None:
+            arrays["previous_centers"] = self.previous_centers
+        return arrays
+
+    def _attrs(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "n_clusters": self.n_clusters,
+            "inertia": self.inertia,
+            "squared_norm_sum": self.squared_norm_sum,
+            "n_moved": self.n_moved,
+            "has_previous_centers": self.previous_centers is not None,
+            "centers_fingerprint": self.centers_fingerprint,
+        }
+
+    @classmethod
+    def _from_parts(cls, spec, map_arrays, attrs, arrays) -> ClusterSketch:
+        from .maps import map_from_spec
+
+        feature_map = map_from_spec(spec, map_arrays)
+        width = feature_map.n_features_out_
+        k = check_positive_int(attrs.get("n_clusters"), "n_clusters")
+        has_previous = attrs.get("has_previous_centers")
+        if not isinstance(has_previous, bool):
+            raise InputError(f"has_previous_centers must be true or false. Got {has_previous!r}.")
+        expected = {"counts", "sums", "centers"} | ({"previous_centers"} if has_previous else set())
+        if set(arrays) != expected:
+            raise InputError(f"A cluster sketch holds the arrays {sorted(expected)}. Got {sorted(arrays)}.")
+        counts = _expect_array(arrays, "counts", (k,), np.int64)
+        if (counts < 0).any():
+            raise InputError("Cluster counts must be >= 0. Got a negative count.")
+        sums = _expect_array(arrays, "sums", (k, width), np.float64)
+        centers = _expect_array(arrays, "centers", (k, width), np.float64)
+        previous = _expect_array(arrays, "previous_centers", (k, width), np.float64) if has_previous else None
+        count = _expect_int(attrs, "count")
+        if count != int(counts.sum()):
+            raise InputError(f"count must equal the sum of the cluster counts ({int(counts.sum())}). Got {count}.")
+        n_moved = _expect_int(attrs, "n_moved")
+        if n_moved > count or (previous is None and n_moved != count):
+            raise InputError(
+                f"n_moved must be <= count, and equal to count without previous centres. Got n_moved={n_moved}, "
+                f"count={count}."
+            )
+        for name in ("inertia", "squared_norm_sum"):
+            value = attrs.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+                raise InputError(f"{name} must be a finite number >= 0. Got {value!r}.")
+        if attrs.get("centers_fingerprint") != _centers_fingerprint(centers, previous):
+            raise InputError("The stored centres fingerprint does not match the stored centres.")
+        return cls(feature_map, centers, previous, counts, sums, attrs["inertia"], attrs["squared_norm_sum"], n_moved)
+
+    def __repr__(self) -> str:
+        return (
+            f"ClusterSketch(count={self.count}, k={self.n_clusters}, n_features={self.sums.shape[1]}, "
+            f"inertia={self.inertia:.6g}, n_moved={self.n_moved}, map={_describe(self.spec)})"
+        )
+
+
+def _check_centers(
+    feature_map: FeatureMap, centers: Any, previous_centers: Any
+) -> tuple[np.ndarray, np.ndarray | None]:
+    width = feature_map.n_features_out_
+    checked = []
+    for name, value in (("centers", centers), ("previous_centers", previous_centers)):
+        if value is None:
+            checked.append(None)
+            continue
+        array = np.asarray(value, dtype=np.float64)
+        if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] != width:
+            raise InputError(f"{name} must have shape (k, {width}) with k >= 1. Got shape {array.shape}.")
+        if not np.isfinite(array).all():
+            raise InputError(f"{name} hold NaN or inf.")
+        checked.append(array)
+    if checked[1] is not None and checked[1].shape != checked[0].shape:
+        raise InputError(
+            f"previous_centers must have the shape of centers {checked[0].shape}. Got {checked[1].shape}."
+        )
+    return checked[0], checked[1]
+
+
+def _nearest(features: np.ndarray, centers: np.ndarray, center_norms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centre of each float64 feature row and the squared distance to it.
+
+    ``||z - c||^2 = ||z||^2 - 2 z.c + ||c||^2`` in float64; ties go to the lowest index.
+    """
+    scores = center_norms - 2.0 * (features @ centers.T)  # ||z||^2 is the same for every centre
+    labels = np.argmin(scores, axis=1)
+    row_norms = np.einsum("ij,ij->i", features, features)
+    distances = np.maximum(row_norms + scores[np.arange(features.shape[0]), labels], 0.0)
+    return labels, distances
+
+
+def _sum_by_label(features: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows per label and float64 row sums per label (k x D): one stable sort, then contiguous slice sums.
+
+    (Memory-bound and much faster than a one-hot GEMM or ``np.add.reduceat`` along axis 0.)
+    """
+    counts = np.bincount(labels, minlength=k).astype(np.int64)
+    sums = np.zeros((k, features.shape[1]))
+    grouped = features[np.argsort(labels, kind="stable")]
+    stops = np.cumsum(counts)
+    for cluster in np.flatnonzero(counts):
+        sums[cluster] = grouped[stops[cluster] - counts[cluster] : stops[cluster]].sum(axis=0)
+    return counts, sums
+
+
+def cluster_sketch_of_chunk(
+    rows: np.ndarray,
+    feature_map: FeatureMap,
+    centers: np.ndarray,
+    previous_centers: np.ndarray | None = None,
+) -> ClusterSketch:
+    """One Lloyd step over trusted, finite rows: the pure per-chunk kernel that Dask maps over chunks.
+
+    Rows are embedded tile by tile (:meth:`FeatureMap.embed_tiles`); each row
+    goes to its nearest centre by ``||z||^2 - 2 z.c + ||c||^2`` in float64, and
+    counts, feature sums and squared distances are accumulated in float64.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (n, d)
+        Finite rows (validated by the caller).
+    feature_map : FeatureMap
+        Fitted map.
+    centers : ndarray of shape (k, D)
+        Current centres in feature space.
+    previous_centers : ndarray of shape (k, D), optional
+        The previous iteration's centres, to count the rows that changed cluster.
+
+    Returns
+    -------
+    ClusterSketch
+
+    Raises
+    ------
+    InputError
+        If the centres do not have the map's width or hold NaN/inf.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.kmeans import cluster_sketch_of_chunk
+    >>> X = np.array([[0.0], [0.1], [5.0]])
+    >>> rff = srf.RFF(n_features=512, bandwidth=1.0).fit(X)
+    >>> sketch = cluster_sketch_of_chunk(X, rff, rff.transform(X[[0, 2]]))
+    >>> sketch.counts.tolist()
+    [2, 1]
+    """
+    centers, previous_centers = _check_centers(feature_map, centers, previous_centers)
+    k, width = centers.shape
+    both = centers if previous_centers is None else np.concatenate([centers, previous_centers])
+    both_norms = np.einsum("ij,ij->i", both, both)
+    counts = np.zeros(k, np.int64)
+    sums = np.zeros((k, width))
+    inertia = squared_norm_sum = 0.0
+    n_moved = 0
+    for _, features in feature_map.embed_tiles(rows):
+        wide = features.astype(np.float64)
+        row_norms = np.einsum("ij,ij->i", wide, wide)
+        scores = both_norms - 2.0 * (wide @ both.T)  # one GEMM for current and previous centres
+        labels = np.argmin(scores[:, :k], axis=1)
+        inertia += float(np.maximum(row_norms + scores[np.arange(wide.shape[0]), labels], 0.0).sum())
+        squared_norm_sum += float(row_norms.sum())
+        if previous_centers is None:
+            n_moved += wide.shape[0]
+        else:
+            n_moved += int((np.argmin(scores[:, k:], axis=1) != labels).sum())
+        tile_counts, tile_sums = _sum_by_label(wide, labels, k)
+        counts += tile_counts
+        sums += tile_sums
+    return ClusterSketch(feature_map, centers, previous_centers, counts, sums, inertia, squared_norm_sum, n_moved)
+
+
+def _cluster_kernel(
+    rows: np.ndarray,
+    row_offset: int,
+    valid: np.ndarray | None,
+    feature_map: FeatureMap,
+    centers: np.ndarray,
+    previous_centers: np.ndarray | None,
+) -> ClusterSketch:
+    return cluster_sketch_of_chunk(rows, feature_map, centers, previous_centers)
+
+
+@dataclass(frozen=True)
+class LloydIteration:
+    """Progress of one full-data Lloyd iteration (what :meth:`KernelKMeans.fit` reports per pass).
+
+    Attributes
+    ----------
+    iteration : int
+        1-based pass number.
+    inertia : float
+        Sum of squared feature-space distances of the rows to their nearest
+        centre of this pass (non-increasing from pass to pass).
+    moved_fraction : float
+        Fraction of the rows whose nearest centre changed since the previous
+        pass (1.0 on the first pass).
+    center_shift : float
+        ``sum_c ||c_new - c||^2 / total feature variance``: the convergence
+        measure compared with ``tol``.
+    n_empty : int
+        Clusters that received no row and were re-seeded.
+    """
+
+    iteration: int
+    inertia: float
+    moved_fraction: float
+    center_shift: float
+    n_empty: int = 0
+
+
+def _fill_empty(centers: np.ndarray, empty: np.ndarray, sample_features: np.ndarray) -> np.ndarray:
+    """Re-seed empty clusters deterministically: each takes the sample row farthest from its nearest centre."""
+    centers = centers.copy()
+    filled = np.setdiff1d(np.arange(centers.shape[0]), empty)
+    norms = np.einsum("ij,ij->i", centers, centers)
+    if filled.size:
+        _, distances = _nearest(sample_features, centers[filled], norms[filled])
+    else:  # pragma: no cover - a pass always fills at least one cluster
+        distances = np.full(sample_features.shape[0], np.inf)
+    for cluster in empty:
+        farthest = int(np.argmax(distances))
+        centers[cluster] = sample_features[farthest]
+        step = sample_features - centers[cluster]
+        distances = np.minimum(distances, np.einsum("ij,ij->i", step, step))
+        distances[farthest] = -1.0  # never the same row twice
+    return centers
+
+
+def _lloyd_in_memory(features: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Lloyd's algorithm on the (small) embedded sample until no label changes; returns centres, labels, inertia.
+
+    The returned centres are the means of the returned labels' clusters.
+    """
+    k = centers.shape[0]
+    labels = None
+    for _ in range(_SAMPLE_MAX_ITER):
+        # ||z||^2 is the same for every centre, so the labels need only ||c||^2 - 2 z.c.
+        scores = np.einsum("ij,ij->i", centers, centers) - 2.0 * (features @ centers.T)
+        new_labels = np.argmin(scores, axis=1)
+        if labels is not None and np.array_equal(new_labels, labels):
+            break
+        labels = new_labels
+        counts, sums = _sum_by_label(features, labels, k)
+        empty = np.flatnonzero(counts == 0)
+        centers = sums / np.maximum(counts, 1)[:, None]
+        if empty.size:
+            centers = _fill_empty(centers, empty, features)
+    labels, distances = _nearest(features, centers, np.einsum("ij,ij->i", centers, centers))
+    return centers, labels, float(distances.sum())
+
+
+class KernelKMeans(ClusterMixin, BaseEstimator):
+    """Kernel k-means of out-of-core data: Lloyd iterations in random-feature space, one pass each.
+
+    The Gaussian kernel ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` is
+    approximated by a feature map ``z`` with ``z(x).z(y) ~ k(x, y)``, and
+    k-means runs on the features: kernel k-means (Dhillon et al. 2004) with
+    explicit centres. ``method="rff"`` uses random Fourier features (D =
+    ``n_features``); ``method="kjl"`` clusters K-JL embeddings instead
+    (Kpotufe & Sriperumbudur 2020, sec. 5.2: centralised K-JL on ``n``
+    landmarks, ``d' = 10 k``).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters k (1 <= k <= number of rows).
+    method : {"rff", "kjl"}, default="rff"
+        Feature map: :class:`~streamrff.RFF` or centralised :class:`~streamrff.KJL`.
+    n_features : int or None, default=None
+        Width D of the feature space. None means 1024 for ``"rff"`` and
+        ``10 * n_clusters`` (the paper's ``d' = 10 k``) for ``"kjl"``.
+    n_landmarks : int or None, default=None
+        K-JL landmarks n (``method="kjl"`` only). None means
+        ``max(200, N // 100)`` capped at 2000 and at N (the paper uses
+        ``max(200, N / 100)``).
+    bandwidth : float or "median", default="median"
+        Kernel width sigma; "median" is the median pairwise distance of the
+        seeded row sample (1 000 rows for RFF, the landmarks for K-JL). For
+        clustering, the median is often too wide (see Notes).
+    init : {"k-means++", "random"} or array-like of shape (k, n_features_in), default="k-means++"
+        Initial centres: k-means++ seeding (or k distinct random rows) on the
+        embedded init sample, each followed by Lloyd iterations on that sample
+        until no label changes; or k rows in *input* space, embedded by the map.
+    n_init : int or "auto", default="auto"
+        Candidate initialisations on the sample; the one with the lowest sample
+        inertia starts the full-data iterations. "auto" means 10 for
+        "k-means++" and "random", 1 for an array.
+    init_size : int or None, default=None
+        Rows in the init sample (the bottom-m seeded row sample, independent
+        of chunking). None means ``min(N, max(10 k, 2000))``.
+    max_iter : int, default=100
+        Maximum full-data Lloyd passes.
+    tol : float, default=1e-4
+        Stop when ``sum_c ||c_new - c||^2`` falls to ``tol`` times the total
+        feature variance.
+    seed : int, numpy.random.Generator or None, default=0
+        Seed of the map, of the row samples and of the initialisation.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, D), float64
+        Centres in feature space: the means of the clusters of the last pass
+        (an empty cluster's centre is a re-seeded sample row).
+    labels_ : ndarray of shape (n_samples,), int64
+        Labels of the training rows; set only when ``X`` was in memory (numpy,
+        list). For other sources call :meth:`predict` (lazy).
+    inertia_ : float
+        Sum of squared feature-space distances of the rows to the centre of
+        their cluster, for the partition of the last pass and ``cluster_centers_``.
+    n_iter_ : int
+        Full-data passes run.
+    history_ : list of LloydIteration
+        Per-pass progress (inertia, moved fraction, centre shift).
+    feature_map_ : FeatureMap
+        The fitted map (RFF or KJL).
+    init_sample_labels_ : ndarray of shape (m,), int64
+        Cluster of each init-sample row under the initial centres, which are
+        the feature means of these clusters for "k-means++" and "random". The
+        sample is the bottom-m rows by ``streamrff.sampling.row_keys(seed_, ...)``.
+    seed_ : int
+        The integer seed in use.
+    n_features_in_ : int
+        Input width d.
+
+    Raises
+    ------
+    InputError
+        On bad parameters, ``n_clusters`` or ``n_landmarks`` above the number
+        of rows, NaN/inf rows, or data of another width in :meth:`predict`.
+    NotFittedMapError
+        From :meth:`predict` before :meth:`fit`.
+
+    Notes
+    -----
+    Cost: one embedding pass per Lloyd iteration (plus one pass to draw the
+    seeded row sample); each task holds one chunk, its features tile by tile,
+    and ``2 k D`` float64 centres.
+
+    Random Fourier features approximate the kernel with additive noise:
+    ``z(x).z(y) = k(x, y) + O(D^-1/2)`` whatever ``k(x, y)`` is. Kernel k-means
+    compares within-cluster mean kernel values, which shrink with the
+    bandwidth: at a small bandwidth, where a point's kernel values to most of
+    its own cluster are close to zero, the noise floor ``D^-1/2`` swamps the
+    differences between partitions, and in feature space the correct partition
+    and one that splits every cluster (e.g. both of two nested rings in
+    halves) become indistinguishable. Keep ``D^-1/2`` well below the typical
+    within-cluster kernel value, i.e. let D grow like the inverse square of
+    that value as sigma shrinks (halving sigma in 2-D data roughly quarters the
+    within-cluster kernel mass, so D must grow ~16-fold). K-JL is less
+    affected: its noise is relative to the leading kernel eigenvalues.
+
+    The median heuristic is a good default for two-sample tests but is
+    usually too wide for clustering, where kernel k-means then behaves like
+    linear k-means; Kpotufe & Sriperumbudur use ``s`` = the 25th percentile of
+    inter-point distances in ``exp(-||x - y||^2 / s^2)``, i.e.
+    ``bandwidth = s / sqrt(2)`` here.
+
+    Lloyd's algorithm finds a local minimum. The defaults guard against the
+    common bad ones: 10 k-means++ starts, each refined by Lloyd on a sample of
+    at least 2 000 rows, compete on their sample inertia before any full pass.
+
+    References
+    ----------
+    Dhillon, I., Guan, Y. & Kulis, B. (2004). Kernel k-means, spectral
+    clustering and normalized cuts. KDD.
+    Kpotufe, S. & Sriperumbudur, B. K. (2020). Gaussian sketching yields a J-L
+    lemma in RKHS. AISTATS. Sec. 5.2.
+    Arthur, D. & Vassilvitskii, S. (2007). k-means++: the advantages of careful seeding. SODA.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from sklearn.datasets import make_circles
+    >>> from sklearn.metrics import adjusted_rand_score
+    >>> X, y = make_circles(2000, factor=0.3, noise=0.05, random_state=0)
+    >>> model = srf.KernelKMeans(n_clusters=2, bandwidth=0.3, seed=0).fit(X)
+    >>> bool(adjusted_rand_score(y, model.labels_) > 0.9)
+    True
+    >>> model.predict(X[:3]).dtype
+    dtype('int64')
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        method: str = "rff",
+        n_features: int | None = None,
+        n_landmarks: int | None = None,
+        bandwidth: float | str = "median",
+        init: str | Any = "k-means++",
+        n_init: int | str = "auto",
+        init_size: int | None = None,
+        max_iter: int = 100,
+        tol: float = 1e-4,
+        seed: Seed = 0,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.method = method
+        self.n_features = n_features
+        self.n_landmarks = n_landmarks
+        self.bandwidth = bandwidth
+        self.init = init
+        self.n_init = n_init
+        self.init_size = init_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.seed = seed
+
+    # -- parameters ----------------------------------------------------------------------
+    def _check_params(self, n_rows: int, n_columns: int) -> dict[str, Any]:
+        """Validate every parameter against the data's shape; return the resolved values."""
+        k = check_positive_int(self.n_clusters, "n_clusters")
+        if k > n_rows:
+            raise InputError(
+                f"n_clusters must be <= the number of rows (n_samples={n_rows}). Got n_clusters={k}; "
+                "pass more rows or lower n_clusters."
+            )
+        if self.method not in ("rff", "kjl"):
+            raise InputError(f"method must be 'rff' or 'kjl'. Got {self.method!r}.")
+        if self.n_features is None:
+            width = 1024 if self.method == "rff" else 10 * k
+        else:
+            width = check_positive_int(self.n_features, "n_features")
+        landmarks = None
+        if self.method == "rff":
+            if self.n_landmarks is not None:
+                raise InputError(
+                    f"n_landmarks applies to method='kjl' only. Got n_landmarks={self.n_landmarks!r} with "
+                    "method='rff'; drop it or use method='kjl'."
+                )
+        else:
+            if self.n_landmarks is None:
+                landmarks = min(n_rows, max(200, min(n_rows // 100, _MAX_DEFAULT_LANDMARKS)))
+                if landmarks < 2:
+                    raise InputError(f"method='kjl' needs at least 2 rows for its landmarks. Got n_samples={n_rows}.")
+            else:
+                landmarks = check_positive_int(self.n_landmarks, "n_landmarks", minimum=2)
+                if landmarks > n_rows:
+                    raise InputError(
+                        f"n_landmarks must be <= the number of rows (n_samples={n_rows}). Got "
+                        f"n_landmarks={landmarks}; lower it or leave it None."
+                    )
+        check_bandwidth(self.bandwidth)
+        init = self.init
+        if isinstance(init, str):
+            if init not in ("k-means++", "random"):
+                raise InputError(f"init must be 'k-means++', 'random' or an array of centres. Got {init!r}.")
+        else:
+            init = check_rows(init, "init")
+            if init.shape != (k, n_columns):
+                raise InputError(
+                    f"An init array must hold n_clusters rows of the input width: shape ({k}, {n_columns}). "
+                    f"Got {init.shape}."
+                )
+        if isinstance(self.n_init, str):
+            if self.n_init != "auto":
+                raise InputError(f"n_init must be a positive integer or 'auto'. Got {self.n_init!r}.")
+            n_init = _DEFAULT_N_INIT if isinstance(init, str) else 1
+        else:
+            n_init = check_positive_int(self.n_init, "n_init")
+            if not isinstance(init, str) and n_init != 1:
+                raise InputError(f"n_init must be 1 (or 'auto') with an init array of centres. Got {n_init}.")
+        if self.init_size is None:
+            init_size = min(n_rows, max(10 * k, 2000))
+        else:
+            init_size = min(n_rows, check_positive_int(self.init_size, "init_size", minimum=k))
+        max_iter = check_positive_int(self.max_iter, "max_iter")
+        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real) or not np.isfinite(self.tol) or self.tol < 0:
+            raise InputError(f"tol must be a finite number >= 0. Got {self.tol!r}.")
+        return {
+            "k": k,
+            "width": width,
+            "landmarks": landmarks,
+            "init": init,
+            "n_init": n_init,
+            "init_size": init_size,
+            "max_iter": max_iter,
+            "tol": float(self.tol),
+        }
+
+    def _make_map(self, params: dict[str, Any], seed: int) -> FeatureMap:
+        if self.method == "rff":
+            return RFF(n_features=params["width"], bandwidth=self.bandwidth, seed=seed)
+        return KJL(
+            n_landmarks=params["landmarks"],
+            n_components=params["width"],
+            bandwidth=self.bandwidth,
+            center=True,
+            seed=seed,
+        )
+
+    # -- fitting -------------------------------------------------------------------------
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        client: Any = None,
+        storage_options: StorageOptions = None,
+        progress: bool = False,
+        callback: Callable[[LloydIteration], Any] | None = None,
+    ) -> KernelKMeans:
+        """Fit the map on the seeded sample, initialise on the sample, then run full-data Lloyd passes.
+
+        Parameters
+        ----------
+        X : ndarray, dask Array, xarray DataArray, or str/PathLike
+            Anything :func:`streamrff.sketch` accepts (numpy, dask, xarray,
+            zarr path or URL).
+        y : ignored
+        client : None, distributed.Client or str, default=None
+            Where the passes run (see :func:`streamrff.sketch`).
+        storage_options : dict, optional
+            fsspec options for URL sources. Never logged.
+        progress : bool, default=False
+            Show a progress bar for every pass.
+        callback : callable, optional
+            Called with a :class:`LloydIteration` after every pass (the CLI
+            shows them as progress); every pass is also logged at INFO level
+            on the ``streamrff.kmeans`` logger.
+
+        Returns
+        -------
+        self : KernelKMeans
+
+        Raises
+        ------
+        InputError
+            See the class docstring.
+        """
+        from .io import as_row_chunked
+
+        in_memory = _is_in_memory(X)
+        fitted_before = hasattr(self, "cluster_centers_")
+        try:
+            if in_memory:
+                X = _validate(self, X, reset=True)
+            array = as_row_chunked(X, storage_options=storage_options)
+            result = self._fit_array(array, client, progress, callback)
+        except BaseException:
+            if not fitted_before:  # validate_data sets n_features_in_ early; a failed fit stays unfitted
+                vars(self).pop("n_features_in_", None)
+            raise
+        for name, value in result.items():
+            setattr(self, name, value)
+        if in_memory:
+            self.labels_ = self._labels(X)
+        else:
+            vars(self).pop("labels_", None)  # a refit on out-of-core data must not keep stale labels
+        return self
+
+    def _fit_array(
+        self, array: da.Array, client: Any, progress: bool, callback: Callable[[LloydIteration], Any] | None
+    ) -> dict[str, Any]:
+        from .engine import connect, landmark_sample, run_chunks
+
+        n_rows, n_columns = (int(size) for size in array.shape)
+        params = self._check_params(n_rows, n_columns)
+        seed = normalize_seed(self.seed)
+        history: list[LloydIteration] = []
+        with connect(client) as active:
+            # One sampling pass serves the map and the init: bottom-k samples under one seed
+            # are nested, so the map's sample (what engine.fit_map would draw) is the first
+            # rows of the init sample, in key order.
+            feature_map = self._make_map(params, seed)
+            map_rows, map_seed = feature_map._begin_fit(n_columns)
+            if map_seed != seed:  # pragma: no cover - both maps key their sample by their own seed
+                raise AssertionError("the map's row sample must be keyed by the estimator's seed")
+            size = max(params["init_size"], map_rows)
+            sample = landmark_sample([array], size, seed, client=active, progress=progress).rows
+            feature_map._finish_fit(sample[:map_rows])
+            sample_features = feature_map._embed(sample[: params["init_size"]]).astype(np.float64)
+            centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features)
+            previous = None
+            for iteration in range(1, params["max_iter"] + 1):
+                kernel = partial(_cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous)
+                pass_sketch = run_chunks([array], kernel, client=active, progress=progress)
+                counts = pass_sketch.counts
+                new_centers = pass_sketch.sums / np.maximum(counts, 1)[:, None]
+                empty = np.flatnonzero(counts == 0)
+                if empty.size:
+                    new_centers = _fill_empty(new_centers, empty, sample_features)
+                variance = pass_sketch.total_variance
+                squared_shift = float(np.sum((new_centers - centers) ** 2))
+                shift = squared_shift / variance if variance > 0 else (0.0 if squared_shift == 0 else np.inf)
+                report = LloydIteration(
+                    iteration, pass_sketch.inertia, pass_sketch.n_moved / pass_sketch.count, shift, int(empty.size)
+                )
+                history.append(report)
+                logger.info(
+                    "iteration %d: inertia %.6g, moved %.4f, centre shift %.3g, empty %d",
+                    iteration, report.inertia, report.moved_fraction, shift, report.n_empty,
+                )  # fmt: skip
+                if callback is not None:
+                    callback(report)
+                previous, centers = centers, new_centers
+                if shift <= params["tol"]:
+                    break
+        return {
+            "feature_map_": feature_map,
+            "seed_": seed,
+            "cluster_centers_": centers,
+            "inertia_": pass_sketch.partition_inertia,
+            "n_iter_": len(history),
+            "history_": history,
+            "init_sample_labels_": sample_labels,
+            "n_features_in_": n_columns,
+        }
+
+    def _initial_centers(
+        self, params: dict[str, Any], seed: int, feature_map: FeatureMap, sample_features: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        k, init = params["k"], params["init"]
+        if not isinstance(init, str):
+            centers = feature_map._embed(init).astype(np.float64)
+            labels, _ = _nearest(sample_features, centers, np.einsum("ij,ij->i", centers, centers))
+            return centers, labels
+        from sklearn.cluster import kmeans_plusplus
+
+        best = None
+        for candidate in range(params["n_init"]):
+            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_INIT_STREAM, candidate)))
+            if init == "k-means++":
+                start, _ = kmeans_plusplus(sample_features, k, random_state=int(rng.integers(2**31 - 1)))
+            else:
+                start = sample_features[rng.choice(sample_features.shape[0], size=k, replace=False)]
+            centers, labels, inertia = _lloyd_in_memory(sample_features, start)
+            logger.debug("init candidate %d: sample inertia %.6g", candidate, inertia)
+            if best is None or inertia < best[2]:
+                best = (centers, labels, inertia)
+        return best[0], best[1].astype(np.int64)
+
+    # -- prediction ----------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "cluster_centers_"):
+            raise NotFittedMapError("This KernelKMeans is not fitted yet. Call fit(X) first.")
+
+    def _labels(self, rows: np.ndarray) -> np.ndarray:
+        return _labels_of_rows(rows, self.feature_map_, self.cluster_centers_)
+
+    def predict(self, X: Any, storage_options: StorageOptions = None) -> Any:
+        """Index of the nearest centre in feature space for every row.
+
+        Parameters
+        ----------
+        X : ndarray, dask Array, xarray DataArray, or str/PathLike
+            Rows of the training width.
+        storage_options : dict, optional
+            fsspec options for URL sources.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,), int64, or dask Array
+            NumPy for in-memory input; otherwise a lazy dask array chunked like
+            the rows (write it with ``labels.to_zarr(url)``). NaN/inf rows
+            raise when the chunk holding them is computed.
+
+        Raises
+        ------
+        NotFittedMapError
+            Before :meth:`fit`.
+        InputError
+            For data of another width, or NaN/inf rows in memory.
+        """
+        self._check_fitted()
+        if _is_in_memory(X):
+            return self._labels(_validate(self, X, reset=False))
+        from .io import as_row_chunked
+
+        array = as_row_chunked(X, storage_options=storage_options)
+        if array.shape[1] != self.n_features_in_:
+            raise InputError(
+                f"X has {array.shape[1]} features, but KernelKMeans is expecting {self.n_features_in_} features "
+                f"as input. Pass data with {self.n_features_in_} columns."
+            )
+        return array.map_blocks(
+            _checked_labels,
+            self.feature_map_,
+            self.cluster_centers_,
+            dtype=np.int64,
+            drop_axis=1,
+            chunks=(array.chunks[0],),
+        )
+
+    def fit_predict(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
+        """Fit, then return the training labels: ``labels_`` for in-memory ``X``, else lazy :meth:`predict`."""
+        self.fit(X, **fit_params)
+        if hasattr(self, "labels_"):
+            return self.labels_
+        return self.predict(X, storage_options=fit_params.get("storage_options"))
+
+
+def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
+    labels = np.empty(rows.shape[0], dtype=np.int64)
+    norms = np.einsum("ij,ij->i", centers, centers)
+    for start, features in feature_map.embed_tiles(rows):
+        labels[start : start + features.shape[0]] = _nearest(features.astype(np.float64), centers, norms)[0]
+    return labels
+
+
+def _checked_labels(block: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
+    if block.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    return _labels_of_rows(check_rows(block, "X"), feature_map, centers)
+
+
+def _is_in_memory(X: Any) -> bool:
+    """numpy arrays, lists and pandas frames (not dask, xarray or paths)."""
+    if isinstance(X, (str, da.Array)) or hasattr(X, "dims") or hasattr(X, "__fspath__"):
+        return False
+    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__")
+
+
+def _validate(model: KernelKMeans, X: Any, reset: bool) -> np.ndarray:
+    from sklearn.utils.validation import validate_data
+
+    try:
+        rows = validate_data(model, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False)
+    except ValueError as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(str(error)) from error
+    return check_rows(rows, "X")

@@ -1,0 +1,101 @@
+"""Figures for two-sample tests and kernel PCA (matplotlib, an optional extra: ``pip install streamrff[plot]``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["plot_null", "plot_scores", "save_report_figure"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "streamrff.plot needs matplotlib. Install the extra: pip install 'streamrff[plot]'."
+        ) from error
+    return plt
+
+
+def plot_null(result: Any, ax: Any = None) -> Any:
+    """Histogram of the null statistics with the observed statistic and the p-value.
+
+    Parameters
+    ----------
+    result : TwoSampleResult
+        From :func:`streamrff.two_sample_test` or :func:`streamrff.mmd_test`
+        with method ``"permutation"`` or ``"spectral"`` (Hotelling's null is an
+        F distribution, drawn as its density in the F statistic).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    plt = _pyplot()
+    ax = ax if ax is not None else plt.subplots(figsize=(5, 3.5))[1]
+    if result.method == "hotelling":
+        from scipy import stats
+
+        f_statistic, dof1, dof2 = (float(v) for v in result.null[:3])
+        grid = np.linspace(0, max(5.0, 1.5 * f_statistic), 400)
+        ax.plot(grid, stats.f.pdf(grid, dof1, dof2), color="0.4", label=f"F({dof1:.0f}, {dof2:.0f}) null")
+        ax.axvline(f_statistic, color="C3", label=f"observed F = {f_statistic:.3g}")
+        ax.set_xlabel("F statistic")
+    else:
+        null = np.asarray(result.null, dtype=float)
+        if null.size == 0:
+            raise InputError("The result has no null statistics to draw.")
+        ax.hist(null, bins=min(50, max(10, null.size // 10)), color="0.7", label=f"null ({result.method}, {null.size})")
+        ax.axvline(result.statistic, color="C3", label=f"observed MMD$^2$ = {result.statistic:.3g}")
+        ax.set_xlabel("unbiased MMD$^2$")
+    ax.set_title(f"two-sample test: p = {result.p_value:.3g}  (n_x = {result.n_x:,}, n_y = {result.n_y:,})")
+    ax.set_ylabel("density" if result.method == "hotelling" else "count")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int = 20_000, seed: int = 0) -> Any:
+    """Scatter of the first two kernel PCA scores, coloured by cluster label.
+
+    At most ``max_points`` rows (a seeded subsample) are drawn.
+    """
+    plt = _pyplot()
+    scores = np.asarray(scores)
+    if scores.ndim != 2 or scores.shape[1] < 2:
+        raise InputError(f"scores must have shape (n, >= 2). Got {scores.shape}.")
+    chosen = np.arange(scores.shape[0])
+    if scores.shape[0] > max_points:
+        chosen = np.sort(np.random.default_rng(seed).choice(scores.shape[0], max_points, replace=False))
+    ax = ax if ax is not None else plt.subplots(figsize=(5, 4))[1]
+    colours = None if labels is None else np.asarray(labels)[chosen]
+    ax.scatter(scores[chosen, 0], scores[chosen, 1], c=colours, s=3, cmap="tab10", alpha=0.6)
+    ax.set_xlabel("kernel PC 1")
+    ax.set_ylabel("kernel PC 2")
+    ax.set_title("kernel PCA scores" + ("" if labels is None else ", coloured by kernel k-means cluster"))
+    return ax
+
+
+def save_report_figure(path: str, result: Any = None, scores: Any = None, labels: Any = None) -> None:
+    """Write a figure with the null histogram and/or the KPCA scatter side by side to ``path`` (PNG)."""
+    plt = _pyplot()
+    panels = [p for p in (result, scores) if p is not None]
+    if not panels:
+        raise InputError("save_report_figure needs a test result, scores, or both.")
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    column = 0
+    if result is not None:
+        plot_null(result, axes[0, column])
+        column += 1
+    if scores is not None:
+        plot_scores(scores, labels, axes[0, column])
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
