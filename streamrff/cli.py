@@ -85,6 +85,11 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
             summary[name] = getattr(sketch, name)
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
+    if getattr(sketch, "has_moments", False) and sketch.count >= 2:
+        from .kpca import KernelPCA
+
+        kpca = KernelPCA(n_components=min(10, sketch.feature_sum.shape[0])).fit_from_sketch(sketch)
+        summary["explained_variance_ratio"] = [float(v) for v in kpca.explained_variance_ratio_]
     return summary
 
 
@@ -94,6 +99,9 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     lines.append("  map: " + ", ".join(f"{k}={v}" for k, v in spec.items() if not isinstance(v, dict)))
     if "n_features" in summary:
         lines.append(f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}")
+    if summary.get("explained_variance_ratio"):
+        ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
+        lines.append(f"  explained variance ratio of the top kernel PCs: {ratios}")
     if summary.get("n_invalid"):
         lines.append(f"  rows skipped as NaN/inf: {summary['n_invalid']:,}")
     lines.append(f"  fingerprint: {summary['fingerprint']}")
@@ -172,6 +180,155 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_test(args: argparse.Namespace) -> int:
+    import streamrff as srf
+
+    options = _storage_options(args.storage_options)
+    args.method = args.method or ("spectral" if args.sketches else "permutation")
+    if args.sketches:
+        if args.sources:
+            raise _UsageError("give either two data sources or --sketches A B, not both.")
+        if args.method == "permutation":
+            raise _UsageError(
+                "--sketches works with --method spectral or hotelling (moment sketches); the permutation "
+                "test needs the data: streamrff test X Y."
+            )
+        sketch_x, sketch_y = (srf.load(path, storage_options=options) for path in args.sketches)
+        result = srf.mmd_test(sketch_x, sketch_y, method=args.method, seed=args.seed)
+    else:
+        if len(args.sources) != 2:
+            raise _UsageError(f"expected two data sources X Y (or --sketches A B). Got {len(args.sources)}.")
+        result = srf.two_sample_test(
+            args.sources[0],
+            args.sources[1],
+            n_features=args.features,
+            bandwidth=args.bandwidth,
+            method=args.method,
+            n_permutations=args.permutations,
+            seed=args.seed,
+            client=args.scheduler,
+            storage_options=options,
+            variant=args.variant,
+        )
+    if args.plot:
+        from .plot import save_report_figure
+
+        save_report_figure(args.plot, result=result)
+    payload = result.to_dict(include_null=False)
+    lines = [repr(result)] + ([f"wrote {args.plot}"] if args.plot else [])
+    _emit(args, payload, lines)
+    return EXIT_OK
+
+
+def _progress_printer(args: argparse.Namespace) -> Callable[[Any], None] | None:
+    if args.json:
+        return None
+
+    def report(step: Any) -> None:
+        print(
+            f"iteration {step.iteration:3d}  inertia {step.inertia:.6g}  moved {100 * step.moved_fraction:5.2f}%",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def _cmd_kmeans(args: argparse.Namespace) -> int:
+    from .io import write_zarr
+    from .kmeans import KernelKMeans
+
+    options = _storage_options(args.storage_options)
+    _check_output_free(args.output, options, args.overwrite)
+    model = KernelKMeans(
+        n_clusters=args.clusters,
+        method=args.method,
+        n_features=args.features,
+        n_landmarks=args.landmarks,
+        bandwidth=args.bandwidth,
+        max_iter=args.max_iter,
+        seed=args.seed,
+    )
+    from .engine import connect
+
+    with connect(args.scheduler) as client:
+        model.fit(args.source, client=client, storage_options=options, callback=_progress_printer(args))
+        labels = model.predict(args.source, storage_options=options)
+        write_zarr(labels, args.output, storage_options=options, client=client, overwrite=args.overwrite)
+    payload = {
+        "output": args.output,
+        "n_clusters": int(args.clusters),
+        "method": args.method,
+        "inertia": float(model.inertia_),
+        "n_iter": int(model.n_iter_),
+        "map": model.feature_map_.spec,
+    }
+    _emit(args, payload, [f"wrote labels to {args.output}", f"  {model.n_iter_} iterations, inertia {model.inertia_:.6g}"])
+    return EXIT_OK
+
+
+def _cmd_kpca(args: argparse.Namespace) -> int:
+    import streamrff as srf
+    from .engine import connect
+    from .io import write_zarr
+
+    options = _storage_options(args.storage_options)
+    _check_output_free(args.output, options, args.overwrite)
+    model = srf.KernelPCA(
+        n_components=args.components,
+        method=args.method,
+        n_features=args.features,
+        n_landmarks=args.landmarks,
+        bandwidth=args.bandwidth,
+        seed=args.seed,
+    )
+    with connect(args.scheduler) as client:
+        model.fit(args.source, client=client, storage_options=options, progress=_show_progress(args))
+        scores = model.transform(args.source, storage_options=options)
+        write_zarr(scores, args.output, storage_options=options, client=client, overwrite=args.overwrite)
+    if args.plot:
+        from .plot import save_report_figure
+
+        import zarr
+
+        stored = zarr.open_array(args.output, mode="r", storage_options=options) if "://" in args.output else zarr.open_array(args.output, mode="r")
+        rows = min(stored.shape[0], 20_000)
+        save_report_figure(args.plot, scores=np.asarray(stored[:rows]))
+    payload = {
+        "output": args.output,
+        "n_components": int(args.components),
+        "explained_variance": [float(v) for v in model.explained_variance_],
+        "explained_variance_ratio": [float(v) for v in model.explained_variance_ratio_],
+        "residual": float(model.residual_),
+        "map": model.feature_map_.spec,
+    }
+    ratios = ", ".join(f"{v:.3f}" for v in model.explained_variance_ratio_)
+    lines = [f"wrote scores to {args.output}", f"  explained variance ratio: {ratios}"]
+    _emit(args, payload, lines + ([f"wrote {args.plot}"] if args.plot else []))
+    return EXIT_OK
+
+
+def _check_output_free(path: str, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
+    import os
+
+    if "://" in path and not path.startswith("file://"):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        exists = fs.exists(root)
+    else:
+        exists = os.path.exists(path[len("file://") :] if path.startswith("file://") else path)
+    if exists and not overwrite:
+        raise FileExistsError(f"{path} already exists. Choose another output or pass --overwrite.")
+
+
+def _add_map_options(parser: argparse.ArgumentParser, default_features: int | None = 1024) -> None:
+    parser.add_argument("--features", type=_positive_int, default=default_features, help="number of random features D")
+    parser.add_argument("--bandwidth", type=_bandwidth, default="median", help="Gaussian kernel width sigma, or 'median'")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the map, the row sample and the permutations")
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None, help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (default: embedded local)")
+
+
 def _add_common(parser: argparse.ArgumentParser, storage: bool = True) -> None:
     if storage:
         parser.add_argument(
@@ -240,6 +397,65 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("sketch", help="sketch file or URL")
     _add_common(info)
     info.set_defaults(handler=_cmd_info)
+
+    test = commands.add_parser(
+        "test",
+        help="kernel two-sample (MMD) test between two data sets or two moment sketches",
+        description="Test whether two samples come from the same distribution with the unbiased MMD^2 "
+        "of random Fourier features: the one-pass exact permutation test on the data, or the spectral / "
+        "Hotelling tests from moment sketches made separately.",
+        epilog="examples: streamrff test x.zarr y.zarr --permutations 500 --plot null.png\n"
+        "          streamrff test --sketches x.sketch y.sketch --method spectral",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    test.add_argument("sources", nargs="*", metavar="SOURCE", help="two zarr arrays (paths or URLs)")
+    test.add_argument("--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files instead of data")
+    test.add_argument("--method", choices=["permutation", "spectral", "hotelling"], default=None,
+                      help="null distribution (default: permutation on data, spectral on sketches)")
+    test.add_argument("--permutations", type=_positive_int, default=500, help="permutations B")
+    test.add_argument("--variant", choices=["sincos", "cosphase"], default="sincos", help="RFF variant")
+    test.add_argument("--plot", metavar="PNG", help="draw the null histogram with the observed statistic")
+    _add_map_options(test)
+    _add_common(test)
+    test.set_defaults(handler=_cmd_test)
+
+    kmeans = commands.add_parser(
+        "kmeans",
+        help="kernel k-means of a zarr array; labels written to zarr",
+        description="Kernel k-means in random-feature (rff) or K-JL (kjl) space: one pass over the data "
+        "per Lloyd iteration, k-means++ on a seeded row sample. Prints iteration, inertia and the "
+        "fraction of rows that moved.",
+        epilog="example: streamrff kmeans data.zarr --clusters 10 --method kjl -o labels.zarr",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    kmeans.add_argument("source", help="zarr array path or URL")
+    kmeans.add_argument("--clusters", type=_positive_int, required=True, help="number of clusters k")
+    kmeans.add_argument("--method", choices=["rff", "kjl"], default="rff", help="feature space")
+    kmeans.add_argument("--landmarks", type=_positive_int, default=None, help="K-JL landmarks n")
+    kmeans.add_argument("--max-iter", type=_positive_int, default=100, help="maximum Lloyd iterations")
+    kmeans.add_argument("-o", "--output", required=True, help="zarr array for the labels")
+    kmeans.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _add_map_options(kmeans, default_features=None)
+    _add_common(kmeans)
+    kmeans.set_defaults(handler=_cmd_kmeans)
+
+    kpca = commands.add_parser(
+        "kpca",
+        help="kernel PCA of a zarr array; scores written to zarr",
+        description="Kernel PCA from one moment sketch (one pass), then the scores of every row.",
+        epilog="example: streamrff kpca data.zarr --components 10 -o scores.zarr --plot scatter.png",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    kpca.add_argument("source", help="zarr array path or URL")
+    kpca.add_argument("--components", type=_positive_int, required=True, help="number of components k")
+    kpca.add_argument("--method", choices=["rff", "kjl"], default="rff", help="feature space")
+    kpca.add_argument("--landmarks", type=_positive_int, default=1000, help="K-JL landmarks n")
+    kpca.add_argument("-o", "--output", required=True, help="zarr array for the scores")
+    kpca.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    kpca.add_argument("--plot", metavar="PNG", help="scatter of the first two scores")
+    _add_map_options(kpca)
+    _add_common(kpca)
+    kpca.set_defaults(handler=_cmd_kpca)
 
     demo = commands.add_parser(
         "demo",

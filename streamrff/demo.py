@@ -7,6 +7,7 @@ the kernel two-sample statistics in ``report.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -44,6 +45,34 @@ def write_demo_data(path: PathOrURL, n_rows: int, n_columns: int, shifted: bool,
     return target
 
 
+def _demo_client(scheduler: str | None, echo: Any) -> contextlib.AbstractContextManager:
+    """The scheduler to use: the given address, or an embedded LocalCluster (its dashboard link printed)."""
+    from .engine import connect
+
+    if scheduler is not None:
+        return connect(scheduler)
+
+    @contextlib.contextmanager
+    def local() -> Any:
+        from distributed import Client, LocalCluster
+
+        workers = max(1, min(2, os.cpu_count() or 1))
+        with LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        ) as cluster, Client(cluster) as client:
+            link = client.dashboard_link if _has_bokeh() else "(install bokeh for the Dask dashboard)"
+            echo(f"embedded local cluster: {workers} worker process(es); dashboard: {link}")
+            yield client
+
+    return local()
+
+
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
 def run_demo(
     out: PathOrURL = "streamrff-demo",
     n_rows: int = 2_000_000,
@@ -52,11 +81,21 @@ def run_demo(
     scheduler: str | None = None,
     progress: bool = False,
     echo: Any = print,
+    n_permutations: int = 200,
 ) -> dict[str, Any]:
-    """Run the demo end to end and return the report (also written to ``out/report.json``)."""
-    from . import RFF, merge, mmd2, sketch
-    from .engine import connect, fit_map
+    """Run the demo end to end; return the report (also ``out/report.json``, and ``out/report.png``).
+
+    Steps: write the two sites' arrays; fit one RFF map on site A's seeded row
+    sample; sketch each site with second moments (one pass each) and merge
+    the sketches; from the sketches alone run the spectral and Hotelling
+    two-sample tests and kernel PCA; run the one-pass exact permutation test
+    on the first rows of both sites; run kernel k-means on a sample of rows
+    and draw the KPCA scatter coloured by cluster.
+    """
+    from . import RFF, KernelPCA, merge, mmd2, mmd_test, sketch, two_sample_test
+    from .engine import fit_map
     from .io import as_row_chunked
+    from .kmeans import KernelKMeans
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -67,18 +106,39 @@ def run_demo(
     site_b = write_demo_data(out_dir / "site_b.zarr", n_rows, n_columns, shifted=True, seed=2)
     timings["write_data_s"] = time.perf_counter() - started
 
-    with connect(scheduler) as client:
+    with _demo_client(scheduler, echo) as client:
         step = time.perf_counter()
         feature_map = fit_map(RFF(n_features=n_features, bandwidth="median"), [as_row_chunked(site_a)], client=client)
-        echo(f"map: RFF sincos, D={n_features}, bandwidth={feature_map.bandwidth_:.4g} (median heuristic)")
+        echo(f"map: RFF sincos, D={n_features}, bandwidth={feature_map.bandwidth_:.4g} (median heuristic on site A)")
         sketches = {}
         for name, path in (("site_a", site_a), ("site_b", site_b)):
-            echo(f"sketching {name} ...")
+            echo(f"sketching {name} with second moments ...")
             sketches[name] = sketch(path, feature_map, moments=True, client=client, progress=progress)
             sketches[name].save(out_dir / f"{name}.sketch", overwrite=True)
         timings["sketch_s"] = time.perf_counter() - step
+
+        step = time.perf_counter()
+        head = min(n_rows, 50_000)
+        echo(f"exact permutation test (B={n_permutations}) on the first {head:,} rows of each site, one pass ...")
+        permutation = two_sample_test(
+            as_row_chunked(site_a)[:head], as_row_chunked(site_b)[:head], n_features=n_features,
+            bandwidth=feature_map.bandwidth_, n_permutations=n_permutations, client=client,
+        )  # fmt: skip
+        timings["permutation_test_s"] = time.perf_counter() - step
+
+        step = time.perf_counter()
+        sample_rows = min(n_rows, 20_000)
+        sample = np.vstack([as_row_chunked(path)[:sample_rows // 2].compute() for path in (site_a, site_b)])
+        clusters = KernelKMeans(n_clusters=3, n_features=n_features, bandwidth=feature_map.bandwidth_).fit(sample)
+        timings["kmeans_s"] = time.perf_counter() - step
+
     pooled = merge(sketches["site_a"], sketches["site_b"])
     pooled.save(out_dir / "pooled.sketch", overwrite=True)
+    spectral = mmd_test(sketches["site_a"], sketches["site_b"], method="spectral")
+    hotelling = mmd_test(sketches["site_a"], sketches["site_b"], method="hotelling")
+    kpca = KernelPCA(n_components=5).fit_from_sketch(pooled)
+    scores = kpca.transform(sample)
+
     report = {
         "rows_per_site": n_rows,
         "columns": n_columns,
@@ -86,9 +146,36 @@ def run_demo(
         "pooled_count": pooled.count,
         "mmd2_unbiased": mmd2(sketches["site_a"], sketches["site_b"]),
         "mmd2_biased": mmd2(sketches["site_a"], sketches["site_b"], unbiased=False),
-        "timings": {**timings, "total_s": time.perf_counter() - started},
+        "tests": {
+            "spectral": spectral.to_dict(include_null=False),
+            "hotelling": hotelling.to_dict(include_null=False),
+            "permutation_first_rows": permutation.to_dict(include_null=False),
+        },
+        "kpca": {
+            "explained_variance_ratio": [float(v) for v in kpca.explained_variance_ratio_],
+            "residual": float(kpca.residual_),
+        },
+        "kmeans_on_sample": {
+            "rows": int(sample.shape[0]),
+            "inertia": float(clusters.inertia_),
+            "n_iter": int(clusters.n_iter_),
+            "cluster_sizes": [int(v) for v in np.bincount(clusters.labels_, minlength=3)],
+        },
     }
+    figure = out_dir / "report.png"
+    try:
+        from .plot import save_report_figure
+
+        save_report_figure(str(figure), result=permutation, scores=scores, labels=clusters.labels_)
+        report["figure"] = str(figure)
+    except ImportError:
+        echo("matplotlib is not installed: no report.png (pip install 'streamrff[plot]')")
+    report["timings"] = {**timings, "total_s": time.perf_counter() - started}
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     echo(f"MMD^2 (unbiased) between the sites: {report['mmd2_unbiased']:.3e}")
-    echo(f"wrote {out_dir / 'report.json'} in {report['timings']['total_s']:.1f} s")
+    for name, result in (("spectral", spectral), ("hotelling", hotelling), ("permutation", permutation)):
+        echo(f"  {name:12s} p = {result.p_value:.4g}")
+    echo(f"kernel PCA explained variance ratio (pooled sketch): {np.round(kpca.explained_variance_ratio_, 3).tolist()}")
+    echo(f"wrote {out_dir / 'report.json'}{' and ' + str(figure) if 'figure' in report else ''} "
+         f"in {report['timings']['total_s']:.1f} s")  # fmt: skip
     return report

@@ -16,7 +16,7 @@ import numpy as np
 from .errors import InputError, SourceError
 from .typing import StorageOptions
 
-__all__ = ["as_row_chunked", "describe_source", "open_zarr_array"]
+__all__ = ["as_row_chunked", "describe_source", "open_zarr_array", "write_zarr"]
 
 
 def describe_source(source: Any) -> str:
@@ -148,3 +148,59 @@ def _is_dataarray(source: Any) -> bool:
     except ImportError:  # pragma: no cover - xarray is a dependency
         return False
     return isinstance(source, xarray.DataArray)
+
+
+def write_zarr(
+    array: da.Array,
+    path_or_url: str | os.PathLike,
+    storage_options: StorageOptions = None,
+    client: Any = None,
+    overwrite: bool = False,
+) -> str:
+    """Compute a lazy dask array (labels, scores) into a zarr array, chunk by chunk.
+
+    A local target is written under a temporary name and renamed into place,
+    so an interrupted job never leaves a half-written array at ``path_or_url``.
+
+    Raises
+    ------
+    FileExistsError
+        If the target exists and ``overwrite`` is False (checked before any work).
+    """
+    import shutil
+    import uuid
+
+    from .engine import connect
+
+    target = os.fspath(path_or_url)
+    remote = _is_remote(target)
+    if remote:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
+        if fs.exists(root) and not overwrite:
+            raise FileExistsError(f"{target} already exists. Choose another output or pass --overwrite.")
+        staging = target
+    else:
+        local = target[len("file://") :] if target.startswith("file://") else target
+        if os.path.exists(local) and not overwrite:
+            raise FileExistsError(f"{local} already exists. Choose another output or pass --overwrite.")
+        parent = os.path.dirname(os.path.abspath(local))
+        if not os.path.isdir(parent):
+            raise SourceError(f"Cannot write {local}: directory {parent} does not exist. Create it first.")
+        staging = os.path.join(parent, f".{os.path.basename(local)}.partial-{uuid.uuid4().hex}")
+    stored = array.to_zarr(staging, storage_options=storage_options if remote else None, overwrite=True, compute=False)
+    try:
+        with connect(client) as active:
+            if active is None:
+                stored.compute(scheduler="threads")
+            else:
+                active.compute(stored).result()
+        if not remote:
+            if os.path.exists(local):
+                shutil.rmtree(local)
+            os.rename(staging, local)
+    finally:
+        if not remote and os.path.exists(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.spatial.distance import cdist
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
 from ._validation import (
     check_bandwidth,
@@ -458,7 +458,6 @@ class RFF(FeatureMap):
         return int(self.n_features)
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
-        params = self._params()
         # float32 throughout: the phases are rounded to float32 before the cosine
         # anyway, so a float64 projection would cost twice the GEMM for no precision.
         frequencies, phases = _float32_params(self.kind, _spec_key(self.spec))

@@ -31,8 +31,7 @@ def plot_null(result: Any, ax: Any = None) -> Any:
     ----------
     result : TwoSampleResult
         From :func:`streamrff.two_sample_test` or :func:`streamrff.mmd_test`
-        with method ``"permutation"`` or ``"spectral"`` (Hotelling's null is an
-        F distribution, drawn as its density in the F statistic).
+        (Hotelling's null is a chi-square law, drawn as its density in T^2).
     ax : matplotlib Axes, optional
 
     Returns
@@ -44,11 +43,11 @@ def plot_null(result: Any, ax: Any = None) -> Any:
     if result.method == "hotelling":
         from scipy import stats
 
-        f_statistic, dof1, dof2 = (float(v) for v in result.null[:3])
-        grid = np.linspace(0, max(5.0, 1.5 * f_statistic), 400)
-        ax.plot(grid, stats.f.pdf(grid, dof1, dof2), color="0.4", label=f"F({dof1:.0f}, {dof2:.0f}) null")
-        ax.axvline(f_statistic, color="C3", label=f"observed F = {f_statistic:.3g}")
-        ax.set_xlabel("F statistic")
+        t_squared, dof = (float(v) for v in result.null[:2])
+        grid = np.linspace(0, max(3.0 * dof, 1.2 * t_squared), 400)
+        ax.plot(grid, stats.chi2.pdf(grid, dof), color="0.4", label=f"chi2({dof:.0f}) null")
+        ax.axvline(t_squared, color="C3", label=f"observed T$^2$ = {t_squared:.3g}")
+        ax.set_xlabel("Hotelling T$^2$")
     else:
         null = np.asarray(result.null, dtype=float)
         if null.size == 0:
@@ -56,6 +55,7 @@ def plot_null(result: Any, ax: Any = None) -> Any:
         ax.hist(null, bins=min(50, max(10, null.size // 10)), color="0.7", label=f"null ({result.method}, {null.size})")
         ax.axvline(result.statistic, color="C3", label=f"observed MMD$^2$ = {result.statistic:.3g}")
         ax.set_xlabel("unbiased MMD$^2$")
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.set_title(f"two-sample test: p = {result.p_value:.3g}  (n_x = {result.n_x:,}, n_y = {result.n_y:,})")
     ax.set_ylabel("density" if result.method == "hotelling" else "count")
     ax.legend(fontsize="small")
@@ -75,8 +75,10 @@ def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int
     if scores.shape[0] > max_points:
         chosen = np.sort(np.random.default_rng(seed).choice(scores.shape[0], max_points, replace=False))
     ax = ax if ax is not None else plt.subplots(figsize=(5, 4))[1]
-    colours = None if labels is None else np.asarray(labels)[chosen]
-    ax.scatter(scores[chosen, 0], scores[chosen, 1], c=colours, s=3, cmap="tab10", alpha=0.6)
+    if labels is None:
+        ax.scatter(scores[chosen, 0], scores[chosen, 1], s=3, alpha=0.6)
+    else:
+        ax.scatter(scores[chosen, 0], scores[chosen, 1], c=np.asarray(labels)[chosen], s=3, cmap="tab10", alpha=0.6)
     ax.set_xlabel("kernel PC 1")
     ax.set_ylabel("kernel PC 2")
     ax.set_title("kernel PCA scores" + ("" if labels is None else ", coloured by kernel k-means cluster"))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import clone
 
-from ._validation import check_finite_rows, check_positive_int, check_rows, check_width
+from ._validation import check_positive_int, check_rows, check_width
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap
 from .sampling import bottom_k, row_keys
