@@ -54,6 +54,16 @@ def connect(client: Any) -> Iterator[Any]:
     if isinstance(client, str):
         from distributed import Client
 
+        if client.startswith("tls://"):
+            from distributed import Security
+
+            if Security().get_connection_args("client").get("ssl_context") is None:
+                raise ClusterError(
+                    f"{client} is a TLS scheduler, but no client certificate is configured. Pass a "
+                    "distributed.Client(address, security=Security(...)) as client, or set "
+                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE / __CLIENT__CERT / __CLIENT__KEY "
+                    "(see deploy/tls/README.md)."
+                )
         try:
             opened = Client(client, timeout=f"{_CONNECT_TIMEOUT_S}s", set_as_default=False)
         except (OSError, TimeoutError) as error:
