@@ -126,3 +126,11 @@ def test_cli_info_reports_explained_variance_of_moment_sketches(capsys, tmp_path
     eigenvalues = np.sort(np.linalg.eigvalsh(np.cov(Z.T, bias=True)))[::-1]
     expected = eigenvalues[:10] / eigenvalues.sum()
     np.testing.assert_allclose(json.loads(out)["explained_variance_ratio"], expected, rtol=1e-6, atol=1e-9)
+
+
+def test_cli_sketch_tls_address_without_certificates_fails_clearly(capsys, two_samples, tmp_path):
+    _, _, x_path, _ = two_samples
+    code, _, err = run(capsys, "sketch", x_path, "-o", str(tmp_path / "s"), "--scheduler", "tls://127.0.0.1:9")
+    assert code == 1
+    assert "tls://127.0.0.1:9 is a TLS scheduler, but no client certificate is configured" in err
+    assert not (tmp_path / "s").exists()
