@@ -317,7 +317,7 @@ def _sum_by_label(features: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.
     grouped = features[np.argsort(labels, kind="stable")]
     stops = np.cumsum(counts)
     for cluster in np.flatnonzero(counts):
-        sums[cluster] = grouped[stops[cluster] - counts[cluster] : stops[cluster]].sum(axis=0)
+        sums[cluster] = grouped[stops[cluster] - counts[cluster] : stops[cluster]].sum(axis=0, dtype=np.float64)
     return counts, sums
 
 
@@ -430,6 +430,7 @@ class LloydIteration:
 def _fill_empty(centers: np.ndarray, empty: np.ndarray, sample_features: np.ndarray) -> np.ndarray:
     """Re-seed empty clusters deterministically: each takes the sample row farthest from its nearest centre."""
     centers = centers.copy()
+    sample_features = sample_features.astype(np.float64, copy=False)
     filled = np.setdiff1d(np.arange(centers.shape[0]), empty)
     norms = np.einsum("ij,ij->i", centers, centers)
     if filled.size:
@@ -446,26 +447,32 @@ def _fill_empty(centers: np.ndarray, empty: np.ndarray, sample_features: np.ndar
 
 
 def _lloyd_in_memory(features: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Lloyd's algorithm on the (small) embedded sample until no label changes; returns centres, labels, inertia.
+    """Lloyd's algorithm on the (small) embedded sample until no label changes.
 
-    The returned centres are the means of the returned labels' clusters.
+    ``features`` are the sample's float32 features: the assignment GEMM runs in
+    float32 (an initialisation needs no more, and the sample is read once per
+    iteration), sums and centres in float64. Returns the centres (the float64
+    means of the returned labels' clusters), the labels and their inertia.
     """
     k = centers.shape[0]
-    labels = None
+    labels = counts = sums = None
     for _ in range(_SAMPLE_MAX_ITER):
+        narrow = centers.astype(features.dtype)
         # ||z||^2 is the same for every centre, so the labels need only ||c||^2 - 2 z.c.
-        scores = np.einsum("ij,ij->i", centers, centers) - 2.0 * (features @ centers.T)
-        new_labels = np.argmin(scores, axis=1)
+        new_labels = np.argmin(np.einsum("ij,ij->i", narrow, narrow) - 2.0 * (features @ narrow.T), axis=1)
         if labels is not None and np.array_equal(new_labels, labels):
             break
         labels = new_labels
         counts, sums = _sum_by_label(features, labels, k)
-        empty = np.flatnonzero(counts == 0)
         centers = sums / np.maximum(counts, 1)[:, None]
+        empty = np.flatnonzero(counts == 0)
         if empty.size:
             centers = _fill_empty(centers, empty, features)
-    labels, distances = _nearest(features, centers, np.einsum("ij,ij->i", centers, centers))
-    return centers, labels, float(distances.sum())
+    # Inertia about the cluster means: sum ||z||^2 - sum_c ||S_c||^2 / n_c.
+    filled = counts > 0
+    spread = float((np.einsum("ij,ij->i", sums[filled], sums[filled]) / counts[filled]).sum())
+    total = float(np.einsum("ij,ij->", features, features, dtype=np.float64))
+    return centers, labels.astype(np.int64), max(0.0, total - spread)
 
 
 class KernelKMeans(ClusterMixin, BaseEstimator):
@@ -787,7 +794,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             size = max(params["init_size"], map_rows)
             sample = landmark_sample([array], size, seed, client=active, progress=progress).rows
             feature_map._finish_fit(sample[:map_rows])
-            sample_features = feature_map._embed(sample[: params["init_size"]]).astype(np.float64)
+            sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
             centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features)
             previous = None
             for iteration in range(1, params["max_iter"] + 1):
