@@ -150,7 +150,11 @@ def test_permutation_indices_pointwise_and_vectorised_agree():
     assert not np.array_equal(base, permutation_indices(3, 1, n_total, np.arange(n_total)))
 
 
-@pytest.mark.parametrize("n_total, n_x, n_permutations", [(10, 3, 10_000), (64, 32, 10_000), (1000, 300, 4000)])
+@pytest.mark.parametrize(
+    "n_total, n_x, n_permutations",
+    # 20 and 300 have an odd number of domain bits (halves of 3 and 2, 5 and 4 bits).
+    [(10, 3, 10_000), (20, 7, 10_000), (64, 32, 10_000), (300, 120, 4000), (1000, 300, 4000)],
+)
 def test_permutation_indices_random_subsets_follow_hypergeometric_law(n_total, n_x, n_permutations):
     # The permuted X sample {i : pi_b(i) < n_x} of a uniform permutation is a uniform
     # n_x-subset: each row is in it with probability n_x/N, and the number of rows of
