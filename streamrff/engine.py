@@ -64,6 +64,7 @@ def connect(client: Any) -> Iterator[Any]:
                     "DASK_DISTRIBUTED__COMM__TLS__CA_FILE / __CLIENT__CERT / __CLIENT__KEY "
                     "(see deploy/tls/README.md)."
                 )
+        _probe_scheduler(client)
         try:
             opened = Client(client, timeout=f"{_CONNECT_TIMEOUT_S}s", set_as_default=False)
         except (OSError, TimeoutError) as error:
@@ -83,6 +84,26 @@ def connect(client: Any) -> Iterator[Any]:
         f"client must be None, a distributed.Client or a scheduler address like 'tcp://host:8786'. "
         f"Got {type(client).__name__}."
     )
+
+
+def _probe_scheduler(address: str) -> None:
+    """Fail at once, naming the address, when nothing listens there (the Client would retry for 20 s)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme not in ("tcp", "tls") or parts.hostname is None or parts.port is None:
+        return  # other transports (inproc, ucx) are left to distributed
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=_CONNECT_TIMEOUT_S):
+            pass
+    except ConnectionRefusedError as error:
+        raise ClusterError(
+            f"Cannot reach the Dask scheduler at {address}: connection refused. Check the address and "
+            "that `dask scheduler` is running there."
+        ) from error
+    except OSError:
+        return  # timeouts and name errors: let the Client report them with its own deadline
 
 
 def _chunk_task(
