@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -57,8 +58,13 @@ def _demo_client(scheduler: str | None, echo: Any) -> contextlib.AbstractContext
         from distributed import Client, LocalCluster
 
         workers = max(1, min(2, os.cpu_count() or 1))
+        # silence_logs: workers racing the scheduler's shutdown log heartbeat errors that mean nothing here.
         with LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.CRITICAL,
         ) as cluster, Client(cluster) as client:
             link = client.dashboard_link if _has_bokeh() else "(install bokeh for the Dask dashboard)"
             echo(f"embedded local cluster: {workers} worker process(es); dashboard: {link}")
