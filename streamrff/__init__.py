@@ -19,6 +19,7 @@ from .errors import (
     VarianceWarning,
 )
 from .fileformat import load
+from .kmeans import ClusterSketch, KernelKMeans
 from .kpca import KernelPCA
 from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
 from .pointsets import SketchIndex, kernel_distance
@@ -43,6 +44,8 @@ __all__ = [
     "KJL",
     "RelativeErrorRFF",
     "KernelPCA",
+    "KernelKMeans",
+    "ClusterSketch",
     "kernel_distance",
     "SketchIndex",
     "FeatureMap",

@@ -7,8 +7,9 @@ pass over the data that builds a mergeable :class:`ClusterSketch` (per-cluster
 counts and float64 feature sums, inertia, moved rows) from pure per-chunk
 kernels, tree-merged by the engine. New centres are ``sums / counts``.
 
-Because every pass is a float64 sum merged in a fixed tree, the same seed gives
-the same centres and labels whatever the chunking and however many workers run.
+Every pass is a float64 sum merged in a tree fixed by the chunk order, so the
+same seed gives bit-identical centres however many workers run, and centres
+equal to float64 rounding (hence the same labels) whatever the chunking.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.exceptions import NotFittedError
 
 from ._validation import check_bandwidth, check_positive_int, check_rows, normalize_seed
 from .errors import InputError, NotFittedMapError, SketchMismatchError
@@ -43,6 +46,10 @@ _SAMPLE_MAX_ITER = 100
 _DEFAULT_N_INIT = 10
 #: Cap of the default K-JL landmark count (the n x n Gram matrix is built in memory).
 _MAX_DEFAULT_LANDMARKS = 2000
+
+
+class _NotFittedEstimatorError(NotFittedMapError, NotFittedError):
+    """streamrff's NotFittedMapError that is also scikit-learn's NotFittedError (what its checks expect)."""
 
 
 def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | None) -> str:
@@ -382,7 +389,7 @@ def cluster_sketch_of_chunk(
             n_moved += wide.shape[0]
         else:
             n_moved += int((np.argmin(scores[:, k:], axis=1) != labels).sum())
-        tile_counts, tile_sums = _sum_by_label(wide, labels, k)
+        tile_counts, tile_sums = _sum_by_label(features, labels, k)  # float32 rows, float64 sums: exact widening
         counts += tile_counts
         sums += tile_sums
     return ClusterSketch(feature_map, centers, previous_centers, counts, sums, inertia, squared_norm_sum, n_moved)
@@ -570,10 +577,14 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     differences between partitions, and in feature space the correct partition
     and one that splits every cluster (e.g. both of two nested rings in
     halves) become indistinguishable. Keep ``D^-1/2`` well below the typical
-    within-cluster kernel value, i.e. let D grow like the inverse square of
-    that value as sigma shrinks (halving sigma in 2-D data roughly quarters the
-    within-cluster kernel mass, so D must grow ~16-fold). K-JL is less
-    affected: its noise is relative to the leading kernel eigenvalues.
+    within-cluster kernel value: for clusters of intrinsic dimension m that
+    are wider than sigma, that value scales like ``sigma^m``, so D must grow
+    like ``sigma^(-2m)`` as sigma shrinks - 4-fold per halving of sigma for
+    rings or curves (m = 1), 16-fold for 2-D blobs. K-JL has no such additive
+    floor (its error is relative to the Sigma^3-weighted inner product it
+    preserves, Kpotufe & Sriperumbudur Thm. 1), but it clusters that
+    reweighted geometry, dominated by the leading kernel eigen-directions
+    (like KPCA), rather than the kernel k-means one.
 
     The median heuristic is a good default for two-sample tests but is
     usually too wide for clustering, where kernel k-means then behaves like
@@ -584,6 +595,10 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     Lloyd's algorithm finds a local minimum. The defaults guard against the
     common bad ones: 10 k-means++ starts, each refined by Lloyd on a sample of
     at least 2 000 rows, compete on their sample inertia before any full pass.
+    Some shapes defeat kernel k-means itself: on two moons the moons partition
+    beats the best split by under 5% of the objective at any bandwidth, its
+    basin is narrow, and exact kernel k-means as well as these approximations
+    land on splits for some seeds.
 
     References
     ----------
@@ -858,7 +873,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     # -- prediction ----------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "cluster_centers_"):
-            raise NotFittedMapError("This KernelKMeans is not fitted yet. Call fit(X) first.")
+            raise _NotFittedEstimatorError("This KernelKMeans is not fitted yet. Call fit(X) first.")
 
     def _labels(self, rows: np.ndarray) -> np.ndarray:
         return _labels_of_rows(rows, self.feature_map_, self.cluster_centers_)
@@ -930,10 +945,14 @@ def _checked_labels(block: np.ndarray, feature_map: FeatureMap, centers: np.ndar
 
 
 def _is_in_memory(X: Any) -> bool:
-    """numpy arrays, lists and pandas frames (not dask, xarray or paths)."""
+    """numpy arrays, lists, pandas frames and scipy sparse matrices (not dask, xarray or paths).
+
+    Sparse input counts as in memory so that validation rejects it with scikit-learn's
+    message ("dense data is required").
+    """
     if isinstance(X, (str, da.Array)) or hasattr(X, "dims") or hasattr(X, "__fspath__"):
         return False
-    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__")
+    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__") or issparse(X)
 
 
 def _validate(model: KernelKMeans, X: Any, reset: bool) -> np.ndarray:
