@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 
 import numpy as np
 from scipy.spatial.distance import pdist

@@ -16,6 +16,8 @@ __all__ = [
     "check_positive_int",
     "check_bandwidth",
     "normalize_seed",
+    "is_in_memory",
+    "validate_estimator_input",
 ]
 
 
@@ -113,3 +115,29 @@ def normalize_seed(seed: Any, name: str = "seed") -> int:
             f"{name} must be an int in [0, 2**63), a numpy.random.Generator or None. Got {seed!r}."
         )
     return int(seed)
+
+
+def is_in_memory(X: Any) -> bool:
+    """numpy arrays, lists, pandas frames and scipy sparse matrices; not dask, xarray or paths.
+
+    Sparse input counts as in memory so that validation rejects it with scikit-learn's
+    message ("dense data is required").
+    """
+    from scipy.sparse import issparse
+
+    if isinstance(X, (str, bytes)) or hasattr(X, "dask") or hasattr(X, "dims") or hasattr(X, "__fspath__"):
+        return False
+    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__") or issparse(X)
+
+
+def validate_estimator_input(model: Any, X: Any, reset: bool) -> np.ndarray:
+    """scikit-learn's ``validate_data`` (n_features_in_, feature names) plus streamrff's finite-row check."""
+    from sklearn.utils.validation import validate_data
+
+    try:
+        rows = validate_data(model, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False)
+    except ValueError as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(str(error)) from error
+    return check_rows(rows, "X")

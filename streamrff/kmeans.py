@@ -24,11 +24,10 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
 
-from ._validation import check_bandwidth, check_positive_int, check_rows, normalize_seed
+from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed, validate_estimator_input
 from .errors import InputError, NotFittedMapError, SketchMismatchError
 from .maps import KJL, RFF, FeatureMap
 from .sketches import Sketch, _describe, _expect_array, _expect_int
@@ -770,11 +769,11 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         """
         from .io import as_row_chunked
 
-        in_memory = _is_in_memory(X)
+        in_memory = is_in_memory(X)
         fitted_before = hasattr(self, "cluster_centers_")
         try:
             if in_memory:
-                X = _validate(self, X, reset=True)
+                X = validate_estimator_input(self, X, reset=True)
             array = as_row_chunked(X, storage_options=storage_options)
             result = self._fit_array(array, client, progress, callback)
         except BaseException:
@@ -903,8 +902,8 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             For data of another width, or NaN/inf rows in memory.
         """
         self._check_fitted()
-        if _is_in_memory(X):
-            return self._labels(_validate(self, X, reset=False))
+        if is_in_memory(X):
+            return self._labels(validate_estimator_input(self, X, reset=False))
         from .io import as_row_chunked
 
         array = as_row_chunked(X, storage_options=storage_options)
@@ -944,24 +943,3 @@ def _checked_labels(block: np.ndarray, feature_map: FeatureMap, centers: np.ndar
     return _labels_of_rows(check_rows(block, "X"), feature_map, centers)
 
 
-def _is_in_memory(X: Any) -> bool:
-    """numpy arrays, lists, pandas frames and scipy sparse matrices (not dask, xarray or paths).
-
-    Sparse input counts as in memory so that validation rejects it with scikit-learn's
-    message ("dense data is required").
-    """
-    if isinstance(X, (str, da.Array)) or hasattr(X, "dims") or hasattr(X, "__fspath__"):
-        return False
-    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__") or issparse(X)
-
-
-def _validate(model: KernelKMeans, X: Any, reset: bool) -> np.ndarray:
-    from sklearn.utils.validation import validate_data
-
-    try:
-        rows = validate_data(model, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False)
-    except ValueError as error:
-        if isinstance(error, InputError):
-            raise
-        raise InputError(str(error)) from error
-    return check_rows(rows, "X")

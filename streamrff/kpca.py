@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.array as da
 import numpy as np
-from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from ._validation import check_positive_int, check_rows, normalize_seed
+from ._validation import check_positive_int, check_rows, is_in_memory, normalize_seed, validate_estimator_input
 from .errors import InputError, NotFittedMapError
 from .maps import KJL, RFF, FeatureMap
 from .sketches import MeanSketch
@@ -201,8 +199,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
         self._check_params()
         feature_map = self._initial_map()
-        if _is_in_memory(X):
-            X = _validate(self, X, reset=True)
+        if is_in_memory(X):
+            X = validate_estimator_input(self, X, reset=True)
         moment_sketch = sketch(
             X, feature_map, moments=True, client=client, storage_options=storage_options, progress=progress
         )
@@ -332,8 +330,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         ndarray or dask Array of shape (n_samples, n_components), float32
         """
         self._check_fitted()
-        if _is_in_memory(X):
-            return self._scores(_validate(self, X, reset=False))
+        if is_in_memory(X):
+            return self._scores(validate_estimator_input(self, X, reset=False))
         from .io import as_row_chunked
 
         array = as_row_chunked(X, storage_options=storage_options)
@@ -364,25 +362,6 @@ def _top_eigenpairs(covariance: np.ndarray, k: int, solver: str, seed: int) -> t
         values, vectors = np.linalg.eigh(covariance)
     order = np.argsort(values)[::-1][:k]
     return np.clip(values[order], 0.0, None), vectors[:, order]
-
-
-def _is_in_memory(X: Any) -> bool:
-    """numpy arrays, lists, pandas frames and scipy sparse (refused by validation); not dask, xarray or paths."""
-    if isinstance(X, (str, da.Array)) or hasattr(X, "dims") or hasattr(X, "__fspath__"):
-        return False
-    return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__") or issparse(X)
-
-
-def _validate(model: KernelPCA, X: Any, reset: bool) -> np.ndarray:
-    from sklearn.utils.validation import validate_data
-
-    try:
-        rows = validate_data(model, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False)
-    except ValueError as error:
-        if isinstance(error, InputError):
-            raise
-        raise InputError(str(error)) from error
-    return check_rows(rows, "X")
 
 
 def _checked_scores(block: np.ndarray, model: KernelPCA) -> np.ndarray:
