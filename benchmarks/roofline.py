@@ -85,7 +85,7 @@ def main() -> None:
                     if moments and D > 1024 and args.rows * D * D > 2e12:
                         continue  # the D x D update alone would take minutes here
                     predicted = (
-                        2 * args.rows * d * (D // 2) / (gemm64 * 1e9)  # projection (float64 GEMM)
+                        2 * args.rows * d * (D // 2) / (gemm32 * 1e9)  # projection (float32 GEMM)
                         + args.rows * D / (trans * cores)  # cos and sin
                         + args.rows * d * 4 / (read * 1e9)  # read + decompress
                         + (2 * args.rows * D * D / (gemm64 * 1e9) if moments else 0.0)  # z z^T
