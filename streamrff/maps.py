@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from abc import ABCMeta, abstractmethod
 import json
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -94,7 +95,7 @@ def _hash_arrays(digest: Any, arrays: dict[str, np.ndarray]) -> None:
         digest.update(little.tobytes())
 
 
-class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta):
     """Base class of streamrff's feature maps (scikit-learn transformers).
 
     Subclasses implement ``_begin_fit``, ``_finish_fit``, ``spec``,
@@ -154,9 +155,10 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
     # -- identity ---------------------------------------------------------------
     @property
+    @abstractmethod
     def spec(self) -> MapSpec:
         """JSON-able description from which :func:`map_from_spec` rebuilds this map."""
-        raise NotImplementedError  # pragma: no cover - every subclass defines it
+        ...
 
     @property
     def fingerprint(self) -> str:
@@ -250,21 +252,26 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
         return {}
 
+    @abstractmethod
     def _output_width(self) -> int:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
+    @abstractmethod
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
+    @abstractmethod
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
+    @abstractmethod
     def _finish_fit(self, sample: np.ndarray) -> FeatureMap:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
     @classmethod
+    @abstractmethod
     def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> FeatureMap:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
 
 @functools.lru_cache(maxsize=32)

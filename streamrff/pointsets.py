@@ -296,10 +296,11 @@ class SketchIndex(Sketch):
             If both hold a point set of the same name.
         """
         if isinstance(other, SketchIndex) and (self.feature_map is None or other.feature_map is None):
-            union = SketchIndex(self.feature_map or other.feature_map)
-        else:
-            self.check_compatible(other)
-            union = SketchIndex(self.feature_map)
+            return self._merge(other)  # an empty index has no map yet: nothing to compare
+        return super().merge(other)
+
+    def _merge(self, other: SketchIndex) -> SketchIndex:
+        union = SketchIndex(self.feature_map or other.feature_map)
         shared = sorted(set(self._entries) & set(other._entries))
         if shared:
             raise InputError(f"Cannot merge indexes that both hold point sets named {shared[:5]}. Rename one side.")

@@ -11,6 +11,7 @@ neutral element), :meth:`Sketch.save` / :func:`streamrff.load`, ``count``,
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 import json
 from functools import reduce
 from typing import Any, ClassVar
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 
-class Sketch:
+class Sketch(ABC):
     """Base class of mergeable sketches.
 
     Subclasses define ``kind``, ``_arrays()`` (the float/int arrays written to
@@ -56,31 +57,37 @@ class Sketch:
 
     # identity of what was sketched: the feature map (or sampler) spec and its fingerprint
     @property
+    @abstractmethod
     def spec(self) -> MapSpec:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
     @property
+    @abstractmethod
     def fingerprint(self) -> str:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Arrays that describe the map beyond its spec (saved under ``map/``)."""
         return {}
 
+    @abstractmethod
     def _arrays(self) -> dict[str, np.ndarray]:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
+    @abstractmethod
     def _attrs(self) -> dict[str, Any]:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
+    @abstractmethod
     def _merge(self, other: Sketch) -> Sketch:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
     @classmethod
+    @abstractmethod
     def _from_parts(
         cls, spec: MapSpec, map_arrays: dict[str, np.ndarray], attrs: dict[str, Any], arrays: dict[str, np.ndarray]
     ) -> Sketch:
-        raise NotImplementedError  # pragma: no cover
+        ...
 
     @property
     def is_empty(self) -> bool:
