@@ -72,7 +72,7 @@ def check_width(array: np.ndarray, n_features_in: int, owner: str, name: str = "
     if array.shape[1] != n_features_in:
         raise InputError(
             f"{name} has {array.shape[1]} features, but {owner} is expecting {n_features_in} "
-            f"features as input. Pass data with {n_features_in} columns, or fit a new map on "
+            f"features as input. Pass data with {n_features_in} columns, or fit a new {owner} on "
             "the new data."
         )
 

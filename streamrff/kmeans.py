@@ -27,11 +27,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
 
-from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed, validate_estimator_input
+from ._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
 from .errors import InputError, NotFittedMapError, SketchMismatchError
 from .maps import KJL, RFF, FeatureMap
-from .sketches import Sketch, _describe, _expect_array, _expect_int
-from .typing import MapSpec, Seed, StorageOptions
+from .sketches import MappedSketch, _describe, _expect_array, _expect_int
+from .typing import Seed, StorageOptions
 
 __all__ = ["ClusterSketch", "KernelKMeans", "LloydIteration", "cluster_sketch_of_chunk"]
 
@@ -63,7 +63,7 @@ def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | Non
     return digest.hexdigest()
 
 
-class ClusterSketch(Sketch):
+class ClusterSketch(MappedSketch):
     """One Lloyd step of kernel k-means over some rows: per-cluster counts and feature sums, inertia.
 
     Every row is assigned to its nearest centre in feature space; the sketch
@@ -146,15 +146,6 @@ class ClusterSketch(Sketch):
 
     # -- identity ------------------------------------------------------------------
     @property
-    def spec(self) -> MapSpec:
-        return self.feature_map.spec
-
-    @property
-    def fingerprint(self) -> str:
-        """The map's fingerprint (the centres have their own, :attr:`centers_fingerprint`)."""
-        return self.feature_map.fingerprint
-
-    @property
     def centers_fingerprint(self) -> str:
         """sha256 of the centres and previous centres: sketches merge only when these agree."""
         return _centers_fingerprint(self.centers, self.previous_centers)
@@ -163,9 +154,6 @@ class ClusterSketch(Sketch):
     def n_clusters(self) -> int:
         """Number of clusters k."""
         return int(self.centers.shape[0])
-
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        return self.feature_map.state_arrays()
 
     def check_compatible(self, other: Any) -> None:
         super().check_compatible(other)
@@ -907,11 +895,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         from .io import as_row_chunked
 
         array = as_row_chunked(X, storage_options=storage_options)
-        if array.shape[1] != self.n_features_in_:
-            raise InputError(
-                f"X has {array.shape[1]} features, but KernelKMeans is expecting {self.n_features_in_} features "
-                f"as input. Pass data with {self.n_features_in_} columns."
-            )
+        check_width(array, self.n_features_in_, "KernelKMeans")
         return array.map_blocks(
             _checked_labels,
             self.feature_map_,

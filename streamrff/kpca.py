@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from ._validation import check_positive_int, check_rows, is_in_memory, normalize_seed, validate_estimator_input
+from ._validation import check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
 from .errors import InputError, NotFittedMapError
 from .maps import KJL, RFF, FeatureMap
 from .sketches import MeanSketch
@@ -335,10 +335,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         from .io import as_row_chunked
 
         array = as_row_chunked(X, storage_options=storage_options)
-        if array.shape[1] != self.n_features_in_:
-            raise InputError(
-                f"X has {array.shape[1]} features, but KernelPCA is expecting {self.n_features_in_} features as input."
-            )
+        check_width(array, self.n_features_in_, "KernelPCA")
         return array.map_blocks(
             _checked_scores, self, dtype=np.float32, chunks=(array.chunks[0], (self._n_features_out,))
         )

@@ -298,6 +298,14 @@ def _fingerprint(feature_map: FeatureMap) -> str:
     return digest.hexdigest()
 
 
+def _fitted_bandwidth(spec: MapSpec) -> float:
+    """The numeric bandwidth of a fitted map's spec; "median" would silently rebuild with 1.0."""
+    bandwidth = check_bandwidth(_require(spec, "bandwidth"))
+    if bandwidth == "median":
+        raise InputError("A map spec needs the fitted numeric bandwidth. Got 'median'; use the map's .spec after fit.")
+    return bandwidth
+
+
 def _require(spec: MapSpec, key: str) -> Any:
     if key not in spec:
         raise InputError(f"Map spec of kind {spec.get('kind')!r} lacks the key {key!r}. Got keys {sorted(spec)}.")
@@ -436,11 +444,7 @@ class RFF(FeatureMap):
 
     @classmethod
     def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> RFF:
-        bandwidth = _require(spec, "bandwidth")
-        if check_bandwidth(bandwidth) == "median":
-            # A spec describes a fitted map; rebuilding "median" from zero rows would
-            # silently give bandwidth 1.0.
-            raise InputError("A map spec needs the fitted numeric bandwidth. Got 'median'; use the map's .spec after fit.")
+        bandwidth = _fitted_bandwidth(spec)
         feature_map = cls(
             n_features=_require(spec, "n_features"),
             bandwidth=bandwidth,
@@ -758,9 +762,7 @@ class RelativeErrorRFF(FeatureMap):
 
     @classmethod
     def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> RelativeErrorRFF:
-        bandwidth = check_bandwidth(_require(spec, "bandwidth"))
-        if bandwidth == "median":
-            raise InputError("A map spec needs the fitted numeric bandwidth. Got 'median'; use the map's .spec after fit.")
+        bandwidth = _fitted_bandwidth(spec)
         feature_map = cls(
             n_features=_require(spec, "n_features"),
             bandwidth=bandwidth,
@@ -954,9 +956,7 @@ class KJL(FeatureMap):
             )
         if not np.isfinite(landmarks).all():
             raise InputError("K-JL landmarks hold NaN or inf.")
-        bandwidth = check_bandwidth(_require(spec, "bandwidth"))
-        if bandwidth == "median":
-            raise InputError("A map spec needs the fitted numeric bandwidth. Got 'median'.")
+        bandwidth = _fitted_bandwidth(spec)
         feature_map = cls(
             n_landmarks=n_landmarks,
             n_components=_require(spec, "n_components"),

@@ -27,6 +27,7 @@ from .typing import ArrayLike2D, MapSpec, PathOrURL, StorageOptions
 
 __all__ = [
     "Sketch",
+    "MappedSketch",
     "MeanSketch",
     "LandmarkSketch",
     "merge",
@@ -147,12 +148,29 @@ class Sketch(ABC):
     __hash__ = None  # type: ignore[assignment]
 
 
+class MappedSketch(Sketch):
+    """A sketch of features made by one fitted map: its identity (spec, fingerprint, state) is the map's."""
+
+    feature_map: FeatureMap
+
+    @property
+    def spec(self) -> MapSpec:
+        return self.feature_map.spec
+
+    @property
+    def fingerprint(self) -> str:
+        return self.feature_map.fingerprint
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return self.feature_map.state_arrays()
+
+
 def _describe(spec: MapSpec) -> str:
     keys = ("kind", "n_features", "n_components", "bandwidth", "variant", "seed", "k")
     return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
 
 
-class MeanSketch(Sketch):
+class MeanSketch(MappedSketch):
     """Count, float64 sum of features and (optionally) the float64 second moment ``sum z z^T``.
 
     Built with :func:`sketch_array` (in memory) or :func:`streamrff.sketch`
@@ -217,17 +235,6 @@ class MeanSketch(Sketch):
             0.0,
             np.zeros((width, width)) if moments else None,
         )
-
-    @property
-    def spec(self) -> MapSpec:
-        return self.feature_map.spec
-
-    @property
-    def fingerprint(self) -> str:
-        return self.feature_map.fingerprint
-
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        return self.feature_map.state_arrays()
 
     @property
     def has_moments(self) -> bool:

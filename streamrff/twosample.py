@@ -38,7 +38,7 @@ from ._validation import check_positive_int, normalize_seed
 from .errors import InputError, SketchMismatchError
 from .maps import RFF, FeatureMap
 from .sampling import _splitmix64, stream_key
-from .sketches import MeanSketch, Sketch, _describe, _expect_array, _expect_int, mmd2
+from .sketches import MappedSketch, MeanSketch, _describe, _expect_array, _expect_int, mmd2
 from .typing import ArrayLike2D, MapSpec, Seed, StorageOptions
 
 __all__ = [
@@ -287,7 +287,7 @@ def check_accumulator_size(
         )
 
 
-class TwoSampleSketch(Sketch):
+class TwoSampleSketch(MappedSketch):
     """Sums for the one-pass permutation MMD test of X (global rows ``0..n_x-1``) against Y (``n_x..N-1``).
 
     Built per chunk by :func:`two_sample_sketch_of_chunk`, merged with
@@ -383,17 +383,6 @@ class TwoSampleSketch(Sketch):
     def is_complete(self) -> bool:
         """Whether every row of the design has been added."""
         return self.count_x == self.n_x and self.count_y == self.n_y
-
-    @property
-    def spec(self) -> MapSpec:
-        return self.feature_map.spec
-
-    @property
-    def fingerprint(self) -> str:
-        return self.feature_map.fingerprint
-
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        return self.feature_map.state_arrays()
 
     def check_compatible(self, other: Any) -> None:
         super().check_compatible(other)
