@@ -15,6 +15,7 @@ __all__ = [
     "check_width",
     "check_positive_int",
     "check_bandwidth",
+    "check_feature_dtype",
     "normalize_seed",
     "is_in_memory",
     "validate_estimator_input",
@@ -98,6 +99,20 @@ def check_bandwidth(value: Any, name: str = "bandwidth") -> float | str:
             "use e.g. bandwidth=1.0 or bandwidth='median'."
         )
     return float(value)
+
+
+def check_feature_dtype(value: Any, name: str = "dtype") -> np.dtype:
+    """Return the features' dtype, float32 or float64, or raise InputError."""
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.float32, np.float64) or isinstance(value, bool):
+        raise InputError(
+            f"{name} must be 'float32' or 'float64'. Got {value!r}. float32 is the default; "
+            "float64 features cost about 10x the time."
+        )
+    return dtype
 
 
 def normalize_seed(seed: Any, name: str = "seed") -> int:

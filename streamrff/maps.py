@@ -37,8 +37,12 @@ from .typing import ArrayLike2D, MapSpec, Seed
 
 __all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec"]
 
-#: Bytes of float64 projections one tile may hold; keeps intermediates in cache-sized tiles.
-_TILE_BYTES = 4 * 2**20
+#: Bytes of float32 features one tile may hold: small enough that a tile's projection, features
+#: and their sums stay in the core's L2 cache (benchmarks/roofline.py measured 256 KiB-1 MiB
+#: as the plateau on a 2-core x86-64 machine; larger tiles spill and lose ~15%).
+_TILE_BYTES = 2**19
+#: Output dtypes a map can embed into (float32 is the default and the sklearn-declared output).
+FEATURE_DTYPES = ("float32", "float64")
 #: SeedSequence spawn key of the JL projection stream (ASCII "JL-P"), distinct from the RFF stream.
 _JL_STREAM = 0x4A4C2D50
 
@@ -186,26 +190,30 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
     # -- embedding --------------------------------------------------------------
     def _tile_rows(self, n_columns: int) -> int:
-        return max(64, _TILE_BYTES // (8 * max(n_columns, 1)))
+        return max(16, _TILE_BYTES // (4 * max(n_columns, 1)))
 
-    def _embed(self, X: np.ndarray) -> np.ndarray:
-        """Embed trusted, validated rows into a new float32 array."""
-        out = np.empty((X.shape[0], self._output_width()), dtype=np.float32)
+    def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+        """Embed trusted, validated rows into a new array of ``dtype`` (float32 or float64)."""
+        out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
         step = self._tile_rows(self._output_width())
         for start in range(0, X.shape[0], step):
             self._embed_tile(X[start : start + step], out[start : start + step])
         return out
 
-    def embed_tiles(self, X: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    def embed_tiles(
+        self, X: np.ndarray, tile_rows: int | None = None, dtype: Any = np.float32
+    ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start_row, features)`` for row tiles of trusted ``X``, reusing one buffer.
 
         The yielded array is overwritten by the next tile: consume it before
         advancing. This is how sketches embed a chunk without holding all of
-        its features at once.
+        its features at once. ``tile_rows`` defaults to a cache-sized tile;
+        ``dtype`` is float32 (default) or float64 (twice the memory traffic
+        and about twice the time; see :func:`streamrff.sketch`).
         """
         width = self._output_width()
-        step = self._tile_rows(width)
-        buffer = np.empty((min(step, X.shape[0]), width), dtype=np.float32)
+        step = int(tile_rows) if tile_rows else self._tile_rows(width)
+        buffer = np.empty((min(step, X.shape[0]), width), dtype=dtype)
         for start in range(0, X.shape[0], step):
             tile = X[start : start + step]
             out = buffer[: tile.shape[0]]
@@ -282,12 +290,15 @@ def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
     return params
 
 
-@functools.lru_cache(maxsize=32)
-def _float32_params(kind: str, spec_json: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Transposed float32 frequencies (d x m) and float32 phases, for the embedding hot path."""
+@functools.lru_cache(maxsize=64)
+def _projection_params(kind: str, spec_json: str, dtype_char: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Transposed frequencies (d x m) and phases in the embedding's dtype, for the hot path."""
     params = _cached_params(kind, spec_json)
-    frequencies = np.ascontiguousarray(params["frequencies"].T, dtype=np.float32)
-    phases = params["phases"].astype(np.float32) if "phases" in params else None
+    frequencies = np.ascontiguousarray(params["frequencies"].T, dtype=dtype_char)
+    phases = params["phases"].astype(dtype_char) if "phases" in params else None
+    for array in (frequencies, phases):
+        if array is not None:
+            array.setflags(write=False)
     return frequencies, phases
 
 
@@ -469,19 +480,22 @@ class RFF(FeatureMap):
         return int(self.n_features)
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
-        # float32 throughout: the phases are rounded to float32 before the cosine
-        # anyway, so a float64 projection would cost twice the GEMM for no precision.
-        frequencies, phases = _float32_params(self.kind, _spec_key(self.spec))
-        projection = X.astype(np.float32, copy=False) @ frequencies
+        # The projection runs in the output's precision. For float32 nothing is lost by
+        # it: the phase is rounded to float32 before the cosine anyway, and a float64
+        # projection would cost twice the GEMM.
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), out.dtype.char)
         if self.variant == "sincos":
-            m = projection.shape[1]
-            np.cos(projection, out=out[:, :m])
-            np.sin(projection, out=out[:, m:])
-            out *= np.float32(1.0 / np.sqrt(m))
+            m = frequencies.shape[1]
+            cosines, sines = out[:, :m], out[:, m:]
+            np.matmul(X.astype(out.dtype, copy=False), frequencies, out=sines)  # projection, in place
+            np.cos(sines, out=cosines)
+            np.sin(sines, out=sines)
+            out *= out.dtype.type(1.0 / np.sqrt(m))
         else:
-            projection += phases
-            np.cos(projection, out=out)
-            out *= np.float32(np.sqrt(2.0 / out.shape[1]))
+            np.matmul(X.astype(out.dtype, copy=False), frequencies, out=out)
+            out += phases
+            np.cos(out, out=out)
+            out *= out.dtype.type(np.sqrt(2.0 / out.shape[1]))
 
 
 class JL(FeatureMap):
@@ -578,8 +592,8 @@ class JL(FeatureMap):
         return int(self.n_components)
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
-        inner = self.inner_map_._embed(X)
-        out[...] = inner.astype(np.float64) @ self._params()["projection"]
+        inner = self.inner_map_._embed(X, out.dtype)
+        out[...] = inner.astype(np.float64, copy=False) @ self._params()["projection"]
 
 
 #: SeedSequence spawn key of the RelativeErrorRFF frequency stream (ASCII "RERF"), so that its
@@ -800,9 +814,9 @@ class RelativeErrorRFF(FeatureMap):
         params = self._params()
         projection = X.astype(np.float64, copy=False) @ params["frequencies"].T
         m = projection.shape[1]
-        weights = params["weights"].astype(np.float32)
-        np.cos(projection, out=out[:, :m], dtype=np.float32)
-        np.sin(projection, out=out[:, m:], dtype=np.float32)
+        weights = params["weights"].astype(out.dtype)
+        np.cos(projection, out=out[:, :m], dtype=out.dtype)
+        np.sin(projection, out=out[:, m:], dtype=out.dtype)
         out[:, :m] *= weights
         out[:, m:] *= weights
 

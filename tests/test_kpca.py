@@ -206,7 +206,8 @@ def test_kpca_fit_from_zarr_equals_fit_in_memory(tmp_zarr):
     in_memory = srf.KernelPCA(n_components=3, n_features=128).fit(ROWS)
     from_zarr = srf.KernelPCA(n_components=3, n_features=128).fit(tmp_zarr(ROWS, chunk_rows=100))
     assert from_zarr.feature_map_.fingerprint == in_memory.feature_map_.fingerprint  # same median sample
-    np.testing.assert_allclose(from_zarr.explained_variance_, in_memory.explained_variance_, rtol=1e-9)
+    # Different chunkings: equal to float32 rounding (second moments are float32 rank-k updates per tile).
+    np.testing.assert_allclose(from_zarr.explained_variance_, in_memory.explained_variance_, rtol=1e-6)
 
 
 def test_kpca_feature_map_override_is_used_and_left_unfitted():

@@ -55,7 +55,10 @@ def test_mean_sketch_sums_equal_numpy_sums_of_features(name, dtype):
     assert sketch.count == len(X)
     assert sketch.feature_sum.dtype == np.float64 and sketch.moment.dtype == np.float64
     np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(sketch.moment, Z.T @ Z, rtol=1e-12, atol=1e-12)
+    # The second moment is a float32 rank-k update per tile (issue 7), accumulated in float64:
+    # equal to float32 rounding of the products.
+    np.testing.assert_allclose(sketch.moment, Z.T @ Z, rtol=0, atol=1e-6 * np.abs(Z.T @ Z).max())
+    np.testing.assert_array_equal(sketch.moment, sketch.moment.T)
     # Row norms are float32 dot products (the hot path), summed in float64.
     assert sketch.squared_norm_sum == pytest.approx((Z.astype(np.float64) ** 2).sum(), rel=1e-6)
     np.testing.assert_allclose(sketch.mean, Z.mean(axis=0), rtol=1e-12, atol=1e-12)
@@ -64,11 +67,35 @@ def test_mean_sketch_sums_equal_numpy_sums_of_features(name, dtype):
 def test_mean_sketch_second_moment_over_many_tiles():
     # Wide enough that the chunk is embedded in several row tiles.
     feature_map = srf.RFF(n_features=1024, bandwidth=1.0, seed=1).fit(ROWS)
-    X = np.random.default_rng(0).normal(size=(1200, 4))  # 512-row tiles at D = 1024
+    X = np.random.default_rng(0).normal(size=(1200, 4))  # 512-row tiles with moments
     Z = feature_map.transform(X).astype(np.float64)
     sketch = srf.sketch_array(X, feature_map, moments=True)
-    assert relative_error(sketch.moment, Z.T @ Z) < 1e-12
+    assert relative_error(sketch.moment, Z.T @ Z) < 1e-6
     assert relative_error(sketch.feature_sum, Z.sum(axis=0)) < 1e-12
+
+
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+def test_float64_features_equal_float64_numpy_features(variant):
+    feature_map = srf.RFF(n_features=256, bandwidth=0.7, variant=variant, seed=3).fit(ROWS)
+    params = feature_map._params()
+    X = np.random.default_rng(1).normal(size=(700, 4))
+    phase = X @ params["frequencies"].T
+    if variant == "sincos":
+        Z = np.hstack([np.cos(phase), np.sin(phase)]) / np.sqrt(phase.shape[1])
+    else:
+        Z = np.sqrt(2.0 / 256) * np.cos(phase + params["phases"])
+    sketch = srf.sketch_array(X, feature_map, moments=True, dtype="float64")
+    assert relative_error(sketch.feature_sum, Z.sum(axis=0)) < 1e-12
+    assert relative_error(sketch.moment, Z.T @ Z) < 1e-12
+    assert sketch.squared_norm_sum == pytest.approx((Z**2).sum(), rel=1e-12)
+    # float32 features are that to float32 rounding: the phase error grows with |w.x|.
+    float32 = srf.sketch_array(X, feature_map)
+    assert 1e-9 < relative_error(float32.feature_sum, Z.sum(axis=0)) < 1e-5
+
+
+def test_sketch_array_rejects_an_unknown_dtype():
+    with pytest.raises(srf.InputError, match=r"dtype must be 'float32' or 'float64'.*'float16'"):
+        srf.sketch_array(ROWS, FITTED["rff-sincos"], dtype="float16")
 
 
 def test_sketch_array_fits_a_clone_of_an_unfitted_map():
