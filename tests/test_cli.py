@@ -157,6 +157,17 @@ def test_cli_sketch_json_matches_sketch_array(capsys, data_zarr, tmp_path):
     assert json.loads(out) == summary
 
 
+def test_cli_sketch_float64_features(capsys, data_zarr, tmp_path):
+    output = tmp_path / "out64.sketch"
+    code, _, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "64", "--dtype", "float64")
+    assert code == 0, err
+    loaded = srf.load(output)
+    params = loaded.feature_map._params()
+    phase = X.astype(np.float64) @ params["frequencies"].T
+    Z = np.hstack([np.cos(phase), np.sin(phase)]) / np.sqrt(phase.shape[1])
+    np.testing.assert_allclose(loaded.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-12 * np.abs(Z.sum(axis=0)).max())
+
+
 def test_cli_sketch_text_output_and_info(capsys, data_zarr, tmp_path):
     output = tmp_path / "out.sketch"
 

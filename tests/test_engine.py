@@ -26,7 +26,7 @@ import zarr
 from scipy.spatial.distance import pdist
 
 import streamrff as srf
-from streamrff.engine import landmark_sample, run_chunks
+from streamrff.engine import auto_chunk_rows, landmark_sample, run_chunks
 from streamrff.errors import InputError, SourceError
 from streamrff.sampling import MEDIAN_SAMPLE_ROWS, row_keys
 from streamrff.sketches import mean_sketch_of_chunk
@@ -119,6 +119,43 @@ def test_sketch_matches_sketch_array_across_chunk_sizes(moments):
     assert_sketches_close(small_chunks, reference, rtol=1e-6)
     assert_sketches_close(odd_chunks, reference, rtol=1e-6)
     assert_sketches_close(odd_chunks, small_chunks, rtol=1e-6)
+
+
+def test_auto_chunk_rows_follows_width_moments_and_memory():
+    # ~2**27 feature values per task; at least 8 D rows with moments; input under memory / 8.
+    assert auto_chunk_rows(10**8, 32, 1024, False, memory_per_thread=4e9) == 2**27 // 1024
+    assert auto_chunk_rows(10**8, 32, 4096, True, memory_per_thread=4e9) == 2**27 // 4096
+    assert auto_chunk_rows(10**8, 32, 2**16, True, memory_per_thread=4e9) == 8 * 2**16
+    assert auto_chunk_rows(5_000, 32, 1024, False, memory_per_thread=4e9) == 5_000
+    assert auto_chunk_rows(10**8, 1000, 16, False, memory_per_thread=9e6) == 9e6 / 8 // 9000
+    assert auto_chunk_rows(10**8, 10**9, 16, False, memory_per_thread=1e6) == 1
+
+
+def test_in_memory_data_is_split_by_auto_chunk_rows_and_zarr_keeps_its_chunks(caplog, tmp_zarr):
+    rows = np.random.default_rng(2).normal(size=(300_000, 2)).astype(np.float32)
+    fitted = srf.RFF(n_features=1024, bandwidth=1.0).fit(rows[:10])
+    with caplog.at_level(logging.INFO, logger="streamrff.engine"):
+        result = srf.sketch(rows, fitted)
+    expected_chunks = -(-300_000 // (2**27 // 1024))
+    assert chunk_counts(caplog)[0] == expected_chunks == 3
+    assert_sketches_close(result, srf.sketch_array(rows, fitted), rtol=1e-6)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="streamrff.engine"):
+        srf.sketch(tmp_zarr(rows, chunk_rows=50_000), fitted)
+    assert chunk_counts(caplog)[0] == 6
+
+
+@pytest.mark.parametrize("moments", [False, True])
+def test_float64_sketch_equals_float64_numpy_reference_on_dask(moments):
+    fitted = srf.RFF(n_features=N_FEATURES, bandwidth=2.0, variant="cosphase", seed=7).fit(X)
+    params = fitted._params()
+    Z = np.sqrt(2.0 / N_FEATURES) * np.cos(X.astype(np.float64) @ params["frequencies"].T + params["phases"])
+    result = srf.sketch(X, fitted, moments=moments, chunk_rows=3_000, dtype="float64")
+    np.testing.assert_allclose(result.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-12 * np.abs(Z.sum(axis=0)).max())
+    if moments:
+        np.testing.assert_allclose(result.moment, Z.T @ Z, rtol=0, atol=1e-12 * np.abs(Z.T @ Z).max())
+    with pytest.raises(InputError, match=r"dtype must be 'float32' or 'float64'. Got 'int8'"):
+        srf.sketch(X, fitted, dtype="int8")
 
 
 def test_sketch_is_invariant_to_source_type(tmp_zarr, s3_server, s3_bucket):
