@@ -133,6 +133,7 @@ def _cmd_sketch(args: argparse.Namespace) -> int:
         on_invalid=args.on_invalid,
         progress=_show_progress(args),
         dtype=args.dtype,
+        method=args.method,
     )
     result.save(args.output, storage_options=options, overwrite=args.overwrite)
     summary = sketch_summary(args.output, result)
@@ -372,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     sketch.add_argument("--chunk-rows", type=_positive_int, default=None, help="rows per task (default: zarr chunks)")
     sketch.add_argument(
         "--dtype", choices=["float32", "float64"], default="float32", help="feature precision (float64: ~10x slower)"
+    )
+    sketch.add_argument(
+        "--method",
+        choices=["auto", "direct", "nufft"],
+        default="auto",
+        help="how sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the faster",
     )
     sketch.add_argument("--scheduler", metavar="ADDRESS", default=None, help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (default: embedded local)")
     sketch.add_argument("--checkpoint", metavar="DIR", default=None, help="keep per-chunk partials here to resume or extend")

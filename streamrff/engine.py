@@ -25,7 +25,14 @@ from ._validation import check_feature_dtype
 from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
 from .maps import FeatureMap
-from .sketches import LandmarkSketch, MeanSketch, Sketch, landmark_sketch_of_chunk, mean_sketch_of_chunk
+from .sketches import (
+    LandmarkSketch,
+    MeanSketch,
+    Sketch,
+    check_sum_method,
+    landmark_sketch_of_chunk,
+    mean_sketch_of_chunk,
+)
 from .sampling import bottom_k, row_keys
 from .typing import StorageOptions
 
@@ -313,9 +320,10 @@ def _mean_kernel(
     feature_map: FeatureMap,
     moments: bool,
     dtype: Any = "float32",
+    method: str = "auto",
 ) -> MeanSketch:
     n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
-    return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype)
+    return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype, method=method)
 
 
 #: Rows per task of in-memory data: each task embeds about this many feature values (rows x D,
@@ -422,6 +430,7 @@ def sketch(
     split_every: int = 8,
     retries: int = 3,
     dtype: Any = "float32",
+    method: str = "auto",
 ) -> MeanSketch:
     """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
 
@@ -475,6 +484,13 @@ def sketch(
         1e-7..1e-6 on the kernel-mean sums); float64 removes it at about 10x
         the time, since numpy's float64 sin/cos are not vectorised. Float32
         and float64 sketches of the same map merge.
+    method : {"auto", "direct", "nufft"}, default="auto"
+        How each chunk's sums are computed. "direct" embeds every row.
+        "nufft" evaluates them as one type-3 non-uniform FFT (d <= 3, RFF and
+        RelativeErrorRFF maps, float32, no moments; needs the extra
+        ``streamrff[nufft]``): 20-80x faster at d = 2, D = 4096, equal to
+        float32 rounding. "auto" uses the NUFFT for a chunk when it applies
+        and is predicted at least 2x faster (:func:`streamrff.nufft.nufft_applies`).
 
     Returns
     -------
@@ -507,12 +523,14 @@ def sketch(
     if on_invalid not in _ON_INVALID:
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
     dtype = check_feature_dtype(dtype)
+    method = check_sum_method(method, bool(moments), dtype)
     array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
         fitted = fit_map(feature_map, [array], client=active, progress=progress)
+        check_sum_method(method, bool(moments), dtype, fitted)
         if chunk_rows is None:
             array = _plan_chunks(source, array, fitted.n_features_out_, bool(moments), active)
-        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments), dtype=dtype)
+        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments), dtype=dtype, method=method)
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
         if dtype == np.float64:
             job += "-float64"
