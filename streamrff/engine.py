@@ -460,10 +460,9 @@ def sketch(
         For a DataArray, the sample dimension (default: its first).
     chunk_rows : int, optional
         Rows per task. By default in-memory arrays are split by
-        :func:`auto_chunk_rows` (several tasks per thread, each large enough to
-        amortise scheduling, small enough for the worker's memory), and
-        chunked sources keep their chunks unless those are too large for a
-        worker or much too small (then whole chunks are grouped).
+        :func:`auto_chunk_rows` (about ``2**27 / D`` rows: enough to amortise
+        scheduling, small enough for the worker's memory), and chunked
+        sources keep their own chunks unless one is too large for a worker.
     checkpoint : str or PathLike, optional
         Directory or URL for per-chunk partial sketches: a rerun computes only
         the chunks without a partial (after an interruption, or rows appended

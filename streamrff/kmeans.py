@@ -301,11 +301,90 @@ def _nearest(features: np.ndarray, centers: np.ndarray, center_norms: np.ndarray
     return labels, distances
 
 
-def _sum_by_label(features: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows per label and float64 row sums per label (k x D): one stable sort, then contiguous slice sums.
+#: Unit roundoff of float32.
+_FLOAT32_UNIT = 2.0**-24
+#: Bytes of float32 features per tile of a Lloyd pass (256 rows at D = 1024): enough rows to
+#: amortise the per-tile calls and keep the two float32 GEMMs (scores, one-hot sums) efficient,
+#: few enough to stay in the core's L2 cache (128-512 rows measured alike at D = 1024).
+_LLOYD_TILE_BYTES = 2**20
+#: At most this many rows per tile, whatever D: float32 per-cluster partial sums over a tile
+#: then stay well below the float32 chunking tolerance (rel 1e-6).
+_LLOYD_MAX_TILE_ROWS = 512
+#: Once more than this fraction of a tile's rows may have changed cluster, the chunk's remaining
+#: tiles are scored against the current and previous centres in one GEMM.
+_FULL_RESCORE_FRACTION = 0.25
 
-    (Memory-bound and much faster than a one-hot GEMM or ``np.add.reduceat`` along axis 0.)
+
+def _squared_row_norms(features: np.ndarray) -> np.ndarray:
+    """``||z||^2`` of every row, in the features' dtype (a batched dot product: faster than einsum)."""
+    return np.matmul(features[:, None, :], features[:, :, None]).reshape(features.shape[0])
+
+
+def _lloyd_tile_rows(n_rows: int, width: int) -> int:
+    return max(1, min(n_rows, _LLOYD_MAX_TILE_ROWS, max(16, _LLOYD_TILE_BYTES // (4 * width))))
+
+
+class _NearestCentres:
+    """Nearest centre of float32 feature rows, equal to float64 arithmetic's, from a float32 GEMM.
+
+    Scores ``s_j = ||c_j||^2 - 2 z.c_j`` (``||z||^2`` is the same for every
+    centre) come from one float32 GEMM of the tile against ``-2 c`` rounded to
+    float32, for one or more blocks of centres at once (the current and the
+    previous ones). Against float64 arithmetic on the same float32 features a
+    score is off by at most ``e(z) = (2 gamma_D + 10 u) ||z|| c_max + 5 u c_max^2``
+    (``u = 2^-24``, ``gamma_D = D u / (1 - D u)``, ``c_max = max_j ||c_j||``:
+    the dot-product bound of Higham 2002, eq. 3.5, plus the roundings of
+    ``c``, ``||c||^2`` and the sum). A row whose two lowest scores in a block
+    differ by more than ``4 e(z)`` (twice what two scores can be off
+    together) therefore has float64 arithmetic's nearest centre; the few other
+    rows are rescored in float64. Labels are thus those of float64 arithmetic
+    (ties to the lowest index) whatever the tiling.
     """
+
+    def __init__(self, blocks: list[np.ndarray], tile_rows: int) -> None:
+        self.blocks = blocks
+        self.block_norms = [np.einsum("ij,ij->i", block, block) for block in blocks]
+        stacked = np.concatenate(blocks)
+        # Multiplying by -2 is exact, so this is -2 (c rounded to float32).
+        self.scaled = np.ascontiguousarray((-2.0 * stacked).T, dtype=np.float32)
+        self.norms32 = np.concatenate(self.block_norms).astype(np.float32)
+        self.scores = np.empty((tile_rows, stacked.shape[0]), dtype=np.float32)
+        width = stacked.shape[1]
+        gamma = width * _FLOAT32_UNIT / (1.0 - width * _FLOAT32_UNIT)
+        largest = float(np.sqrt(max(norms.max() for norms in self.block_norms)))
+        # 4 e(z) as slope * ||z|| + offset.
+        self.slope = np.float32(4.0 * (2.0 * gamma + 10.0 * _FLOAT32_UNIT) * largest)
+        self.offset = np.float32(20.0 * _FLOAT32_UNIT * largest * largest)
+
+    def assign(self, features: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Nearest centres of float32 rows of norms ``lengths``, with score margins and error bounds.
+
+        Returns the int64 labels, shape (n, n_blocks); the float32 difference
+        between the two lowest scores of each row in the first block (inf for
+        blocks of one centre); and the bound ``4 e(z)``, shape (n,). Rows with
+        a margin within the bound in any block were rescored in float64.
+        """
+        n, n_blocks = features.shape[0], len(self.blocks)
+        scores = self.scores[:n]
+        np.matmul(features, self.scaled, out=scores)
+        scores += self.norms32
+        per_block = scores.reshape(n, n_blocks, -1)
+        labels = np.argmin(per_block, axis=2)
+        bound = lengths * self.slope + self.offset
+        if per_block.shape[2] == 1:
+            return labels, np.full(n, np.inf, dtype=np.float32), bound
+        lowest = np.partition(per_block, 1, axis=2)
+        margins = lowest[:, :, 1] - lowest[:, :, 0]
+        unsure = np.flatnonzero((margins <= bound[:, None]).any(axis=1))
+        if unsure.size:
+            wide = features[unsure].astype(np.float64)
+            for index, (block, norms) in enumerate(zip(self.blocks, self.block_norms)):
+                labels[unsure, index] = _nearest(wide, block, norms)[0]
+        return labels, margins[:, 0], bound
+
+
+def _sum_by_label(features: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows per label and float64 row sums per label (k x D): one stable sort, then contiguous slice sums."""
     counts = np.bincount(labels, minlength=k).astype(np.int64)
     sums = np.zeros((k, features.shape[1]))
     grouped = features[np.argsort(labels, kind="stable")]
@@ -323,9 +402,20 @@ def cluster_sketch_of_chunk(
 ) -> ClusterSketch:
     """One Lloyd step over trusted, finite rows: the pure per-chunk kernel that Dask maps over chunks.
 
-    Rows are embedded tile by tile (:meth:`FeatureMap.embed_tiles`); each row
-    goes to its nearest centre by ``||z||^2 - 2 z.c + ||c||^2`` in float64, and
-    counts, feature sums and squared distances are accumulated in float64.
+    Rows are embedded tile by tile (:meth:`FeatureMap.embed_tiles`, float32).
+    Each row goes to its nearest centre by float32 scores ``||c||^2 - 2 z.c``
+    from one GEMM, rescored in float64 where float32 rounding could change the
+    winner, so labels, counts and moved rows are those of float64 arithmetic.
+    A row can have changed cluster since ``previous_centers`` only if its
+    margin between its two lowest scores is within what the centres' shift can
+    change (``|s'_j - s_j| <= | ||c'_j||^2 - ||c_j||^2 | + 2 ||z|| ||c'_j - c_j||``):
+    only those rows are scored against the previous centres, which near
+    convergence are few. Per tile, cluster sums are a float32 GEMM of the
+    one-hot labels with the features, accumulated in float64: they equal
+    float64 arithmetic's to float32 rounding of per-tile partial sums (far
+    below the 1e-6 chunking tolerance). The sum of ``||z||^2`` comes from
+    float32 row norms summed in float64, and the inertia from the float64
+    identity ``sum_i ||z_i - c_(i)||^2 = sum_i ||z_i||^2 - 2 sum_c c.S_c + sum_c n_c ||c||^2``.
 
     Parameters
     ----------
@@ -359,27 +449,54 @@ def cluster_sketch_of_chunk(
     """
     centers, previous_centers = _check_centers(feature_map, centers, previous_centers)
     k, width = centers.shape
-    both = centers if previous_centers is None else np.concatenate([centers, previous_centers])
-    both_norms = np.einsum("ij,ij->i", both, both)
+    tile_rows = _lloyd_tile_rows(rows.shape[0], width)
+    current = _NearestCentres([centers], tile_rows)
+    previous = both = None
+    if previous_centers is not None and k > 1:  # with one cluster no row can move
+        previous = _NearestCentres([previous_centers], tile_rows)
+        # How far each centre's scores can have moved: |s'_j - s_j| <= norm_change_j + 2 ||z|| shift_j.
+        # A row keeps its centre j1 if its margin exceeds that for j1 plus the largest for any j
+        # (1% spare for the float32 comparison); the float32 error of the margin is in `bound`.
+        step = previous_centers - centers
+        norm_change = (1.01 * np.abs(previous.block_norms[0] - current.block_norms[0])).astype(np.float32)
+        shift = (1.01 * 2.0 * np.sqrt(np.einsum("ij,ij->i", step, step))).astype(np.float32)
+        largest_norm_change, largest_shift = norm_change.max(), shift.max()
+    onehot = np.zeros((k, tile_rows), dtype=np.float32)
+    tile_index = np.arange(tile_rows)
+    tile_sums = np.empty((k, width), dtype=np.float32)
     counts = np.zeros(k, np.int64)
     sums = np.zeros((k, width))
-    inertia = squared_norm_sum = 0.0
-    n_moved = 0
-    for _, features in feature_map.embed_tiles(rows):
-        wide = features.astype(np.float64)
-        row_norms = np.einsum("ij,ij->i", wide, wide)
-        scores = both_norms - 2.0 * (wide @ both.T)  # one GEMM for current and previous centres
-        labels = np.argmin(scores[:, :k], axis=1)
-        inertia += float(np.maximum(row_norms + scores[np.arange(wide.shape[0]), labels], 0.0).sum())
-        squared_norm_sum += float(row_norms.sum())
-        if previous_centers is None:
-            n_moved += wide.shape[0]
+    squared_norm_sum = 0.0
+    n_moved = rows.shape[0] if previous_centers is None else 0
+    for _, features in feature_map.embed_tiles(rows, tile_rows=tile_rows):
+        n = features.shape[0]
+        row_norms = _squared_row_norms(features)
+        squared_norm_sum += float(row_norms.sum(dtype=np.float64))
+        lengths = np.sqrt(row_norms)
+        if both is not None:  # most rows may move: one GEMM scores current and previous centres
+            pair = both.assign(features, lengths)[0]
+            labels = pair[:, 0]
+            n_moved += int(np.count_nonzero(pair[:, 1] != labels))
         else:
-            n_moved += int((np.argmin(scores[:, k:], axis=1) != labels).sum())
-        tile_counts, tile_sums = _sum_by_label(features, labels, k)  # float32 rows, float64 sums: exact widening
-        counts += tile_counts
+            assigned, margins, bound = current.assign(features, lengths)
+            labels = assigned[:, 0]
+            if previous is not None:
+                reach = (shift[labels] + largest_shift) * lengths + (norm_change[labels] + largest_norm_change)
+                candidates = np.flatnonzero(margins <= bound + reach)
+                if candidates.size > _FULL_RESCORE_FRACTION * n:
+                    n_moved += int(np.count_nonzero(previous.assign(features, lengths)[0][:, 0] != labels))
+                    both = _NearestCentres([centers, previous_centers], tile_rows)  # for the next tiles
+                elif candidates.size:
+                    before = previous.assign(features[candidates], lengths[candidates])[0][:, 0]
+                    n_moved += int(np.count_nonzero(before != labels[candidates]))
+        counts += np.bincount(labels, minlength=k)
+        block = onehot[:, :n]
+        block.fill(0.0)
+        block[labels, tile_index[:n]] = 1.0
+        np.matmul(block, features, out=tile_sums)
         sums += tile_sums
-    return ClusterSketch(feature_map, centers, previous_centers, counts, sums, inertia, squared_norm_sum, n_moved)
+    inertia = squared_norm_sum - 2.0 * float(np.einsum("ij,ij->", centers, sums)) + float(counts @ current.block_norms[0])
+    return ClusterSketch(feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved)
 
 
 def _cluster_kernel(
@@ -467,6 +584,48 @@ def _lloyd_in_memory(features: np.ndarray, centers: np.ndarray) -> tuple[np.ndar
     spread = float((np.einsum("ij,ij->i", sums[filled], sums[filled]) / counts[filled]).sum())
     total = float(np.einsum("ij,ij->", features, features, dtype=np.float64))
     return centers, labels.astype(np.int64), max(0.0, total - spread)
+
+
+#: Rows of the init sample that the spectral starts use (their exact Gram matrix is built in memory).
+_SPECTRAL_ROWS = 2000
+#: Bandwidths of the spectral starts, as multiples of the kernel's. At the kernel's own width the
+#: normalised cut can prefer a split that kernel k-means does not (two moons at sigma = 0.25); at
+#: half of it (affinity K^4) the affinity graph follows elongated clusters.
+_SPECTRAL_SCALES = (1.0, 0.5)
+#: SeedSequence spawn key of the spectral starts (ASCII "SPEC").
+_SPECTRAL_STREAM = 0x53504543
+
+
+def _spectral_labels(rows: np.ndarray, bandwidth: float, k: int, seed: int) -> list[np.ndarray]:
+    """Spectral clustering of a few rows at each of ``_SPECTRAL_SCALES`` times the bandwidth.
+
+    Ng, Jordan & Weiss (2002): the ``k`` leading eigenvectors of
+    ``D^-1/2 A D^-1/2`` (``A`` the exact Gaussian affinity, ``D`` its degrees),
+    rows normalised to unit length, then k-means. Dhillon, Guan & Kulis (2004)
+    show that kernel k-means and this relaxation optimise related objectives;
+    the labels serve only as candidate starts for kernel k-means.
+    """
+    from scipy.linalg import eigh
+    from scipy.sparse.linalg import eigsh
+    from scipy.spatial.distance import cdist
+    from sklearn.cluster import KMeans
+
+    n = rows.shape[0]
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SPECTRAL_STREAM,)))
+    affinity = np.exp(-cdist(rows, rows, "sqeuclidean") / (2.0 * bandwidth * bandwidth))
+    results = []
+    for scale in _SPECTRAL_SCALES:
+        scaled = affinity ** (1.0 / (scale * scale))  # exp(-d^2 / (2 (scale sigma)^2))
+        root_degree = np.sqrt(scaled.sum(axis=1))  # >= 1: the diagonal is 1
+        normalized = scaled / root_degree[:, None] / root_degree[None, :]
+        if 4 * k < n:  # Lanczos for a few leading eigenvectors; its start vector is seeded
+            _, vectors = eigsh(normalized, k=k, which="LA", v0=rng.standard_normal(n))
+        else:
+            _, vectors = eigh(normalized, subset_by_index=[n - k, n - 1])
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), np.finfo(float).tiny)
+        model = KMeans(n_clusters=k, n_init=4, random_state=int(rng.integers(2**31 - 1)))
+        results.append(model.fit_predict(vectors).astype(np.int64))
+    return results
 
 
 class KernelKMeans(ClusterMixin, BaseEstimator):
@@ -615,7 +774,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         n_features: int | None = None,
         n_landmarks: int | None = None,
         bandwidth: float | str = "median",
-        init: str | Any = "k-means++",
+        init: str | Any = "spectral",
         n_init: int | str = "auto",
         init_size: int | None = None,
         max_iter: int = 100,
@@ -671,8 +830,10 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         check_bandwidth(self.bandwidth)
         init = self.init
         if isinstance(init, str):
-            if init not in ("k-means++", "random"):
-                raise InputError(f"init must be 'k-means++', 'random' or an array of centres. Got {init!r}.")
+            if init not in ("spectral", "k-means++", "random"):
+                raise InputError(
+                    f"init must be 'spectral', 'k-means++', 'random' or an array of centres. Got {init!r}."
+                )
         else:
             init = check_rows(init, "init")
             if init.shape != (k, n_columns):
@@ -797,7 +958,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             sample = landmark_sample([array], size, seed, client=active, progress=progress).rows
             feature_map._finish_fit(sample[:map_rows])
             sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
-            centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features)
+            centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features, sample[: params["init_size"]])
             previous = None
             for iteration in range(1, params["max_iter"] + 1):
                 kernel = partial(_cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous)
@@ -835,7 +996,12 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         }
 
     def _initial_centers(
-        self, params: dict[str, Any], seed: int, feature_map: FeatureMap, sample_features: np.ndarray
+        self,
+        params: dict[str, Any],
+        seed: int,
+        feature_map: FeatureMap,
+        sample_features: np.ndarray,
+        sample_rows: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         k, init = params["k"], params["init"]
         if not isinstance(init, str):
@@ -844,17 +1010,28 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             return centers, labels
         from sklearn.cluster import kmeans_plusplus
 
-        best = None
+        starts: list[tuple[str, np.ndarray]] = []
+        if init == "spectral" and k > 1:
+            spectral_rows = min(sample_rows.shape[0], _SPECTRAL_ROWS)
+            for scale, labels in zip(
+                _SPECTRAL_SCALES, _spectral_labels(sample_rows[:spectral_rows], feature_map.bandwidth_, k, seed)
+            ):
+                counts, sums = _sum_by_label(sample_features[:spectral_rows], labels, k)
+                starts.append((f"spectral (bandwidth x {scale:g})", sums / np.maximum(counts, 1)[:, None]))
         for candidate in range(params["n_init"]):
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_INIT_STREAM, candidate)))
-            if init == "k-means++":
-                start, _ = kmeans_plusplus(sample_features, k, random_state=int(rng.integers(2**31 - 1)))
-            else:
+            if init == "random":
                 start = sample_features[rng.choice(sample_features.shape[0], size=k, replace=False)]
+            else:
+                start, _ = kmeans_plusplus(sample_features, k, random_state=int(rng.integers(2**31 - 1)))
+            starts.append((f"{'random' if init == 'random' else 'k-means++'} {candidate}", start))
+        best = None
+        for name, start in starts:
             centers, labels, inertia = _lloyd_in_memory(sample_features, start)
-            logger.debug("init candidate %d: sample inertia %.6g", candidate, inertia)
+            logger.debug("init candidate %s: sample inertia %.6g", name, inertia)
             if best is None or inertia < best[2]:
-                best = (centers, labels, inertia)
+                best = (centers, labels, inertia, name)
+        logger.info("initial centres from the %s start (sample inertia %.6g)", best[3], best[2])
         return best[0], best[1].astype(np.int64)
 
     # -- prediction ----------------------------------------------------------------------
@@ -914,10 +1091,15 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
 
 
 def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
+    """Nearest centre of every row (float64 arithmetic's, from float32 scores; see _NearestCentres)."""
     labels = np.empty(rows.shape[0], dtype=np.int64)
-    norms = np.einsum("ij,ij->i", centers, centers)
-    for start, features in feature_map.embed_tiles(rows):
-        labels[start : start + features.shape[0]] = _nearest(features.astype(np.float64), centers, norms)[0]
+    if rows.shape[0] == 0:
+        return labels
+    tile_rows = _lloyd_tile_rows(rows.shape[0], centers.shape[1])
+    nearest = _NearestCentres([centers], tile_rows)
+    for start, features in feature_map.embed_tiles(rows, tile_rows=tile_rows):
+        lengths = np.sqrt(_squared_row_norms(features))
+        labels[start : start + features.shape[0]] = nearest.assign(features, lengths)[0][:, 0]
     return labels
 
 
