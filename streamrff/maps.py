@@ -38,9 +38,11 @@ from .typing import ArrayLike2D, MapSpec, Seed
 __all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec"]
 
 #: Bytes of float32 features one tile may hold: small enough that a tile's projection, features
-#: and their sums stay in the core's L2 cache (single-core embedding time per row was flat from
-#: 256 KiB to 1 MiB tiles and 15-25% slower at 4 MiB, d = 32, D = 1024, on the 2-core dev machine).
-_TILE_BYTES = 2**19
+#: and their sums stay in cache (single-core time per row was flat from 256 KiB to 1 MiB tiles and
+#: 15-25% slower at 4 MiB, d = 32, D = 1024, on the 2-core dev machine), large enough that the
+#: Python between numpy calls (which holds the GIL) is rare: 2 threads gave 1.57x at 512 KiB
+#: tiles and 1.76x at 1 MiB in the same run.
+_TILE_BYTES = 2**20
 #: SeedSequence spawn key of the JL projection stream (ASCII "JL-P"), distinct from the RFF stream.
 _JL_STREAM = 0x4A4C2D50
 
