@@ -67,7 +67,7 @@ def test_mean_sketch_sums_equal_numpy_sums_of_features(name, dtype):
 def test_mean_sketch_second_moment_over_many_tiles():
     # Wide enough that the chunk is embedded in several row tiles.
     feature_map = srf.RFF(n_features=1024, bandwidth=1.0, seed=1).fit(ROWS)
-    X = np.random.default_rng(0).normal(size=(1200, 4))  # 512-row tiles with moments
+    X = np.random.default_rng(0).normal(size=(5000, 4))  # 2048-row tiles with moments
     Z = feature_map.transform(X).astype(np.float64)
     sketch = srf.sketch_array(X, feature_map, moments=True)
     assert relative_error(sketch.moment, Z.T @ Z) < 1e-6
