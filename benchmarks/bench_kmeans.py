@@ -13,7 +13,9 @@ bandwidth, D random features):
   two runs with different ``max_iter`` (dask-ml adds a NaN-scan pass and a final labelling
   pass to every fit). Skipped if dask-ml is not installed.
 
-Ratios are relative to the ``streamrff.sketch`` pass. Usage::
+Ratios are relative to the ``streamrff.sketch`` pass (timed before and after the k-means run,
+the faster of the two). Next to wall seconds the table gives process CPU seconds (all threads),
+which on a shared machine vary less than wall time. Usage::
 
     python benchmarks/bench_kmeans.py                     # N = 1e6, d = 16, k = 10, D = 1024
     python benchmarks/bench_kmeans.py --rows 200000 --iterations 3
@@ -50,9 +52,10 @@ def write_mixture(path: str, rows: int, dim: int, k: int, chunk_rows: int, seed:
 
 
 def timed(function, *args, **kwargs):
-    start = time.perf_counter()
+    """Result, wall seconds and process CPU seconds of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
     result = function(*args, **kwargs)
-    return result, time.perf_counter() - start
+    return result, time.perf_counter() - start, time.process_time() - cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,34 +74,47 @@ def main(argv: list[str] | None = None) -> None:
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-kmeans-")
     path = os.path.join(workdir, "mixture.zarr")
     try:
-        _, seconds = timed(write_mixture, path, args.rows, args.dim, args.clusters, args.chunk_rows, args.seed)
+        _, seconds, _ = timed(write_mixture, path, args.rows, args.dim, args.clusters, args.chunk_rows, args.seed)
         print(
             f"data: {args.rows} x {args.dim} float32 zarr, {args.chunk_rows}-row chunks, k={args.clusters}, "
             f"D={args.features} (written in {seconds:.1f} s); scheduler: {args.scheduler or 'local threads'}, "
             f"{os.cpu_count()} cores"
         )
-        rows = []  # (name, seconds per pass, note)
+        rows = []  # (name, wall seconds per pass, CPU seconds per pass, note)
         source = da.from_zarr(path)
         rff = fit_map(srf.RFF(n_features=args.features, bandwidth="median", seed=args.seed), [source])
         sigma = rff.bandwidth_
 
-        sketch_result, sketch_seconds = timed(srf.sketch, path, rff, client=args.scheduler)
-        rows.append(("streamrff.sketch (1 pass)", sketch_seconds, f"count={sketch_result.count}"))
+        sketch_result, sketch_seconds, sketch_cpu = timed(srf.sketch, path, rff, client=args.scheduler)
 
-        stamps: list[float] = []
+        stamps: list[tuple[float, float]] = []
         model = srf.KernelKMeans(
             args.clusters, n_features=args.features, bandwidth=sigma, seed=args.seed, max_iter=args.iterations, tol=0.0
         )
-        start = time.perf_counter()
-        model.fit(path, client=args.scheduler, callback=lambda report: stamps.append(time.perf_counter()))
+        start, cpu_start = time.perf_counter(), time.process_time()
+        model.fit(
+            path,
+            client=args.scheduler,
+            callback=lambda report: stamps.append((time.perf_counter(), time.process_time())),
+        )
         total = time.perf_counter() - start
-        per_pass = float(np.median(np.diff([start, *stamps])[1:])) if len(stamps) > 1 else stamps[0] - start
+        walls = np.diff([start, *(wall for wall, _ in stamps)])
+        cpus = np.diff([cpu_start, *(cpu for _, cpu in stamps)])
+        # The first pass also holds the sample pass and the initialisation; later passes are Lloyd only.
+        per_pass = float(np.median(walls[1:])) if len(stamps) > 1 else float(walls[0])
+        per_pass_cpu = float(np.median(cpus[1:])) if len(stamps) > 1 else float(cpus[0])
         setup = total - per_pass * len(stamps)
+
+        _, again, again_cpu = timed(srf.sketch, path, rff, client=args.scheduler)
+        sketch_seconds, sketch_cpu = min(sketch_seconds, again), min(sketch_cpu, again_cpu)
+        rows.append(("streamrff.sketch (1 pass)", sketch_seconds, sketch_cpu, f"count={sketch_result.count}; best of 2"))
+        moved = ", ".join(f"{report.moved_fraction:.4f}" for report in model.history_)
         rows.append(
             (
                 "KernelKMeans Lloyd pass",
                 per_pass,
-                f"{len(stamps)} passes; sample + init {setup:.2f} s; total {total:.2f} s",
+                per_pass_cpu,
+                f"{len(stamps)} passes (moved {moved}); sample + init {setup:.2f} s; total {total:.2f} s",
             )
         )
 
@@ -108,17 +124,20 @@ def main(argv: list[str] | None = None) -> None:
         minibatch = MiniBatchKMeans(args.clusters, random_state=args.seed, n_init=1)
         epochs = []
         for _ in range(args.iterations):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             for chunk_start in range(0, args.rows, args.chunk_rows):
                 block = stored[chunk_start : chunk_start + args.chunk_rows]
                 minibatch.partial_fit(sampler.transform(block))
-            epochs.append(time.perf_counter() - start)
-        rows.append(("MiniBatchKMeans epoch", float(np.median(epochs)), "partial_fit per chunk of RBFSampler features"))
+            epochs.append((time.perf_counter() - start, time.process_time() - cpu_start))
+        epoch_wall, epoch_cpu = np.median(epochs, axis=0)
+        rows.append(
+            ("MiniBatchKMeans epoch", float(epoch_wall), float(epoch_cpu), "partial_fit per chunk of RBFSampler features")
+        )
 
         try:
             from dask_ml.cluster import KMeans as DaskKMeans
         except ImportError as error:  # pragma: no cover - optional baseline
-            rows.append(("dask-ml KMeans iteration", float("nan"), f"skipped: {error}"))
+            rows.append(("dask-ml KMeans iteration", float("nan"), float("nan"), f"skipped: {error}"))
         else:
             features = source.map_blocks(
                 sampler.transform, dtype=np.float32, chunks=(source.chunks[0], (args.features,))
@@ -130,20 +149,21 @@ def main(argv: list[str] | None = None) -> None:
             for max_iter in (1, 1 + args.iterations):
                 estimator = DaskKMeans(n_clusters=args.clusters, init=init, max_iter=max_iter, tol=0.0)
                 with dask.config.set(scheduler="threads"):
-                    _, seconds = timed(estimator.fit, features)
-                runs.append((seconds, estimator.n_iter_))
-            per_iteration = (runs[1][0] - runs[0][0]) / (runs[1][1] - runs[0][1])
+                    _, seconds, cpu = timed(estimator.fit, features)
+                runs.append((seconds, cpu, estimator.n_iter_))
+            iterations = runs[1][2] - runs[0][2]
             rows.append(
                 (
                     "dask-ml KMeans iteration",
-                    per_iteration,
+                    (runs[1][0] - runs[0][0]) / iterations,
+                    (runs[1][1] - runs[0][1]) / iterations,
                     f"fit with max_iter=1: {runs[0][0]:.2f} s, max_iter={1 + args.iterations}: {runs[1][0]:.2f} s",
                 )
             )
 
-        print(f"\n{'method':<28} {'s / pass':>9} {'x sketch':>9}  note")
-        for name, seconds, note in rows:
-            print(f"{name:<28} {seconds:9.2f} {seconds / sketch_seconds:9.2f}  {note}")
+        print(f"\n{'method':<28} {'s / pass':>9} {'x sketch':>9} {'cpu s':>7} {'x sketch':>9}  note")
+        for name, seconds, cpu, note in rows:
+            print(f"{name:<28} {seconds:9.2f} {seconds / sketch_seconds:9.2f} {cpu:7.2f} {cpu / sketch_cpu:9.2f}  {note}")
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

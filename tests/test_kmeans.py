@@ -28,7 +28,14 @@ from threadpoolctl import threadpool_limits
 import streamrff as srf
 from streamrff.engine import fit_map, run_chunks
 from streamrff.errors import InputError, NotFittedMapError, SketchFormatError, SketchMismatchError
-from streamrff.kmeans import ClusterSketch, KernelKMeans, LloydIteration, _cluster_kernel, cluster_sketch_of_chunk
+from streamrff.kmeans import (
+    ClusterSketch,
+    KernelKMeans,
+    LloydIteration,
+    _cluster_kernel,
+    _labels_of_rows,
+    cluster_sketch_of_chunk,
+)
 from streamrff.sampling import bottom_k, row_keys
 
 METHODS = ["rff", "kjl"]
@@ -45,7 +52,7 @@ def exact_kernel_kmeans(gram: np.ndarray, labels: np.ndarray, k: int, max_iter: 
     """Lloyd's algorithm in the RKHS from a full assignment, by the kernel trick; returns the labels."""
     diagonal = np.diag(gram)
     for _ in range(max_iter):
-        onehot = np.eye(k)[labels]
+        onehot = np.eye(k, dtype=gram.dtype)[labels]
         counts = np.maximum(onehot.sum(axis=0), 1.0)
         cross = gram @ onehot / counts  # mean_{j in c} K_ij
         within = np.einsum("ic,ic->c", onehot, cross) / counts  # mean_{j, l in c} K_jl
@@ -76,6 +83,10 @@ RINGS = make_circles(5000, factor=0.3, noise=0.05, random_state=4)
 RINGS_SIGMA = 0.3
 MOONS = make_moons(5000, noise=0.05, random_state=4)
 MOONS_SIGMA = 0.35
+#: At sigma = 0.25 the moons partition is exact kernel k-means' best (ARI 0.998); at 0.35 a split
+#: of both moons has a lower objective. The within-moon mean kernel value is 0.18, six times the
+#: RFF error D^-1/2 = 0.031 of the default D = 1024 (KernelKMeans, Notes).
+MOONS_SEPARABLE_SIGMA = 0.25
 
 
 def test_exact_kernel_kmeans_separates_the_rings_at_the_test_bandwidth():
@@ -112,6 +123,78 @@ def test_kernel_kmeans_beats_linear_kmeans_on_two_moons(method):
     ]
     assert np.mean(scores) >= linear + 0.15
     assert max(scores) >= 0.7
+
+
+def kernel_kmeans_plus_plus(gram: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding in the RKHS (D^2 sampling with ||phi_i - phi_j||^2 = K_ii + K_jj - 2 K_ij)."""
+    diagonal = np.diag(gram)
+    seeds = [int(rng.integers(len(gram)))]
+    nearest = diagonal + diagonal[seeds[0]] - 2.0 * gram[:, seeds[0]]
+    for _ in range(1, k):
+        weights = np.maximum(nearest, 0.0)
+        seeds.append(int(rng.choice(len(gram), p=weights / weights.sum())))
+        nearest = np.minimum(nearest, diagonal + diagonal[seeds[-1]] - 2.0 * gram[:, seeds[-1]])
+    return np.argmin(np.stack([diagonal[seed] - 2.0 * gram[:, seed] for seed in seeds], axis=1), axis=1)
+
+
+def kernel_kmeans_objective(gram: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """sum_i ||phi_i - mean of its cluster||^2 = trace K - sum_c (1 / n_c) sum_{i, j in c} K_ij."""
+    onehot = np.eye(k, dtype=gram.dtype)[labels]
+    within = np.einsum("ic,ic->c", onehot, gram @ onehot, dtype=np.float64)
+    return float(np.trace(gram, dtype=np.float64) - (within / np.maximum(onehot.sum(axis=0), 1)).sum())
+
+
+@pytest.fixture(scope="module")
+def exact_moons():
+    """Exact kernel k-means on the full 5 000 x 5 000 Gram matrix at the separable bandwidth.
+
+    Lloyd from the moons partition and from 6 kernel k-means++ starts; the partition of lowest
+    objective is the reference. (float32 Gram: a third of the time per Lloyd step.)
+    """
+    X, y = MOONS
+    gram = gaussian_gram(X, MOONS_SEPARABLE_SIGMA).astype(np.float32)
+    rng = np.random.default_rng(0)
+    starts = [y] + [kernel_kmeans_plus_plus(gram, 2, rng) for _ in range(6)]
+    runs = [exact_kernel_kmeans(gram, start, 2) for start in starts]
+    objectives = [kernel_kmeans_objective(gram, labels, 2) for labels in runs]
+    return runs[int(np.argmin(objectives))], objectives
+
+
+def test_exact_kernel_kmeans_separates_the_moons_at_the_separable_bandwidth(exact_moons):
+    # The premise of the moons test: the moons partition is a fixed point of exact kernel
+    # k-means with a lower objective than every local minimum reached from k-means++ starts
+    # (which split both moons; their basin is narrow), and linear k-means cannot separate them.
+    X, y = MOONS
+    reference, objectives = exact_moons
+    assert adjusted_rand_score(y, reference) >= 0.99
+    assert objectives[0] == min(objectives)
+    assert adjusted_rand_score(y, KMeans(n_clusters=2, n_init=10, random_state=0).fit_predict(X)) < 0.3  # 0.26
+
+
+def test_rff_kernel_kmeans_separates_two_moons_like_exact_kernel_kmeans(exact_moons):
+    # Every seed with the default parameters, not one lucky seed: the spectral starts put a
+    # candidate in the moons' narrow basin, the exact kernel objective on the init sample picks
+    # it, and the full-data passes keep it.
+    X, y = MOONS
+    reference, _ = exact_moons
+    for seed in range(4):
+        model = KernelKMeans(2, bandwidth=MOONS_SEPARABLE_SIGMA, seed=seed).fit(X)
+        assert adjusted_rand_score(reference, model.labels_) >= 0.95, seed
+        assert adjusted_rand_score(y, model.labels_) >= 0.95, seed
+
+
+def test_kjl_kernel_kmeans_on_two_moons_finds_a_lower_objective_than_the_moons_in_its_geometry():
+    # K-JL preserves <f, Sigma^3 g> (Kpotufe & Sriperumbudur, Thm. 1), which weighs the leading
+    # kernel eigen-directions: in that geometry the moons partition is not a k-means minimum,
+    # so K-JL k-means does not reach ARI 0.9 on two moons at any bandwidth (see the KernelKMeans
+    # Notes). What must hold is that it optimises its own objective: a lower inertia than the
+    # moons partition has there (numpy, from transform features).
+    X, y = MOONS
+    for seed in range(4):
+        model = KernelKMeans(2, method="kjl", bandwidth=MOONS_SEPARABLE_SIGMA, seed=seed).fit(X)
+        Z = model.feature_map_.transform(X).astype(np.float64)
+        moons = sum(((Z[y == c] - Z[y == c].mean(axis=0)) ** 2).sum() for c in (0, 1))
+        assert model.inertia_ < moons, seed
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +262,16 @@ def centres_for(feature_map: srf.FeatureMap) -> tuple[np.ndarray, np.ndarray]:
     return features[:4].copy(), features[10:14].copy()
 
 
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Norm-wise relative difference (entries near zero make element-wise rtol meaningless)."""
+    return float(np.linalg.norm(np.asarray(actual) - expected) / np.linalg.norm(expected))
+
+
+#: Project standard: results may depend on chunking only to float32 rounding of the features
+#: (here: float32 per-tile partial sums and float32 row norms, accumulated in float64).
+FLOAT32_REL = 1e-6
+
+
 @pytest.mark.parametrize("name", list(SKETCH_MAPS))
 @pytest.mark.parametrize("with_previous", [False, True])
 def test_cluster_sketch_equals_numpy_assignment_of_transform_features(name, with_previous):
@@ -188,15 +281,35 @@ def test_cluster_sketch_equals_numpy_assignment_of_transform_features(name, with
     Z = feature_map.transform(ROWS).astype(np.float64)
     distances = cdist(Z, centers, "sqeuclidean")
     labels = distances.argmin(axis=1)
+    # Labels, counts and moved rows are exactly those of float64 arithmetic on the float32 features.
     np.testing.assert_array_equal(sketch.counts, np.bincount(labels, minlength=4))
-    expected_sums = np.stack([Z[labels == c].sum(axis=0) for c in range(4)])
-    np.testing.assert_allclose(sketch.sums, expected_sums, rtol=1e-10, atol=1e-10)
-    assert sketch.inertia == pytest.approx(distances.min(axis=1).sum(), rel=1e-9)
-    assert sketch.squared_norm_sum == pytest.approx((Z**2).sum(), rel=1e-12)
     moved = (cdist(Z, previous, "sqeuclidean").argmin(axis=1) != labels).sum() if with_previous else len(ROWS)
     assert sketch.n_moved == moved and sketch.count == len(ROWS)
+    # Sums, squared norms and inertia to float32 rounding of per-tile partial sums and row norms.
+    expected_sums = np.stack([Z[labels == c].sum(axis=0) for c in range(4)])
+    assert relative_error(sketch.sums, expected_sums) < FLOAT32_REL
+    assert sketch.inertia == pytest.approx(distances.min(axis=1).sum(), rel=FLOAT32_REL)
+    assert sketch.squared_norm_sum == pytest.approx((Z**2).sum(), rel=FLOAT32_REL)
     means = sketch.partition_inertia
-    assert means == pytest.approx(sum(((Z[labels == c] - Z[labels == c].mean(0)) ** 2).sum() for c in range(4)), rel=1e-9)
+    expected_means = sum(((Z[labels == c] - Z[labels == c].mean(0)) ** 2).sum() for c in range(4))
+    assert means == pytest.approx(expected_means, rel=FLOAT32_REL)
+
+
+@pytest.mark.parametrize("name", list(SKETCH_MAPS))
+def test_cluster_sketch_labels_equal_float64_arithmetic_at_near_ties(name):
+    # Centres in pairs a hair apart put most rows within float32 rounding of a tie: the float32
+    # scores cannot decide them, and the rows must be rescored in float64.
+    feature_map = SKETCH_MAPS[name]
+    Z = feature_map.transform(ROWS).astype(np.float64)
+    base = Z[[0, 350]]
+    direction = np.random.default_rng(2).normal(size=base.shape)
+    centers = np.concatenate([base, base + 1e-7 * direction / np.linalg.norm(direction, axis=1, keepdims=True)])
+    previous = centers[[2, 3, 0, 1]]
+    sketch = cluster_sketch_of_chunk(ROWS, feature_map, centers, previous)
+    labels = cdist(Z, centers, "sqeuclidean").argmin(axis=1)
+    np.testing.assert_array_equal(sketch.counts, np.bincount(labels, minlength=4))
+    assert sketch.n_moved == (cdist(Z, previous, "sqeuclidean").argmin(axis=1) != labels).sum()
+    np.testing.assert_array_equal(_labels_of_rows(ROWS, feature_map, centers), labels)  # what predict runs
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -211,12 +324,17 @@ def test_cluster_sketch_merge_is_commutative_and_associative(cuts, name):
     )
     assert a.merge(b) == b.merge(a)  # float addition commutes exactly
     left, right = a.merge(b).merge(c), a.merge(b.merge(c))
+    # Merge order: float64 rounding only.
+    np.testing.assert_array_equal(left.counts, right.counts)
+    np.testing.assert_allclose(left.sums, right.sums, rtol=1e-12, atol=1e-12)
+    assert left.inertia == pytest.approx(right.inertia, rel=1e-12)
+    # Another chunking: float32 rounding of the per-tile partial sums.
     whole = cluster_sketch_of_chunk(ROWS, feature_map, centers, previous)
     for merged in (left, right):
         np.testing.assert_array_equal(merged.counts, whole.counts)
         assert merged.n_moved == whole.n_moved
-        np.testing.assert_allclose(merged.sums, whole.sums, rtol=1e-12, atol=1e-12)
-        assert merged.inertia == pytest.approx(whole.inertia, rel=1e-12)
+        assert relative_error(merged.sums, whole.sums) < FLOAT32_REL
+        assert merged.inertia == pytest.approx(whole.inertia, rel=FLOAT32_REL)
     empty = ClusterSketch.empty(feature_map, centers, previous)
     assert empty.merge(whole) == whole
 
@@ -230,8 +348,8 @@ def test_cluster_sketch_does_not_depend_on_chunking(name):
     for result in results[1:]:
         np.testing.assert_array_equal(result.counts, results[0].counts)
         assert result.n_moved == results[0].n_moved
-        np.testing.assert_allclose(result.sums, results[0].sums, rtol=1e-12, atol=1e-12)
-        assert result.inertia == pytest.approx(results[0].inertia, rel=1e-12)
+        assert relative_error(result.sums, results[0].sums) < FLOAT32_REL
+        assert result.inertia == pytest.approx(results[0].inertia, rel=FLOAT32_REL)
 
 
 @pytest.mark.parametrize("name", list(SKETCH_MAPS))
@@ -293,7 +411,7 @@ FAST = {"n_features": 256, "bandwidth": 4.0, "n_init": 2, "init_size": 500}
 def test_kernel_kmeans_labels_do_not_depend_on_chunk_size():
     fits = [KernelKMeans(n_clusters=4, seed=3, **FAST).fit(da.from_array(BLOBS, chunks=(c, 3))) for c in (1000, 1777)]
     assert fits[0].n_iter_ == fits[1].n_iter_ > 1
-    np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=1e-10, atol=1e-12)
+    assert relative_error(fits[0].cluster_centers_, fits[1].cluster_centers_) < FLOAT32_REL
     labels = [fit.predict(da.from_array(BLOBS, chunks=(c, 3))).compute() for fit, c in zip(fits, (1000, 1777))]
     np.testing.assert_array_equal(labels[0], labels[1])
     in_memory = KernelKMeans(n_clusters=4, seed=3, **FAST).fit(BLOBS)
@@ -378,7 +496,7 @@ def test_kernel_kmeans_init_array_and_params():
         ({"method": "kjl", "n_landmarks": 51}, "n_landmarks must be <= the number of rows"),
         ({"n_landmarks": 10}, "method='kjl' only"),
         ({"method": "nystroem"}, "method must be"),
-        ({"init": "spectral"}, "init must be"),
+        ({"init": "k-means||"}, "init must be"),
         ({"tol": -1.0}, "tol"),
         ({"bandwidth": -1.0}, "bandwidth"),
     ],
