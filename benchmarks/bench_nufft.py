@@ -6,7 +6,7 @@ Generates N float32 rows of a d-dimensional Gaussian mixture in memory, fits one
 and times, on a pool of ``--threads`` Python threads with BLAS limited to one thread per task
 (as the engine runs chunk tasks):
 
-* direct - ``streamrff.sketches.mean_sketch_of_chunk(chunk, rff)`` per chunk (float32 embedding,
+* direct - ``streamrff.sketches.mean_sketch_of_chunk(chunk, rff, method="direct")`` per chunk (float32 embedding,
            float64 sums), partial sums added;
 * nufft  - ``streamrff.nufft.nufft_mean_sums(chunk, rff, nthreads=1)`` per chunk on the same pool,
            at each size of ``--sweep-chunk-rows`` (default: 1e5, 1e6 and all rows in one chunk,
@@ -38,17 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-
-
-def count(text: str) -> int:
-    value = float(text)
-    if not value.is_integer() or value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number such as 1e6, got {text!r}")
-    return int(value)
-
-
-def counts(text: str) -> list[int]:
-    return [count(part) for part in text.split(",") if part.strip()]
+from bench_sketch import count, counts  # same directory: the shared "1e6"-style argument parsers
 
 
 def mixture(n_rows: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -108,7 +98,7 @@ def compare(args: argparse.Namespace) -> None:
     )
 
     def direct(chunk):
-        sketch = mean_sketch_of_chunk(chunk, rff)
+        sketch = mean_sketch_of_chunk(chunk, rff, method="direct")
         return sketch.feature_sum, sketch.squared_norm_sum
 
     def nufft(chunk):
@@ -121,7 +111,7 @@ def compare(args: argparse.Namespace) -> None:
     print(f"direct  chunk_rows={args.chunk_rows:>11,}: {direct_seconds:8.3f} s on {cores} core(s)")
     if args.engine:
         start = time.perf_counter()
-        engine = srf.sketch(rows, rff, chunk_rows=args.chunk_rows)
+        engine = srf.sketch(rows, rff, chunk_rows=args.chunk_rows, method="direct")
         seconds = time.perf_counter() - start
         print(
             f"engine  chunk_rows={args.chunk_rows:>11,}: {seconds:8.3f} s  (streamrff.sketch, direct path; "
@@ -163,7 +153,7 @@ def compare(args: argparse.Namespace) -> None:
         phases += rff._params()["phases"][:16]
         reference = np.cos(phases).sum(axis=0) * math.sqrt(2.0 / args.features)
     feature_sum, _ = nufft_mean_sums(rows[: sample.shape[0]], rff)
-    direct_subset = mean_sketch_of_chunk(rows[: sample.shape[0]], rff).feature_sum[:16]
+    direct_subset = mean_sketch_of_chunk(rows[: sample.shape[0]], rff, method="direct").feature_sum[:16]
     print(
         f"float64 reference (first 16 features, {sample.shape[0]:,} rows): nufft rel. error "
         f"{relative(feature_sum[:16], reference):.1e}, direct rel. error {relative(direct_subset, reference):.1e}"
@@ -198,7 +188,7 @@ def calibrate(args: argparse.Namespace) -> None:
 
     rows_x = rng.standard_normal((100_000, 2)).astype(np.float32)
     rff = srf.RFF(n_features=1024, bandwidth=1.0).fit(rows_x[:2])
-    per_feature = fastest(lambda: mean_sketch_of_chunk(rows_x, rff)) / (rows_x.shape[0] * 1024)
+    per_feature = fastest(lambda: mean_sketch_of_chunk(rows_x, rff, method="direct")) / (rows_x.shape[0] * 1024)
     print(f"_DIRECT_SECONDS_PER_FEATURE = {per_feature:.2e}  # sincos, d = 2, D = 1024, 1e5 rows")
 
     samples, times, labels = [], [], []

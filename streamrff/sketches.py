@@ -582,13 +582,12 @@ def sketch_array(
             f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}."
         )
     dtype = check_feature_dtype(dtype)
-    method = check_sum_method(method, bool(moments), dtype)
     X = check_rows(X, "X")
     if feature_map.is_fitted():
         check_width(X, feature_map.n_features_in_, type(feature_map).__name__)
     else:
         feature_map = clone(feature_map).fit(X)
-    check_sum_method(method, bool(moments), dtype, feature_map)
+    method = check_sum_method(method, bool(moments), dtype, feature_map)
     return mean_sketch_of_chunk(X, feature_map, moments=bool(moments), dtype=dtype, method=method)
 
 
