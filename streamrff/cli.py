@@ -236,12 +236,39 @@ def _progress_printer(args: argparse.Namespace) -> Callable[[Any], None] | None:
     return report
 
 
-def _cmd_kmeans(args: argparse.Namespace) -> int:
+def _fit_write_report(
+    args: argparse.Namespace,
+    model: Any,
+    per_row: Callable[..., Any],
+    report: Callable[[Any, dict[str, Any] | None], tuple[dict[str, Any], list[str]]],
+    **fit_options: Any,
+) -> int:
+    """Fit ``model`` on ``args.source``, write ``per_row(model, source)`` to ``args.output`` as zarr, report.
+
+    The body the ``kmeans`` and ``kpca`` commands share: refuse an existing
+    output unless ``--overwrite``; fit, compute and write on ``--scheduler``
+    (an embedded local scheduler by default); then call
+    ``report(model, storage_options)`` (which may also draw a figure of the
+    output) and print its payload, with the output and the map spec added,
+    under ``--json``, else its lines.
+    """
+    from .engine import connect
     from .io import write_zarr
-    from .kmeans import KernelKMeans
 
     options = _storage_options(args.storage_options)
     _check_output_free(args.output, options, args.overwrite)
+    with connect(args.scheduler) as client:
+        model.fit(args.source, client=client, storage_options=options, **fit_options)
+        values = per_row(model, args.source, storage_options=options)
+        write_zarr(values, args.output, storage_options=options, client=client, overwrite=args.overwrite)
+    payload, lines = report(model, options)
+    _emit(args, {"output": args.output, **payload, "map": model.feature_map_.spec}, lines)
+    return EXIT_OK
+
+
+def _cmd_kmeans(args: argparse.Namespace) -> int:
+    from .kmeans import KernelKMeans
+
     model = KernelKMeans(
         n_clusters=args.clusters,
         method=args.method,
@@ -251,31 +278,22 @@ def _cmd_kmeans(args: argparse.Namespace) -> int:
         max_iter=args.max_iter,
         seed=args.seed,
     )
-    from .engine import connect
 
-    with connect(args.scheduler) as client:
-        model.fit(args.source, client=client, storage_options=options, callback=_progress_printer(args))
-        labels = model.predict(args.source, storage_options=options)
-        write_zarr(labels, args.output, storage_options=options, client=client, overwrite=args.overwrite)
-    payload = {
-        "output": args.output,
-        "n_clusters": int(args.clusters),
-        "method": args.method,
-        "inertia": float(model.inertia_),
-        "n_iter": int(model.n_iter_),
-        "map": model.feature_map_.spec,
-    }
-    _emit(args, payload, [f"wrote labels to {args.output}", f"  {model.n_iter_} iterations, inertia {model.inertia_:.6g}"])
-    return EXIT_OK
+    def report(fitted: KernelKMeans, options: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+        payload = {
+            "n_clusters": int(args.clusters),
+            "method": args.method,
+            "inertia": float(fitted.inertia_),
+            "n_iter": int(fitted.n_iter_),
+        }
+        return payload, [f"wrote labels to {args.output}", f"  {fitted.n_iter_} iterations, inertia {fitted.inertia_:.6g}"]
+
+    return _fit_write_report(args, model, KernelKMeans.predict, report, callback=_progress_printer(args))
 
 
 def _cmd_kpca(args: argparse.Namespace) -> int:
     import streamrff as srf
-    from .engine import connect
-    from .io import write_zarr
 
-    options = _storage_options(args.storage_options)
-    _check_output_free(args.output, options, args.overwrite)
     model = srf.KernelPCA(
         n_components=args.components,
         method=args.method,
@@ -284,30 +302,27 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
         bandwidth=args.bandwidth,
         seed=args.seed,
     )
-    with connect(args.scheduler) as client:
-        model.fit(args.source, client=client, storage_options=options, progress=_show_progress(args))
-        scores = model.transform(args.source, storage_options=options)
-        write_zarr(scores, args.output, storage_options=options, client=client, overwrite=args.overwrite)
-    if args.plot:
-        from .plot import save_report_figure
 
-        import zarr
+    def report(fitted: srf.KernelPCA, options: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+        if args.plot:
+            from .plot import save_report_figure
 
-        stored = zarr.open_array(args.output, mode="r", storage_options=options) if "://" in args.output else zarr.open_array(args.output, mode="r")
-        rows = min(stored.shape[0], 20_000)
-        save_report_figure(args.plot, scores=np.asarray(stored[:rows]))
-    payload = {
-        "output": args.output,
-        "n_components": int(args.components),
-        "explained_variance": [float(v) for v in model.explained_variance_],
-        "explained_variance_ratio": [float(v) for v in model.explained_variance_ratio_],
-        "residual": float(model.residual_),
-        "map": model.feature_map_.spec,
-    }
-    ratios = ", ".join(f"{v:.3f}" for v in model.explained_variance_ratio_)
-    lines = [f"wrote scores to {args.output}", f"  explained variance ratio: {ratios}"]
-    _emit(args, payload, lines + ([f"wrote {args.plot}"] if args.plot else []))
-    return EXIT_OK
+            import zarr
+
+            stored = zarr.open_array(args.output, mode="r", storage_options=options) if "://" in args.output else zarr.open_array(args.output, mode="r")
+            rows = min(stored.shape[0], 20_000)
+            save_report_figure(args.plot, scores=np.asarray(stored[:rows]))
+        payload = {
+            "n_components": int(args.components),
+            "explained_variance": [float(v) for v in fitted.explained_variance_],
+            "explained_variance_ratio": [float(v) for v in fitted.explained_variance_ratio_],
+            "residual": float(fitted.residual_),
+        }
+        ratios = ", ".join(f"{v:.3f}" for v in fitted.explained_variance_ratio_)
+        lines = [f"wrote scores to {args.output}", f"  explained variance ratio: {ratios}"]
+        return payload, lines + ([f"wrote {args.plot}"] if args.plot else [])
+
+    return _fit_write_report(args, model, srf.KernelPCA.transform, report, progress=_show_progress(args))
 
 
 def _check_output_free(path: str, storage_options: dict[str, Any] | None, overwrite: bool) -> None:

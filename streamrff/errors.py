@@ -3,9 +3,12 @@
 Every error the library raises on purpose is a :class:`StreamRFFError`; each
 subclass also derives from the built-in exception that fits, so callers can
 catch either ``streamrff.InputError`` or plain ``ValueError``.
+:class:`NotFittedMapError` is also scikit-learn's ``NotFittedError``.
 """
 
 from __future__ import annotations
+
+from sklearn.exceptions import NotFittedError
 
 __all__ = [
     "StreamRFFError",
@@ -27,8 +30,13 @@ class InputError(StreamRFFError, ValueError):
     """An argument has the wrong type, shape, value or contains NaN/inf."""
 
 
-class NotFittedMapError(StreamRFFError, ValueError, AttributeError):
-    """A feature map was used before ``fit`` (compatible with scikit-learn's NotFittedError)."""
+class NotFittedMapError(StreamRFFError, NotFittedError, ValueError, AttributeError):
+    """A feature map or estimator was used before ``fit``.
+
+    Also scikit-learn's ``NotFittedError`` (itself a ``ValueError`` and an
+    ``AttributeError``), so ``except NotFittedError`` and scikit-learn's
+    estimator checks catch it.
+    """
 
 
 class SketchMismatchError(StreamRFFError, ValueError):

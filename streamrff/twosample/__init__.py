@@ -1,0 +1,58 @@
+"""Kernel two-sample tests from mergeable sketches: the NumPy core.
+
+The statistic is the unbiased MMD^2 of Gretton et al. (2012) computed from
+feature sums (Sutherland & Schneider 2015, sec. 3.3; :func:`streamrff.mmd2`).
+Its null distribution comes from one of three sources:
+
+``"permutation"`` (default)
+    The one-pass exact permutation test. X and Y are pooled with global row
+    indices ``0..n_x-1`` (X) and ``n_x..N-1`` (Y). For ``b = 1..B`` a keyed
+    pseudo-random bijection ``pi_b`` of ``[0, N)`` (a Feistel network with
+    cycle-walking, :func:`permutation_indices`) sends row ``i`` to the permuted
+    X sample when ``pi_b(i) < n_x``. Each chunk adds
+    ``P_b = sum_i [pi_b(i) < n_x] z_i`` for its own rows, so the B permuted
+    statistics need no second pass and the :class:`TwoSampleSketch` merges like
+    any sum.
+``"spectral"``
+    Weighted chi-square null from the pooled feature covariance (Gretton et al.
+    2009), from two :class:`~streamrff.MeanSketch` with moments.
+``"hotelling"``
+    Hotelling's T^2 on the mean feature difference with the chi-square null
+    of Chwialkowski et al. (2015), from the same moment sketches.
+
+The per-chunk kernel :func:`two_sample_sketch_of_chunk` is pure: the Dask
+engine maps it over chunks and reduces the partials with ``merge``.
+
+Modules: :mod:`~streamrff.twosample.permutations` (the keyed permutations),
+:mod:`~streamrff.twosample.sketch` (the sketch and its chunk kernel),
+:mod:`~streamrff.twosample.nulls` (the statistic, null distributions and
+p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
+:mod:`~streamrff.twosample.api` (the tests). Everything is importable from
+``streamrff.twosample``.
+"""
+
+from __future__ import annotations
+
+from . import nulls, permutations
+from .api import mmd_test, permutation_test, two_sample_test
+from .permutations import FEISTEL_ROUNDS, permutation_indices
+from .result import TwoSampleResult
+from .sketch import DEFAULT_MAX_ACCUMULATOR_BYTES, TwoSampleSketch, check_accumulator_size, two_sample_sketch_of_chunk
+
+__all__ = [
+    "TwoSampleResult",
+    "TwoSampleSketch",
+    "permutation_indices",
+    "two_sample_sketch_of_chunk",
+    "permutation_test",
+    "mmd_test",
+    "two_sample_test",
+    "check_accumulator_size",
+    "FEISTEL_ROUNDS",
+    "DEFAULT_MAX_ACCUMULATOR_BYTES",
+]
+
+# Public constants that streamrff.twosample held, outside __all__, before it became a package.
+PERMUTATION_SCHEME = permutations.PERMUTATION_SCHEME
+DEFAULT_SPECTRAL_DRAWS = nulls.DEFAULT_SPECTRAL_DRAWS
+HOTELLING_EXPLAINED_VARIANCE = nulls.HOTELLING_EXPLAINED_VARIANCE

@@ -1,0 +1,321 @@
+"""The mergeable sketch of the one-pass permutation test and its pure chunk kernel.
+
+:func:`two_sample_sketch_of_chunk` adds a chunk's rows to the feature sums of X
+and Y and to the B permutation sums ``P_b = sum_i [pi_b(i) < n_x] z_i``
+(:func:`~streamrff.permutation_indices`); the Dask engine maps it over chunks
+and reduces the partial :class:`TwoSampleSketch` objects with ``merge``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_positive_int, normalize_seed
+from ..errors import InputError, SketchMismatchError
+from ..maps import FeatureMap
+from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
+from .permutations import PERMUTATION_SCHEME, _permute, _round_keys
+
+__all__ = [
+    "TwoSampleSketch",
+    "two_sample_sketch_of_chunk",
+    "check_accumulator_size",
+    "DEFAULT_MAX_ACCUMULATOR_BYTES",
+]
+
+#: Default ceiling on the B x D float64 permutation accumulators (1 GiB).
+DEFAULT_MAX_ACCUMULATOR_BYTES = 2**30
+
+
+def check_accumulator_size(
+    n_permutations: int, n_features: int, max_accumulator_bytes: int = DEFAULT_MAX_ACCUMULATOR_BYTES
+) -> None:
+    """Raise InputError if the B x D float64 permutation accumulators exceed ``max_accumulator_bytes``.
+
+    Every partial sketch (one per chunk, held by Dask until reduced) carries
+    these accumulators, so they are checked before any work starts.
+    """
+    size = 8 * int(n_permutations) * int(n_features)
+    if size > max_accumulator_bytes:
+        raise InputError(
+            f"The permutation accumulators take n_permutations x n_features x 8 bytes = "
+            f"{n_permutations} x {n_features} x 8 = {size / 2**20:.1f} MiB per partial sketch, over "
+            f"max_accumulator_bytes={max_accumulator_bytes} ({max_accumulator_bytes / 2**20:.1f} MiB). "
+            "Lower n_permutations or n_features, use method='spectral' or 'hotelling', or raise "
+            "max_accumulator_bytes if the workers have the memory."
+        )
+
+
+class TwoSampleSketch(MappedSketch):
+    """Sums for the one-pass permutation MMD test of X (global rows ``0..n_x-1``) against Y (``n_x..N-1``).
+
+    Built per chunk by :func:`two_sample_sketch_of_chunk`, merged with
+    :meth:`merge` (a sum: commutative and associative up to float64 rounding),
+    read by :func:`permutation_test`. Partial sketches have ``count_x <= n_x``
+    and ``count_y <= n_y``; the test needs a complete one.
+
+    Parameters
+    ----------
+    feature_map : FeatureMap
+        The fitted map.
+    n_x, n_y : int
+        Sizes of the two samples (the design: fixed before any chunk is read).
+    n_permutations : int
+        B, number of permutations.
+    seed : int
+        Key of the permutations (:func:`permutation_indices`).
+    count_x, count_y : int
+        Rows of X and of Y added so far.
+    feature_sum_x, feature_sum_y : ndarray of shape (D,), float64
+        Sums of the features of the X rows and of the Y rows.
+    squared_norm_sum_x, squared_norm_sum_y : float
+        Sums of ``||z_i||^2`` over the X rows and the Y rows.
+    permutation_sums : ndarray of shape (B, D), float64
+        ``P_b = sum_i [pi_b(i) < n_x] z_i``.
+    permutation_squared_norms : ndarray of shape (B,), float64
+        ``q_b = sum_i [pi_b(i) < n_x] ||z_i||^2``.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import two_sample_sketch_of_chunk
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2))
+    >>> rff = srf.RFF(n_features=64).fit(X)
+    >>> parts = [two_sample_sketch_of_chunk(X, rff, 0, 40, 30, 19, seed=0),
+    ...          two_sample_sketch_of_chunk(Y, rff, 40, 40, 30, 19, seed=0)]
+    >>> sketch = srf.merge(parts)
+    >>> sketch.count, sketch.permutation_sums.shape
+    (70, (19, 64))
+    """
+
+    kind = "twosample"
+
+    def __init__(
+        self,
+        feature_map: FeatureMap,
+        n_x: int,
+        n_y: int,
+        n_permutations: int,
+        seed: int,
+        count_x: int,
+        count_y: int,
+        feature_sum_x: np.ndarray,
+        feature_sum_y: np.ndarray,
+        squared_norm_sum_x: float,
+        squared_norm_sum_y: float,
+        permutation_sums: np.ndarray,
+        permutation_squared_norms: np.ndarray,
+    ) -> None:
+        self.feature_map = feature_map
+        self.n_x = int(n_x)
+        self.n_y = int(n_y)
+        self.n_permutations = int(n_permutations)
+        self.seed = int(seed)
+        self.count_x = int(count_x)
+        self.count_y = int(count_y)
+        self.feature_sum_x = feature_sum_x
+        self.feature_sum_y = feature_sum_y
+        self.squared_norm_sum_x = float(squared_norm_sum_x)
+        self.squared_norm_sum_y = float(squared_norm_sum_y)
+        self.permutation_sums = permutation_sums
+        self.permutation_squared_norms = permutation_squared_norms
+        for array in (feature_sum_x, feature_sum_y, permutation_sums, permutation_squared_norms):
+            array.setflags(write=False)
+
+    @classmethod
+    def empty(cls, feature_map: FeatureMap, n_x: int, n_y: int, n_permutations: int, seed: int) -> TwoSampleSketch:
+        """The neutral element of the design ``(n_x, n_y, n_permutations, seed)``: zero rows."""
+        width = feature_map.n_features_out_
+        return cls(
+            feature_map, n_x, n_y, n_permutations, seed, 0, 0,
+            np.zeros(width), np.zeros(width), 0.0, 0.0,
+            np.zeros((n_permutations, width)), np.zeros(n_permutations),
+        )  # fmt: skip
+
+    @property
+    def count(self) -> int:  # type: ignore[override]
+        """Rows added so far (X and Y)."""
+        return self.count_x + self.count_y
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every row of the design has been added."""
+        return self.count_x == self.n_x and self.count_y == self.n_y
+
+    def check_compatible(self, other: Any) -> None:
+        super().check_compatible(other)
+        for name in ("n_x", "n_y", "n_permutations", "seed"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                raise SketchMismatchError(
+                    f"Cannot merge two-sample sketches of different designs: {name}={mine} vs "
+                    f"{name}={theirs} (n_x={self.n_x}, n_y={self.n_y}, n_permutations="
+                    f"{self.n_permutations}, seed={self.seed} vs n_x={other.n_x}, n_y={other.n_y}, "
+                    f"n_permutations={other.n_permutations}, seed={other.seed}). Sketch every chunk "
+                    "with the same n_x, n_y, n_permutations and seed."
+                )
+
+    def _merge(self, other: TwoSampleSketch) -> TwoSampleSketch:
+        return TwoSampleSketch(
+            self.feature_map,
+            self.n_x,
+            self.n_y,
+            self.n_permutations,
+            self.seed,
+            self.count_x + other.count_x,
+            self.count_y + other.count_y,
+            self.feature_sum_x + other.feature_sum_x,
+            self.feature_sum_y + other.feature_sum_y,
+            self.squared_norm_sum_x + other.squared_norm_sum_x,
+            self.squared_norm_sum_y + other.squared_norm_sum_y,
+            self.permutation_sums + other.permutation_sums,
+            self.permutation_squared_norms + other.permutation_squared_norms,
+        )
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "feature_sum_x": self.feature_sum_x,
+            "feature_sum_y": self.feature_sum_y,
+            "permutation_sums": self.permutation_sums,
+            "permutation_squared_norms": self.permutation_squared_norms,
+        }
+
+    def _attrs(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "count_x": self.count_x,
+            "count_y": self.count_y,
+            "n_x": self.n_x,
+            "n_y": self.n_y,
+            "n_permutations": self.n_permutations,
+            "seed": self.seed,
+            "squared_norm_sum_x": self.squared_norm_sum_x,
+            "squared_norm_sum_y": self.squared_norm_sum_y,
+            "permutation_scheme": PERMUTATION_SCHEME,
+        }
+
+    @classmethod
+    def _from_parts(cls, spec, map_arrays, attrs, arrays) -> TwoSampleSketch:
+        from ..maps import map_from_spec
+
+        if attrs.get("permutation_scheme") != PERMUTATION_SCHEME:
+            raise InputError(
+                f"Expected permutation_scheme={PERMUTATION_SCHEME!r}. Got {attrs.get('permutation_scheme')!r}: "
+                "the sketch was made with another permutation construction. Re-sketch the data with "
+                "this version of streamrff."
+            )
+        feature_map = map_from_spec(spec, map_arrays)
+        width = feature_map.n_features_out_
+        n_x, n_y = _expect_int(attrs, "n_x"), _expect_int(attrs, "n_y")
+        count_x, count_y = _expect_int(attrs, "count_x"), _expect_int(attrs, "count_y")
+        n_permutations = check_positive_int(attrs.get("n_permutations"), "n_permutations")
+        seed = normalize_seed(attrs.get("seed"))
+        if n_x + n_y < 1:
+            raise InputError(f"A two-sample design needs n_x + n_y >= 1. Got n_x={n_x}, n_y={n_y}.")
+        if count_x > n_x or count_y > n_y:
+            raise InputError(
+                f"count_x <= n_x and count_y <= n_y are required. Got count_x={count_x}, n_x={n_x}, "
+                f"count_y={count_y}, n_y={n_y}."
+            )
+        if _expect_int(attrs, "count") != count_x + count_y:
+            raise InputError(f"count must equal count_x + count_y = {count_x + count_y}. Got {attrs['count']}.")
+        norms = []
+        for name in ("squared_norm_sum_x", "squared_norm_sum_y"):
+            value = attrs.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+                raise InputError(f"{name} must be a finite number >= 0. Got {value!r}.")
+            norms.append(float(value))
+        return cls(
+            feature_map,
+            n_x,
+            n_y,
+            n_permutations,
+            seed,
+            count_x,
+            count_y,
+            _expect_array(arrays, "feature_sum_x", (width,), np.float64),
+            _expect_array(arrays, "feature_sum_y", (width,), np.float64),
+            norms[0],
+            norms[1],
+            _expect_array(arrays, "permutation_sums", (n_permutations, width), np.float64),
+            _expect_array(arrays, "permutation_squared_norms", (n_permutations,), np.float64),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TwoSampleSketch(count_x={self.count_x}/{self.n_x}, count_y={self.count_y}/{self.n_y}, "
+            f"n_permutations={self.n_permutations}, seed={self.seed}, "
+            f"n_features={self.feature_sum_x.shape[0]}, map={_describe(self.spec)})"
+        )
+
+
+def two_sample_sketch_of_chunk(
+    rows: np.ndarray,
+    feature_map: FeatureMap,
+    row_offset: int,
+    n_x: int,
+    n_y: int,
+    n_permutations: int,
+    seed: int,
+) -> TwoSampleSketch:
+    """Sketch trusted, finite pooled rows ``row_offset .. row_offset + len(rows) - 1``: the pure chunk kernel.
+
+    Rows with global index ``< n_x`` belong to X, the others to Y; a chunk may
+    straddle the boundary. Features are embedded tile by tile
+    (:meth:`FeatureMap.embed_tiles`) and accumulated in float64; the
+    permutation sums of a tile are one GEMM, ``mask (B x t) @ features (t x D)``,
+    with ``mask[b, i] = [pi_b(i) < n_x]``.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (t, d)
+        Finite rows (validated by the caller).
+    feature_map : FeatureMap
+        Fitted map.
+    row_offset : int
+        Global pooled index of ``rows[0]``.
+    n_x, n_y : int
+        Sizes of the two samples.
+    n_permutations : int
+        B.
+    seed : int
+        Key of the permutations.
+
+    Returns
+    -------
+    TwoSampleSketch
+        A partial sketch (``count = len(rows)``).
+    """
+    n_total = n_x + n_y
+    if row_offset < 0 or row_offset + rows.shape[0] > n_total:
+        raise InputError(
+            f"Rows {row_offset}..{row_offset + rows.shape[0] - 1} lie outside the pooled design "
+            f"[0, n_x + n_y) = [0, {n_total}). Check row_offset, n_x and n_y."
+        )
+    width = feature_map.n_features_out_
+    keys = _round_keys(seed, np.arange(n_permutations))
+    sums = np.zeros((2, width))  # X, Y
+    squared_norms = np.zeros(2)
+    permutation_sums = np.zeros((n_permutations, width))
+    permutation_squared_norms = np.zeros(n_permutations)
+    for start, features in feature_map.embed_tiles(rows):
+        wide = features.astype(np.float64)
+        norms = np.einsum("ij,ij->i", wide, wide)
+        first = row_offset + start
+        index = np.arange(first, first + wide.shape[0], dtype=np.uint64)
+        split = int(np.clip(n_x - first, 0, wide.shape[0]))  # tile rows [0, split) are in X
+        sums[0] += wide[:split].sum(axis=0)
+        sums[1] += wide[split:].sum(axis=0)
+        squared_norms += (norms[:split].sum(), norms[split:].sum())
+        mask = (_permute(keys, n_total, index) < n_x).astype(np.float64)
+        permutation_sums += mask @ wide
+        permutation_squared_norms += mask @ norms
+    in_x = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
+    return TwoSampleSketch(
+        feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
+        sums[0], sums[1], squared_norms[0], squared_norms[1],
+        permutation_sums, permutation_squared_norms,
+    )  # fmt: skip
