@@ -35,7 +35,8 @@ def main(rows: int) -> None:
     pooled = srf.merge(*loaded.values())
     everything = srf.sketch_array(np.vstack(list(sites.values())), loaded["north"].feature_map)
     print(pooled)
-    print("merge equals sketching all rows:", np.allclose(pooled.feature_sum, everything.feature_sum, rtol=1e-6))
+    difference = np.linalg.norm(pooled.feature_sum - everything.feature_sum) / np.linalg.norm(everything.feature_sum)
+    print("merge equals sketching all rows:", bool(difference < 1e-6))  # to float32 rounding of the features
     for a, b in (("north", "south"), ("north", "east")):
         print(f"MMD^2({a}, {b}) = {srf.mmd2(loaded[a], loaded[b]):.2e}")
 

@@ -23,7 +23,8 @@ def main(rows: int) -> None:
     sketch = srf.sketch(data, srf.RFF(n_features=256, bandwidth="median"), sample_dim="time")
     reference = srf.sketch_array(values.T, sketch.feature_map)
     print(sketch)
-    print("equals the in-memory sketch:", np.allclose(sketch.feature_sum, reference.feature_sum, rtol=1e-6))
+    difference = np.linalg.norm(sketch.feature_sum - reference.feature_sum) / np.linalg.norm(reference.feature_sum)
+    print("equals the in-memory sketch:", bool(difference < 1e-6))  # to float32 rounding of the features
 
 
 if __name__ == "__main__":

@@ -43,8 +43,44 @@ __all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec"]
 #: Python between numpy calls (which holds the GIL) is rare: 2 threads gave 1.57x at 512 KiB
 #: tiles and 1.76x at 1 MiB in the same run.
 _TILE_BYTES = 2**20
+#: Rows that one float32 GEMV sums before the float64 accumulation (see tile_column_sums).
+_SUM_SEGMENT_ROWS = 256
+
 #: SeedSequence spawn key of the JL projection stream (ASCII "JL-P"), distinct from the RFF stream.
 _JL_STREAM = 0x4A4C2D50
+
+
+def tile_column_sums(features: np.ndarray) -> np.ndarray:
+    """Column sums of a feature tile of shape (..., rows, columns), in float64.
+
+    Like the second moment's rank-k update, the rows are reduced in the
+    features' precision, by GEMVs over segments of at most 256 rows, and the
+    segments are accumulated in float64. For float32 features the GEMV's
+    rounding (measured 3e-9 to 1.4e-8 norm-wise per 256 rows, d = 32,
+    D = 1024) stays below that of the float32 features themselves (up to 7e-8
+    against float64 math), at an eighth of the cost of an exact float64 sum:
+    numpy's float32 to float64 cast runs at ~0.4 ns per element.
+    """
+    rows, columns = features.shape[-2:]
+    lead = features.shape[:-2]
+    whole = rows - rows % _SUM_SEGMENT_ROWS
+    ones = _segment_ones(features.dtype.char)
+    if whole == rows == _SUM_SEGMENT_ROWS:  # the common case: one segment, one batched GEMV
+        return np.matmul(ones, features).astype(np.float64)
+    total = np.zeros((*lead, columns))
+    if whole:
+        segments = features[..., :whole, :].reshape(*lead, whole // _SUM_SEGMENT_ROWS, _SUM_SEGMENT_ROWS, columns)
+        total += np.matmul(ones, segments).sum(axis=-2, dtype=np.float64)
+    if whole < rows:
+        total += np.matmul(ones[: rows - whole], features[..., whole:, :])
+    return total
+
+
+@functools.lru_cache(maxsize=4)
+def _segment_ones(dtype_char: str) -> np.ndarray:
+    ones = np.ones(_SUM_SEGMENT_ROWS, dtype=dtype_char)
+    ones.setflags(write=False)
+    return ones
 
 
 def exact_kernel(X: ArrayLike2D, Y: ArrayLike2D | None = None, bandwidth: float = 1.0) -> np.ndarray:
@@ -219,6 +255,19 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             out = buffer[: tile.shape[0]]
             self._embed_tile(tile, out)
             yield start, out
+
+    def _feature_sums(self, X: np.ndarray, dtype: Any = np.float32) -> tuple[np.ndarray, float]:
+        """Float64 column sums of the features of trusted rows ``X``, and the sum of their squared norms.
+
+        The per-row values are those of :meth:`transform` (in ``dtype``); each
+        tile is summed by :func:`tile_column_sums` and the tiles in float64.
+        """
+        feature_sum = np.zeros(self._output_width())
+        squared_norm_sum = 0.0
+        for _, features in self.embed_tiles(X, dtype=dtype):
+            feature_sum += tile_column_sums(features)
+            squared_norm_sum += float(np.einsum("ij,ij->i", features, features).sum(dtype=np.float64))
+        return feature_sum, squared_norm_sum
 
     # -- helpers for subclasses ---------------------------------------------------
     def _check_fitted(self) -> None:
@@ -496,6 +545,39 @@ class RFF(FeatureMap):
             out += phases
             np.cos(out, out=out)
             out *= out.dtype.type(np.sqrt(2.0 / out.shape[1]))
+
+    def _feature_sums(self, X: np.ndarray, dtype: Any = np.float32) -> tuple[np.ndarray, float]:
+        # Fused for speed (about 1.4x the generic path at d = 32, D = 1024):
+        # - the sums need no (rows, D) layout, so a tile's cosines and sines go to two contiguous
+        #   blocks; numpy's matmul, sin and cos run 15-50% faster on those than on column halves;
+        # - the scale multiplies the float64 sums, not every feature (a pass over the tile);
+        # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
+        # The sums agree with those of transform's features to float32 rounding.
+        dtype = np.dtype(dtype)
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), dtype.char)
+        sincos = self.variant == "sincos"
+        m = frequencies.shape[1]
+        scale = float(dtype.type(1.0 / np.sqrt(m) if sincos else np.sqrt(2.0 / m)))
+        step = self._tile_rows(self._output_width())
+        buffers = np.empty((2 if sincos else 1, min(step, X.shape[0]), m), dtype=dtype)
+        sums = np.zeros(buffers.shape[::2])
+        squares = 0.0
+        for start in range(0, X.shape[0], step):
+            tile = X[start : start + step]
+            blocks = buffers[:, : tile.shape[0]]
+            projection = blocks[-1]
+            np.matmul(tile.astype(dtype, copy=False), frequencies, out=projection)
+            if sincos:
+                np.cos(projection, out=blocks[0])
+                np.sin(projection, out=projection)
+            else:
+                projection += phases
+                np.cos(projection, out=projection)
+                squares += float(np.einsum("ij,ij->i", projection, projection).sum(dtype=np.float64))
+            sums += tile_column_sums(blocks)
+        if sincos:
+            squares = float(X.shape[0] * m)
+        return sums.reshape(-1) * scale, squares * scale * scale
 
 
 class JL(FeatureMap):

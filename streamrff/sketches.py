@@ -21,7 +21,7 @@ from sklearn.base import clone
 
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
 from .errors import InputError, SketchMismatchError
-from .maps import FeatureMap
+from .maps import FeatureMap, tile_column_sums
 from .nufft import nufft_applies, nufft_available, nufft_mean_sums, nufft_supports
 from .sampling import bottom_k, row_keys
 from .typing import ArrayLike2D, MapSpec, PathOrURL, StorageOptions
@@ -507,17 +507,18 @@ def mean_sketch_of_chunk(
     ):
         feature_sum, squared_norm_sum = nufft_mean_sums(rows, feature_map)
         return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid)
+    if not moments:
+        feature_sum, squared_norm_sum = feature_map._feature_sums(rows, dtype)
+        return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid)
     width = feature_map.n_features_out_
     feature_sum = np.zeros(width)
-    moment = np.zeros((width, width)) if moments else None
-    tile_moment = np.empty((width, width), dtype=dtype) if moments else None
+    moment = np.zeros((width, width))
+    tile_moment = np.empty((width, width), dtype=dtype)
     squared_norm_sum = 0.0
-    tile_rows = _MOMENT_TILE_ROWS if moments else None
-    for _, features in feature_map.embed_tiles(rows, tile_rows=tile_rows, dtype=dtype):
-        feature_sum += features.sum(axis=0, dtype=np.float64)
+    for _, features in feature_map.embed_tiles(rows, tile_rows=_MOMENT_TILE_ROWS, dtype=dtype):
+        feature_sum += tile_column_sums(features)
         squared_norm_sum += float(np.einsum("ij,ij->i", features, features).sum(dtype=np.float64))
-        if moment is not None:
-            moment += _rank_k_update(features, tile_moment)
+        moment += _rank_k_update(features, tile_moment)
     return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, n_invalid)
 
 

@@ -140,7 +140,9 @@ def test_relative_rff_engine_sketch_equals_in_memory_sketch():
     distributed = srf.sketch(rows, srf.RelativeErrorRFF(n_features=128, bandwidth="median"), chunk_rows=700)
     in_memory = srf.sketch_array(rows, distributed.feature_map)
     assert distributed.feature_map.bandwidth_ == srf.RelativeErrorRFF(bandwidth="median").fit(rows).bandwidth_
-    np.testing.assert_allclose(distributed.feature_sum, in_memory.feature_sum, rtol=1e-9, atol=1e-9)
+    # Other chunks, other float32 tile sums: equal to float32 rounding of the features (norm-wise).
+    difference = np.linalg.norm(distributed.feature_sum - in_memory.feature_sum)
+    assert difference <= 1e-6 * np.linalg.norm(in_memory.feature_sum)
 
 
 def test_relative_rff_mmd2_estimates_the_exact_mmd2():

@@ -505,7 +505,8 @@ def test_mmd_test_works_from_separately_merged_sketches():
     ]
     for method in ("spectral", "hotelling"):
         a, b = mmd_test(*whole, method=method, seed=1), mmd_test(*parts, method=method, seed=1)
-        assert a.statistic == pytest.approx(b.statistic, rel=1e-9)
+        # Other chunks, other float32 tile sums: equal to float32 rounding of the features.
+        assert a.statistic == pytest.approx(b.statistic, rel=1e-6)
         assert a.p_value == pytest.approx(b.p_value, rel=1e-6, abs=1e-12)
 
 
