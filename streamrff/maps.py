@@ -351,6 +351,15 @@ def _projection_params(kind: str, spec_json: str, dtype_char: str) -> tuple[np.n
     return frequencies, phases
 
 
+def _project(X: np.ndarray, frequencies: np.ndarray, out: np.ndarray) -> None:
+    """``out = X @ frequencies``. With one input column numpy's matmul does not call BLAS and
+    runs ~3x slower than the equal outer product."""
+    if frequencies.shape[0] == 1:
+        np.multiply(X, frequencies, out=out)
+    else:
+        np.matmul(X, frequencies, out=out)
+
+
 def _fingerprint(feature_map: FeatureMap) -> str:
     digest = hashlib.sha256(_spec_key(feature_map.spec).encode())
     _hash_arrays(digest, feature_map._params())
@@ -536,12 +545,12 @@ class RFF(FeatureMap):
         if self.variant == "sincos":
             m = frequencies.shape[1]
             cosines, sines = out[:, :m], out[:, m:]
-            np.matmul(X.astype(out.dtype, copy=False), frequencies, out=sines)  # projection, in place
+            _project(X.astype(out.dtype, copy=False), frequencies, out=sines)  # in place
             np.cos(sines, out=cosines)
             np.sin(sines, out=sines)
             out *= out.dtype.type(1.0 / np.sqrt(m))
         else:
-            np.matmul(X.astype(out.dtype, copy=False), frequencies, out=out)
+            _project(X.astype(out.dtype, copy=False), frequencies, out=out)
             out += phases
             np.cos(out, out=out)
             out *= out.dtype.type(np.sqrt(2.0 / out.shape[1]))
@@ -566,7 +575,7 @@ class RFF(FeatureMap):
             tile = X[start : start + step]
             blocks = buffers[:, : tile.shape[0]]
             projection = blocks[-1]
-            np.matmul(tile.astype(dtype, copy=False), frequencies, out=projection)
+            _project(tile.astype(dtype, copy=False), frequencies, out=projection)
             if sincos:
                 np.cos(projection, out=blocks[0])
                 np.sin(projection, out=projection)
