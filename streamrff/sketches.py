@@ -490,11 +490,15 @@ def mean_sketch_of_chunk(
 ) -> MeanSketch:
     """Sketch trusted, finite rows: the pure per-chunk kernel that Dask maps over chunks.
 
-    Features are embedded tile by tile into one reused, cache-sized buffer and
-    summed in float64, so the chunk's features are never all in memory. With
-    ``moments``, each tile's ``Z^T Z`` comes from a symmetric rank-k update
-    (BLAS ``ssyrk``) in the features' dtype and is accumulated in float64. ``dtype="float64"`` embeds in float64 throughout (about 10x
-    slower: numpy's float64 sin/cos are not vectorised).
+    Features are embedded tile by tile into one reused, cache-sized buffer,
+    so the chunk's features are never all in memory. Each tile is reduced in
+    the features' dtype and the tiles are accumulated in float64: column sums
+    by GEMVs over 256-row segments (:func:`streamrff.maps.tile_column_sums`;
+    without moments, RFF maps use their fused kernel), and with ``moments``
+    each tile's ``Z^T Z`` by a symmetric rank-k update (BLAS ``ssyrk``). Both
+    agree with float64 arithmetic on the same features to float32 rounding.
+    ``dtype="float64"`` embeds in float64 throughout (about 10x slower:
+    numpy's float64 sin/cos are not vectorised).
 
     For rows in d <= 3 dimensions and an RFF map, ``method="auto"`` (float32,
     no moments) computes the sums by a type-3 NUFFT instead when finufft is
