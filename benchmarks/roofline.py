@@ -149,12 +149,7 @@ def thread_scaling(tmp: str, rows: int, chunk_rows: int, cores: int) -> None:
                 srf.sketch(path, rff)
                 return best_of(lambda: srf.sketch(path, rff), repeats=3)
 
-        for attempt in range(2):  # interleaved, so both see the same machine
-            one, many = job(1), job(cores)
-            control_one, control_many = control(1), control(cores)
-            print(f"threads ({rows} rows, d=32, D=1024, {rows_per_chunk}-row chunks): sketch 1 thread {one:.3f} s, "
-                  f"{cores} threads {many:.3f} s, speed-up {one / many:.2f}x; numpy cos control "
-                  f"{control_one / control_many:.2f}x")
+        print_speedup(f"threads ({rows} rows, d=32, D=1024, {rows_per_chunk}-row chunks)", "thread", job, control, cores)
     path = os.path.join(tmp, "workers.zarr")
     zarr.create_array(path, shape=(4 * rows, 32), chunks=(chunk_rows, 32), dtype="float32")[...] = np.tile(values, (4, 1))
     worker_scaling(path, rff, cores, control)
@@ -172,11 +167,17 @@ def worker_scaling(path: str, rff: srf.RFF, cores: int, control) -> None:
             srf.sketch(path, rff, client=client)  # warm up: imports and map parameters per worker
             return best_of(lambda: srf.sketch(path, rff, client=client), repeats=3)
 
-    for attempt in range(2):
+    print_speedup("worker processes", "worker", job, control, cores)
+
+
+def print_speedup(label: str, unit: str, job, control, cores: int, attempts: int = 2) -> None:
+    """Time ``job(1)`` and ``job(cores)`` next to the numpy-cos control, interleaved so both see
+    the same machine, and print the speed-ups."""
+    for _ in range(attempts):
         one, many = job(1), job(cores)
         control_one, control_many = control(1), control(cores)
-        print(f"worker processes: sketch 1 worker {one:.3f} s, {cores} workers {many:.3f} s, "
-              f"speed-up {one / many:.2f}x; numpy cos control {control_one / control_many:.2f}x")
+        print(f"{label}: sketch 1 {unit} {one:.3f} s, {cores} {unit}s {many:.3f} s, speed-up {one / many:.2f}x; "
+              f"numpy cos control {control_one / control_many:.2f}x")
 
 
 if __name__ == "__main__":
