@@ -1,0 +1,109 @@
+"""The compiled float32 sin/cos kernels against numpy's float64 sin/cos of the same float32 phases."""
+
+import numpy as np
+import pytest
+
+import streamrff as srf
+from streamrff import _sincos
+
+FLOAT32_ULP_AT_ONE = float(np.spacing(np.float32(1.0)))  # 1.19e-7
+
+
+def relative_error(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
+
+
+def phases_up_to(largest, rows=256, columns=320, seed=0):
+    """Float32 phases spread over [-largest, largest], with both ends present."""
+    phases = np.random.default_rng(seed).uniform(-largest, largest, size=(rows, columns)).astype(np.float32)
+    phases[0, :2] = [largest, -largest]
+    return phases
+
+
+@pytest.mark.parametrize("largest", [1e-3, 0.8, 3.0, 50.0, 1000.0, _sincos.MAX_FAST_PHASE])
+def test_sincos_features_within_one_ulp_of_float64(largest):
+    phases = phases_up_to(largest)
+    out = np.empty((phases.shape[0], 2 * phases.shape[1]), np.float32)
+    _sincos.sincos_features(phases, 1.0, out)
+    wide = phases.astype(np.float64)
+    error = out - np.hstack([np.cos(wide), np.sin(wide)])
+    assert np.abs(error).max() < FLOAT32_ULP_AT_ONE
+    # Unbiased: a systematic error would not average out in kernel-mean sums.
+    assert abs(error.mean()) < 1e-9
+
+
+def test_sincos_features_scale():
+    phases = phases_up_to(10.0)
+    out = np.empty((phases.shape[0], 2 * phases.shape[1]), np.float32)
+    _sincos.sincos_features(phases, 0.125, out)
+    wide = phases.astype(np.float64)
+    np.testing.assert_allclose(out, 0.125 * np.hstack([np.cos(wide), np.sin(wide)]), rtol=0, atol=0.125 * FLOAT32_ULP_AT_ONE)
+
+
+def test_cos_features_with_offsets():
+    phases = phases_up_to(20.0, columns=100)
+    offsets = np.random.default_rng(1).uniform(0, 2 * np.pi, 100).astype(np.float32)
+    out = np.empty_like(phases)
+    _sincos.cos_features(phases, offsets, 2.0, out)
+    expected = 2.0 * np.cos((phases + offsets).astype(np.float64))  # the float32 sum, as numpy's path
+    assert np.abs(out - expected).max() < 2.0 * FLOAT32_ULP_AT_ONE
+
+
+@pytest.mark.parametrize("largest", [0.5, 30.0, 4000.0])
+def test_sincos_column_sums_add_float64_sums(largest):
+    phases = phases_up_to(largest, rows=300)  # 4 full 64-row segments and a partial one
+    wide = phases.astype(np.float64)
+    out = np.ones((2, phases.shape[1]))
+    assert _sincos.sincos_column_sums(phases, out)
+    expected = 1.0 + np.stack([np.cos(wide).sum(axis=0), np.sin(wide).sum(axis=0)])
+    assert relative_error(out - 1.0, expected - 1.0) < 5e-7
+
+
+def test_cos_column_sums_and_squares():
+    phases = phases_up_to(25.0, rows=200, columns=64)
+    offsets = np.linspace(0, 6, 64, dtype=np.float32)
+    out = np.zeros(64)
+    fast, squares = _sincos.cos_column_sums(phases, offsets, out)
+    cosines = np.cos((phases + offsets).astype(np.float64))
+    assert fast
+    assert relative_error(out, cosines.sum(axis=0)) < 5e-7
+    assert squares == pytest.approx((cosines**2).sum(), rel=1e-6)
+
+
+def test_large_phases_are_refused_and_leave_the_sums_unchanged():
+    phases = phases_up_to(2.0)
+    phases[7, 3] = 3 * _sincos.MAX_FAST_PHASE
+    out = np.full((2, phases.shape[1]), 5.0)
+    assert not _sincos.sincos_column_sums(phases, out)
+    assert (out == 5.0).all()
+    single = np.full(phases.shape[1], 5.0)
+    fast, _ = _sincos.cos_column_sums(phases, np.zeros(phases.shape[1], np.float32), single)
+    assert not fast and (single == 5.0).all()
+    assert _sincos.largest_phase(phases, np.zeros(phases.shape[1], np.float32)) == 3 * _sincos.MAX_FAST_PHASE
+
+
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+def test_tiles_with_large_phases_use_numpy(variant):
+    # A tiny bandwidth puts the second tile's phases beyond the kernels' exact range: that tile
+    # must be numpy's float32 cos/sin of the same projection, bit for bit; the first tile, in
+    # range, is within float32 rounding of it.
+    X = np.random.default_rng(3).normal(size=(512, 3))
+    X[:256] *= 1e-4
+    feature_map = srf.RFF(n_features=64, bandwidth=1e-4, variant=variant, seed=4).fit(X)
+    frequencies = np.ascontiguousarray(feature_map._params()["frequencies"].T, dtype=np.float32)
+    tiles = [X[:256].astype(np.float32) @ frequencies, X[256:].astype(np.float32) @ frequencies]
+    assert np.abs(tiles[0]).max() < _sincos.MAX_FAST_PHASE < np.abs(tiles[1]).max()
+    if variant == "sincos":
+        scale = np.float32(1 / np.sqrt(32))
+        expected = [np.hstack([np.cos(p), np.sin(p)]) * scale for p in tiles]
+    else:
+        offsets = feature_map._params()["phases"].astype(np.float32)
+        expected = [np.cos(p + offsets) * np.float32(np.sqrt(2.0 / 64)) for p in tiles]
+    features = [tile.copy() for _, tile in feature_map.embed_tiles(X, tile_rows=256)]
+    assert np.abs(features[0] - expected[0]).max() < 1e-7
+    np.testing.assert_array_equal(features[1], expected[1])
+    # The sums take one 4096-row tile here, which holds a large phase: all of it is numpy's.
+    sums, squares = feature_map._feature_sums(X)
+    reference = np.vstack(expected).astype(np.float64)
+    assert relative_error(sums, reference.sum(axis=0)) < 1e-6
+    assert squares == pytest.approx((reference**2).sum(), rel=1e-6)
