@@ -3,21 +3,24 @@
 numpy evaluates ``cos`` and ``sin`` in separate passes, each with its own
 range reduction, and cannot fuse them with the scaling and the column sums
 that follow, so a float32 RFF tile is read and written four or five times.
-These kernels (compiled by numba, GIL released) evaluate both functions from
-one reduction by pi/2 and either write the scaled features or accumulate
-their column sums, in one pass over the phases: 1.6x (sums) and 1.9x
-(features) numpy's passes on a 256 x 512 tile (``benchmarks/roofline.py``).
+These kernels (compiled by numba, without the GIL) evaluate both functions
+from one reduction by pi/2 and either write the scaled features
+(:func:`sincos_features`, :func:`cos_features`: 1.9x numpy's passes on a
+256 x 512 tile) or accumulate their column sums (:func:`sincos_feature_sums`,
+:func:`cos_feature_sums`: a whole chunk in one call, projection included,
+1.6x). One call per chunk also keeps other threads' Python (zarr's reads)
+from stalling the kernel: it takes the GIL once, not a few times per tile.
 
 Accuracy. The phase ``x`` is reduced as ``r = x - k pi/2`` with pi/2 split
 in three float32 parts (Cody-Waite, as in Cephes' ``sinf``), and ``sin r``,
 ``cos r`` on ``|r| <= pi/4`` are Cephes' float32 minimax polynomials: at most
 1.5 ulp from the float64 value (numpy's: 1 ulp), without bias. The split is
-exact while ``|x| <= MAX_FAST_PHASE``; for a tile with a larger phase (a
-tiny bandwidth, or outliers) the sum kernels return False and the caller
-checks before the feature kernels (:func:`largest_phase`), and evaluates that
-tile with numpy instead. Column sums are accumulated in float32 over 64 rows,
-then in float64: their norm-wise error (~1e-7) is that of numpy's float32
-features summed by a float32 GEMV.
+exact while ``|x| <= MAX_FAST_PHASE``. Beyond it (a tiny bandwidth, or
+outliers), the sum kernels evaluate that tile as float32 of libm's float64
+sin and cos, and callers of the feature kernels check :func:`largest_phase`
+first and use numpy for that tile. Column sums are accumulated in float32
+over 64 rows, then in float64: their norm-wise error (~1e-7) is that of
+numpy's float32 features summed by a float32 GEMV.
 
 Every kernel takes C-contiguous float32 arrays; outputs never overlap inputs.
 """
@@ -29,10 +32,10 @@ import numpy as np
 
 __all__ = [
     "MAX_FAST_PHASE",
-    "cos_column_sums",
+    "cos_feature_sums",
     "cos_features",
     "largest_phase",
-    "sincos_column_sums",
+    "sincos_feature_sums",
     "sincos_features",
 ]
 
@@ -85,64 +88,109 @@ def largest_phase(phases, offsets):  # pragma: no cover - compiled
 
 
 @_jit
-def sincos_column_sums(phases, out):  # pragma: no cover - compiled
-    """Add the column sums of ``cos(phases)`` to ``out[0]`` and of ``sin(phases)`` to ``out[1]``.
+def sincos_feature_sums(rows, frequencies, tile_rows, out):  # pragma: no cover - compiled
+    """Add the column sums of ``cos(rows @ frequencies)`` to ``out[0]`` and of the sines to ``out[1]``.
 
-    ``phases``: float32 (rows, m); ``out``: float64 (2, m). Returns False, leaving ``out``
-    unchanged, if a phase exceeds MAX_FAST_PHASE.
+    ``rows``: float32 (n, d); ``frequencies``: float32 (d, m); ``out``: float64 (2, m). The
+    projection runs tile by tile (BLAS sgemm), all in one call without the GIL.
     """
-    rows, m = phases.shape
-    largest = np.zeros(m, np.float32)  # per column, so that the loop vectorises
-    segment = np.empty((2, m), np.float32)
-    tile = np.zeros((2, m))
-    for start in range(0, rows, _SEGMENT_ROWS):
-        segment[:] = 0.0
-        for i in range(start, min(rows, start + _SEGMENT_ROWS)):
-            for j in range(m):
-                x = phases[i, j]
-                largest[j] = max(largest[j], abs(x))
-                s, c = _sincos(x)
-                segment[0, j] += c
-                segment[1, j] += s
-        for j in range(m):
-            tile[0, j] += segment[0, j]
-            tile[1, j] += segment[1, j]
-    if largest.max() > MAX_FAST_PHASE:
-        return False
-    for j in range(m):
-        out[0, j] += tile[0, j]
-        out[1, j] += tile[1, j]
-    return True
+    n, m = rows.shape[0], frequencies.shape[1]
+    # Scratch for the whole call: allocating per tile fragments the heap between the large
+    # buffers of zarr reads, whose pages then fault afresh (~2 ms per 6 MB).
+    projection = np.empty((min(tile_rows, n), m), np.float32)
+    scratch = np.empty((3, m), np.float32)
+    tile = np.empty((2, m))
+    for start in range(0, n, tile_rows):
+        phases = projection[: min(n, start + tile_rows) - start]
+        np.dot(rows[start : start + phases.shape[0]], frequencies, phases)
+        if _fast_sums(phases, np.zeros(0, np.float32), scratch, tile):
+            out += tile
+        else:
+            _exact_sincos_sums(phases, out)
 
 
 @_jit
-def cos_column_sums(phases, offsets, out):  # pragma: no cover - compiled
-    """Add the column sums of ``cos(phases + offsets)`` to ``out``; return (ok, sum of their squares).
+def cos_feature_sums(rows, frequencies, offsets, tile_rows, out):  # pragma: no cover - compiled
+    """Add the column sums of ``cos(rows @ frequencies + offsets)`` to ``out``; return the sum of their squares.
 
-    ``phases``: float32 (rows, m); ``offsets``: float32 (m,); ``out``: float64 (m,). Not ok
-    (``out`` unchanged) if a phase exceeds MAX_FAST_PHASE.
+    ``rows``: float32 (n, d); ``frequencies``: float32 (d, m); ``offsets``: float32 (m,);
+    ``out``: float64 (m,).
+    """
+    n, m = rows.shape[0], frequencies.shape[1]
+    projection = np.empty((min(tile_rows, n), m), np.float32)
+    scratch = np.empty((3, m), np.float32)
+    tile = np.empty((2, m))
+    squares = 0.0
+    for start in range(0, n, tile_rows):
+        phases = projection[: min(n, start + tile_rows) - start]
+        np.dot(rows[start : start + phases.shape[0]], frequencies, phases)
+        if _fast_sums(phases, offsets, scratch, tile):
+            out += tile[0]
+            squares += tile[1].sum()
+        else:
+            squares += _exact_cos_sums(phases, offsets, out)
+    return squares
+
+
+@_jit
+def _fast_sums(phases, offsets, scratch, tile):  # pragma: no cover - compiled
+    """Column sums of a tile's features, in float64, into ``tile``; False if a phase exceeds
+    MAX_FAST_PHASE (then ``tile`` is garbage).
+
+    Without ``offsets`` (length 0): ``tile[0]`` = sums of ``cos(phases)``, ``tile[1]`` = sums of
+    ``sin(phases)``. With them: ``tile[0]`` = sums of ``cos(phases + offsets)``, ``tile[1]`` =
+    sums of their squares. ``scratch``: float32 (3, m), overwritten.
     """
     rows, m = phases.shape
-    largest = np.zeros(m, np.float32)
-    segment = np.empty((2, m), np.float32)
-    tile = np.zeros((2, m))
+    largest, segment = scratch[0], scratch[1:]
+    largest[:] = 0.0  # per column, so that the loops vectorise
+    tile[:] = 0.0
     for start in range(0, rows, _SEGMENT_ROWS):
         segment[:] = 0.0
         for i in range(start, min(rows, start + _SEGMENT_ROWS)):
-            for j in range(m):
-                x = phases[i, j] + offsets[j]
-                largest[j] = max(largest[j], abs(x))
-                c = _sincos(x)[1]
-                segment[0, j] += c
-                segment[1, j] += c * c
+            row = phases[i]
+            if offsets.shape[0]:
+                for j in range(m):
+                    x = row[j] + offsets[j]
+                    largest[j] = max(largest[j], abs(x))
+                    c = _sincos(x)[1]
+                    segment[0, j] += c
+                    segment[1, j] += c * c
+            else:
+                for j in range(m):
+                    x = row[j]
+                    largest[j] = max(largest[j], abs(x))
+                    s, c = _sincos(x)
+                    segment[0, j] += c
+                    segment[1, j] += s
+        tile += segment
+    return largest.max() <= MAX_FAST_PHASE
+
+
+@_jit
+def _exact_sincos_sums(phases, out):  # pragma: no cover - compiled
+    """Add the column sums of ``cos(phases)`` and ``sin(phases)`` to ``out``, for any phase:
+    float32 of libm's float64 cos and sin."""
+    rows, m = phases.shape
+    for i in range(rows):
         for j in range(m):
-            tile[0, j] += segment[0, j]
-            tile[1, j] += segment[1, j]
-    if largest.max() > MAX_FAST_PHASE:
-        return False, 0.0
-    for j in range(m):
-        out[j] += tile[0, j]
-    return True, tile[1].sum()
+            x = np.float64(phases[i, j])
+            out[0, j] += np.float64(np.float32(np.cos(x)))
+            out[1, j] += np.float64(np.float32(np.sin(x)))
+
+
+@_jit
+def _exact_cos_sums(phases, offsets, out):  # pragma: no cover - compiled
+    """Add the column sums of ``cos(phases + offsets)`` to ``out`` for any phase; return the sum
+    of their squares."""
+    rows, m = phases.shape
+    squares = 0.0
+    for i in range(rows):
+        for j in range(m):
+            c = np.float64(np.float32(np.cos(np.float64(phases[i, j] + offsets[j]))))
+            out[j] += c
+            squares += c * c
+    return squares
 
 
 @_jit

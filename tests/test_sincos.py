@@ -49,41 +49,49 @@ def test_cos_features_with_offsets():
     assert np.abs(out - expected).max() < 2.0 * FLOAT32_ULP_AT_ONE
 
 
-@pytest.mark.parametrize("largest", [0.5, 30.0, 4000.0])
-def test_sincos_column_sums_add_float64_sums(largest):
-    phases = phases_up_to(largest, rows=300)  # 4 full 64-row segments and a partial one
-    wide = phases.astype(np.float64)
-    out = np.ones((2, phases.shape[1]))
-    assert _sincos.sincos_column_sums(phases, out)
-    expected = 1.0 + np.stack([np.cos(wide).sum(axis=0), np.sin(wide).sum(axis=0)])
-    assert relative_error(out - 1.0, expected - 1.0) < 5e-7
+def exact_projection(n_rows, d=3, m=40, largest=10.0, seed=0):
+    """Float32 rows and frequencies whose product float32 computes exactly (small integers times
+    multiples of 1/64), so that the kernels' phases equal the float64 reference's."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(-20, 21, size=(n_rows, d)).astype(np.float32)
+    frequencies = (rng.integers(-64, 65, size=(d, m)) / 64).astype(np.float32)
+    frequencies *= np.float32(2.0 ** np.floor(np.log2(largest / (20 * d))))  # |phase| <= largest
+    return rows, frequencies, rows.astype(np.float64) @ frequencies.astype(np.float64)
 
 
-def test_cos_column_sums_and_squares():
-    phases = phases_up_to(25.0, rows=200, columns=64)
-    offsets = np.linspace(0, 6, 64, dtype=np.float32)
-    out = np.zeros(64)
-    fast, squares = _sincos.cos_column_sums(phases, offsets, out)
-    cosines = np.cos((phases + offsets).astype(np.float64))
-    assert fast
+@pytest.mark.parametrize("n_rows", [1, 64, 300, 1000])
+@pytest.mark.parametrize("largest", [3.0, 500.0, 4.0e6])  # the last beyond MAX_FAST_PHASE
+def test_sincos_feature_sums_equal_float64_sums(n_rows, largest):
+    rows, frequencies, phase = exact_projection(n_rows, largest=largest)
+    out = np.ones((2, frequencies.shape[1]))
+    _sincos.sincos_feature_sums(rows, frequencies, 256, out)  # tiles of 256 rows and a remainder
+    expected = np.stack([np.cos(phase).sum(axis=0), np.sin(phase).sum(axis=0)])
+    assert relative_error(out - 1.0, expected) < 5e-7
+
+
+@pytest.mark.parametrize("n_rows", [1, 300])
+@pytest.mark.parametrize("largest", [3.0, 4.0e6])
+def test_cos_feature_sums_and_squares_equal_float64(n_rows, largest):
+    rows, frequencies, phase = exact_projection(n_rows, largest=largest)
+    offsets = np.linspace(0, 6, frequencies.shape[1], dtype=np.float32)
+    out = np.zeros(frequencies.shape[1])
+    squares = _sincos.cos_feature_sums(rows, frequencies, offsets, 256, out)
+    cosines = np.cos((phase + offsets).astype(np.float32).astype(np.float64))  # the float32 sum, as numpy's path
     assert relative_error(out, cosines.sum(axis=0)) < 5e-7
     assert squares == pytest.approx((cosines**2).sum(), rel=1e-6)
 
 
-def test_large_phases_are_refused_and_leave_the_sums_unchanged():
+def test_largest_phase():
     phases = phases_up_to(2.0)
-    phases[7, 3] = 3 * _sincos.MAX_FAST_PHASE
-    out = np.full((2, phases.shape[1]), 5.0)
-    assert not _sincos.sincos_column_sums(phases, out)
-    assert (out == 5.0).all()
-    single = np.full(phases.shape[1], 5.0)
-    fast, _ = _sincos.cos_column_sums(phases, np.zeros(phases.shape[1], np.float32), single)
-    assert not fast and (single == 5.0).all()
-    assert _sincos.largest_phase(phases, np.zeros(phases.shape[1], np.float32)) == 3 * _sincos.MAX_FAST_PHASE
+    phases[7, 3] = -3 * _sincos.MAX_FAST_PHASE
+    offsets = np.zeros(phases.shape[1], np.float32)
+    assert _sincos.largest_phase(phases, offsets) == 3 * _sincos.MAX_FAST_PHASE
+    offsets[3] = 1.0
+    assert _sincos.largest_phase(phases, offsets) == 3 * _sincos.MAX_FAST_PHASE - 1
 
 
 @pytest.mark.parametrize("variant", ["sincos", "cosphase"])
-def test_tiles_with_large_phases_use_numpy(variant):
+def test_feature_tiles_with_large_phases_use_numpy(variant):
     # A tiny bandwidth puts the second tile's phases beyond the kernels' exact range: that tile
     # must be numpy's float32 cos/sin of the same projection, bit for bit; the first tile, in
     # range, is within float32 rounding of it.
@@ -102,8 +110,3 @@ def test_tiles_with_large_phases_use_numpy(variant):
     features = [tile.copy() for _, tile in feature_map.embed_tiles(X, tile_rows=256)]
     assert np.abs(features[0] - expected[0]).max() < 1e-7
     np.testing.assert_array_equal(features[1], expected[1])
-    # The sums take one 4096-row tile here, which holds a large phase: all of it is numpy's.
-    sums, squares = feature_map._feature_sums(X)
-    reference = np.vstack(expected).astype(np.float64)
-    assert relative_error(sums, reference.sum(axis=0)) < 1e-6
-    assert squares == pytest.approx((reference**2).sum(), rel=1e-6)
