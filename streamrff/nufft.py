@@ -103,10 +103,10 @@ SPEEDUP_MARGIN = 2.0
 # is within 0.5-1.5x of measured times over d = 1..3, n = 2e4..1e6, 512/4096 targets and grids
 # up to 256 MiB (re-runs on the shared machine varied by as much). Only the ratio of the two
 # predictions decides, and both paths slow down alike on a slower or busier machine.
-#: Direct path: float32 projection, cos/sin and sums (RFF's fused kernel), per row and feature
-#: (the fastest measured, sincos with d = 2: 5.3e-10 s since the fused kernel, 1.5e-9 s before;
-#: cosphase and RelativeErrorRFF cost more).
-_DIRECT_SECONDS_PER_FEATURE = 5.3e-10
+#: Direct path: float32 projection, cos/sin and sums (RFF's compiled kernel), per row and feature
+#: (the fastest measured, sincos with d = 2: 3.7e-10 s with the compiled sin/cos kernel, 5.3e-10 s
+#: with numpy's, 1.5e-9 s before the fused kernel; cosphase and RelativeErrorRFF cost more).
+_DIRECT_SECONDS_PER_FEATURE = 3.7e-10
 #: NUFFT: per row (sorting, rescaling, phases), per spread/interpolated kernel cell (by d),
 #: per FFT grid point and log2 of the grid, and per call.
 _NUFFT_SECONDS_PER_ROW = 3.9e-8
