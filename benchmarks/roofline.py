@@ -6,7 +6,9 @@ sketch job of N rows, d inputs, D features (projection GEMM + D transcendentals 
 + the D x D symmetric rank-k moment update, N D^2 float32 flops, when moments are on) and prints it next to the measured time of
 ``streamrff.sketch`` on the embedded local default as "fraction of roofline" (predicted / measured;
 1.0 means the job runs at the speed of its parts). Everything is a ratio measured side by side, so
-the figure holds on any machine.
+the figure holds on any machine. The transcendental rate is numpy's, as the issue defines it;
+streamrff's compiled kernel (``streamrff/_sincos.py``) shares one range reduction between the sine
+and the cosine of a phase, so a job can run faster than this roofline (a fraction above 1).
 
 Then, with --threads, the scaling of the same job: the embedded scheduler with 1 thread against
 all cores, and a distributed LocalCluster of 1 against ``cores`` single-threaded worker processes
