@@ -174,11 +174,12 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     (rows within float32 rounding of a tie are rescored in float64) and a
     float32 one-hot GEMM sums each cluster; near convergence only rows close
     to a boundary are scored against the previous centres for the moved-row
-    count. At k = 10, D = 1024 a pass costs about 3.6 sketch passes
-    (``benchmarks/bench_kmeans.py``, 1e6 rows): the sketch's fused RFF sum
-    kernel needs no (rows, D) feature layout, and the two float32 GEMMs with
-    k = 10 columns (scores, one-hot sums) run at ~50 GFLOP/s in OpenBLAS,
-    each costing about half a sketch tile on top of the embedding.
+    count. At k = 10, D = 1024 a pass costs about 4.8 sketch passes
+    (``benchmarks/bench_kmeans.py``, 1e6 rows: 1.70 s and 0.35 s): the
+    sketch's compiled RFF sum kernel never writes the features, and the two
+    float32 GEMMs with k = 10 columns (scores, one-hot sums) run at
+    ~50 GFLOP/s in OpenBLAS, each costing about half a sketch tile on top of
+    the embedding.
 
     Random Fourier features approximate the kernel with additive noise:
     ``z(x).z(y) = k(x, y) + O(D^-1/2)`` whatever ``k(x, y)`` is. Kernel k-means
