@@ -5,11 +5,12 @@ range reduction, and cannot fuse them with the scaling and the column sums
 that follow, so a float32 RFF tile is read and written four or five times.
 These kernels (compiled by numba, without the GIL) evaluate both functions
 from one reduction by pi/2 and either write the scaled features
-(:func:`sincos_features`, :func:`cos_features`: 1.9x numpy's passes on a
+(:func:`sincos_features`, :func:`cos_features`: 2.0x numpy's passes on a
 256 x 512 tile) or accumulate their column sums (:func:`sincos_feature_sums`,
-:func:`cos_feature_sums`: a whole chunk in one call, projection included,
-1.6x). One call per chunk also keeps other threads' Python (zarr's reads)
-from stalling the kernel: it takes the GIL once, not a few times per tile.
+:func:`cos_feature_sums`: a whole chunk in one call; 1.3x numpy's tile loop
+with the projection that both share, ``benchmarks/bench_sincos.py``). One
+call per chunk also keeps other threads' Python (zarr's reads) from stalling
+the kernel: it takes the GIL once, not a few times per tile.
 
 Accuracy. The phase ``x`` is reduced as ``r = x - k pi/2`` with pi/2 split
 in three float32 parts (Cody-Waite, as in Cephes' ``sinf``), and ``sin r``,
