@@ -95,19 +95,7 @@ def sincos_feature_sums(rows, frequencies, tile_rows, out):  # pragma: no cover 
     ``rows``: float32 (n, d); ``frequencies``: float32 (d, m); ``out``: float64 (2, m). The
     projection runs tile by tile (BLAS sgemm), all in one call without the GIL.
     """
-    n, m = rows.shape[0], frequencies.shape[1]
-    # Scratch for the whole call: allocating per tile fragments the heap between the large
-    # buffers of zarr reads, whose pages then fault afresh (~2 ms per 6 MB).
-    projection = np.empty((min(tile_rows, n), m), np.float32)
-    scratch = np.empty((3, m), np.float32)
-    tile = np.empty((2, m))
-    for start in range(0, n, tile_rows):
-        phases = projection[: min(n, start + tile_rows) - start]
-        np.dot(rows[start : start + phases.shape[0]], frequencies, phases)
-        if _fast_sums(phases, np.zeros(0, np.float32), scratch, tile):
-            out += tile
-        else:
-            _exact_sincos_sums(phases, out)
+    out += _column_sums(rows, frequencies, np.zeros(0, np.float32), tile_rows)
 
 
 @_jit
@@ -117,20 +105,28 @@ def cos_feature_sums(rows, frequencies, offsets, tile_rows, out):  # pragma: no 
     ``rows``: float32 (n, d); ``frequencies``: float32 (d, m); ``offsets``: float32 (m,);
     ``out``: float64 (m,).
     """
+    totals = _column_sums(rows, frequencies, offsets, tile_rows)
+    out += totals[0]
+    return totals[1].sum()
+
+
+@_jit
+def _column_sums(rows, frequencies, offsets, tile_rows):  # pragma: no cover - compiled
+    """Float64 (2, m) totals over all rows of what :func:`_fast_sums` sums per tile."""
     n, m = rows.shape[0], frequencies.shape[1]
+    # Scratch for the whole call: allocating per tile fragments the heap between the large
+    # buffers of zarr reads, whose pages then fault afresh (~2 ms per 6 MB).
     projection = np.empty((min(tile_rows, n), m), np.float32)
     scratch = np.empty((3, m), np.float32)
     tile = np.empty((2, m))
-    squares = 0.0
+    totals = np.zeros((2, m))
     for start in range(0, n, tile_rows):
         phases = projection[: min(n, start + tile_rows) - start]
         np.dot(rows[start : start + phases.shape[0]], frequencies, phases)
-        if _fast_sums(phases, offsets, scratch, tile):
-            out += tile[0]
-            squares += tile[1].sum()
-        else:
-            squares += _exact_cos_sums(phases, offsets, out)
-    return squares
+        if not _fast_sums(phases, offsets, scratch, tile):
+            _exact_sums(phases, offsets, tile)
+        totals += tile
+    return totals
 
 
 @_jit
@@ -169,29 +165,20 @@ def _fast_sums(phases, offsets, scratch, tile):  # pragma: no cover - compiled
 
 
 @_jit
-def _exact_sincos_sums(phases, out):  # pragma: no cover - compiled
-    """Add the column sums of ``cos(phases)`` and ``sin(phases)`` to ``out``, for any phase:
-    float32 of libm's float64 cos and sin."""
+def _exact_sums(phases, offsets, tile):  # pragma: no cover - compiled
+    """:func:`_fast_sums` for any phase: float32 of libm's float64 cos and sin."""
     rows, m = phases.shape
+    tile[:] = 0.0
     for i in range(rows):
         for j in range(m):
-            x = np.float64(phases[i, j])
-            out[0, j] += np.float64(np.float32(np.cos(x)))
-            out[1, j] += np.float64(np.float32(np.sin(x)))
-
-
-@_jit
-def _exact_cos_sums(phases, offsets, out):  # pragma: no cover - compiled
-    """Add the column sums of ``cos(phases + offsets)`` to ``out`` for any phase; return the sum
-    of their squares."""
-    rows, m = phases.shape
-    squares = 0.0
-    for i in range(rows):
-        for j in range(m):
-            c = np.float64(np.float32(np.cos(np.float64(phases[i, j] + offsets[j]))))
-            out[j] += c
-            squares += c * c
-    return squares
+            if offsets.shape[0]:
+                c = np.float64(np.float32(np.cos(np.float64(phases[i, j] + offsets[j]))))
+                tile[0, j] += c
+                tile[1, j] += c * c
+            else:
+                x = np.float64(phases[i, j])
+                tile[0, j] += np.float64(np.float32(np.cos(x)))
+                tile[1, j] += np.float64(np.float32(np.sin(x)))
 
 
 @_jit
