@@ -21,6 +21,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import clone
 
+from ._blas import one_blas_thread
 from ._validation import check_feature_dtype
 from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
@@ -254,12 +255,9 @@ def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
                 from dask.diagnostics import ProgressBar
 
                 bar = ProgressBar()
-            # One BLAS thread per task thread, as dask's nannies set for workers: the tasks
-            # already use every core, and a multi-threaded BLAS on top of them oversubscribes
-            # the cores (6-8x slower on small per-tile products).
-            from threadpoolctl import threadpool_limits
-
-            with bar, threadpool_limits(limits=1, user_api="blas"):
+            # The kernels run with one BLAS thread anyway (results must not depend on the thread
+            # count); holding the limit for the whole compute makes their own guards free.
+            with bar, one_blas_thread():
                 (value,) = dask.compute(result, scheduler="threads")
             return value
         future = active.compute(result, retries=retries)

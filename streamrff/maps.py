@@ -23,6 +23,7 @@ from scipy.spatial.distance import cdist
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.utils.validation import validate_data
 
+from ._blas import single_blas_thread
 from ._validation import (
     check_bandwidth,
     check_finite_rows,
@@ -157,6 +158,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             FeatureMap._registry[cls.kind] = cls
 
     # -- scikit-learn contract -------------------------------------------------
+    @single_blas_thread
     def fit(self, X: ArrayLike2D, y: Any = None) -> FeatureMap:
         """Infer the input width, choose the bandwidth if asked, and draw the random parameters.
 
@@ -183,6 +185,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             vars(self).pop("n_features_in_", None)
             raise
 
+    @single_blas_thread
     def transform(self, X: ArrayLike2D) -> np.ndarray:
         """Embed rows of ``X``: returns float32 features of shape (n_samples, n_features_out)."""
         self._check_fitted()
@@ -334,6 +337,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
 
 @functools.lru_cache(maxsize=32)
+@single_blas_thread
 def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
     params = FeatureMap._registry[kind]._make_params(json.loads(spec_json))
     for array in params.values():
@@ -1039,6 +1043,7 @@ class KJL(FeatureMap):
         self._kjl_params = self._compute_params()
         return self
 
+    @single_blas_thread  # recomputed on every worker: its rounding must not depend on the machine
     def _compute_params(self) -> dict[str, np.ndarray]:
         landmarks = self.landmarks_
         n = landmarks.shape[0]

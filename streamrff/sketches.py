@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import clone
 
+from ._blas import single_blas_thread
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap, tile_column_sums
@@ -480,6 +481,7 @@ def check_sum_method(method: Any, moments: bool, dtype: np.dtype, feature_map: F
     return method
 
 
+@single_blas_thread
 def mean_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,

@@ -19,6 +19,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
+from .._blas import single_blas_thread
 from .._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
 from ..errors import InputError, NotFittedMapError
 from ..maps import KJL, RFF, FeatureMap
@@ -477,6 +478,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             "n_features_in_": n_columns,
         }
 
+    @single_blas_thread
     def _initial_centers(
         self,
         params: dict[str, Any],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._validation import check_rows
 from ..maps import FeatureMap
 
@@ -109,6 +110,7 @@ class _NearestCentres:
         return labels, margins[:, 0], bound
 
 
+@single_blas_thread
 def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
     """Nearest centre of every row (float64 arithmetic's, from float32 scores; see _NearestCentres)."""
     labels = np.empty(rows.shape[0], dtype=np.int64)

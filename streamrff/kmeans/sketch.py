@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._validation import check_positive_int
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap
@@ -265,6 +266,7 @@ def _check_centers(
     return checked[0], checked[1]
 
 
+@single_blas_thread
 def cluster_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap
@@ -252,6 +253,7 @@ class TwoSampleSketch(MappedSketch):
         )
 
 
+@single_blas_thread
 def two_sample_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,
