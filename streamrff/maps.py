@@ -50,6 +50,7 @@ _SUM_SEGMENT_ROWS = 256
 _MIN_PROJECTION_ROWS = 256
 #: The offsets argument of the compiled kernels for the sincos variant (which has none).
 _NO_OFFSETS = np.zeros(0, np.float32)
+_NO_OFFSETS.setflags(write=False)  # read-only like the cosphase offsets: one numba type for both
 
 #: SeedSequence spawn key of the JL projection stream (ASCII "JL-P"), distinct from the RFF stream.
 _JL_STREAM = 0x4A4C2D50

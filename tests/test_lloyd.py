@@ -86,3 +86,21 @@ def test_compiled_lloyd_step_with_phases_beyond_the_fast_range():
     labels, sums, _ = reference(Z, centers, None)
     np.testing.assert_array_equal(sketch.counts, np.bincount(labels, minlength=4))
     assert relative_error(sketch.sums, sums) < FLOAT32_REL
+
+
+def test_compiled_lloyd_kernel_has_one_specialisation_whatever_the_callers_arrays():
+    # Read-only or strided centres, both variants, with and without previous centres: one set of
+    # argument types, so a fit never stops to compile the kernel again (seconds on a worker).
+    from streamrff.kmeans._lloyd import lloyd_chunk
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(300, 3)).astype(np.float32)
+    for variant in ("sincos", "cosphase"):
+        feature_map = srf.RFF(n_features=64, bandwidth=1.0, variant=variant, seed=1).fit(X)
+        Z = feature_map.transform(X[:8]).astype(np.float64)
+        read_only = Z[:3].copy()
+        read_only.setflags(write=False)
+        strided = np.asfortranarray(Z[3:6])
+        for centers, previous in [(read_only, None), (strided, read_only), (Z[:3], strided)]:
+            _compiled_lloyd_step(X[::-1], feature_map, centers, previous)
+    assert len(lloyd_chunk.signatures) == 1, lloyd_chunk.signatures

@@ -167,6 +167,14 @@ def lloyd_chunk(
     return squared_norm_sum, n_moved, n_rescored
 
 
+def _kernel_array(array: np.ndarray, dtype: Any) -> np.ndarray:
+    """A writeable C-contiguous array: every array argument of :func:`lloyd_chunk` has one numba
+    type whatever the caller's layout or flags (read-only and strided arrays are other types,
+    each of which would compile another specialisation, seconds in the middle of a fit)."""
+    array = np.ascontiguousarray(array, dtype=dtype)
+    return array if array.flags.writeable else array.copy()
+
+
 def lloyd_step(
     rows: np.ndarray,
     feature_map: Any,
@@ -181,27 +189,32 @@ def lloyd_step(
     one block each (``previous`` None: no move count); ``move`` is ``(shift, norm_change)``.
     Returns ``(labels, counts, sums, sum of ||z||^2, rows moved, rows rescored)``.
     """
-    centers = current.blocks[0]
+    centers = _kernel_array(current.blocks[0], dtype=np.float64)
     k, width = centers.shape
     if previous is None:
         previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((0, width)), np.empty(0))
         previous_args += (np.float32(0.0),) * 4
     else:
-        previous_args = (previous.scaled, previous.norms32, previous.blocks[0], previous.block_norms[0])
-        previous_args += (previous.slope, previous.offset, np.float32(move[0]), np.float32(move[1]))
+        previous_args = (
+            _kernel_array(previous.scaled, dtype=np.float32),
+            _kernel_array(previous.norms32, dtype=np.float32),
+            _kernel_array(previous.blocks[0], dtype=np.float64),
+            _kernel_array(previous.block_norms[0], dtype=np.float64),
+        )
+        previous_args += tuple(np.float32(value) for value in (previous.slope, previous.offset, *move))
     labels = np.empty(rows.shape[0], np.int64)
     counts = np.zeros(k, np.int64)
     sums = np.zeros((k, width))
     squared_norm_sum, n_moved, n_rescored = lloyd_chunk(
-        np.ascontiguousarray(rows, dtype=np.float32),
+        _kernel_array(rows, np.float32),
         *feature_map._float32_kernel_args(),
-        tile_rows,
-        current.scaled,
-        current.norms32,
+        int(tile_rows),
+        _kernel_array(current.scaled, dtype=np.float32),
+        _kernel_array(current.norms32, dtype=np.float32),
         centers,
-        current.block_norms[0],
-        current.slope,
-        current.offset,
+        _kernel_array(current.block_norms[0], dtype=np.float64),
+        np.float32(current.slope),
+        np.float32(current.offset),
         *previous_args,
         labels,
         counts,
