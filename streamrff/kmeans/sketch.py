@@ -2,9 +2,10 @@
 
 :class:`ClusterSketch` holds per-cluster counts and feature sums, the
 inertia, ``sum ||z||^2`` and the moved-row count of some rows for one set of
-centres; :func:`cluster_sketch_of_chunk` builds it from a chunk (float32
-scores from :mod:`~streamrff.kmeans.scoring`, float32 one-hot sums per tile
-accumulated in float64), and the engine tree-merges the partials.
+centres; :func:`cluster_sketch_of_chunk` builds it from a chunk (for RFF maps
+in one compiled call, :mod:`~streamrff.kmeans._lloyd`; for other maps float32
+scores from :mod:`~streamrff.kmeans.scoring` and float32 one-hot sums per
+tile; tiles accumulated in float64), and the engine tree-merges the partials.
 """
 
 from __future__ import annotations
@@ -284,11 +285,16 @@ def cluster_sketch_of_chunk(
     margin between its two lowest scores is within what the centres' shift can
     change (``|s'_j - s_j| <= | ||c'_j||^2 - ||c_j||^2 | + 2 ||z|| ||c'_j - c_j||``):
     only those rows are scored against the previous centres, which near
-    convergence are few. Per tile, cluster sums are a float32 GEMM of the
-    one-hot labels with the features, accumulated in float64: they equal
+    convergence are few. RFF maps run all of it in one compiled call per chunk
+    (:mod:`streamrff.kmeans._lloyd`: the features of a tile stay in a
+    cache-sized buffer and each row is added to its cluster's float32 tile sum);
+    other maps' (K-JL: its embedding is the pass's whole cost) cluster sums are
+    a float32 GEMM of the one-hot labels with each tile. Per-tile sums are
+    accumulated in float64: they equal
     float64 arithmetic's to float32 rounding of per-tile partial sums (far
     below the 1e-6 chunking tolerance). The sum of ``||z||^2`` comes from
-    float32 row norms summed in float64, and the inertia from the float64
+    float32 row norms summed in float64 (for RFF's sincos variant, ``m scale^2``
+    a row: ``cos^2 + sin^2 = 1``), and the inertia from the float64
     identity ``sum_i ||z_i - c_(i)||^2 = sum_i ||z_i||^2 - 2 sum_c c.S_c + sum_c n_c ||c||^2``.
 
     Parameters
