@@ -188,7 +188,6 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             vars(self).pop("n_features_in_", None)
             raise
 
-    @single_blas_thread
     def transform(self, X: ArrayLike2D) -> np.ndarray:
         """Embed rows of ``X``: returns float32 features of shape (n_samples, n_features_out)."""
         self._check_fitted()
@@ -236,6 +235,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _tile_rows(self, n_columns: int) -> int:
         return max(16, _TILE_BYTES // (4 * max(n_columns, 1)))
 
+    @single_blas_thread
     def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
         """Embed trusted, validated rows into a new array of ``dtype`` (float32 or float64)."""
         out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
