@@ -187,8 +187,8 @@ def test_cli_sketch_existing_output_is_refused_and_unchanged(capsys, data_zarr, 
 
     code, out, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "32")
 
-    assert code == 1
-    assert "already exists" in err and "--overwrite" in err
+    assert code == 2  # bad usage, as in every command
+    assert f"streamrff sketch: error: {output} already exists. Pass --overwrite to replace it" in err
     assert snapshot(output) == before
 
     code, _, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "32", "--overwrite")
@@ -324,7 +324,7 @@ def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
     assert json.loads(info[1]) == json.loads(result.stdout)
     loaded = srf.load(output, storage_options=s3_server.storage_options)
     assert_sketches_close(loaded, srf.sketch_array(X, srf.RFF(n_features=64, bandwidth="median")), rtol=1e-6)
-    assert again[0] == 1 and "already holds a sketch" in again[2]
+    assert again[0] == 2 and f"{output} already exists. Pass --overwrite" in again[2]
 
 
 def test_cli_missing_bucket_exits_1(capsys, s3_server, tmp_path):
@@ -364,7 +364,7 @@ def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
         codes[name], out, err = run_main(capsys, *args)
         texts[name] = out + err + "\n".join(record.getMessage() for record in caplog.records)
 
-    assert codes == {"info -v": 0, "info --json": 0, "info missing": 1, "sketch missing": 1, "merge onto existing": 1}
+    assert codes == {"info -v": 0, "info --json": 0, "info missing": 1, "sketch missing": 1, "merge onto existing": 2}
     assert "fingerprint" in texts["info --json"]
     for name, text in texts.items():
         assert SECRET_KEY_ID not in text, name
