@@ -657,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("-o", "--output", required=True, help="where to write the map file (path or URL, e.g. map.json)")
     fit.add_argument("--method", choices=["rff", "kjl"], default="rff", help="random Fourier features or the K-JL sketch")
     fit.add_argument("--features", type=_positive_int, default=None,
-                     help="output width: random features D for rff (default: 1024), components for kjl (default: min(landmarks, 100))")  # fmt: skip
+                     help="output width: random features D for rff, components for kjl (default: 1024 for rff, min(landmarks, 100) for kjl)")  # fmt: skip
     fit.add_argument("--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)")
     fit.add_argument("--variant", choices=["sincos", "cosphase"], default=None, help="RFF variant (default: sincos)")
     fit.add_argument("--orthogonal", action="store_true", default=None, help="orthogonal random features (rff)")
