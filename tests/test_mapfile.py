@@ -152,3 +152,39 @@ def test_merge_of_two_maps_names_the_differing_parameters():
 
     with pytest.raises(srf.SketchMismatchError, match=r"bandwidth 3.841 vs 3.887 .*feature_map=first.feature_map"):
         srf.merge(a, b)
+
+
+def test_two_sample_test_with_a_shared_map_uses_its_features():
+    Y = (RNG.normal(size=(400, 4)) + 0.5).astype(np.float32)
+    shared = srf.RFF(n_features=64, bandwidth=1.7, seed=4).fit(X)
+
+    result = srf.two_sample_test(X[:500], Y, feature_map=shared, n_permutations=19)
+
+    Zx, Zy = (shared.transform(rows).astype(np.float64) for rows in (X[:500], Y))
+    n, m = len(Zx), len(Zy)
+    kxx, kyy = Zx @ Zx.T, Zy @ Zy.T
+    expected = (kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * (Zx @ Zy.T).mean()
+    assert result.statistic == pytest.approx(expected, rel=1e-6)
+    assert result.map_spec == shared.spec
+    with pytest.raises(srf.InputError, match="an unfitted RFF"):
+        srf.two_sample_test(X[:50], Y[:50], feature_map=srf.RFF())
+
+
+def test_kernel_kmeans_with_a_shared_map_clusters_in_it_and_refuses_overridden_parameters():
+    from sklearn.datasets import make_blobs
+
+    rows, _ = make_blobs(600, centers=[[0, 0], [5, 5]], cluster_std=0.5, random_state=1)
+    shared = srf.KJL(n_landmarks=100, n_components=20, bandwidth=2.0).fit(rows)
+
+    model = srf.KernelKMeans(n_clusters=2, feature_map=shared).fit(rows)
+
+    assert model.feature_map_ is shared and model.stop_reason_ in ("converged", "max_iter")
+    assert model.stop_reason_ == ("converged" if model.history_[-1].center_shift <= model.tol else "max_iter")
+    # The labels are the nearest centres of the shared map's own features (numpy reference).
+    features = shared.transform(rows).astype(np.float64)
+    distances = ((features[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(model.labels_, distances.argmin(1))
+    with pytest.raises(srf.InputError, match="n_features=64 would be ignored"):
+        srf.KernelKMeans(n_clusters=2, feature_map=shared, n_features=64).fit(rows)
+    with pytest.raises(srf.InputError, match="an unfitted RFF"):
+        srf.KernelKMeans(n_clusters=2, feature_map=srf.RFF()).fit(rows)
