@@ -220,7 +220,7 @@ def _cmd_map(args: argparse.Namespace) -> int:
     if args.method == "kjl":
         clash = _given(args, ["variant", "orthogonal"])
         if clash:
-            raise _UsageError(f"{', '.join(map(_option, clash))} apply to --method rff only; drop them for kjl.")
+            raise _UsageError(f"{' and '.join(map(_option, clash))} only apply to --method rff; drop them for kjl.")
         _resolve_map_options(args, ["bandwidth", "seed"], [], "")
         feature_map = KJL(n_landmarks=args.landmarks or 1000, n_components=args.features, bandwidth=args.bandwidth, seed=args.seed)
     else:
@@ -303,8 +303,8 @@ def _same_map_or_explain(paths: Sequence[str], sketches: Sequence[Any]) -> None:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from .fileformat import check_writable, load
-    from .sketches import merge
+    from . import load, merge  # the package's load knows every sketch kind (k-means, two-sample, index)
+    from .fileformat import check_writable
 
     options = _storage_options(args.storage_options)
     _check_output_free(args.output, options, args.overwrite)
@@ -325,9 +325,17 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .fileformat import load
+    from . import load
+    from .mapfile import _read_map_bytes, map_from_json
 
     options = _storage_options(args.storage_options)
+    data = _read_map_bytes(args.sketch, options)
+    if data is not None:  # a map file: describe the map
+        feature_map = map_from_json(data, args.sketch)
+        payload = {"path": args.sketch, "kind": "map", "map": feature_map.spec, "fingerprint": feature_map.fingerprint}
+        lines = [f"{args.sketch}: map file", _map_line(feature_map.spec), f"  fingerprint: {feature_map.fingerprint}"]
+        _emit(args, payload, lines)
+        return EXIT_OK
     summary = sketch_summary(args.sketch, load(args.sketch, storage_options=options))
     _emit(args, summary, _summary_lines(summary))
     return EXIT_OK
@@ -373,7 +381,7 @@ def _test_lines(result: Any) -> list[str]:
 
 
 def _test_sketches(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
-    from .fileformat import load
+    from . import load
     from .sketches import MeanSketch
     from .twosample import mmd_test
 
@@ -492,7 +500,7 @@ def _open_output(path: str, options: dict[str, Any] | None) -> Any:
 def _stop_line(fitted: Any, tol: float, max_iter: int) -> str:
     shift = fitted.history_[-1].center_shift
     if fitted.stop_reason_ == "converged":
-        return f"  converged after {fitted.n_iter_} iterations: centre shift {shift:.3g} <= --tol {tol:g}"
+        return f"  converged after {fitted.n_iter_} iteration{'s' if fitted.n_iter_ != 1 else ''}: centre shift {shift:.3g} <= --tol {tol:g}"
     return (
         f"  stopped at --max-iter {max_iter} before converging: centre shift {shift:.3g} > --tol {tol:g} "
         "(raise --max-iter, or --tol)"
@@ -719,12 +727,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = commands.add_parser(
         "info",
-        help="describe a sketch file",
-        description="Validate a sketch file and print its kind, row count, map and fingerprint.",
+        help="describe a sketch file or a map file",
+        description="Validate a sketch file and print its kind, row count, map and fingerprint (or, for a map "
+        "file, its map and fingerprint).",
         epilog="example: streamrff info all.sketch --json",
         formatter_class=_HelpFormatter,
     )
-    info.add_argument("sketch", help="sketch file or URL")
+    info.add_argument("sketch", metavar="FILE", help="sketch file, map file, or URL")
     _add_common(info)
     info.set_defaults(handler=_cmd_info)
 

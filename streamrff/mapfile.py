@@ -329,7 +329,7 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
     data = _read_map_bytes(target, storage_options)
     if data is not None:
         return map_from_json(data, target)
-    from .fileformat import load
+    from . import load  # the package's load knows every sketch kind
 
     try:
         return load(target, storage_options=storage_options).feature_map

@@ -289,3 +289,20 @@ def test_cli_demo_refuses_an_existing_output(capsys, tmp_path):
 
     assert code == 2 and "already exists. Pass --overwrite" in err
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["keep.txt"]
+
+
+def test_cli_info_reads_every_sketch_kind_and_map_files_in_a_fresh_process(tmp_path):
+    from streamrff.kmeans import cluster_sketch_of_chunk
+
+    rff = srf.RFF(n_features=16, bandwidth=1.0).fit(A)
+    cluster_sketch_of_chunk(A[:200], rff, np.zeros((2, 16))).save(tmp_path / "c.sketch")
+    srf.save_map(rff, tmp_path / "m.json")
+
+    # A fresh process imports only streamrff.cli: `load` must still know the k-means sketch kind.
+    sketch_info = cli("info", str(tmp_path / "c.sketch"), "--json")
+    map_info = cli("info", str(tmp_path / "m.json"), "--json")
+
+    assert sketch_info.returncode == 0, sketch_info.stderr
+    assert json.loads(sketch_info.stdout)["kind"] == "cluster"
+    assert map_info.returncode == 0, map_info.stderr
+    assert json.loads(map_info.stdout)["fingerprint"] == rff.fingerprint
