@@ -390,7 +390,7 @@ def _test_sketches(args: argparse.Namespace, options: dict[str, Any] | None) -> 
             "--sketches works with --method spectral or hotelling (moment sketches); the permutation "
             "test needs the data: streamrff test X Y."
         )
-    clash = _given(args, ["features", "bandwidth", "variant", "seed_map"]) + (["map"] if args.map else [])
+    clash = _given(args, ["features", "bandwidth", "variant", "map"])  # --seed still seeds the spectral draws
     if clash:
         raise _UsageError(f"--sketches carry their own map, so {', '.join(map(_option, clash))} do not apply; drop them.")
     sketches = [load(path, storage_options=options) for path in args.sketches]
@@ -414,7 +414,6 @@ def _cmd_test(args: argparse.Namespace) -> int:
 
     options = _storage_options(args.storage_options)
     args.method = args.method or ("spectral" if args.sketches else "permutation")
-    args.seed_map = None  # --seed seeds the permutations too, so it never contradicts --map
     if args.sketches:
         if args.sources:
             raise _UsageError("give either two data sources or --sketches A B, not both.")
@@ -422,6 +421,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
     else:
         if len(args.sources) != 2:
             raise _UsageError(f"expected two data sources X Y (or --sketches A B). Got {len(args.sources)}.")
+        # --seed also seeds the permutations, so it never contradicts --map.
         names = ["features", "bandwidth", "variant", "seed"]
         _resolve_map_options(args, names, ["features", "bandwidth", "variant"], "they define the map")
         result = two_sample_test(

@@ -89,7 +89,7 @@ def _null_histogram(ax: Any, null: np.ndarray, result: Any) -> None:
     ax.plot([], [], color="C3", label=f"{label}\n({beyond:.0f} null ranges {'right' if result.statistic > high else 'left'}, see inset)")
     edge = 0.98 if result.statistic > high else 0.02
     ax.annotate(
-        "", xy=(edge, 0.5), xytext=(0.5 + (edge - 0.5) * 0.7, 0.5), xycoords="axes fraction",
+        "", xy=(edge, 0.1), xytext=(0.5 + (edge - 0.5) * 0.7, 0.1), xycoords="axes fraction",
         arrowprops={"arrowstyle": "->", "color": "C3"},
     )  # fmt: skip
     inset = ax.inset_axes([0.55, 0.22, 0.42, 0.35])
