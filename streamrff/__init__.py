@@ -86,9 +86,11 @@ def __getattr__(name: str) -> Any:
     if name == "__version__":
         globals()["__version__"] = value = _version()
         return value
-    if name in __all__:
+    if not name.startswith("__"):
+        # A public name, or a submodule that the eager import used to bind (streamrff.maps, .io, ...).
         _load_public_api()
-        return globals()[name]
+        if name in globals():
+            return globals()[name]
     raise AttributeError(f"module 'streamrff' has no attribute {name!r}")
 
 
