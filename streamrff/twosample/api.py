@@ -296,6 +296,7 @@ def two_sample_test(
     storage_options: StorageOptions = None,
     variant: str = "sincos",
     max_accumulator_bytes: int = DEFAULT_MAX_ACCUMULATOR_BYTES,
+    feature_map: FeatureMap | None = None,
 ) -> TwoSampleResult:
     """Kernel (MMD) two-sample test of whether X and Y come from the same distribution.
 
@@ -330,6 +331,11 @@ def two_sample_test(
         RFF variant (:class:`streamrff.RFF`).
     max_accumulator_bytes : int, default=2**30
         Ceiling on the B x D float64 permutation accumulators.
+    feature_map : FeatureMap, optional
+        A fitted map to use instead of ``RFF(n_features, bandwidth, variant,
+        seed)``, e.g. ``streamrff.load_map("map.json")`` shared by several
+        sites; ``n_features``, ``bandwidth`` and ``variant`` then do not apply
+        (``seed`` still seeds the permutations and the spectral draws).
 
     Returns
     -------
@@ -363,10 +369,20 @@ def two_sample_test(
     if isinstance(max_accumulator_bytes, bool) or not isinstance(max_accumulator_bytes, numbers.Real):
         raise InputError(f"max_accumulator_bytes must be a number of bytes. Got {max_accumulator_bytes!r}.")
     seed = normalize_seed(seed)
-    feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=seed)
-    feature_map._check_params()  # fail on a bad n_features/bandwidth/variant before reading data
+    if feature_map is None:
+        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=seed)
+        feature_map._check_params()  # fail on a bad n_features/bandwidth/variant before reading data
+        width = n_features
+    elif not isinstance(feature_map, FeatureMap) or not feature_map.is_fitted():
+        raise InputError(
+            "feature_map must be a fitted streamrff FeatureMap (e.g. streamrff.load_map(path)). Got "
+            f"{'an unfitted ' if isinstance(feature_map, FeatureMap) else ''}{type(feature_map).__name__}; "
+            "fit it first, or leave feature_map=None to fit an RFF map on the pooled rows."
+        )
+    else:
+        width = feature_map.n_features_out_
     if method == "permutation":
-        check_accumulator_size(n_permutations, n_features, max_accumulator_bytes)
+        check_accumulator_size(n_permutations, width, max_accumulator_bytes)
     sketches = _sketch_sources(
         X,
         Y,
