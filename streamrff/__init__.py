@@ -17,6 +17,7 @@ from .errors import (
     SourceError,
     StreamRFFError,
     VarianceWarning,
+    SketchFormatWarning,
 )
 from .fileformat import load
 from .kmeans import ClusterSketch, KernelKMeans
@@ -67,6 +68,7 @@ __all__ = [
     "SourceError",
     "ClusterError",
     "VarianceWarning",
+    "SketchFormatWarning",
     "TwoSampleSketch",
     "TwoSampleResult",
     "two_sample_test",

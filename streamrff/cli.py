@@ -7,10 +7,11 @@ unreachable scheduler or bucket), 2 bad command-line usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -501,6 +502,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """Show streamrff's warnings (e.g. a sketch file without an attributes digest) as one line each."""
+    import warnings
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        print(f"streamrff {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
@@ -509,7 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with _one_line_warnings(args.command):
+            return handler(args)
     except _UsageError as error:
         parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
     except (StreamRFFError, FileExistsError, FileNotFoundError) as error:

@@ -151,7 +151,9 @@ def _chunk_task(
 def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
     from .fileformat import load
 
-    return load(path, storage_options=storage_options)
+    # A partial must be exactly what this job saved: a file without the attributes digest
+    # (or with an edited one) is refused, naming the partial to delete so it is recomputed.
+    return load(path, storage_options=storage_options, require_digest=True)
 
 
 def _merge_group(*partials: Sketch) -> Sketch:

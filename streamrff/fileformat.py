@@ -16,6 +16,17 @@ Group attributes::
     count             rows sketched
     checksums         {array path: sha256 of its little-endian C-order bytes}
     ...               kind-specific scalars (squared_norm_sum, n_invalid, moments)
+    attributes_digest sha256 of the canonical JSON of every other attribute (sorted
+                      keys, no spaces, ASCII, no NaN); it covers the checksums, so
+                      every saved byte that carries a value is verified on load
+
+Files written before the attributes digest (older streamrff, still version 1)
+load with a :class:`~streamrff.errors.SketchFormatWarning`: their arrays are
+verified, their scalar attributes (count, norms) cannot be. ``load(...,
+require_digest=True)`` refuses them instead, and checkpoint partials are always
+loaded that way (delete a refused partial to recompute its chunk). Saving such a
+sketch again adds the digest. The version stays 1 because a reader that does not
+know the digest still reads these files correctly.
 
 Arrays are little-endian with an explicit ``bytes`` codec. The attributes are
 written last, so an interrupted write to object storage leaves a group that
@@ -26,9 +37,11 @@ under a temporary name and renamed into place.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import uuid
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -38,7 +51,7 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
-from .errors import SketchFormatError, SourceError, StreamRFFError
+from .errors import SketchFormatError, SketchFormatWarning, SourceError, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
@@ -59,6 +72,52 @@ def _local_path(path: str) -> Path:
 def _checksum(array: np.ndarray) -> str:
     little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
     return hashlib.sha256(little.tobytes()).hexdigest()
+
+
+DIGEST_ATTRIBUTE = "attributes_digest"
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"attribute value {value!r} of type {type(value).__name__} is not JSON")
+
+
+def _attributes_digest(attrs: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``attrs`` without the digest itself.
+
+    Raises ValueError for values JSON cannot hold exactly (NaN, inf).
+    """
+    covered = {key: value for key, value in attrs.items() if key != DIGEST_ATTRIBUTE}
+    text = json.dumps(covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_value)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
+    stored = attrs.get(DIGEST_ATTRIBUTE)
+    if stored is None:
+        if require_digest:
+            raise SketchFormatError(
+                f"{target} has no attributes digest, so its scalar attributes (count, norms) cannot be "
+                "verified. Expected a sketch written by this streamrff; load it with require_digest=False "
+                "and save it again to add one (or delete a checkpoint partial to recompute it)."
+            )
+        warnings.warn(
+            f"{target} was written before attribute digests: its arrays are verified, but its scalar "
+            "attributes (count, norms) are not verified. Save it again (e.g. `streamrff merge OLD -o NEW`) to add one.",
+            SketchFormatWarning,
+            stacklevel=4,  # the caller of load()
+        )
+        return
+    try:
+        expected = _attributes_digest(attrs)
+    except (TypeError, ValueError):
+        expected = None
+    if stored != expected:
+        raise SketchFormatError(
+            f"{target}: the group attributes do not match their digest (tampered or corrupt). Expected "
+            "the attributes as saved; restore the file from its source or sketch the data again."
+        )
 
 
 def _write_group(store: Any, sketch: Sketch) -> None:
@@ -88,6 +147,8 @@ def _write_group(store: Any, sketch: Sketch) -> None:
         "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
     }
     attrs.update(sketch._attrs())
+    attrs = json.loads(json.dumps(attrs, default=_json_value))  # exactly what zarr.json will hold
+    attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
     root.attrs.update(attrs)  # last: marks the group complete
 
 
@@ -221,7 +282,7 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
     return zarr.storage.LocalStore(path, read_only=True)
 
 
-def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sketch:
+def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require_digest: bool = False) -> Sketch:
     """Read a sketch written by :meth:`Sketch.save`, validating everything.
 
     Checks the format name and version, the kind, the map spec (rebuilt and
@@ -236,6 +297,9 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sket
         Directory, ``.zip`` file, ``file://`` or fsspec URL.
     storage_options : dict, optional
         fsspec options for URLs. Never logged.
+    require_digest : bool, default=False
+        Refuse a file without an attributes digest (written by an older streamrff)
+        instead of loading it with a :class:`SketchFormatWarning`.
 
     Returns
     -------
@@ -257,10 +321,12 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sket
     True
     """
     target = os.fspath(path_or_url)
+    if not isinstance(require_digest, (bool, np.bool_)):
+        raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
     try:
         store = _open_store(target, storage_options)
         try:
-            return _read_sketch(store, target)
+            return _read_sketch(store, target, require_digest)
         finally:
             if isinstance(store, zarr.storage.ZipStore):
                 store.close()
@@ -358,7 +424,7 @@ def _describe_sizes(level: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
 
 
-def _read_sketch(store: Any, target: str) -> Sketch:
+def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketch:
     try:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
     except FileNotFoundError as error:
@@ -430,6 +496,9 @@ def _read_sketch(store: Any, target: str) -> Sketch:
                 f"{target}: attribute {key!r} is {attrs.get(key)!r}; expected {value!r} for this sketch "
                 "(tampered attributes)."
             )
+    # Last, so that the specific checks above name what is wrong; this one catches the edits
+    # that leave a valid-looking sketch (a count off by one).
+    _check_attributes_digest(attrs, target, require_digest)
     return sketch
 
 

@@ -9,8 +9,8 @@ The contract under test (``streamrff.load`` and ``streamrff info``):
 
 - a damaged file raises :class:`streamrff.SketchFormatError` - never another exception type, never
   a hang, never an allocation out of proportion to the file (a memory limit is set while loading);
-- a file that still loads gives back the original sketch, except for the scalar attributes the
-  format does not checksum (counts and norms), which must then still be valid;
+- a file that still loads gives back the original sketch: every attribute, scalar or not, is
+  covered by the attributes digest, so an edited count or norm is refused too;
 - no byte of a sketch file goes through pickle (``pickle`` is booby-trapped while loading);
 - the CLI prints one ``streamrff info: error: ...`` line and exits with 1, never a traceback;
 - storage options (credentials) never appear in output, error messages or streamrff's logs.
@@ -59,8 +59,9 @@ FUZZ_SETTINGS = settings(
 )
 #: Extra address space load() may use on a file of a few kilobytes before it is a bug.
 MEMORY_HEADROOM = 2 * 2**30
-#: Group attributes the checksums do not cover: a file edited there loads, with the edited value.
-UNPROTECTED_ATTRS = {"count", "squared_norm_sum", "n_invalid", "count_x", "count_y", "squared_norm_sum_x", "squared_norm_sum_y"}
+#: Group attributes that no digest covers: none since the attributes digest (issue 22); before it,
+#: counts and norms edited in zarr.json loaded with the edited value.
+UNPROTECTED_ATTRS: set[str] = set()
 SECRETS = ("SECRET-123", "SECRET-456")
 
 ROWS = np.random.default_rng(5).normal(size=(30, 3))
@@ -615,6 +616,56 @@ def test_load_refuses_an_extra_array_with_a_valid_checksum(
     (directory / "zarr.json").write_text(json.dumps(document))
     with pytest.raises(SketchFormatError, match="smuggled"):
         srf.load(directory)
+
+
+def _leaf_paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict) and node:
+        return [path for key, child in node.items() for path in _leaf_paths(child, (*prefix, key))]
+    if isinstance(node, list) and node:
+        return [path for index, child in enumerate(node) for path in _leaf_paths(child, (*prefix, index))]
+    return [prefix]
+
+
+def _perturbed(value: Any) -> Any:
+    """A value of the same JSON type that differs from ``value`` (what a hand edit would write)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * (1 + 2**-40) + 2**-40
+    if isinstance(value, str):
+        return value[:-1] + ("0" if value[-1:] != "0" else "1")
+    return [value] if value is not None else 0
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_load_refuses_every_single_attribute_edit_in_directory_and_zip(
+    originals: dict[str, tuple[srf.Sketch, Path]], tmp_path: Path, base: str
+) -> None:
+    # Every leaf of the group attributes (scalars, map spec fields, checksums, the digest itself),
+    # edited to another value of the same type: refused, never loaded as a different sketch.
+    original, template = originals[base]
+    attrs = json.loads((template / "zarr.json").read_text())["attributes"]
+    leaves = _leaf_paths(attrs)
+    assert {("count",), ("attributes_digest",)} <= set(leaves)
+    for index, leaf in enumerate(leaves):
+        directory = tmp_path / f"edit-{index}.sketch"
+        shutil.copytree(template, directory)
+        document = json.loads((directory / "zarr.json").read_text())
+        node = document["attributes"]
+        for key in leaf[:-1]:
+            node = node[key]
+        node[leaf[-1]] = _perturbed(node[leaf[-1]])
+        (directory / "zarr.json").write_text(json.dumps(document))
+        archive = tmp_path / f"edit-{index}.zip"
+        _zip_directory(directory, archive)
+        for target in (directory, archive):
+            with memory_limit(), pytest.raises(SketchFormatError):
+                loaded = srf.load(target)
+                pytest.fail(f"{base}: editing attribute {leaf} loaded {loaded!r} (original {original!r})")
+        shutil.rmtree(directory)
+        archive.unlink()
 
 
 # -- secrets ------------------------------------------------------------------------------------

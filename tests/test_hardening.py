@@ -1,0 +1,129 @@
+"""Hardening (issue 22): every saved byte verified, no unbounded wait, no silently lost write.
+
+Each test reproduces one failure the probe found: scalar attributes that loaded unverified,
+concurrent writers that silently replaced each other's output, loads that reported "tampered"
+during a concurrent save, declared shapes that cost gigabytes, unbounded waits for a scheduler,
+sizes that cannot fit, and stray tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import streamrff as srf
+from streamrff.cli import main as cli_main
+from streamrff.errors import SketchFormatError, SketchFormatWarning
+
+DATA = Path(__file__).parent / "data"
+ROWS = np.random.default_rng(22).normal(size=(51, 3))
+
+
+def _save(tmp_path: Path, name: str, sketch: srf.Sketch | None = None) -> Path:
+    path = tmp_path / name
+    (sketch or srf.sketch_array(ROWS, srf.RFF(n_features=8, bandwidth=1.0, seed=1), moments=True)).save(path)
+    return path
+
+
+def _edit_group_attrs(directory: Path, **changes: object) -> None:
+    document = json.loads((directory / "zarr.json").read_text())
+    document["attributes"].update(changes)
+    (directory / "zarr.json").write_text(json.dumps(document))
+
+
+def _zip(directory: Path, archive: Path) -> Path:
+    with zipfile.ZipFile(archive, "w") as packed:
+        for file in sorted(directory.rglob("*")):
+            if file.is_file():
+                packed.write(file, file.relative_to(directory).as_posix())
+    return archive
+
+
+# -- 1. scalar attributes are covered by a digest -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"count": 52}, {"squared_norm_sum": 52.0}, {"n_invalid": 1}, {"count": 52, "n_invalid": 1}],
+    ids=lambda changes: ",".join(changes),
+)
+@pytest.mark.parametrize("as_zip", [False, True], ids=["directory", "zip"])
+def test_load_refuses_edited_scalar_attributes(tmp_path: Path, changes: dict, as_zip: bool) -> None:
+    directory = _save(tmp_path, "s.sketch")
+    _edit_group_attrs(directory, **changes)
+    target = _zip(directory, tmp_path / "s.zip") if as_zip else directory
+    with pytest.raises(SketchFormatError, match="attributes do not match their digest"):
+        srf.load(target)
+
+
+def test_cli_merge_of_an_edited_count_fails_instead_of_reporting_wrong_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The probe: count edited from 51 to 52 in one input, merge then info reported 5 101 rows for 5 100.
+    first, second = _save(tmp_path, "a.sketch"), _save(tmp_path, "b.sketch")
+    _edit_group_attrs(second, count=52)
+    assert cli_main(["merge", str(first), str(second), "-o", str(tmp_path / "m.sketch")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("streamrff merge: error: ") and "b.sketch" in err and "digest" in err
+    assert not (tmp_path / "m.sketch").exists()
+
+
+def test_golden_v1_without_digest_loads_with_a_warning_and_require_digest_refuses(tmp_path: Path) -> None:
+    assert "attributes_digest" not in json.loads((DATA / "golden_v1_mean.zarr" / "zarr.json").read_text())["attributes"]
+    for name in ("golden_v1_mean.zarr", "golden_v1_mean.zip"):
+        with pytest.warns(SketchFormatWarning, match="not verified"):
+            sketch = srf.load(DATA / name)
+        assert sketch.count == 12  # the golden rows: 12 x 3 (tests/data/make_golden_v1.py)
+        with pytest.raises(SketchFormatError, match="no attributes digest"):
+            srf.load(DATA / name, require_digest=True)
+    # A tampered copy of a digest-less file cannot be detected: it loads, with the same warning.
+    tampered = tmp_path / "golden.zarr"
+    shutil.copytree(DATA / "golden_v1_mean.zarr", tampered)
+    _edit_group_attrs(tampered, count=13)
+    with pytest.warns(SketchFormatWarning, match="not verified"):
+        assert srf.load(tampered).count == 13
+    with pytest.raises(SketchFormatError, match="no attributes digest"):
+        srf.load(tampered, require_digest=True)
+    # Saved again, it carries a digest: the same edit is then refused.
+    resaved = tmp_path / "resaved.zarr"
+    with pytest.warns(SketchFormatWarning):
+        srf.load(DATA / "golden_v1_mean.zarr").save(resaved)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert srf.load(resaved).count == 12
+    _edit_group_attrs(resaved, count=13)
+    with pytest.raises(SketchFormatError, match="digest"):
+        srf.load(resaved)
+
+
+def test_load_refuses_a_removed_digest_only_when_required(tmp_path: Path) -> None:
+    directory = _save(tmp_path, "s.sketch")
+    document = json.loads((directory / "zarr.json").read_text())
+    del document["attributes"]["attributes_digest"]
+    (directory / "zarr.json").write_text(json.dumps(document))
+    with pytest.warns(SketchFormatWarning):
+        srf.load(directory)
+    with pytest.raises(SketchFormatError, match="no attributes digest"):
+        srf.load(directory, require_digest=True)
+
+
+def test_sketch_with_an_edited_checkpoint_partial_is_refused(tmp_path: Path, tmp_zarr) -> None:
+    # The probe: count edited in one partial, the rerun reported 4 001 000 rows for 4 000 000, exit 0.
+    source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
+    feature_map = srf.RFF(n_features=8, bandwidth=1.0, seed=1)
+    checkpoint = tmp_path / "checkpoint"
+    first = srf.sketch(source, feature_map, checkpoint=checkpoint)
+    assert first.count == 51
+    partials = sorted(checkpoint.rglob("rows-*.zarr"))
+    assert len(partials) == 3
+    _edit_group_attrs(partials[1], count=18)
+    with pytest.raises(SketchFormatError, match=f"{partials[1].name}.*digest"):
+        srf.sketch(source, feature_map, checkpoint=checkpoint)
