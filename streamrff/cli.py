@@ -187,6 +187,8 @@ def _cmd_test(args: argparse.Namespace) -> int:
     import streamrff as srf
 
     options = _storage_options(args.storage_options)
+    if args.plot:
+        _check_output_free(args.plot, None, args.overwrite)
     args.method = args.method or ("spectral" if args.sketches else "permutation")
     if args.sketches:
         if args.sources:
@@ -216,7 +218,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
     if args.plot:
         from .plot import save_report_figure
 
-        save_report_figure(args.plot, result=result)
+        save_report_figure(args.plot, result=result, overwrite=args.overwrite)
     payload = result.to_dict(include_null=False)
     lines = [repr(result)] + ([f"wrote {args.plot}"] if args.plot else [])
     _emit(args, payload, lines)
@@ -312,7 +314,7 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
 
             stored = zarr.open_array(args.output, mode="r", storage_options=options) if "://" in args.output else zarr.open_array(args.output, mode="r")
             rows = min(stored.shape[0], 20_000)
-            save_report_figure(args.plot, scores=np.asarray(stored[:rows]))
+            save_report_figure(args.plot, scores=np.asarray(stored[:rows]), overwrite=args.overwrite)
         payload = {
             "n_components": int(args.components),
             "explained_variance": [float(v) for v in fitted.explained_variance_],
@@ -323,6 +325,8 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
         lines = [f"wrote scores to {args.output}", f"  explained variance ratio: {ratios}"]
         return payload, lines + ([f"wrote {args.plot}"] if args.plot else [])
 
+    if args.plot:
+        _check_output_free(args.plot, None, args.overwrite)
     return _fit_write_report(args, model, srf.KernelPCA.transform, report, progress=_show_progress(args))
 
 
@@ -442,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--permutations", type=_positive_int, default=500, help="permutations B")
     test.add_argument("--variant", choices=["sincos", "cosphase"], default="sincos", help="RFF variant")
     test.add_argument("--plot", metavar="PNG", help="draw the null histogram with the observed statistic")
+    test.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     _add_map_options(test)
     _add_common(test)
     test.set_defaults(handler=_cmd_test)

@@ -31,7 +31,8 @@ know the digest still reads these files correctly.
 Arrays are little-endian with an explicit ``bytes`` codec. The attributes are
 written last, so an interrupted write to object storage leaves a group that
 :func:`load` rejects as incomplete; local directories and zip files are written
-under a temporary name and renamed into place.
+under a temporary name and published in one step that never replaces an
+existing output unless asked to (:func:`publish`).
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 import warnings
 import zipfile
 from pathlib import Path
@@ -51,11 +50,12 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
+from ._publish import publish, remove_path, staging_path
 from .errors import SketchFormatError, SketchFormatWarning, SourceError, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "publish"]
 
 FORMAT_NAME = "streamrff.sketch"
 FORMAT_VERSION = 1
@@ -165,12 +165,20 @@ def save_sketch(
     storage_options : dict, optional
         Passed to fsspec for URLs (credentials, ``endpoint_url``). Never logged.
     overwrite : bool, default=False
-        Replace an existing sketch at that place.
+        Replace an existing sketch at that place (the last writer wins whole).
 
     Raises
     ------
     FileExistsError
-        If something exists at the target and ``overwrite`` is False.
+        If something exists at the target and ``overwrite`` is False: checked
+        before writing and again, atomically, when the finished sketch is
+        published (:func:`streamrff._publish.publish`), so of two concurrent
+        saves to one local path exactly one succeeds. On object storage
+        (``s3://``...) there is no no-replace rename: the existence check runs
+        before the job and again just before writing, and an existing output
+        is never deleted without ``overwrite``; two writers that pass the second
+        check together can still both succeed, the last complete attributes
+        winning.
     SourceError
         If the target cannot be written (e.g. a bucket that does not exist).
     """
@@ -182,30 +190,22 @@ def save_sketch(
         _save_remote(sketch, target, storage_options, overwrite)
         return
     path = _local_path(target)
-    staging = path.parent / f".{path.name}.partial-{uuid.uuid4().hex}"
+    staging = staging_path(path)
     try:
+        _write_group(zarr.storage.LocalStore(staging), sketch)
         if path.suffix == ".zip":
             # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
             # entry, so build the group as a directory and pack it once.
-            _write_group(zarr.storage.LocalStore(staging), sketch)
             packed = staging.with_name(staging.name + ".zip")
             try:
                 _zip_directory(staging, packed)
-                os.replace(packed, path)
+                publish(packed, path, overwrite)
             finally:
                 packed.unlink(missing_ok=True)
             return
-        _write_group(zarr.storage.LocalStore(staging), sketch)
-        if path.exists():
-            retired = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
-            os.rename(path, retired)
-            os.rename(staging, path)
-            _remove(retired)
-        else:
-            os.rename(staging, path)
+        publish(staging, path, overwrite)
     finally:
-        if staging.exists():
-            _remove(staging)
+        remove_path(staging)
 
 
 def _zip_directory(directory: Path, archive: Path) -> None:
@@ -242,23 +242,21 @@ def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = Non
         raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def _save_remote(sketch: Sketch, url: str, storage_options: StorageOptions, overwrite: bool) -> None:
     import fsspec
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         if fs.exists(root):
-            fs.rm(root, recursive=True)  # overwrite was checked by check_writable
+            if not overwrite:  # another writer got there since check_writable: never delete its output
+                raise FileExistsError(
+                    f"{url} already exists: another process wrote it while this job ran. Choose another "
+                    "URL or pass overwrite=True (CLI: --overwrite)."
+                )
+            fs.rm(root, recursive=True)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
         _write_group(store, sketch)
-    except StreamRFFError:
+    except (StreamRFFError, FileExistsError):
         raise
     except Exception as error:
         raise SourceError(f"Cannot write the sketch to {url}: {type(error).__name__}: {error}") from error

@@ -127,3 +127,74 @@ def test_sketch_with_an_edited_checkpoint_partial_is_refused(tmp_path: Path, tmp
     _edit_group_attrs(partials[1], count=18)
     with pytest.raises(SketchFormatError, match=f"{partials[1].name}.*digest"):
         srf.sketch(source, feature_map, checkpoint=checkpoint)
+
+
+# -- 3. concurrent writers: exactly one wins, nothing is silently replaced -------------------------------
+
+
+def _cli(*arguments: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamrff.cli", *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.parametrize(("suffix", "trials"), [("sketch", 3), ("zip", 2)])
+def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix: str, trials: int) -> None:
+    # The probe: two `merge -o same` at once both exited 0 and one result was gone (10 of 10 trials).
+    feature_map = srf.RFF(n_features=8, bandwidth=1.0, seed=1).fit(ROWS)
+    big = _save(tmp_path, "big.sketch", srf.sketch_array(ROWS, feature_map))  # 51 rows
+    small = _save(tmp_path, "small.sketch", srf.sketch_array(ROWS[:20], feature_map))  # 20 rows
+    for trial in range(trials):
+        output = tmp_path / f"out-{trial}.{suffix}"
+        writers = {102: _cli("merge", str(big), str(big), "-o", str(output)), 40: _cli("merge", str(small), str(small), "-o", str(output))}
+        finished = {count: writer.communicate(timeout=120) + (writer.returncode,) for count, writer in writers.items()}
+        codes = sorted(code for _, _, code in finished.values())
+        assert codes == [0, 1], finished
+        (winner,) = [count for count, (_, _, code) in finished.items() if code == 0]
+        (loser_err,) = [err for _, err, code in finished.values() if code == 1]
+        assert loser_err.startswith("streamrff merge: error: ") and "already exists" in loser_err, loser_err
+        assert "Traceback" not in loser_err and loser_err.count("\n") == 1, loser_err
+        assert srf.load(output).count == winner  # the surviving file is the winner's, whole
+    assert not [p.name for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+@pytest.mark.parametrize("is_directory", [False, True], ids=["file", "directory"])
+def test_publish_never_replaces_without_overwrite_and_replaces_whole_with_it(tmp_path: Path, is_directory: bool) -> None:
+    from streamrff.fileformat import publish
+    from streamrff._publish import staging_path
+
+    target = tmp_path / "out"
+
+    def staged(text: str) -> Path:
+        staging = staging_path(target)
+        if is_directory:
+            staging.mkdir()
+            (staging / "content").write_text(text)
+        else:
+            staging.write_text(text)
+        return staging
+
+    def content() -> str:
+        return (target / "content" if is_directory else target).read_text()
+
+    publish(staged("first"), target)
+    refused = staged("second")
+    with pytest.raises(FileExistsError, match="already exists"):
+        publish(refused, target)
+    assert content() == "first" and refused.exists()  # the caller cleans up its staging
+    publish(refused, target, overwrite=True)
+    assert content() == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path, tmp_zarr, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    x = tmp_zarr(ROWS[:25].astype(np.float32), chunk_rows=25, name="x.zarr")
+    y = tmp_zarr(ROWS[25:].astype(np.float32), chunk_rows=26, name="y.zarr")
+    plot = tmp_path / "null.png"
+    plot.write_bytes(b"mine")
+    arguments = ["test", x, y, "--features", "8", "--permutations", "9", "--bandwidth", "1.0", "--plot", str(plot)]
+    assert cli_main(arguments) == 1
+    assert "already exists" in capsys.readouterr().err and plot.read_bytes() == b"mine"
+    assert cli_main([*arguments, "--overwrite"]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
