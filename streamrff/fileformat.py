@@ -321,6 +321,44 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     target = os.fspath(path_or_url)
     if not isinstance(require_digest, (bool, np.bool_)):
         raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
+    for _ in range(_CONCURRENT_SAVE_ATTEMPTS):
+        before = _directory_identity(target)
+        try:
+            return _load_once(target, storage_options, bool(require_digest))
+        except SketchFormatError:
+            # A save with overwrite=True swapped the directory while it was read, so the
+            # files read may mix both versions: read the new one again. A failure on a
+            # directory that stayed in place is the file's own.
+            if before is None or _directory_identity(target) == before:
+                raise
+    raise SketchFormatError(
+        f"{target} is being written by another process: it was replaced {_CONCURRENT_SAVE_ATTEMPTS} times "
+        "while being read. Retry when the save has finished."
+    )
+
+
+#: Reads of a local sketch directory that another process replaced meanwhile, before giving up.
+_CONCURRENT_SAVE_ATTEMPTS = 20
+
+
+def _directory_identity(target: str) -> tuple[int, int, int] | None:
+    """(device, inode, ctime) of a local sketch directory, None for other places.
+
+    A save with overwrite=True renames a new directory into place, so the identity
+    changes; the ctime tells a new directory from an old one whose inode was reused.
+    """
+    if _is_url(target):
+        return None
+    try:
+        status = os.stat(_local_path(target))
+    except OSError:
+        return None
+    if not os.path.isdir(_local_path(target)):
+        return None  # zip files are replaced whole and read through one open handle
+    return status.st_dev, status.st_ino, status.st_ctime_ns
+
+
+def _load_once(target: str, storage_options: StorageOptions, require_digest: bool) -> Sketch:
     try:
         store = _open_store(target, storage_options)
         try:
