@@ -38,6 +38,7 @@ existing output unless asked to (:func:`publish`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import warnings
@@ -109,15 +110,22 @@ def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest:
             stacklevel=4,  # the caller of load()
         )
         return
+    if not _digest_matches(attrs):
+        raise _digest_error(target)
+
+
+def _digest_matches(attrs: dict[str, Any]) -> bool:
     try:
-        expected = _attributes_digest(attrs)
-    except (TypeError, ValueError):
-        expected = None
-    if stored != expected:
-        raise SketchFormatError(
-            f"{target}: the group attributes do not match their digest (tampered or corrupt). Expected "
-            "the attributes as saved; restore the file from its source or sketch the data again."
-        )
+        return attrs.get(DIGEST_ATTRIBUTE) == _attributes_digest(attrs)
+    except (TypeError, ValueError):  # NaN or values JSON cannot hold
+        return False
+
+
+def _digest_error(target: str) -> SketchFormatError:
+    return SketchFormatError(
+        f"{target}: the group attributes do not match their digest (tampered or corrupt). Expected "
+        "the attributes as saved; restore the file from its source or sketch the data again."
+    )
 
 
 def _write_group(store: Any, sketch: Sketch) -> None:
@@ -285,9 +293,18 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
 
     Checks the format name and version, the kind, the map spec (rebuilt and
     re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
-    the scalar attributes. Array sizes, codecs and chunking, and the size of the
-    map to rebuild, are checked before any data is read or any parameter drawn,
-    so a tampered file fails fast instead of allocating gigabytes.
+    the scalar attributes, and the attributes digest. Array sizes, codecs and
+    chunking, declared shapes against the map spec and attributes (no array
+    larger than the square of their largest size), the decoded size each stored
+    zstd chunk declares, and the size of the map to rebuild, are checked before
+    any data is read or any parameter drawn, so a tampered file fails fast
+    instead of allocating gigabytes; large arrays are read only after the
+    attributes digest matched. Arrays are read one chunk at a time, so a failing
+    chunk leaves no background reads behind.
+
+    A local directory replaced by a concurrent save while it is read is read
+    again (the save publishes a complete directory in one step), so a load never
+    mixes two versions.
 
     Parameters
     ----------
@@ -423,7 +440,7 @@ def _check_array_metadata(node: Any, name: str, target: str) -> None:
 _SPEC_SIZE_KEYS = ("n_features_in", "n_features", "n_components", "n_landmarks", "inner_width", "k")
 
 
-def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], target: str) -> None:
+def _check_spec_sizes(spec: dict[str, Any], shapes: dict[str, tuple[int, ...]], target: str) -> None:
     """Refuse a map spec that would cost far more to rebuild than the sketch it describes.
 
     Maps regenerate their random parameters from the spec (K-JL even eagerly, before any shape
@@ -448,12 +465,111 @@ def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], targe
     # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
     width = spec.get("n_components", spec.get("n_features"))
     if isinstance(width, int) and not isinstance(width, bool):
-        widths = {array.shape[-1] for name, array in arrays.items() if array.ndim and not name.startswith("map/")}
+        widths = {shape[-1] for name, shape in shapes.items() if len(shape) and not name.startswith("map/")}
         if width not in widths:
             raise SketchFormatError(
                 f"{target}: the map spec declares {width} output features, but the stored arrays have widths "
                 f"{sorted(widths)} (tampered spec or arrays)."
             )
+
+
+#: Array elements load() reads before it has verified the attributes digest (8 MiB of float64).
+_UNVERIFIED_READ_ELEMENTS = 2**20
+#: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
+#: clusters k). A new sketch kind with another sizing attribute adds its name here.
+_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters")
+
+
+def _declared_sizes(spec: dict[str, Any], attrs: dict[str, Any]) -> list[int]:
+    """The sizes the spec and the attributes declare: widths, k, B, the number of names."""
+    sizes = []
+    levels = [spec]
+    while levels:
+        level = levels.pop()
+        levels.extend(value for value in level.values() if isinstance(value, dict))
+        sizes += [level.get(key) for key in _SPEC_SIZE_KEYS]
+    sizes += [attrs.get(key) for key in _SIZE_ATTRIBUTES]
+    if isinstance(attrs.get("names"), list):
+        sizes.append(len(attrs["names"]))
+    return [size for size in sizes if isinstance(size, int) and not isinstance(size, bool) and size > 0]
+
+
+def _check_declared_size(node: Any, name: str, spec: dict[str, Any], attrs: dict[str, Any], target: str) -> None:
+    """Refuse an array declaring more elements than the spec and attributes allow, before reading it.
+
+    No sketch array is larger than the square of the largest size they declare (a D x D
+    second moment, B x D permutation sums); zarr would fill a declared shape whose chunks
+    are missing with zeros, so a lie there costs gigabytes of memory and time.
+    """
+    largest = max(_declared_sizes(spec, attrs), default=1)
+    if node.size > largest**2:
+        raise SketchFormatError(
+            f"{target}: array {name!r} declares shape {node.shape} ({node.size:,} elements); the map spec and "
+            f"attributes allow at most {largest:,}^2 = {largest**2:,} (tampered array metadata or spec)."
+        )
+
+
+def _zstd_content_size(header: bytes) -> int | None:
+    """The decoded size a zstd frame header declares (RFC 8878 sec. 3.1.1.1), None if absent."""
+    if len(header) < 6 or header[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    descriptor = header[4]
+    single_segment = bool(descriptor & 0x20)
+    size_bytes = {0: 1 if single_segment else 0, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
+    start = 5 + (0 if single_segment else 1) + {0: 0, 1: 1, 2: 2, 3: 4}[descriptor & 0x03]
+    field = header[start : start + size_bytes]
+    if not size_bytes or len(field) != size_bytes:
+        return None
+    return int.from_bytes(field, "little") + (256 if size_bytes == 2 else 0)
+
+
+def _check_stored_chunks(node: Any, name: str, target: str) -> None:
+    """Compare each stored chunk's declared decoded size with the array's chunk shape, before reading.
+
+    zarr allocates the declared chunk shape before decoding, so a small chunk under a lied
+    shape would cost the lie. zstd frames (what save_sketch writes) state their decoded size
+    in their header; other compressors are left to the size bounds.
+    """
+    from zarr.abc.store import RangeByteRequest
+    from zarr.codecs import ZstdCodec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    if node.size == 0 or [type(codec) for codec in node.compressors] != [ZstdCodec]:
+        return
+    expected = int(np.prod(node.chunks)) * np.dtype(node.dtype).itemsize
+    grid = [range(-(-extent // step)) for extent, step in zip(node.shape, node.chunks)]
+    for coords in itertools.product(*grid):
+        key = node.metadata.encode_chunk_key(coords)
+        header = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=RangeByteRequest(0, 18)))
+        if header is None:
+            continue  # not stored: a chunk of zeros (zarr skips writing those); bounded by the size checks
+        declared = _zstd_content_size(header.to_bytes())
+        if declared is not None and declared != expected:
+            raise SketchFormatError(
+                f"{target}: array {name!r} chunk {key} decodes to {declared:,} bytes, but its declared chunk "
+                f"shape {node.chunks} of {np.dtype(node.dtype)} needs {expected:,} (tampered array metadata or chunk)."
+            )
+
+
+def _read_array(node: Any) -> np.ndarray:
+    """Read ``node`` one chunk at a time.
+
+    A failing chunk (wrong size, bad compression) then leaves no other reads pending
+    in zarr's event loop, which would otherwise print "Task was destroyed but it is
+    pending!" and "Event loop is closed" noise at exit.
+    """
+    if node.size == 0 or node.ndim == 0:
+        return np.asarray(node[...])
+    grid = [range(0, extent, step) for extent, step in zip(node.shape, node.chunks)]
+    value = None
+    for corner in itertools.product(*grid):
+        region = tuple(slice(start, start + step) for start, step in zip(corner, node.chunks))
+        chunk = node[region]
+        if value is None:  # allocate after the first chunk decoded: a wrong-sized one fails first
+            value = np.empty(node.shape, dtype=node.dtype)
+        value[region] = chunk
+    return value
 
 
 def _describe_sizes(level: dict[str, Any]) -> str:
@@ -490,8 +606,9 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketc
     checksums = attrs.get("checksums")
     if not isinstance(checksums, dict):
         raise SketchFormatError(f"{target}: missing or malformed checksums attribute.")
-    arrays: dict[str, np.ndarray] = {}
-    for name, expected in checksums.items():
+    spec = attrs.get("map")
+    nodes: dict[str, Any] = {}
+    for name in checksums:
         try:
             node = root[name]
         except KeyError as error:
@@ -499,14 +616,28 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketc
         if not isinstance(node, zarr.Array):
             raise SketchFormatError(f"{target}: {name!r} is not an array.")
         _check_array_metadata(node, name, target)  # before reading: a tampered shape costs nothing
-        value = np.asarray(node[...])
+        if isinstance(spec, dict):
+            _check_declared_size(node, name, spec, attrs, target)
+        _check_stored_chunks(node, name, target)
+        nodes[name] = node
+    if not isinstance(spec, dict):
+        raise SketchFormatError(f"{target}: missing map spec.")
+    _check_spec_sizes(spec, {name: node.shape for name, node in nodes.items()}, target)
+    if (
+        sum(node.size for node in nodes.values()) > _UNVERIFIED_READ_ELEMENTS
+        and DIGEST_ATTRIBUTE in attrs
+        and not _digest_matches(attrs)
+    ):
+        # Large arrays described by attributes (spec, sizes) that fail their digest: refuse
+        # before reading them. Small ones are read first, so that the checks below can
+        # name what exactly was edited.
+        raise _digest_error(target)
+    arrays: dict[str, np.ndarray] = {}
+    for name, expected in checksums.items():
+        value = _read_array(nodes[name])
         if _checksum(value) != expected:
             raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (tampered or corrupt).")
         arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
-    spec = attrs.get("map")
-    if not isinstance(spec, dict):
-        raise SketchFormatError(f"{target}: missing map spec.")
-    _check_spec_sizes(spec, arrays, target)
     map_arrays = {k[len("map/") :]: v for k, v in arrays.items() if k.startswith("map/")}
     sketch_arrays = {k: v for k, v in arrays.items() if not k.startswith("map/")}
     try:

@@ -235,3 +235,32 @@ def test_load_while_another_process_saves_returns_a_whole_sketch(tmp_path: Path)
         _, err = writer.communicate(timeout=60)
     assert writer.returncode == 0, err
     assert set(counts) <= {30, 51} and len(counts) > 20, counts
+
+
+# -- 4. declared shapes are checked against the stored chunk bytes -----------------------------------------
+
+
+@pytest.mark.parametrize("n_bytes", [8, 255, 256, 32_768, 65_791, 65_792, 1_000_000])
+def test_zstd_content_size_reads_the_size_numcodecs_wrote(n_bytes: int) -> None:
+    from numcodecs import Zstd
+
+    from streamrff.fileformat import _zstd_content_size
+
+    frame = Zstd(level=1).encode(np.random.default_rng(n_bytes).integers(0, 4, n_bytes, dtype=np.uint8).tobytes())
+    assert _zstd_content_size(frame[:18]) == n_bytes
+    assert _zstd_content_size(b"not a zstd frame") is None
+
+
+def test_load_refuses_a_chunk_smaller_than_its_declared_shape_before_allocating(tmp_path: Path) -> None:
+    # A digest-less file (written before the digest) whose moment claims 16384 x 16384 in one chunk,
+    # with the spec raised to match: the stored 14 kB chunk says it decodes to 32 kB, not 2 GiB.
+    directory = _save(tmp_path, "s.sketch", srf.sketch_array(ROWS, srf.RFF(n_features=64, bandwidth=1.0, seed=1), moments=True))
+    document = json.loads((directory / "zarr.json").read_text())
+    del document["attributes"]["attributes_digest"]
+    document["attributes"]["map"]["n_features"] = 2**14
+    (directory / "zarr.json").write_text(json.dumps(document))
+    metadata = json.loads((directory / "moment" / "zarr.json").read_text())
+    metadata.update(shape=[2**14, 2**14], chunk_grid={"name": "regular", "configuration": {"chunk_shape": [2**14, 2**14]}})
+    (directory / "moment" / "zarr.json").write_text(json.dumps(metadata))
+    with pytest.raises(SketchFormatError, match=r"chunk c/0/0 decodes to 32,768 bytes.*needs 2,147,483,648"):
+        srf.load(directory)
