@@ -264,3 +264,94 @@ def test_load_refuses_a_chunk_smaller_than_its_declared_shape_before_allocating(
     (directory / "moment" / "zarr.json").write_text(json.dumps(metadata))
     with pytest.raises(SketchFormatError, match=r"chunk c/0/0 decodes to 32,768 bytes.*needs 2,147,483,648"):
         srf.load(directory)
+
+
+# -- 2. every connection attempt has a deadline; bad addresses are refused at once -------------------------
+
+
+@pytest.fixture
+def silent_server() -> str:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers (a hung scheduler)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join(timeout=10)
+    for connection in accepted:
+        connection.close()
+    server.close()
+
+
+def test_sketch_on_a_silent_scheduler_fails_after_the_configured_deadline(silent_server: str) -> None:
+    # The probe: the client hung for 881 s until interrupted.
+    import dask
+
+    with dask.config.set({"streamrff.connect-timeout": "1s"}):
+        with pytest.raises(srf.ClusterError, match=f"{silent_server} accepted the connection but did not answer.*1 s"):
+            srf.sketch(ROWS, srf.RFF(n_features=8, bandwidth=1.0), client=silent_server)
+
+
+def _run_cli_process(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "streamrff.cli", *arguments],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_cli_silent_scheduler_and_bad_addresses_print_one_line_and_exit_1(
+    silent_server: str, tmp_path: Path, tmp_zarr
+) -> None:
+    source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
+    cases = [
+        (silent_server, {"DASK_STREAMRFF__CONNECT_TIMEOUT": "2s"}, "did not answer like a Dask scheduler within 2 s"),
+        ("notanaddress", {}, "Got 'notanaddress': no port."),
+        ("tcp://127.0.0.1:99999", {}, "port is not a number"),
+        ("http://127.0.0.1:8786", {}, "unknown scheme 'http'"),
+        ("tcp://127.0.0.1:8786", {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}, "requires encryption"),
+    ]
+    for address, env, fragment in cases:
+        completed = _run_cli_process("sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env)
+        assert completed.returncode == 1, (address, completed.stderr)
+        assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, completed.stderr
+        assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
+        assert not (tmp_path / "out.sketch").exists()
+
+
+def test_job_fails_naming_the_scheduler_when_its_last_worker_died(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    import dask
+
+    from streamrff._connection import wait_for_result
+    from streamrff.testing import LocalProcessCluster
+
+    with LocalProcessCluster(n_workers=1, nanny=False) as cluster, cluster.client() as client:
+        future = client.submit(time.sleep, 3600, pure=False)  # a task that outlives its worker
+        deadline = time.monotonic() + 60
+        while not any(client.processing().values()):
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.05)
+        (worker_pid,) = cluster.launcher_pids()
+        os.kill(worker_pid, signal.SIGKILL)
+        with dask.config.set({"streamrff.no-workers-timeout": "2s"}):
+            with pytest.raises(srf.ClusterError, match=f"scheduler at {cluster.address} has had no workers for 2 s"):
+                wait_for_result(future, client)
