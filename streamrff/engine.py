@@ -21,6 +21,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import clone
 
+from ._memory import check_sizes_fit
 from ._connection import connect_timeout, parse_scheduler_address, probe_scheduler, wait_for_result
 from ._validation import check_feature_dtype
 from .errors import ClusterError, InputError, SketchFormatError
@@ -513,6 +514,7 @@ def sketch(
     method = check_sum_method(method, bool(moments), dtype)
     array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
+        check_sizes_fit(feature_map, array.shape[1], _memory_per_thread(active), bool(moments), split_every=split_every)
         fitted = fit_map(feature_map, [array], client=active, progress=progress)
         check_sum_method(method, bool(moments), dtype, fitted)
         if chunk_rows is None:

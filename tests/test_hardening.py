@@ -355,3 +355,37 @@ def test_job_fails_naming_the_scheduler_when_its_last_worker_died(tmp_path: Path
         with dask.config.set({"streamrff.no-workers-timeout": "2s"}):
             with pytest.raises(srf.ClusterError, match=f"scheduler at {cluster.address} has had no workers for 2 s"):
                 wait_for_result(future, client)
+
+
+# -- 5. sizes that cannot fit are refused before any work ----------------------------------------------------
+
+
+def test_cli_features_too_large_for_memory_names_the_flag_and_the_largest_that_fits(tmp_path: Path, tmp_zarr) -> None:
+    # The probe: --features 1000000000 tried a 59.6 GiB allocation and died with _ArrayMemoryError.
+    import os
+    import re
+
+    import psutil
+
+    source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
+    completed = _run_cli_process("sketch", source, "-o", str(tmp_path / "out.sketch"), "--features", "1000000000")
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stderr.startswith("streamrff sketch: error: n_features (CLI --features) = 1,000,000,000 needs")
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+    # Per output feature: map parameters (d + 1) x 8 bytes, a 256-row float64 tile, and 9 partial sums
+    # of 8 bytes in the merge tree (split_every = 8); a thread has the machine's memory / cores.
+    per_feature = (ROWS.shape[1] + 1) * 8 + 256 * 8 + 9 * 8
+    memory = psutil.virtual_memory().total / os.cpu_count()
+    largest = int(re.search(r"largest n_features that fits is ([\d,]+)", completed.stderr).group(1).replace(",", ""))
+    assert largest == int(memory // per_feature)
+    assert not (tmp_path / "out.sketch").exists()
+
+
+def test_sketch_with_moments_too_large_is_refused_before_any_work() -> None:
+    import dask.array as da
+
+    untouchable = da.from_delayed(  # any read of the data would fail the test
+        __import__("dask").delayed(pytest.fail)("the data was read"), shape=(100, 3), dtype=np.float64
+    )
+    with pytest.raises(srf.InputError, match=r"n_features \(CLI --features\) = 1,000,000 needs .*D x D second moment"):
+        srf.sketch(untouchable, srf.RFF(n_features=1_000_000, bandwidth=1.0), moments=True)
