@@ -44,6 +44,13 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
         raise SourceError(f"No zarr data at {url}: the path does not exist. Check the path.")
     try:
         if _is_remote(location):
+            import fsspec
+
+            # One request first: an unreachable endpoint fails here, not inside zarr's concurrent
+            # metadata reads, whose abandoned coroutines print "Exception ignored ... Token was
+            # created in a different Context" tracebacks at exit.
+            filesystem, root = fsspec.core.url_to_fs(location, **(storage_options or {}))
+            filesystem.exists(root)
             store = zarr.storage.FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
         else:
             # Absolute: workers run in other directories and would read a relative path

@@ -389,3 +389,44 @@ def test_sketch_with_moments_too_large_is_refused_before_any_work() -> None:
     )
     with pytest.raises(srf.InputError, match=r"n_features \(CLI --features\) = 1,000,000 needs .*D x D second moment"):
         srf.sketch(untouchable, srf.RFF(n_features=1_000_000, bandwidth=1.0), moments=True)
+
+
+# -- 7. smaller items --------------------------------------------------------------------------------------
+
+
+def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: Path, tmp_zarr) -> None:
+    # The probe: the right message, then two "Exception ignored ... Token was created in a different
+    # Context" tracebacks from zarr's abandoned concurrent reads.
+    pytest.importorskip("s3fs")
+    import socket
+
+    with socket.socket() as probe:  # a port on 127.0.0.1 that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = json.dumps(
+        {"key": "k", "secret": "s", "endpoint_url": f"http://127.0.0.1:{port}",
+         "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2, "read_timeout": 2}}
+    )  # fmt: skip
+    source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
+    runs = [
+        ("sketch", "s3://bucket/x.zarr", "-o", str(tmp_path / "x.sketch")),
+        ("sketch", source, "-o", "s3://bucket/x.sketch"),
+        ("info", "s3://bucket/x.sketch"),
+        ("kmeans", "s3://bucket/x.zarr", "--clusters", "2", "-o", str(tmp_path / "labels.zarr")),
+    ]
+    for arguments in runs:
+        completed = _run_cli_process(*arguments, "--storage-options", options)
+        assert completed.returncode == 1, (arguments, completed.stderr)
+        assert completed.stderr.startswith(f"streamrff {arguments[0]}: error: ") and "Could not connect" in completed.stderr
+        assert completed.stderr.count("\n") == 1, completed.stderr
+
+
+@pytest.mark.parametrize("source", ["nan", "inf-and-nan"])
+def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
+    X = np.full((40, 3), np.nan)
+    if source == "inf-and-nan":
+        X[::2] = np.inf
+    with pytest.raises(srf.InputError, match="bandwidth='median' needs at least one finite row to sample. Got 0 finite rows"):
+        srf.sketch(X, srf.RFF(n_features=8, bandwidth="median"), on_invalid="skip")
+    # A numeric bandwidth needs no sample: every row is skipped and counted.
+    assert srf.sketch(X, srf.RFF(n_features=8, bandwidth=1.0), on_invalid="skip").n_invalid == 40
