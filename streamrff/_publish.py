@@ -28,7 +28,7 @@ import sys
 import uuid
 from pathlib import Path
 
-__all__ = ["publish", "staging_path", "remove_path"]
+__all__ = ["publish", "publish_text", "staging_path", "remove_path"]
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -150,3 +150,22 @@ def _replace(staging: Path, target: Path) -> None:
             continue
         remove_path(retired)
     raise OSError(f"Could not replace {target}: other writers kept replacing it. Retry.")
+
+
+def publish_text(target: str | os.PathLike[str], text: str, overwrite: bool = False) -> None:
+    """Write ``text`` to ``target`` through a staging file and :func:`publish` (reports, JSON).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "report.json")
+    >>> publish_text(path, "{}")
+    >>> open(path).read()
+    '{}'
+    """
+    staging = staging_path(target)
+    try:
+        staging.write_text(text)
+        publish(staging, target, overwrite)
+    finally:
+        remove_path(staging)

@@ -140,7 +140,12 @@ def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
 
     # A partial must be exactly what this job saved: a file without the attributes digest
     # (or with an edited one) is refused, naming the partial to delete so it is recomputed.
-    return load(path, storage_options=storage_options, require_digest=True)
+    try:
+        return load(path, storage_options=storage_options, require_digest=True)
+    except SketchFormatError as error:
+        raise SketchFormatError(
+            f"{error} This is a checkpoint partial: delete it to recompute its chunk on the next run."
+        ) from error
 
 
 def _merge_group(*partials: Sketch) -> Sketch:

@@ -125,8 +125,10 @@ def test_sketch_with_an_edited_checkpoint_partial_is_refused(tmp_path: Path, tmp
     partials = sorted(checkpoint.rglob("rows-*.zarr"))
     assert len(partials) == 3
     _edit_group_attrs(partials[1], count=18)
-    with pytest.raises(SketchFormatError, match=f"{partials[1].name}.*digest"):
+    with pytest.raises(SketchFormatError, match=f"{partials[1].name}.*digest.*delete it to recompute"):
         srf.sketch(source, feature_map, checkpoint=checkpoint)
+    shutil.rmtree(partials[1])  # as the message says: the rerun recomputes that chunk
+    assert srf.sketch(source, feature_map, checkpoint=checkpoint).count == 51
 
 
 # -- 3. concurrent writers: exactly one wins, nothing is silently replaced -------------------------------
@@ -185,6 +187,25 @@ def test_publish_never_replaces_without_overwrite_and_replaces_whole_with_it(tmp
     publish(refused, target, overwrite=True)
     assert content() == "second"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_write_zarr_never_replaces_an_output_that_appeared_during_the_job(tmp_path: Path) -> None:
+    import dask
+    import dask.array as da
+
+    from streamrff.io import write_zarr
+
+    target = tmp_path / "labels.zarr"
+
+    def labels_while_another_writer_publishes() -> np.ndarray:
+        (target / "theirs").mkdir(parents=True)  # the other job's complete output, published first
+        return np.arange(10, dtype=np.int64)
+
+    labels = da.from_delayed(dask.delayed(labels_while_another_writer_publishes)(), shape=(10,), dtype=np.int64)
+    with pytest.raises(FileExistsError, match="another process wrote it"):
+        write_zarr(labels, target)
+    assert [p.name for p in target.iterdir()] == ["theirs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.zarr"]  # no staging left
 
 
 def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path, tmp_zarr, capsys) -> None:
