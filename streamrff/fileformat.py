@@ -107,7 +107,7 @@ def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest:
             f"{target} was written before attribute digests: its arrays are verified, but its scalar "
             "attributes (count, norms) are not verified. Save it again (e.g. `streamrff merge OLD -o NEW`) to add one.",
             SketchFormatWarning,
-            stacklevel=4,  # the caller of load()
+            stacklevel=5,  # the caller of load(), through _load_once and _read_sketch
         )
         return
     if not _digest_matches(attrs):
