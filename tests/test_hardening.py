@@ -327,6 +327,26 @@ def test_sketch_on_a_silent_scheduler_fails_after_the_configured_deadline(silent
             srf.sketch(ROWS, srf.RFF(n_features=8, bandwidth=1.0), client=silent_server)
 
 
+def test_sketch_on_an_http_port_fails_after_the_configured_deadline() -> None:
+    # The probe: the same hang on an HTTP port (an HTTP server waits for a request, silently).
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    import dask
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    try:
+        with dask.config.set({"streamrff.connect-timeout": 1}):
+            with pytest.raises(srf.ClusterError, match=f"{address} accepted the connection but did not answer"):
+                srf.sketch(ROWS, srf.RFF(n_features=8, bandwidth=1.0), client=address)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _run_cli_process(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     import os
 
