@@ -257,7 +257,8 @@ def _sketch_sources(
     data. ``method="permutation"`` gives one complete :class:`TwoSampleSketch`
     in a single pass over X then Y; the other methods a pair of moment sketches.
     """
-    from ..engine import _mean_kernel, connect, fit_map, run_chunks
+    from .._memory import check_sizes_fit
+    from ..engine import _mean_kernel, _memory_per_thread, connect, fit_map, run_chunks
     from ..io import as_row_chunked
 
     arrays = [as_row_chunked(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))]
@@ -269,6 +270,10 @@ def _sketch_sources(
     n_x, n_y = arrays[0].shape[0], arrays[1].shape[0]
     _check_sizes(n_x, n_y)
     with connect(client) as active:
+        check_sizes_fit(  # before any work: B x D permutation sums, D x D moments
+            feature_map, arrays[0].shape[1], _memory_per_thread(active), moments=method != "permutation",
+            n_permutations=n_permutations if method == "permutation" else 0,
+        )  # fmt: skip
         fitted = fit_map(feature_map, arrays, client=active)
         if method != "permutation":
             kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=True)
