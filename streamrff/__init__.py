@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .engine import sketch
+from .engine import nystrom_sketch, sketch
 from .errors import (
     ClusterError,
     InputError,
@@ -21,6 +21,7 @@ from .errors import (
 from .fileformat import load
 from .kmeans import ClusterSketch, KernelKMeans
 from .kpca import KernelPCA
+from .nystrom import NystromSketch
 from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
 from .pointsets import SketchIndex, kernel_distance
 from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
@@ -54,6 +55,8 @@ __all__ = [
     "Sketch",
     "MeanSketch",
     "LandmarkSketch",
+    "NystromSketch",
+    "nystrom_sketch",
     "merge",
     "mmd2",
     "sketch_array",
