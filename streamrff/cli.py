@@ -85,10 +85,14 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
             summary[name] = getattr(sketch, name)
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
-    if getattr(sketch, "has_moments", False) and sketch.count >= 2:
+    if hasattr(sketch, "sketch_size"):  # a Nystrom sketch: the second moment's range sketch
+        summary["sketch_size"] = int(sketch.sketch_size)
+        summary["test_seed"] = int(sketch.test_seed)
+    if (getattr(sketch, "has_moments", False) or summary.get("sketch_size", 0) > 1) and sketch.count >= 2:
         from .kpca import KernelPCA
 
-        kpca = KernelPCA(n_components=min(10, sketch.feature_sum.shape[0])).fit_from_sketch(sketch)
+        components = min(10, sketch.feature_sum.shape[0], summary.get("sketch_size", 11) - 1)
+        kpca = KernelPCA(n_components=components).fit_from_sketch(sketch)
         summary["explained_variance_ratio"] = [float(v) for v in kpca.explained_variance_ratio_]
     return summary
 
@@ -97,7 +101,12 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     lines = [f"{summary['path']}: {summary['kind']} sketch of {summary['count']:,} rows"]
     spec = summary["map"]
     lines.append("  map: " + ", ".join(f"{k}={v}" for k, v in spec.items() if not isinstance(v, dict)))
-    if "n_features" in summary:
+    if "sketch_size" in summary:
+        lines.append(
+            f"  features: {summary['n_features']}, second moment: low-rank (Nystrom, sketch_size "
+            f"{summary['sketch_size']}, test_seed {summary['test_seed']})"
+        )
+    elif "n_features" in summary:
         lines.append(f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}")
     if summary.get("explained_variance_ratio"):
         ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
@@ -300,6 +309,7 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
         n_features=args.features,
         n_landmarks=args.landmarks,
         bandwidth=args.bandwidth,
+        moments=args.moments,
         seed=args.seed,
     )
 
@@ -317,6 +327,7 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
             "explained_variance": [float(v) for v in fitted.explained_variance_],
             "explained_variance_ratio": [float(v) for v in fitted.explained_variance_ratio_],
             "residual": float(fitted.residual_),
+            "moments": fitted.moments_,
         }
         ratios = ", ".join(f"{v:.3f}" for v in fitted.explained_variance_ratio_)
         lines = [f"wrote scores to {args.output}", f"  explained variance ratio: {ratios}"]
@@ -476,6 +487,13 @@ def build_parser() -> argparse.ArgumentParser:
     kpca.add_argument("--components", type=_positive_int, required=True, help="number of components k")
     kpca.add_argument("--method", choices=["rff", "kjl"], default="rff", help="feature space")
     kpca.add_argument("--landmarks", type=_positive_int, default=1000, help="K-JL landmarks n")
+    kpca.add_argument(
+        "--moments",
+        choices=["auto", "full", "low-rank"],
+        default="auto",
+        help="covariance sketch: the D x D moment (full), its streaming Nystrom sketch (low-rank, for large D), "
+        "or auto: low-rank when one D x D partial would exceed 256 MiB (D > 5792) (default: auto)",
+    )
     kpca.add_argument("-o", "--output", required=True, help="zarr array for the scores")
     kpca.add_argument("--overwrite", action="store_true", help="replace an existing output")
     kpca.add_argument("--plot", metavar="PNG", help="scatter of the first two scores")
