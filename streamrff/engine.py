@@ -156,10 +156,7 @@ def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
 
 
 def _merge_group(*partials: Sketch) -> Sketch:
-    merged = partials[0]
-    for partial in partials[1:]:
-        merged = merged.merge(partial)
-    return merged
+    return partials[0].merge_many(partials[1:])
 
 
 def _checkpoint_paths(checkpoint: str, job: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[str]:

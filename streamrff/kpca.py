@@ -1,26 +1,33 @@
 """Kernel PCA from a mergeable second-moment sketch.
 
 One pass over the data builds a :class:`MeanSketch` with moments (count, sum z,
-sum z z^T); the centred feature covariance ``C = M/n - mu mu^T`` is
-diagonalised. Because the sketch merges, two sites can sketch separately and
+sum z z^T), or for wide maps its low-rank linear sketch :class:`NystromSketch`
+(``sum z z^T Omega``); the centred feature covariance ``C = M/n - mu mu^T`` is
+diagonalised (exactly, or by the Nystrom reconstruction). Because the sketch merges, two sites can sketch separately and
 fit on the merged sketch (:meth:`KernelPCA.fit_from_sketch`).
 
 Costs and memory. The D x D moment (``moments="full"``) costs ``8 D^2`` bytes per
 partial and ``n D^2`` flops: 8 MiB at D = 1024, 128 MiB at D = 4096, 2 GiB at D = 16 384.
-A sketch job's peak memory is about ``(threads + split_every) x 8 D^2`` (the partials
-being built plus those waiting for their merge), plus per thread one chunk of rows
-and a ``4 D^2`` float32 tile product, plus the interpreter (~0.2 GB with dask and
-numba loaded); :func:`streamrff.sketch`'s tree merges in groups of ``split_every = 8``.
-Above that, ``moments="low-rank"`` keeps the streaming Nystrom sketch ``Y = M Omega``
-(:class:`streamrff.NystromSketch`, ``8 D l`` bytes per partial, ``2 n D l`` flops),
-and ``moments="auto"`` (the default) switches to it when one D x D partial would exceed
-256 MiB (D > 5 792) or a quarter of a task thread's memory. The eigendecomposition
-costs ``O(D^3)`` once, on the driver: a dense ``eigh`` takes seconds at D = 1600 and
-about half a minute at D = 4096 on one core, so for ``n_components`` well below D the
-default ``eigen_solver="auto"`` uses ARPACK (Lanczos, ``O(D^2)`` per iteration; the
-same eigenpairs to machine precision). The low-rank path needs a QR, a Cholesky and an
-SVD of D x l matrices instead (``O(D l^2)``). ``transform`` embeds row tiles of
-1 MiB, so scoring holds one chunk of rows and its ``n x k`` scores per thread.
+Peak memory of ``fit`` is the interpreter's (~0.2 GB with dask and numba loaded) plus the
+larger of two phases:
+
+- sketch: ``min(chunks, threads + split_every) x P`` (the partials being built plus those
+  waiting for their merge; groups of ``split_every = 8`` merge in place into one new
+  partial) plus, per thread, one chunk of rows and one tile product (``4 D^2`` float32);
+- solve, on the driver: the merged moment, the covariance and one temporary (``3 x 8 D^2``).
+
+With ``moments="low-rank"`` the partial is the Nystrom sketch ``Y = M Omega``
+(:class:`streamrff.NystromSketch`, ``P = 8 D l`` bytes, ``2 n D l`` flops), the tile
+product ``4 D l``, plus one cached ``8 D l`` test matrix per process, and the solve holds
+about nine D x l float64 matrices (QR, Cholesky and SVD, ``O(D l^2)`` flops).
+``benchmarks/bench_kpca.py`` prints this formula next to the measured peak. ``moments="auto"``
+(the default) takes the low-rank sketch when one D x D partial would exceed 256 MiB
+(D > 5 792) or a quarter of a task thread's memory. The dense eigendecomposition costs
+``O(D^3)`` once: ``eigh`` takes seconds at D = 1600 and about half a minute at D = 4096
+on one core, so for ``n_components`` well below D the default ``eigen_solver="auto"``
+uses ARPACK (Lanczos, ``O(D^2)`` per iteration; the same eigenpairs to machine
+precision). ``transform`` embeds row tiles of 1 MiB, so scoring holds one chunk of rows
+and its ``n x k`` scores per thread.
 """
 
 from __future__ import annotations

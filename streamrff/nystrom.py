@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import lru_cache, reduce
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ import numpy as np
 from ._validation import check_positive_int, normalize_seed
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap, tile_column_sums
-from .sketches import MappedSketch, _describe, _expect_array, _expect_int
+from .sketches import MappedSketch, Sketch, _describe, _expect_array, _expect_int
 
 __all__ = ["NystromSketch", "nystrom_sketch_of_chunk", "nystrom_eigenpairs", "test_matrix"]
 
@@ -217,6 +218,26 @@ class NystromSketch(MappedSketch):
             self.range_sketch + other.range_sketch,
             self.test_seed,
             self.n_invalid + other.n_invalid,
+        )
+
+    def merge_many(self, others: Sequence[Sketch]) -> NystromSketch:
+        if not others:
+            return self
+        for other in others:
+            self.check_compatible(other)
+        feature_sum = self.feature_sum + others[0].feature_sum
+        range_sketch = self.range_sketch + others[0].range_sketch
+        for other in others[1:]:
+            feature_sum += other.feature_sum
+            range_sketch += other.range_sketch  # in place: (a + b) + c, as the pairwise fold
+        return NystromSketch(
+            self.feature_map,
+            self.count + sum(other.count for other in others),
+            feature_sum,
+            reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
+            range_sketch,
+            self.test_seed,
+            self.n_invalid + sum(other.n_invalid for other in others),
         )
 
     def _arrays(self) -> dict[str, np.ndarray]:

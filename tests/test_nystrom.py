@@ -209,3 +209,27 @@ def test_cli_kpca_low_rank_scores_bounded_by_exact_eigenvalues(capsys, tmp_zarr,
     # v^T C v >= v^T C_hat v = lambda_hat (C_hat <= C); Ky Fan: sum of k variances <= sum of top k eigenvalues
     assert (variances >= np.array(payload["explained_variance"]) * (1 - 1e-4)).all()
     assert variances.sum() <= exact[:3].sum() * (1 + 1e-4)
+
+
+def test_merge_many_equals_the_pairwise_fold_bit_for_bit(rff):
+    parts = np.array_split(ROWS, 5)
+    for build in (
+        lambda rows: srf.sketch_array(rows, rff, moments=True),
+        lambda rows: srf.NystromSketch.from_rows(rows, rff, 8, 1),
+    ):
+        sketches = [build(part) for part in parts]
+        fold = sketches[0]
+        for other in sketches[1:]:
+            fold = fold.merge(other)
+        assert sketches[0].merge_many(sketches[1:]) == fold  # exact equality of every array and scalar
+
+
+def test_kpca_transform_in_tiles_matches_numpy_projection():
+    # 3 000 rows at D = 1024 span 12 tiles of 256 rows; the reference embeds all rows at once.
+    X = np.random.default_rng(4).normal(size=(3000, 3))
+    model = srf.KernelPCA(n_components=4, n_features=1024, bandwidth=1.0, moments="low-rank", sketch_size=32).fit(X)
+    features = model.feature_map_.transform(X).astype(np.float64)
+    expected = (features - model.mean_) @ model.components_.T
+    np.testing.assert_allclose(model.transform(X), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    lazy = model.transform(da.from_array(X, chunks=(1000, 3))).compute()
+    np.testing.assert_allclose(lazy, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
