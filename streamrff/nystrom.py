@@ -350,6 +350,16 @@ def nystrom_eigenpairs(sketch: NystromSketch, rank: int) -> tuple[np.ndarray, np
     trace : float
         ``trace(C) = sum ||z||^2 / n - ||mu||^2`` (exact, not sketched).
     """
+    from threadpoolctl import threadpool_limits
+
+    # One BLAS thread: O(D l^2) flops take < 1 s at D = 16 384, l = 512, while OpenBLAS's
+    # spinning threads on a busy 2-core machine took 12 s for the SVD at D = 1024 (and the
+    # result then depends on the machine's thread count only through rounding).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _nystrom_eigenpairs(sketch, rank)
+
+
+def _nystrom_eigenpairs(sketch: NystromSketch, rank: int) -> tuple[np.ndarray, np.ndarray, float]:
     from scipy.linalg import LinAlgError, cholesky, solve_triangular
 
     n = sketch.count

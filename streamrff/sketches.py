@@ -468,7 +468,7 @@ def merge(*sketches: Sketch) -> Sketch:
     for sketch in sketches:
         if not isinstance(sketch, Sketch):
             raise InputError(f"merge takes sketches. Got {type(sketch).__name__}.")
-    return reduce(lambda a, b: a.merge(b), sketches)
+    return sketches[0].merge_many(sketches[1:])
 
 
 #: Rows per tile of the second-moment update: large enough that the float32 rank-k update, not
