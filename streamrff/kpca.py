@@ -105,7 +105,11 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         quarter of a task thread's memory, else full.
     sketch_size : int or "auto", default="auto"
         Columns l of the test matrix (``moments="low-rank"`` only), with
-        ``n_components < l <= D``; "auto" is ``min(D, max(4 n_components, 512))``.
+        ``n_components < l``; values above D are clipped to D (where the
+        sketch is exact). "auto" is ``min(D, max(4 n_components, 512))``:
+        l = 4k alone left a 15% error in ``R_hat_20`` on the digits, whose
+        spectrum decays slowly, and 512 columns cost 64 MiB per partial at
+        D = 16 384.
     seed : int, default=0
         Seed of the default map, its row sample, the test matrix and ARPACK's
         start vector.
