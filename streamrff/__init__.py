@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and IDEs
-    from .engine import fit_map, sketch
+    from .engine import fit_map, nystrom_sketch, sketch
     from .errors import (
         ClusterError,
         InputError,
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .kmeans import ClusterSketch, KernelKMeans
     from .kpca import KernelPCA
     from .mapfile import load_map, save_map
+    from .nystrom import NystromSketch
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
     from .pointsets import SketchIndex, kernel_distance
     from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
 
 #: Where each public name lives (imported on first use, see _load_public_api).
 _LOCATIONS = {
-    "engine": ("sketch", "fit_map"),
+    "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
         "ClusterError", "InputError", "MapFormatError", "NotFittedMapError", "SketchFormatError",
         "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError", "VarianceWarning",
@@ -49,6 +50,7 @@ _LOCATIONS = {
     "kmeans": ("ClusterSketch", "KernelKMeans"),
     "kpca": ("KernelPCA",),
     "mapfile": ("load_map", "save_map"),
+    "nystrom": ("NystromSketch",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
     "pointsets": ("SketchIndex", "kernel_distance"),
     "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
@@ -115,6 +117,8 @@ __all__ = [
     "Sketch",
     "MeanSketch",
     "LandmarkSketch",
+    "NystromSketch",
+    "nystrom_sketch",
     "merge",
     "mmd2",
     "sketch_array",

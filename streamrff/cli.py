@@ -187,10 +187,14 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
             summary[name] = getattr(sketch, name)
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
-    if getattr(sketch, "has_moments", False) and sketch.count >= 2:
+    if hasattr(sketch, "sketch_size"):  # a Nystrom sketch: the second moment's range sketch
+        summary["sketch_size"] = int(sketch.sketch_size)
+        summary["test_seed"] = int(sketch.test_seed)
+    if (getattr(sketch, "has_moments", False) or summary.get("sketch_size", 0) > 1) and sketch.count >= 2:
         from .kpca import KernelPCA
 
-        kpca = KernelPCA(n_components=min(10, sketch.feature_sum.shape[0])).fit_from_sketch(sketch)
+        components = min(10, sketch.feature_sum.shape[0], summary.get("sketch_size", 11) - 1)
+        kpca = KernelPCA(n_components=components).fit_from_sketch(sketch)
         summary["explained_variance_ratio"] = [float(v) for v in kpca.explained_variance_ratio_]
     return summary
 
@@ -201,7 +205,12 @@ def _map_line(spec: dict[str, Any]) -> str:
 
 def _summary_lines(summary: dict[str, Any]) -> list[str]:
     lines = [f"{summary['path']}: {summary['kind']} sketch of {summary['count']:,} rows", _map_line(summary["map"])]
-    if "n_features" in summary:
+    if "sketch_size" in summary:
+        lines.append(
+            f"  features: {summary['n_features']}, second moment: low-rank (Nystrom, sketch_size "
+            f"{summary['sketch_size']}, test_seed {summary['test_seed']})"
+        )
+    elif "n_features" in summary:
         lines.append(f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}")
     if summary.get("explained_variance_ratio"):
         ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
@@ -572,6 +581,7 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
         n_features=args.features or 1024,
         n_landmarks=args.landmarks or 1000,
         bandwidth=args.bandwidth or "median",
+        moments=args.moments,
         seed=args.seed,
         feature_map=feature_map,
     )
@@ -592,6 +602,7 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
             "explained_variance_ratio": [float(v) for v in fitted.explained_variance_ratio_],
             "residual": float(fitted.residual_),
             "residual_fraction": float(fitted.residual_ / total) if total > 0 else 0.0,
+            "moments": fitted.moments_,
         }
         ratios = ", ".join(f"{v:.3f}" for v in fitted.explained_variance_ratio_)
         lines = [
@@ -805,6 +816,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kpca.add_argument("source", help="zarr array path or URL")
     kpca.add_argument("--components", type=_positive_int, required=True, help="number of components k")
+    kpca.add_argument(
+        "--moments",
+        choices=["auto", "full", "low-rank"],
+        default="auto",
+        help="covariance sketch: the D x D moment (full), its streaming Nystrom sketch (low-rank, for large D), "
+        "or auto: low-rank when one D x D partial would exceed 256 MiB (D > 5792)",
+    )
     kpca.add_argument("-o", "--output", required=True, help="zarr array for the scores")
     _add_map_file(kpca, "--method, --features, --landmarks and --bandwidth")
     kpca.add_argument("--method", choices=["rff", "kjl"], default=None, help="feature space (default: rff)")

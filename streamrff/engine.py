@@ -36,10 +36,11 @@ from .sketches import (
     landmark_sketch_of_chunk,
     mean_sketch_of_chunk,
 )
+from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
 from .sampling import bottom_k, row_keys
 from .typing import StorageOptions
 
-__all__ = ["sketch", "connect", "fit_map", "run_chunks", "landmark_sample", "auto_chunk_rows"]
+__all__ = ["sketch", "nystrom_sketch", "connect", "fit_map", "run_chunks", "landmark_sample", "auto_chunk_rows"]
 
 logger = logging.getLogger("streamrff.engine")
 
@@ -150,10 +151,7 @@ def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
 
 
 def _merge_group(*partials: Sketch) -> Sketch:
-    merged = partials[0]
-    for partial in partials[1:]:
-        merged = merged.merge(partial)
-    return merged
+    return partials[0].merge_many(partials[1:])
 
 
 def _checkpoint_paths(checkpoint: str, job: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[str]:
@@ -316,6 +314,19 @@ def _mean_kernel(
 ) -> MeanSketch:
     n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
     return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype, method=method)
+
+
+def _nystrom_kernel(
+    rows: np.ndarray,
+    row_offset: int,
+    valid: np.ndarray | None,
+    feature_map: FeatureMap,
+    sketch_size: int,
+    test_seed: int,
+    dtype: Any = "float32",
+) -> NystromSketch:
+    n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
+    return nystrom_sketch_of_chunk(rows, feature_map, sketch_size, test_seed, n_invalid=n_invalid, dtype=dtype)
 
 
 #: Rows per task of in-memory data: each task embeds about this many feature values (rows x D,
@@ -583,4 +594,88 @@ def sketch(
         )
     if not isinstance(result, MeanSketch):  # pragma: no cover - defensive: kernels return MeanSketch
         raise SketchFormatError(f"Internal error: expected a MeanSketch, got {type(result).__name__}.")
+    return result
+
+
+def nystrom_sketch(
+    source: Any,
+    feature_map: FeatureMap,
+    sketch_size: int = 512,
+    seed: int = 0,
+    client: Any = None,
+    storage_options: StorageOptions = None,
+    sample_dim: str | None = None,
+    chunk_rows: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    on_invalid: str = "raise",
+    progress: bool = False,
+    split_every: int = 8,
+    retries: int = 3,
+    dtype: Any = "float32",
+) -> NystromSketch:
+    """Sketch out-of-core data in one pass into a :class:`NystromSketch` (``Y = sum z z^T Omega``).
+
+    The low-rank counterpart of ``sketch(..., moments=True)`` for wide maps:
+    each task keeps a D x ``sketch_size`` float64 partial instead of D x D, and
+    the partials merge as sums. The test matrix ``Omega`` is regenerated on
+    each worker from ``(seed, D, sketch_size)``. Arguments other than
+    ``sketch_size`` and ``seed`` are those of :func:`sketch`.
+
+    Parameters
+    ----------
+    sketch_size : int, default=512
+        Columns l of the test matrix, ``1 <= l <= D``. For rank-k eigenpairs
+        take ``l > k + 1``; the expected error bound falls as ``k / (l - k - 1)``
+        (see :class:`streamrff.KernelPCA`).
+    seed : int, default=0
+        Seed of the test matrix.
+
+    Returns
+    -------
+    NystromSketch
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(2_000, 4)).astype("float32")
+    >>> s = srf.nystrom_sketch(X, srf.RFF(n_features=128, bandwidth=1.0), sketch_size=32, chunk_rows=500)
+    >>> s.count, s.range_sketch.shape
+    (2000, (128, 32))
+    """
+    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+        raise InputError(f"split_every must be an integer >= 2. Got {split_every!r}.")
+    if on_invalid not in _ON_INVALID:
+        raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+    from ._validation import check_positive_int, normalize_seed
+
+    check_positive_int(sketch_size, "sketch_size")
+    seed = normalize_seed(seed)
+    dtype = check_feature_dtype(dtype)
+    array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    with connect(client) as active:
+        fitted = fit_map(feature_map, [array], client=active, progress=progress)
+        sketch_size = check_sketch_size(sketch_size, fitted.n_features_out_)
+        if chunk_rows is None:
+            array = _plan_chunks(source, array, fitted.n_features_out_, False, active)
+        kernel = functools.partial(
+            _nystrom_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype
+        )
+        job = f"nystrom-{fitted.fingerprint[:20]}-{sketch_size}-{seed}-{on_invalid}"
+        if dtype == np.float64:
+            job += "-float64"
+        logger.info("Nystrom sketch of %s with %s, l = %d", describe_source(source), type(fitted).__name__, sketch_size)
+        result = run_chunks(
+            [array],
+            kernel,
+            client=active,
+            on_invalid=on_invalid,
+            split_every=split_every,
+            progress=progress,
+            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+            checkpoint_job=job,
+            storage_options=storage_options,
+            retries=retries,
+        )
+    if not isinstance(result, NystromSketch):  # pragma: no cover - defensive
+        raise SketchFormatError(f"Internal error: expected a NystromSketch, got {type(result).__name__}.")
     return result

@@ -519,3 +519,24 @@ def test_golden_v1_mean_sketch_merges_with_a_fresh_sketch():
     merged = golden.merge(fresh)
     assert merged.count == 24
     np.testing.assert_allclose(merged.feature_sum, 2 * golden.feature_sum, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["golden_v1_nystrom.zarr", "golden_v1_nystrom.zip"])
+def test_golden_v1_nystrom_sketch_loads_and_matches_numpy(name):
+    sketch = srf.load(DATA / name)
+    assert isinstance(sketch, srf.NystromSketch)
+    assert sketch.spec == srf.load(DATA / "golden_v1_mean.zarr").spec
+    assert sketch.count == 12 and sketch.n_invalid == 0
+    assert (sketch.test_seed, sketch.sketch_size) == (3, 6)
+    # Independent recomputation: the RFF recipe of the mean golden file, and the test matrix
+    # Omega = PCG64(SeedSequence([seed, 0x4E595354, D, l])).standard_normal((D, l)) / sqrt(D).
+    X, m, sigma = golden_rows(), 8, 1.5
+    W = np.random.default_rng(0).standard_normal((m, 3))
+    phases = X @ W.T / sigma
+    Z = np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(m)
+    omega = np.random.default_rng(np.random.SeedSequence([3, 0x4E595354, 16, 6])).standard_normal((16, 6)) / 4.0
+    np.testing.assert_array_equal(sketch.test_matrix, omega)
+    np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sketch.range_sketch, Z.T @ (Z @ omega), rtol=0, atol=1e-6)
+    assert sketch.squared_norm_sum == pytest.approx(12.0, abs=1e-5)
+    assert srf.load(DATA / "golden_v1_nystrom.zarr") == srf.load(DATA / "golden_v1_nystrom.zip")

@@ -70,6 +70,9 @@ BASES: dict[str, Callable[[], srf.Sketch]] = {
     "jl": lambda: srf.sketch_array(ROWS, srf.JL(srf.RFF(n_features=12, bandwidth=1.0, seed=2), n_components=4, seed=3)),
     "kjl": lambda: srf.sketch_array(ROWS, srf.KJL(n_landmarks=6, n_components=3, bandwidth=1.0, seed=4)),
     "landmark": lambda: srf.LandmarkSketch.from_rows(ROWS, k=5, seed=6),
+    "nystrom": lambda: srf.NystromSketch.from_rows(
+        ROWS, srf.RFF(n_features=8, bandwidth=1.2, seed=1).fit(ROWS), sketch_size=3, test_seed=9
+    ),
     "twosample": lambda: _two_sample_sketch(),
 }
 
@@ -270,6 +273,11 @@ def _targeted_edits(document: dict[str, Any], is_group: bool) -> list[tuple[tupl
             edits.append(
                 (("attributes", "map"), [{k: v for k, v in spec.items() if k != missing} for missing in spec])
             )
+        test = attrs.get("test_matrix")  # Nystrom sketches: the identity of Omega (seed, size, scheme)
+        if isinstance(test, dict):
+            junk = [*HUGE, -1, 0, 1, 2, "8", None, 1e308, float("nan"), "gaussian-pcg64-v0", [], {}]
+            edits += [(("attributes", "test_matrix", key), junk) for key in test]
+            edits.append((("attributes", "test_matrix"), [None, {}, 3, [test]]))
         checksums = attrs.get("checksums")
         if isinstance(checksums, dict) and checksums:
             names = sorted(checksums)
