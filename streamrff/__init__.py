@@ -25,6 +25,7 @@ from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_
 from .pointsets import SketchIndex, kernel_distance
 from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
 from .twosample import (
+    AggregatedTwoSampleResult,
     TwoSampleResult,
     TwoSampleSketch,
     mmd_test,
@@ -69,6 +70,7 @@ __all__ = [
     "VarianceWarning",
     "TwoSampleSketch",
     "TwoSampleResult",
+    "AggregatedTwoSampleResult",
     "two_sample_test",
     "mmd_test",
     "permutation_test",
