@@ -50,6 +50,26 @@ def _bandwidth(text: str) -> float | str:
     return value
 
 
+def _bandwidth_list(text: str) -> str | list[float]:
+    """``--bandwidths``: 'auto' or comma-separated positive numbers."""
+    if text == "auto":
+        return text
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1, got {text!r}"
+            ) from None
+        if not np.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1, got {text!r}"
+            )
+        values.append(value)
+    return values
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -187,13 +207,18 @@ def _cmd_test(args: argparse.Namespace) -> int:
 
     options = _storage_options(args.storage_options)
     args.method = args.method or ("spectral" if args.sketches else "permutation")
+    aggregated = args.method == "aggregated"
+    if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
+        raise _UsageError("--bandwidths and --aggregation go with --method aggregated.")
+    if aggregated and args.bandwidth != "median":
+        raise _UsageError("--method aggregated tests several bandwidths: use --bandwidths b1,b2,... or auto, not --bandwidth.")
     if args.sketches:
         if args.sources:
             raise _UsageError("give either two data sources or --sketches A B, not both.")
-        if args.method == "permutation":
+        if args.method in ("permutation", "aggregated"):
             raise _UsageError(
                 "--sketches works with --method spectral or hotelling (moment sketches); the permutation "
-                "test needs the data: streamrff test X Y."
+                f"and aggregated tests need the data: streamrff test X Y --method {args.method}."
             )
         sketch_x, sketch_y = (srf.load(path, storage_options=options) for path in args.sketches)
         result = srf.mmd_test(sketch_x, sketch_y, method=args.method, seed=args.seed)
@@ -211,6 +236,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
             client=args.scheduler,
             storage_options=options,
             variant=args.variant,
+            **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
         )
     if args.plot:
         from .plot import save_report_figure
@@ -431,16 +457,23 @@ def build_parser() -> argparse.ArgumentParser:
         "of random Fourier features: the one-pass exact permutation test on the data, or the spectral / "
         "Hotelling tests from moment sketches made separately.",
         epilog="examples: streamrff test x.zarr y.zarr --permutations 500 --plot null.png\n"
+        "          streamrff test x.zarr y.zarr --method aggregated --bandwidths auto --plot scales.png\n"
         "          streamrff test --sketches x.sketch y.sketch --method spectral",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     test.add_argument("sources", nargs="*", metavar="SOURCE", help="two zarr arrays (paths or URLs)")
     test.add_argument("--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files instead of data")
-    test.add_argument("--method", choices=["permutation", "spectral", "hotelling"], default=None,
-                      help="null distribution (default: permutation on data, spectral on sketches)")
+    test.add_argument("--method", choices=["permutation", "spectral", "hotelling", "aggregated"], default=None,
+                      help="null distribution (default: permutation on data, spectral on sketches); aggregated: "
+                      "several bandwidths under the same permutations, one p-value")
+    test.add_argument("--bandwidths", type=_bandwidth_list, default=None, metavar="auto|B1,B2,...",
+                      help="--method aggregated: kernel widths, or auto (10 widths from the data; the default)")
+    test.add_argument("--aggregation", choices=["max", "fuse", "mmdagg"], default=None,
+                      help="--method aggregated: how the bandwidths' statistics are combined (default: max)")
     test.add_argument("--permutations", type=_positive_int, default=500, help="permutations B")
     test.add_argument("--variant", choices=["sincos", "cosphase"], default="sincos", help="RFF variant")
-    test.add_argument("--plot", metavar="PNG", help="draw the null histogram with the observed statistic")
+    test.add_argument("--plot", metavar="PNG", help="draw the null histogram with the observed statistic "
+                      "(aggregated: each bandwidth's standardised statistic against its null)")
     _add_map_options(test)
     _add_common(test)
     test.set_defaults(handler=_cmd_test)
