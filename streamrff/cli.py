@@ -217,8 +217,8 @@ def _cmd_test(args: argparse.Namespace) -> int:
             raise _UsageError("give either two data sources or --sketches A B, not both.")
         if args.method in ("permutation", "aggregated"):
             raise _UsageError(
-                "--sketches works with --method spectral or hotelling (moment sketches); the permutation "
-                f"and aggregated tests need the data: streamrff test X Y --method {args.method}."
+                f"--sketches works with --method spectral or hotelling (moment sketches); the {args.method} "
+                f"test needs the data: streamrff test X Y --method {args.method}."
             )
         sketch_x, sketch_y = (srf.load(path, storage_options=options) for path in args.sketches)
         result = srf.mmd_test(sketch_x, sketch_y, method=args.method, seed=args.seed)
