@@ -310,3 +310,13 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
     with pytest.raises(SystemExit):
         main([*common, "--bandwidths", "0,1"])
     assert "comma-separated positive numbers" in capsys.readouterr().err
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from streamrff.twosample import aggregated, sketch
+
+    for module in (aggregated, sketch):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

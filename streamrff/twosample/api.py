@@ -33,7 +33,7 @@ from .aggregated import (
     check_bandwidths,
     standardise,
 )
-from .result import AggregatedTwoSampleResult, TwoSampleResult, _result
+from .result import AggregatedTwoSampleResult, TwoSampleResult, _bandwidth_of, _result
 from .sketch import (
     DEFAULT_MAX_ACCUMULATOR_BYTES,
     AggregatedTwoSampleSketch,
@@ -152,11 +152,17 @@ def aggregated_permutation_test(
         raise InputError(f"sketch must be an AggregatedTwoSampleSketch. Got {type(sketch).__name__}.")
     if aggregation not in AGGREGATIONS:
         raise InputError(f"aggregation must be one of {AGGREGATIONS}. Got {aggregation!r}.")
-    results = [permutation_test(component) for component in sketch.sketches]
+    first = sketch.sketches[0]
+    if not sketch.is_complete:
+        raise InputError(
+            f"The aggregated two-sample sketch is incomplete: it holds {first.count_x} of n_x={first.n_x} X rows "
+            f"and {first.count_y} of n_y={first.n_y} Y rows. Merge the missing chunks' sketches first."
+        )
+    _check_sizes(first.n_x, first.n_y)
     observed, nulls, tolerances = zip(*(_permutation_null(component) for component in sketch.sketches))
     values = np.column_stack([np.asarray(observed), np.vstack(nulls)])  # (L, B + 1), column 0 observed
     p_value, aggregated, _ = aggregated_p_value(values, aggregation, np.asarray(tolerances))
-    first = sketch.sketches[0]
+    own_p_values = [_monte_carlo_p_value(row[1:], row[0], tolerance) for row, tolerance in zip(values, tolerances)]
     return AggregatedTwoSampleResult(
         statistic=float(aggregated[0]),
         p_value=p_value,
@@ -164,9 +170,9 @@ def aggregated_permutation_test(
         n_x=first.n_x,
         n_y=first.n_y,
         n_features=int(first.feature_map.n_features_out_),
-        bandwidths=np.array([result.bandwidth for result in results], dtype=np.float64),
+        bandwidths=np.array([_bandwidth_of(component.spec) for component in sketch.sketches], dtype=np.float64),
         statistics=values[:, 0],
-        p_values_uncorrected=np.array([result.p_value for result in results]),
+        p_values_uncorrected=np.array(own_p_values),
         standardised=standardise(values),
         null=aggregated[1:],
         null_statistics=values[:, 1:],
