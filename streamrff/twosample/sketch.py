@@ -255,96 +255,6 @@ class TwoSampleSketch(MappedSketch):
         )
 
 
-class AggregatedTwoSampleSketch:
-    """L :class:`TwoSampleSketch` of one design, one per bandwidth's map, sharing the B permutations.
-
-    The partial sketch of the aggregated test: built per chunk by
-    :func:`two_sample_sketches_of_chunk`, merged component by component
-    (a sum, like each component), read by
-    :func:`~streamrff.twosample.aggregated_permutation_test`. It lives in
-    memory only; each component is an ordinary :class:`TwoSampleSketch` that
-    can be saved on its own.
-
-    Parameters
-    ----------
-    sketches : sequence of TwoSampleSketch
-        One per bandwidth, all with the same ``n_x``, ``n_y``,
-        ``n_permutations`` and ``seed``.
-
-    Examples
-    --------
-    >>> import numpy as np, streamrff as srf
-    >>> from streamrff.twosample import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
-    >>> rng = np.random.default_rng(0)
-    >>> X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2))
-    >>> maps = [srf.RFF(n_features=64, bandwidth=b, seed=i).fit(X) for i, b in enumerate([0.5, 2.0])]
-    >>> parts = [AggregatedTwoSampleSketch(two_sample_sketches_of_chunk(X, maps, 0, 40, 30, 19, seed=0)),
-    ...          AggregatedTwoSampleSketch(two_sample_sketches_of_chunk(Y, maps, 40, 40, 30, 19, seed=0))]
-    >>> sketch = parts[0].merge(parts[1])
-    >>> sketch.count, len(sketch.sketches), sketch.is_complete
-    (70, 2, True)
-    """
-
-    def __init__(self, sketches: Sequence[TwoSampleSketch]) -> None:
-        sketches = tuple(sketches)
-        if not sketches or not all(isinstance(sketch, TwoSampleSketch) for sketch in sketches):
-            raise InputError(
-                f"AggregatedTwoSampleSketch needs at least one TwoSampleSketch. Got "
-                f"{[type(sketch).__name__ for sketch in sketches]}."
-            )
-        first = sketches[0]
-        for sketch in sketches[1:]:
-            if (sketch.n_x, sketch.n_y, sketch.n_permutations, sketch.seed, sketch.count_x, sketch.count_y) != (
-                first.n_x, first.n_y, first.n_permutations, first.seed, first.count_x, first.count_y
-            ):
-                raise InputError(
-                    "The components of an AggregatedTwoSampleSketch must share one design and the same rows: "
-                    f"n_x={first.n_x}, n_y={first.n_y}, n_permutations={first.n_permutations}, seed={first.seed}, "
-                    f"count_x={first.count_x}, count_y={first.count_y} vs n_x={sketch.n_x}, n_y={sketch.n_y}, "
-                    f"n_permutations={sketch.n_permutations}, seed={sketch.seed}, count_x={sketch.count_x}, "
-                    f"count_y={sketch.count_y}. Sketch every map on the same chunks with the same design."
-                )
-        self.sketches = sketches
-
-    @property
-    def count(self) -> int:
-        """Rows added so far (X and Y)."""
-        return self.sketches[0].count
-
-    @property
-    def is_empty(self) -> bool:
-        """True when no row has been added."""
-        return self.count == 0
-
-    @property
-    def is_complete(self) -> bool:
-        """Whether every row of the design has been added."""
-        return self.sketches[0].is_complete
-
-    def merge(self, other: AggregatedTwoSampleSketch) -> AggregatedTwoSampleSketch:
-        """The sketch of both inputs' rows; refuses another number of bandwidths, maps or design.
-
-        Raises
-        ------
-        SketchMismatchError
-            If ``other`` holds another number of maps, or a component's map or design differs.
-        """
-        if not isinstance(other, AggregatedTwoSampleSketch) or len(other.sketches) != len(self.sketches):
-            theirs = len(other.sketches) if isinstance(other, AggregatedTwoSampleSketch) else type(other).__name__
-            raise SketchMismatchError(
-                f"Cannot merge an aggregated two-sample sketch of {len(self.sketches)} bandwidths with {theirs}. "
-                "Sketch every chunk with the same list of maps."
-            )
-        return AggregatedTwoSampleSketch([mine.merge(theirs) for mine, theirs in zip(self.sketches, other.sketches)])
-
-    def __repr__(self) -> str:
-        first = self.sketches[0]
-        return (
-            f"AggregatedTwoSampleSketch(n_bandwidths={len(self.sketches)}, count_x={first.count_x}/{first.n_x}, "
-            f"count_y={first.count_y}/{first.n_y}, n_permutations={first.n_permutations}, seed={first.seed})"
-        )
-
-
 def two_sample_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,
@@ -455,3 +365,93 @@ def two_sample_sketches_of_chunk(
         )  # fmt: skip
         for m, feature_map in enumerate(feature_maps)
     ]
+
+
+class AggregatedTwoSampleSketch:
+    """L :class:`TwoSampleSketch` of one design, one per bandwidth's map, sharing the B permutations.
+
+    The partial sketch of the aggregated test: built per chunk by
+    :func:`two_sample_sketches_of_chunk`, merged component by component
+    (a sum, like each component), read by
+    :func:`~streamrff.twosample.aggregated_permutation_test`. It lives in
+    memory only; each component is an ordinary :class:`TwoSampleSketch` that
+    can be saved on its own.
+
+    Parameters
+    ----------
+    sketches : sequence of TwoSampleSketch
+        One per bandwidth, all with the same ``n_x``, ``n_y``,
+        ``n_permutations`` and ``seed``.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2))
+    >>> maps = [srf.RFF(n_features=64, bandwidth=b, seed=i).fit(X) for i, b in enumerate([0.5, 2.0])]
+    >>> parts = [AggregatedTwoSampleSketch(two_sample_sketches_of_chunk(X, maps, 0, 40, 30, 19, seed=0)),
+    ...          AggregatedTwoSampleSketch(two_sample_sketches_of_chunk(Y, maps, 40, 40, 30, 19, seed=0))]
+    >>> sketch = parts[0].merge(parts[1])
+    >>> sketch.count, len(sketch.sketches), sketch.is_complete
+    (70, 2, True)
+    """
+
+    def __init__(self, sketches: Sequence[TwoSampleSketch]) -> None:
+        sketches = tuple(sketches)
+        if not sketches or not all(isinstance(sketch, TwoSampleSketch) for sketch in sketches):
+            raise InputError(
+                f"AggregatedTwoSampleSketch needs at least one TwoSampleSketch. Got "
+                f"{[type(sketch).__name__ for sketch in sketches]}."
+            )
+        first = sketches[0]
+        for sketch in sketches[1:]:
+            if (sketch.n_x, sketch.n_y, sketch.n_permutations, sketch.seed, sketch.count_x, sketch.count_y) != (
+                first.n_x, first.n_y, first.n_permutations, first.seed, first.count_x, first.count_y
+            ):
+                raise InputError(
+                    "The components of an AggregatedTwoSampleSketch must share one design and the same rows: "
+                    f"n_x={first.n_x}, n_y={first.n_y}, n_permutations={first.n_permutations}, seed={first.seed}, "
+                    f"count_x={first.count_x}, count_y={first.count_y} vs n_x={sketch.n_x}, n_y={sketch.n_y}, "
+                    f"n_permutations={sketch.n_permutations}, seed={sketch.seed}, count_x={sketch.count_x}, "
+                    f"count_y={sketch.count_y}. Sketch every map on the same chunks with the same design."
+                )
+        self.sketches = sketches
+
+    @property
+    def count(self) -> int:
+        """Rows added so far (X and Y)."""
+        return self.sketches[0].count
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no row has been added."""
+        return self.count == 0
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every row of the design has been added."""
+        return self.sketches[0].is_complete
+
+    def merge(self, other: AggregatedTwoSampleSketch) -> AggregatedTwoSampleSketch:
+        """The sketch of both inputs' rows; refuses another number of bandwidths, maps or design.
+
+        Raises
+        ------
+        SketchMismatchError
+            If ``other`` holds another number of maps, or a component's map or design differs.
+        """
+        if not isinstance(other, AggregatedTwoSampleSketch) or len(other.sketches) != len(self.sketches):
+            theirs = len(other.sketches) if isinstance(other, AggregatedTwoSampleSketch) else type(other).__name__
+            raise SketchMismatchError(
+                f"Cannot merge an aggregated two-sample sketch of {len(self.sketches)} bandwidths with {theirs}. "
+                "Sketch every chunk with the same list of maps."
+            )
+        return AggregatedTwoSampleSketch([mine.merge(theirs) for mine, theirs in zip(self.sketches, other.sketches)])
+
+    def __repr__(self) -> str:
+        first = self.sketches[0]
+        return (
+            f"AggregatedTwoSampleSketch(n_bandwidths={len(self.sketches)}, count_x={first.count_x}/{first.n_x}, "
+            f"count_y={first.count_y}/{first.n_y}, n_permutations={first.n_permutations}, seed={first.seed})"
+        )
