@@ -22,13 +22,22 @@ import zarr
 import streamrff as srf
 
 
+REQUIRED = ("STREAMRFF_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
 def main(rows: int, create_bucket: bool) -> None:
+    missing = [name for name in REQUIRED if not os.environ.get(name)]
+    if missing:
+        raise SystemExit(
+            f"object_storage.py needs the environment variables {', '.join(missing)} (an S3 endpoint and its "
+            "credentials; see the header of this file). To try it without a service, run "
+            "examples/three_sites.py, which starts its own moto server."
+        )
     bucket = os.environ.get("STREAMRFF_S3_BUCKET", "streamrff-example")
-    endpoint = os.environ["STREAMRFF_S3_ENDPOINT"]
     storage_options = {
         "key": os.environ["AWS_ACCESS_KEY_ID"],
         "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
-        "endpoint_url": endpoint,
+        "endpoint_url": os.environ["STREAMRFF_S3_ENDPOINT"],
     }
     if create_bucket:
         fs = s3fs.S3FileSystem(**storage_options)

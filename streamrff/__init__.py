@@ -5,39 +5,100 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from .engine import sketch
-from .errors import (
-    ClusterError,
-    InputError,
-    NotFittedMapError,
-    SketchFormatError,
-    SketchMismatchError,
-    SourceError,
-    StreamRFFError,
-    VarianceWarning,
-)
-from .fileformat import load
-from .kmeans import ClusterSketch, KernelKMeans
-from .kpca import KernelPCA
-from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
-from .pointsets import SketchIndex, kernel_distance
-from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
-from .twosample import (
-    AggregatedTwoSampleResult,
-    TwoSampleResult,
-    TwoSampleSketch,
-    mmd_test,
-    permutation_indices,
-    permutation_test,
-    two_sample_test,
-)
+if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and IDEs
+    from .engine import fit_map, sketch
+    from .errors import (
+        ClusterError,
+        InputError,
+        MapFormatError,
+        NotFittedMapError,
+        SketchFormatError,
+        SketchMismatchError,
+        SourceError,
+        StreamRFFError,
+        VarianceWarning,
+    )
+    from .fileformat import load
+    from .kmeans import ClusterSketch, KernelKMeans
+    from .kpca import KernelPCA
+    from .mapfile import load_map, save_map
+    from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
+    from .pointsets import SketchIndex, kernel_distance
+    from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
+    from .twosample import (
+        AggregatedTwoSampleResult,
+        TwoSampleResult,
+        TwoSampleSketch,
+        mmd_test,
+        permutation_indices,
+        permutation_test,
+        two_sample_test,
+    )
 
-try:
-    __version__ = version("streamrff")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+
+#: Where each public name lives (imported on first use, see _load_public_api).
+_LOCATIONS = {
+    "engine": ("sketch", "fit_map"),
+    "errors": (
+        "ClusterError", "InputError", "MapFormatError", "NotFittedMapError", "SketchFormatError",
+        "SketchMismatchError", "SourceError", "StreamRFFError", "VarianceWarning",
+    ),
+    "fileformat": ("load",),
+    "kmeans": ("ClusterSketch", "KernelKMeans"),
+    "kpca": ("KernelPCA",),
+    "mapfile": ("load_map", "save_map"),
+    "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
+    "pointsets": ("SketchIndex", "kernel_distance"),
+    "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
+    "twosample": (
+        "AggregatedTwoSampleResult", "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices",
+        "permutation_test", "two_sample_test",
+    ),
+}  # fmt: skip
+
+
+def _load_public_api() -> None:
+    """Import every public name (and so every module that registers a sketch kind or map) at once.
+
+    Deferred to the first attribute access (PEP 562) so that ``streamrff --help``,
+    which imports this package before ``streamrff.cli``, does not pay for numba,
+    dask and zarr. ``import streamrff as srf; srf.RFF`` works exactly as before.
+    """
+    from importlib import import_module
+
+    namespace = globals()
+    for module_name, names in _LOCATIONS.items():
+        module = import_module(f"{__name__}.{module_name}")
+        for name in names:
+            namespace[name] = getattr(module, name)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("streamrff")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()["__version__"] = value = _version()
+        return value
+    if not name.startswith("__"):
+        # A public name, or a submodule that the eager import used to bind (streamrff.maps, .io, ...).
+        _load_public_api()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module 'streamrff' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | {"__version__"})
+
 
 __all__ = [
     "RFF",
@@ -59,12 +120,16 @@ __all__ = [
     "mmd2",
     "sketch_array",
     "sketch",
+    "fit_map",
     "load",
+    "save_map",
+    "load_map",
     "StreamRFFError",
     "InputError",
     "NotFittedMapError",
     "SketchMismatchError",
     "SketchFormatError",
+    "MapFormatError",
     "SourceError",
     "ClusterError",
     "VarianceWarning",

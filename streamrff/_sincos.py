@@ -36,6 +36,7 @@ __all__ = [
     "cos_feature_sums",
     "cos_features",
     "largest_phase",
+    "rff_features",
     "sincos_feature_sums",
     "sincos_features",
 ]
@@ -76,15 +77,21 @@ def _sincos(x):  # pragma: no cover - compiled
 
 @_jit
 def largest_phase(phases, offsets):  # pragma: no cover - compiled
-    """``max |phases + offsets|``, to check a tile before :func:`sincos_features` or :func:`cos_features`.
+    """``max |phases + offsets|`` (``offsets`` may have length 0), to check a tile before
+    :func:`sincos_features` or :func:`cos_features`.
 
     (Inside those kernels the check would stop their loops from vectorising.)
     """
     rows, m = phases.shape
     largest = np.zeros(m, np.float32)  # per column, so that the loop vectorises
-    for i in range(rows):
-        for j in range(m):
-            largest[j] = max(largest[j], abs(phases[i, j] + offsets[j]))
+    if offsets.shape[0]:
+        for i in range(rows):
+            for j in range(m):
+                largest[j] = max(largest[j], abs(phases[i, j] + offsets[j]))
+    else:  # no offsets (the sincos variant)
+        for i in range(rows):
+            for j in range(m):
+                largest[j] = max(largest[j], abs(phases[i, j]))
     return largest.max()
 
 
@@ -211,3 +218,34 @@ def cos_features(phases, offsets, scale, out):  # pragma: no cover - compiled
         row, cosines = phases[i], out[i]
         for j in range(m):
             cosines[j] = factor * _sincos(row[j] + offsets[j])[1]
+
+
+@_jit
+def rff_features(rows, frequencies, offsets, scale, projection, out):  # pragma: no cover - compiled
+    """Float32 RFF features of a tile: ``projection = rows @ frequencies``, then the scaled
+    cos/sin (``offsets`` of length 0) or cos of phase plus offset into ``out``.
+
+    The one float32 RFF embedding that :meth:`RFF.transform` and the compiled
+    Lloyd kernel share, so both see the same features bit for bit. Tiles with a
+    phase beyond MAX_FAST_PHASE take float32 of libm's float64 cos and sin.
+    ``rows``: float32 (t, d); ``frequencies``: float32 (d, m); ``projection``:
+    float32 (t, m) scratch; ``out``: float32 (t, 2 m) or (t, m).
+    """
+    np.dot(rows, frequencies, projection)
+    sincos = offsets.shape[0] == 0
+    if largest_phase(projection, offsets) <= MAX_FAST_PHASE:
+        if sincos:
+            sincos_features(projection, scale, out)
+        else:
+            cos_features(projection, offsets, scale, out)
+        return
+    factor = np.float32(scale)
+    rows_, m = projection.shape
+    for i in range(rows_):
+        for j in range(m):
+            if sincos:
+                x = np.float64(projection[i, j])
+                out[i, j] = factor * np.float32(np.cos(x))
+                out[i, m + j] = factor * np.float32(np.sin(x))
+            else:
+                out[i, j] = factor * np.float32(np.cos(np.float64(projection[i, j] + offsets[j])))

@@ -1,8 +1,10 @@
 """``streamrff demo``: generated data on two "sites", sketched, merged and compared.
 
-Writes two zarr arrays (one with a subtle distribution shift), sketches each
-as if on a separate site with one shared map, merges the sketches, and reports
-the kernel two-sample statistics in ``report.json``.
+Writes two zarr arrays (one with a subtle distribution shift), fits one map
+on a row sample pooled across both and saves it as ``map.json``, sketches each
+array as if on a separate site with that map (what ``streamrff map`` and
+``streamrff sketch --map`` do), merges the sketches, and reports the kernel
+two-sample statistics, kernel PCA and kernel k-means in ``report.json``.
 """
 
 from __future__ import annotations
@@ -88,22 +90,30 @@ def run_demo(
     progress: bool = False,
     echo: Any = print,
     n_permutations: int = 200,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run the demo end to end; return the report (also ``out/report.json``, and ``out/report.png``).
 
-    Steps: write the two sites' arrays; fit one RFF map on site A's seeded row
-    sample; sketch each site with second moments (one pass each) and merge
+    Steps: write the two sites' arrays; fit one RFF map on a seeded row sample
+    pooled across both sites and save it as ``map.json``; load it back as each
+    site would and sketch each site with second moments (one pass each) and merge
     the sketches; from the sketches alone run the spectral and Hotelling
     two-sample tests and kernel PCA; run the one-pass exact permutation test
     on the first rows of both sites; run kernel k-means on a sample of rows
     and draw the KPCA scatter coloured by cluster.
+
+    Raises
+    ------
+    FileExistsError
+        If ``out`` exists and ``overwrite`` is False.
     """
-    from . import RFF, KernelPCA, merge, mmd2, mmd_test, sketch, two_sample_test
-    from .engine import fit_map
+    from . import RFF, KernelPCA, fit_map, load_map, merge, mmd2, mmd_test, save_map, sketch, two_sample_test
     from .io import as_row_chunked
     from .kmeans import KernelKMeans
 
     out_dir = Path(out)
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} already exists. Choose another output or pass overwrite=True (CLI: --overwrite).")
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -114,11 +124,18 @@ def run_demo(
 
     with _demo_client(scheduler, echo) as client:
         step = time.perf_counter()
-        feature_map = fit_map(RFF(n_features=n_features, bandwidth="median"), [as_row_chunked(site_a)], client=client)
-        echo(f"map: RFF sincos, D={n_features}, bandwidth={feature_map.bandwidth_:.4g} (median heuristic on site A)")
+        # `streamrff map site_a.zarr site_b.zarr -o map.json`: one map, one sample pooled across both sites.
+        pooled_map = fit_map(RFF(n_features=n_features, bandwidth="median"), [site_a, site_b], client=client)
+        save_map(pooled_map, out_dir / "map.json", overwrite=True)
+        echo(
+            f"map: RFF sincos, D={n_features}, bandwidth={pooled_map.bandwidth_:.4g} (median heuristic on one "
+            f"sample pooled across both sites), saved as {out_dir / 'map.json'}"
+        )
         sketches = {}
         for name, path in (("site_a", site_a), ("site_b", site_b)):
-            echo(f"sketching {name} with second moments ...")
+            # `streamrff sketch site_X.zarr --map map.json --moments -o site_X.sketch` at each site.
+            feature_map = load_map(out_dir / "map.json")
+            echo(f"sketching {name} with the shared map and second moments ...")
             sketches[name] = sketch(path, feature_map, moments=True, client=client, progress=progress)
             sketches[name].save(out_dir / f"{name}.sketch", overwrite=True)
         timings["sketch_s"] = time.perf_counter() - step
@@ -127,15 +144,15 @@ def run_demo(
         head = min(n_rows, 50_000)
         echo(f"exact permutation test (B={n_permutations}) on the first {head:,} rows of each site, one pass ...")
         permutation = two_sample_test(
-            as_row_chunked(site_a)[:head], as_row_chunked(site_b)[:head], n_features=n_features,
-            bandwidth=feature_map.bandwidth_, n_permutations=n_permutations, client=client,
+            as_row_chunked(site_a)[:head], as_row_chunked(site_b)[:head], feature_map=feature_map,
+            n_permutations=n_permutations, client=client,
         )  # fmt: skip
         timings["permutation_test_s"] = time.perf_counter() - step
 
         step = time.perf_counter()
         sample_rows = min(n_rows, 20_000)
         sample = np.vstack([as_row_chunked(path)[:sample_rows // 2].compute() for path in (site_a, site_b)])
-        clusters = KernelKMeans(n_clusters=3, n_features=n_features, bandwidth=feature_map.bandwidth_).fit(sample)
+        clusters = KernelKMeans(n_clusters=3, feature_map=feature_map).fit(sample)
         timings["kmeans_s"] = time.perf_counter() - step
 
     pooled = merge(sketches["site_a"], sketches["site_b"])
@@ -144,6 +161,8 @@ def run_demo(
     hotelling = mmd_test(sketches["site_a"], sketches["site_b"], method="hotelling")
     kpca = KernelPCA(n_components=5).fit_from_sketch(pooled)
     scores = kpca.transform(sample)
+    cluster_sizes = [int(v) for v in np.bincount(clusters.labels_, minlength=3)]
+    total_variance = pooled.count * kpca.total_variance_
 
     report = {
         "rows_per_site": n_rows,
@@ -160,12 +179,19 @@ def run_demo(
         "kpca": {
             "explained_variance_ratio": [float(v) for v in kpca.explained_variance_ratio_],
             "residual": float(kpca.residual_),
+            "residual_fraction": float(kpca.residual_ / total_variance) if total_variance > 0 else 0.0,
+            "residual_meaning": (
+                "R_k of Chen & Phillips (2016, sec. 7.1): the sum over all pooled rows of the squared "
+                "feature-space distance to the span of the top 5 components, in kernel units (k(x, x) = 1), "
+                "so at most the number of rows; residual_fraction = R_k / (rows x total feature variance)"
+            ),
         },
         "kmeans_on_sample": {
             "rows": int(sample.shape[0]),
             "inertia": float(clusters.inertia_),
             "n_iter": int(clusters.n_iter_),
-            "cluster_sizes": [int(v) for v in np.bincount(clusters.labels_, minlength=3)],
+            "stop_reason": clusters.stop_reason_,
+            "cluster_sizes": cluster_sizes,
         },
     }
     figure = out_dir / "report.png"
@@ -182,6 +208,10 @@ def run_demo(
     for name, result in (("spectral", spectral), ("hotelling", hotelling), ("permutation", permutation)):
         echo(f"  {name:12s} p = {result.p_value:.4g}")
     echo(f"kernel PCA explained variance ratio (pooled sketch): {np.round(kpca.explained_variance_ratio_, 3).tolist()}")
+    echo(
+        f"kernel k-means (k = 3) on {sample.shape[0]:,} sample rows: {clusters.n_iter_} iterations "
+        f"({clusters.stop_reason_}), inertia {clusters.inertia_:.4g}, cluster sizes {cluster_sizes}"
+    )
     echo(f"wrote {out_dir / 'report.json'}{' and ' + str(figure) if 'figure' in report else ''} "
          f"in {report['timings']['total_s']:.1f} s")  # fmt: skip
     return report

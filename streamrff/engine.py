@@ -21,6 +21,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import clone
 
+from ._blas import one_blas_thread
 from ._validation import check_feature_dtype
 from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
@@ -254,12 +255,9 @@ def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
                 from dask.diagnostics import ProgressBar
 
                 bar = ProgressBar()
-            # One BLAS thread per task thread, as dask's nannies set for workers: the tasks
-            # already use every core, and a multi-threaded BLAS on top of them oversubscribes
-            # the cores (6-8x slower on small per-tile products).
-            from threadpoolctl import threadpool_limits
-
-            with bar, threadpool_limits(limits=1, user_api="blas"):
+            # The kernels run with one BLAS thread anyway (results must not depend on the thread
+            # count); holding the limit for the whole compute makes their own guards free.
+            with bar, one_blas_thread():
                 (value,) = dask.compute(result, scheduler="threads")
             return value
         future = active.compute(result, retries=retries)
@@ -383,17 +381,59 @@ def _plan_chunks(source: Any, array: da.Array, width: int, moments: bool, client
 
 
 def fit_map(
-    feature_map: FeatureMap, arrays: Sequence[da.Array], client: Any = None, progress: bool = False
+    feature_map: FeatureMap,
+    arrays: Sequence[Any],
+    client: Any = None,
+    progress: bool = False,
+    storage_options: StorageOptions = None,
 ) -> FeatureMap:
     """A fitted copy of ``feature_map``: itself if already fitted, else fitted on the seeded row sample.
 
-    The sample is the same bottom-k sample that ``feature_map.fit`` takes on
-    the pooled rows in memory, so both paths give the same fitted map.
+    With several sources the rows are pooled in order (global row indices run
+    through the first source, then the second, ...) and ONE seeded bottom-k
+    sample is drawn from the pool, so the median bandwidth (and K-JL's
+    landmarks) favour no source. The sample is the same bottom-k sample that
+    ``feature_map.fit`` takes on the stacked rows in memory, so both paths
+    give the same fitted map.
+
+    Parameters
+    ----------
+    feature_map : FeatureMap
+        A fitted map is returned as is (after a width check).
+    arrays : sequence of sources
+        Numpy, dask or xarray arrays, or zarr paths/URLs, of the same width.
+    client : None, distributed.Client or str, default=None
+        Where the sampling pass runs (see :func:`sketch`).
+    progress : bool, default=False
+        Show a progress bar.
+    storage_options : dict, optional
+        fsspec options for URL sources. Never logged.
+
+    Returns
+    -------
+    FeatureMap
+
+    Raises
+    ------
+    InputError
+        If the sources differ in width, or a fitted map expects another width.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> A, B = rng.normal(size=(500, 3)), rng.normal(size=(300, 3))
+    >>> pooled = srf.fit_map(srf.RFF(n_features=64, bandwidth="median"), [A, B])
+    >>> pooled.fingerprint == srf.RFF(n_features=64, bandwidth="median").fit(np.vstack([A, B])).fingerprint
+    True
     """
     if not isinstance(feature_map, FeatureMap):
         raise InputError(
             f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}."
         )
+    if isinstance(arrays, (str, os.PathLike)) or not isinstance(arrays, Sequence) or not arrays:
+        raise InputError(f"arrays must be a non-empty list of sources. Got {type(arrays).__name__}.")
+    arrays = [as_row_chunked(source, storage_options=storage_options) for source in arrays]
     width = arrays[0].shape[1]
     for array in arrays[1:]:
         if array.shape[1] != width:

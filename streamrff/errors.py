@@ -16,6 +16,7 @@ __all__ = [
     "NotFittedMapError",
     "SketchMismatchError",
     "SketchFormatError",
+    "MapFormatError",
     "SourceError",
     "ClusterError",
     "VarianceWarning",
@@ -45,6 +46,13 @@ class SketchMismatchError(StreamRFFError, ValueError):
 
 class SketchFormatError(StreamRFFError, ValueError):
     """A sketch file is missing, unreadable, incomplete, tampered with or of an unknown version."""
+
+
+class MapFormatError(SketchFormatError):
+    """A map file is missing, not a map file, tampered with or of an unknown version.
+
+    A subclass of :class:`SketchFormatError`, since any sketch file also serves as a map file.
+    """
 
 
 class SourceError(StreamRFFError, OSError):

@@ -42,7 +42,7 @@ from .errors import SketchFormatError, SourceError, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost"]
 
 FORMAT_NAME = "streamrff.sketch"
 FORMAT_VERSION = 1
@@ -327,6 +327,23 @@ def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], targe
     Maps regenerate their random parameters from the spec (K-JL even eagerly, before any shape
     check), so a tampered size field could make load() draw gigabytes of normals first.
     """
+    check_map_cost(spec, target)
+    # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
+    width = spec.get("n_components", spec.get("n_features"))
+    if isinstance(width, int) and not isinstance(width, bool):
+        widths = {array.shape[-1] for name, array in arrays.items() if array.ndim and not name.startswith("map/")}
+        if width not in widths:
+            raise SketchFormatError(
+                f"{target}: the map spec declares {width} output features, but the stored arrays have widths "
+                f"{sorted(widths)} (tampered spec or arrays)."
+            )
+
+
+def check_map_cost(spec: dict[str, Any], target: str) -> None:
+    """Refuse a map spec whose random parameters would cost more than :data:`MAX_ARRAY_ELEMENTS` to rebuild.
+
+    Used by sketch and map files alike, before the map is rebuilt.
+    """
     levels = [spec]
     while levels:
         level = levels.pop()
@@ -342,15 +359,6 @@ def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], targe
             raise SketchFormatError(
                 f"{target}: the map spec {_describe_sizes(level)} would need about {cost:,} random "
                 f"parameters to rebuild; a sketch's map has at most {MAX_ARRAY_ELEMENTS:,} (tampered spec?)."
-            )
-    # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
-    width = spec.get("n_components", spec.get("n_features"))
-    if isinstance(width, int) and not isinstance(width, bool):
-        widths = {array.shape[-1] for name, array in arrays.items() if array.ndim and not name.startswith("map/")}
-        if width not in widths:
-            raise SketchFormatError(
-                f"{target}: the map spec declares {width} output features, but the stored arrays have widths "
-                f"{sorted(widths)} (tampered spec or arrays)."
             )
 
 

@@ -27,6 +27,14 @@ def describe_source(source: Any) -> str:
     return f"{type(source).__name__} of shape {shape}" if shape is not None else type(source).__name__
 
 
+#: What a path/URL source may be, for messages about sources that are something else.
+_READABLE = (
+    "streamrff reads zarr arrays (v2 or v3): a directory, a zarr group path + '/array', or such a URL "
+    "(s3://, gs://, file://); in Python also numpy, dask and xarray arrays. Convert other formats first, e.g. "
+    "a CSV: zarr.save_array('data.zarr', numpy.loadtxt('data.csv', delimiter=',', dtype='float32'))."
+)
+
+
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
@@ -42,6 +50,8 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
     location = url[len("file://") :] if url.startswith("file://") else url
     if not _is_remote(location) and not os.path.exists(location):
         raise SourceError(f"No zarr data at {url}: the path does not exist. Check the path.")
+    if not _is_remote(location) and not os.path.isdir(location):
+        raise SourceError(f"{url} is a file, not a zarr array. {_READABLE}")
     try:
         if _is_remote(location):
             store = zarr.storage.FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
@@ -51,7 +61,7 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
             store = zarr.storage.LocalStore(os.path.abspath(location), read_only=True)
         node = zarr.open(store=store, mode="r")
     except FileNotFoundError as error:
-        raise SourceError(f"No zarr array or group at {url}: {error}") from error
+        raise SourceError(f"{url} is not a zarr array or group (no zarr metadata found there). {_READABLE}") from error
     except Exception as error:  # fsspec/botocore raise many types (NoSuchBucket, PermissionError, ...)
         raise SourceError(f"Cannot open {url}: {type(error).__name__}: {error}") from error
     if isinstance(node, zarr.Group):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
+from ._blas import single_blas_thread
 from ._validation import check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
 from .errors import InputError, NotFittedMapError
 from .maps import KJL, RFF, FeatureMap
@@ -310,6 +311,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         if not hasattr(self, "components_"):
             raise NotFittedMapError("This KernelPCA is not fitted yet. Call fit(X) or fit_from_sketch(sketch) first.")
 
+    @single_blas_thread
     def _scores(self, rows: np.ndarray) -> np.ndarray:
         features = self.feature_map_._embed(rows)
         return ((features - self.mean_) @ self.components_.T).astype(np.float32)

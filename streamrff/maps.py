@@ -23,6 +23,7 @@ from scipy.spatial.distance import cdist
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.utils.validation import validate_data
 
+from ._blas import single_blas_thread
 from ._validation import (
     check_bandwidth,
     check_finite_rows,
@@ -47,6 +48,9 @@ _TILE_BYTES = 2**20
 _SUM_SEGMENT_ROWS = 256
 #: Fewest rows per projection GEMM in the compiled RFF sums (see RFF._feature_sums).
 _MIN_PROJECTION_ROWS = 256
+#: The offsets argument of the compiled kernels for the sincos variant (which has none).
+_NO_OFFSETS = np.zeros(0, np.float32)
+_NO_OFFSETS.setflags(write=False)  # read-only like the cosphase offsets: one numba type for both
 
 #: SeedSequence spawn key of the JL projection stream (ASCII "JL-P"), distinct from the RFF stream.
 _JL_STREAM = 0x4A4C2D50
@@ -157,6 +161,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             FeatureMap._registry[cls.kind] = cls
 
     # -- scikit-learn contract -------------------------------------------------
+    @single_blas_thread
     def fit(self, X: ArrayLike2D, y: Any = None) -> FeatureMap:
         """Infer the input width, choose the bandwidth if asked, and draw the random parameters.
 
@@ -230,6 +235,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _tile_rows(self, n_columns: int) -> int:
         return max(16, _TILE_BYTES // (4 * max(n_columns, 1)))
 
+    @single_blas_thread
     def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
         """Embed trusted, validated rows into a new array of ``dtype`` (float32 or float64)."""
         out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
@@ -334,6 +340,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
 
 @functools.lru_cache(maxsize=32)
+@single_blas_thread
 def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
     params = FeatureMap._registry[kind]._make_params(json.loads(spec_json))
     for array in params.values():
@@ -544,21 +551,19 @@ class RFF(FeatureMap):
         # it: the phase is rounded to float32 before the cosine anyway, and a float64
         # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
         # matmul, cos and sin run ~15% faster on it than on column halves of `out`.
+        if out.dtype == np.float32:
+            # One compiled call, shared with the compiled Lloyd kernel (same features bit for bit).
+            frequencies, offsets, scale = self._float32_kernel_args()
+            projection = np.empty((X.shape[0], frequencies.shape[1]), dtype=np.float32)
+            rows = np.ascontiguousarray(X, dtype=np.float32)
+            _compiled_sincos().rff_features(rows, frequencies, offsets, scale, projection, out)
+            return
         frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), out.dtype.char)
         m = frequencies.shape[1]
         projection = np.empty((X.shape[0], m), dtype=out.dtype)
-        _project(X.astype(out.dtype, copy=False), frequencies, out=projection)
         sincos = self.variant == "sincos"
         scale = out.dtype.type(1.0 / np.sqrt(m) if sincos else np.sqrt(2.0 / m))
-        if out.dtype == np.float32:
-            sincos_kernels = _compiled_sincos()
-            offsets = np.zeros(m, np.float32) if sincos else phases
-            if sincos_kernels.largest_phase(projection, offsets) <= sincos_kernels.MAX_FAST_PHASE:
-                if sincos:
-                    sincos_kernels.sincos_features(projection, scale, out)
-                else:
-                    sincos_kernels.cos_features(projection, phases, scale, out)
-                return
+        _project(X, frequencies, out=projection)
         if sincos:
             np.cos(projection, out=out[:, :m])
             np.sin(projection, out=out[:, m:])
@@ -566,6 +571,15 @@ class RFF(FeatureMap):
             np.add(projection, phases, out=out)
             np.cos(out, out=out)
         out *= scale
+
+    def _float32_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        """``(frequencies (d, m), offsets, scale)`` of :func:`streamrff._sincos.rff_features`:
+        float32, with offsets of length 0 for the sincos variant."""
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "f")
+        m = frequencies.shape[1]
+        if self.variant == "sincos":
+            return frequencies, _NO_OFFSETS, np.float32(1.0 / np.sqrt(m))
+        return frequencies, phases, np.float32(np.sqrt(2.0 / m))
 
     def _feature_sums(self, X: np.ndarray, dtype: Any = np.float32) -> tuple[np.ndarray, float]:
         # Fused for speed:
@@ -1039,6 +1053,7 @@ class KJL(FeatureMap):
         self._kjl_params = self._compute_params()
         return self
 
+    @single_blas_thread  # recomputed on every worker: its rounding must not depend on the machine
     def _compute_params(self) -> dict[str, np.ndarray]:
         landmarks = self.landmarks_
         n = landmarks.shape[0]

@@ -52,14 +52,56 @@ def plot_null(result: Any, ax: Any = None) -> Any:
         null = np.asarray(result.null, dtype=float)
         if null.size == 0:
             raise InputError("The result has no null statistics to draw.")
-        ax.hist(null, bins=min(50, max(10, null.size // 10)), color="0.7", label=f"null ({result.method}, {null.size})")
-        ax.axvline(result.statistic, color="C3", label=f"observed MMD$^2$ = {result.statistic:.3g}")
-        ax.set_xlabel("unbiased MMD$^2$")
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-    ax.set_title(f"two-sample test: p = {result.p_value:.3g}  (n_x = {result.n_x:,}, n_y = {result.n_y:,})")
+        _null_histogram(ax, null, result)
+    # Two short lines: one long line is clipped in a 5-inch panel.
+    ax.set_title(
+        f"{result.method} two-sample test: p = {result.p_value:.3g}\nn_x = {result.n_x:,}, n_y = {result.n_y:,}",
+        fontsize="medium",
+    )
     ax.set_ylabel("density" if result.method == "hotelling" else "count")
     ax.legend(fontsize="small")
     return ax
+
+
+#: The observed statistic counts as far from the null when it lies this many null ranges beyond it.
+_FAR = 3.0
+
+
+def _null_histogram(ax: Any, null: np.ndarray, result: Any) -> None:
+    """Histogram of the null with the observed statistic; an inset shows both when they are far apart.
+
+    On one linear axis a statistic far beyond the null squeezes the histogram into a sliver, so the
+    main axes then zoom on the null (the observed value is named in the legend and marked by an arrow
+    at the edge) and an inset draws the whole range, null and observed value together.
+    """
+    bins = min(50, max(10, null.size // 10))
+    low, high = float(null.min()), float(null.max())
+    spread = max(high - low, 1e-300)
+    far = result.statistic > high + _FAR * spread or result.statistic < low - _FAR * spread
+    ax.hist(null, bins=bins, color="0.7", label=f"null ({result.method}, {null.size})")
+    ax.set_xlabel("unbiased MMD$^2$")
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    label = f"observed MMD$^2$ = {result.statistic:.3g}"
+    if not far:
+        ax.axvline(result.statistic, color="C3", label=label)
+        return
+    beyond = (result.statistic - (high if result.statistic > high else low)) / spread
+    ax.plot([], [], color="C3", label=f"{label}\n({beyond:.0f} null ranges {'right' if result.statistic > high else 'left'}, see inset)")
+    edge = 0.98 if result.statistic > high else 0.02
+    ax.annotate(
+        "", xy=(edge, 0.1), xytext=(0.5 + (edge - 0.5) * 0.7, 0.1), xycoords="axes fraction",
+        arrowprops={"arrowstyle": "->", "color": "C3"},
+    )  # fmt: skip
+    inset = ax.inset_axes([0.55, 0.22, 0.42, 0.35])
+    inset.hist(null, bins=bins, color="0.5")
+    inset.axvline(result.statistic, color="C3")
+    left, right = min(low, result.statistic), max(high, result.statistic)
+    inset.set_xlim(left - 0.05 * (right - left), right + 0.05 * (right - left))
+    inset.set_yticks([])
+    inset.tick_params(labelsize="x-small")
+    inset.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+    inset.xaxis.get_offset_text().set_fontsize("x-small")
+    inset.set_title("whole range", fontsize="x-small")
 
 
 def plot_bandwidths(result: Any, ax: Any = None) -> Any:
@@ -118,10 +160,13 @@ def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int
     if labels is None:
         ax.scatter(scores[chosen, 0], scores[chosen, 1], s=3, alpha=0.6)
     else:
-        ax.scatter(scores[chosen, 0], scores[chosen, 1], c=np.asarray(labels)[chosen], s=3, cmap="tab10", alpha=0.6)
+        points = ax.scatter(scores[chosen, 0], scores[chosen, 1], c=np.asarray(labels)[chosen], s=3, cmap="tab10", alpha=0.6)
+        handles, names = points.legend_elements()
+        ax.legend(handles, [name.replace("$\\mathdefault{", "").replace("}$", "") for name in names],
+                  title="cluster", fontsize="small", markerscale=1.5)  # fmt: skip
     ax.set_xlabel("kernel PC 1")
     ax.set_ylabel("kernel PC 2")
-    ax.set_title("kernel PCA scores" + ("" if labels is None else ", coloured by kernel k-means cluster"))
+    ax.set_title("kernel PCA scores" + ("" if labels is None else "\ncoloured by kernel k-means cluster"), fontsize="medium")
     return ax
 
 

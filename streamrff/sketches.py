@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import clone
 
+from ._blas import single_blas_thread
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap, tile_column_sums
@@ -36,6 +37,8 @@ __all__ = [
     "sketch_array",
     "mean_sketch_of_chunk",
     "landmark_sketch_of_chunk",
+    "spec_differences",
+    "describe_map_differences",
 ]
 
 
@@ -107,10 +110,10 @@ class Sketch(ABC):
             )
         if other.fingerprint != self.fingerprint:
             raise SketchMismatchError(
-                "Cannot merge sketches of different feature maps: fingerprint "
-                f"{self.fingerprint[:16]} ({_describe(self.spec)}) vs {other.fingerprint[:16]} "
-                f"({_describe(other.spec)}). Sketch every part with the same map spec "
-                "(same kind, n_features, bandwidth, variant and seed)."
+                "Cannot merge sketches of different feature maps: "
+                f"{describe_map_differences(self.spec, other.spec)} (fingerprint {self.fingerprint[:16]} vs "
+                f"{other.fingerprint[:16]}). Sketch every part with one fitted map: pass "
+                "feature_map=first.feature_map, or streamrff.load_map(path) of a map file or of a sketch."
             )
 
     def merge(self, other: Sketch) -> Sketch:
@@ -164,6 +167,42 @@ class MappedSketch(Sketch):
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         return self.feature_map.state_arrays()
+
+
+def spec_differences(spec_a: MapSpec, spec_b: MapSpec, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """The ``(parameter, value in a, value in b)`` triples where two map specs differ (nested specs dotted).
+
+    Examples
+    --------
+    >>> spec_differences({"kind": "rff", "bandwidth": 3.841}, {"kind": "rff", "bandwidth": 3.887})
+    [('bandwidth', 3.841, 3.887)]
+    """
+    differences = []
+    for key in sorted(set(spec_a) | set(spec_b)):
+        a, b = spec_a.get(key), spec_b.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differences.extend(spec_differences(a, b, f"{prefix}{key}."))
+        elif a != b or type(a) is not type(b):
+            differences.append((f"{prefix}{key}", a, b))
+    return differences
+
+
+def describe_map_differences(spec_a: MapSpec, spec_b: MapSpec) -> str:
+    """``"bandwidth 3.841 vs 3.887, seed 0 vs 1"``; for equal specs, the fitted state (K-JL landmarks) differs."""
+    differences = spec_differences(spec_a, spec_b)
+    if not differences:
+        return "same spec but different fitted state (K-JL landmarks drawn from other rows)"
+    parts = []
+    for key, a, b in differences:
+        short_a, short_b = _short(a), _short(b)
+        if short_a == short_b:  # close floats: show every digit
+            short_a, short_b = repr(a), repr(b)
+        parts.append(f"{key} {short_a} vs {short_b}")
+    return ", ".join(parts)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
 
 
 def _describe(spec: MapSpec) -> str:
@@ -480,6 +519,7 @@ def check_sum_method(method: Any, moments: bool, dtype: np.dtype, feature_map: F
     return method
 
 
+@single_blas_thread
 def mean_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,

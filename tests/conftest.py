@@ -21,6 +21,7 @@ tmp_zarr (function)
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,11 +29,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from streamrff.testing import LocalProcessCluster, MotoS3Server
 
 if TYPE_CHECKING:
     from distributed import Client
+
+# CI replays the same examples on every run (a failure there can be reproduced); developers get
+# fresh random examples unless they ask for the CI profile with HYPOTHESIS_PROFILE=ci.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 @pytest.fixture(scope="session")

@@ -187,8 +187,8 @@ def test_cli_sketch_existing_output_is_refused_and_unchanged(capsys, data_zarr, 
 
     code, out, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "32")
 
-    assert code == 1
-    assert "already exists" in err and "--overwrite" in err
+    assert code == 2  # bad usage, as in every command
+    assert f"streamrff sketch: error: {output} already exists. Pass --overwrite to replace it" in err
     assert snapshot(output) == before
 
     code, _, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "32", "--overwrite")
@@ -324,7 +324,7 @@ def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
     assert json.loads(info[1]) == json.loads(result.stdout)
     loaded = srf.load(output, storage_options=s3_server.storage_options)
     assert_sketches_close(loaded, srf.sketch_array(X, srf.RFF(n_features=64, bandwidth="median")), rtol=1e-6)
-    assert again[0] == 1 and "already holds a sketch" in again[2]
+    assert again[0] == 2 and f"{output} already exists. Pass --overwrite" in again[2]
 
 
 def test_cli_missing_bucket_exits_1(capsys, s3_server, tmp_path):
@@ -364,7 +364,7 @@ def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
         codes[name], out, err = run_main(capsys, *args)
         texts[name] = out + err + "\n".join(record.getMessage() for record in caplog.records)
 
-    assert codes == {"info -v": 0, "info --json": 0, "info missing": 1, "sketch missing": 1, "merge onto existing": 1}
+    assert codes == {"info -v": 0, "info --json": 0, "info missing": 1, "sketch missing": 1, "merge onto existing": 2}
     assert "fingerprint" in texts["info --json"]
     for name, text in texts.items():
         assert SECRET_KEY_ID not in text, name
@@ -377,17 +377,25 @@ def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
 def test_cli_demo_writes_report_with_finite_mmd(tmp_path):
     out = tmp_path / "demo"
 
-    result = run_cli("demo", "--rows", "20000", "--out", str(out), "--json")
+    result = run_cli("demo", "--rows", "20000", "--out", str(out))
 
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
-    assert json.loads(result.stdout)["mmd2_unbiased"] == report["mmd2_unbiased"]
+    assert f"MMD^2 (unbiased) between the sites: {report['mmd2_unbiased']:.3e}" in result.stdout
+    sizes = report["kmeans_on_sample"]["cluster_sizes"]
+    assert f"cluster sizes {sizes}" in result.stdout and sum(sizes) == report["kmeans_on_sample"]["rows"]
+    assert report["kmeans_on_sample"]["stop_reason"] in ("converged", "max_iter")
+    kpca = report["kpca"]
+    assert 0 < kpca["residual_fraction"] < 1 and "R_k" in kpca["residual_meaning"]
+    shared = srf.load_map(out / "map.json")  # one map pooled across both sites, as `streamrff map` writes
+    assert shared.spec == report["map"]
     assert report["rows_per_site"] == 20_000 and report["pooled_count"] == 40_000
     assert math.isfinite(report["mmd2_unbiased"]) and math.isfinite(report["mmd2_biased"])
     assert report["mmd2_biased"] >= 0
     pooled = srf.load(out / "pooled.sketch")
     assert pooled.count == 40_000 and pooled.has_moments
     site_a, site_b = srf.load(out / "site_a.sketch"), srf.load(out / "site_b.sketch")
+    assert site_a.fingerprint == site_b.fingerprint == shared.fingerprint
     mean_gap = site_a.feature_sum / site_a.count - site_b.feature_sum / site_b.count
     assert report["mmd2_biased"] == pytest.approx(float(mean_gap @ mean_gap), rel=1e-9)
     shutil.rmtree(out)

@@ -94,8 +94,10 @@ def test_cli_kmeans_separates_rings_and_refuses_existing_output(capsys, tmp_zarr
     assert adjusted_rand_score(truth, labels) >= 0.9
     assert json.loads(out)["n_iter"] >= 1
     before = labels.copy()
-    code, _, err = run(capsys, "kmeans", source, "--clusters", "3", "-o", str(labels_path))
-    assert code == 1 and "already exists" in err
+    with pytest.raises(SystemExit) as raised:
+        main(["kmeans", source, "--clusters", "3", "-o", str(labels_path)])
+    err = capsys.readouterr().err
+    assert raised.value.code == 2 and f"{labels_path} already exists. Pass --overwrite" in err
     np.testing.assert_array_equal(zarr.open_array(str(labels_path), mode="r")[...], before)
 
 

@@ -77,6 +77,23 @@ def test_example_object_storage(s3_server):
     assert "MeanSketch(count=2000" in out
 
 
+def test_example_object_storage_without_environment_says_what_is_missing():
+    env = {name: "" for name in ("STREAMRFF_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    completed = subprocess.run(
+        [sys.executable, str(EXAMPLES / "object_storage.py")], capture_output=True, text=True, timeout=120,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert "needs the environment variables STREAMRFF_S3_ENDPOINT, AWS_ACCESS_KEY_ID" in completed.stderr
+    assert "Traceback" not in completed.stderr and "KeyError" not in completed.stderr
+
+
+def test_example_three_sites_on_moto_merges_to_all_rows():
+    out = run_example("three_sites.py", "--rows", "3000")
+    assert "fingerprints equal the map's: True" in out
+    assert "merged 9,000 rows; merge equals sketching all rows: True" in out
+
+
 @pytest.mark.parametrize("name", ["kernel_kmeans.py"])
 def test_example_kernel_kmeans(name):
     if not (EXAMPLES / name).exists():

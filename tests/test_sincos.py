@@ -91,10 +91,10 @@ def test_largest_phase():
 
 
 @pytest.mark.parametrize("variant", ["sincos", "cosphase"])
-def test_feature_tiles_with_large_phases_use_numpy(variant):
+def test_feature_tiles_with_large_phases_take_float64_cos_and_sin(variant):
     # A tiny bandwidth puts the second tile's phases beyond the kernels' exact range: that tile
-    # must be numpy's float32 cos/sin of the same projection, bit for bit; the first tile, in
-    # range, is within float32 rounding of it.
+    # must be float32 of float64 cos/sin of the same float32 phases, bit for bit (as the sums
+    # kernels' exact path); the first tile, in range, is within float32 rounding of numpy's.
     X = np.random.default_rng(3).normal(size=(512, 3))
     X[:256] *= 1e-4
     feature_map = srf.RFF(n_features=64, bandwidth=1e-4, variant=variant, seed=4).fit(X)
@@ -103,10 +103,11 @@ def test_feature_tiles_with_large_phases_use_numpy(variant):
     assert np.abs(tiles[0]).max() < _sincos.MAX_FAST_PHASE < np.abs(tiles[1]).max()
     if variant == "sincos":
         scale = np.float32(1 / np.sqrt(32))
-        expected = [np.hstack([np.cos(p), np.sin(p)]) * scale for p in tiles]
+        phases = [p.astype(np.float64) for p in tiles]
+        expected = [np.hstack([np.cos(p), np.sin(p)]).astype(np.float32) * scale for p in phases]
     else:
         offsets = feature_map._params()["phases"].astype(np.float32)
-        expected = [np.cos(p + offsets) * np.float32(np.sqrt(2.0 / 64)) for p in tiles]
+        expected = [np.cos((p + offsets).astype(np.float64)).astype(np.float32) * np.float32(np.sqrt(2.0 / 64)) for p in tiles]
     features = [tile.copy() for _, tile in feature_map.embed_tiles(X, tile_rows=256)]
     assert np.abs(features[0] - expected[0]).max() < 1e-7
     np.testing.assert_array_equal(features[1], expected[1])

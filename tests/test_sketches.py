@@ -238,8 +238,9 @@ def test_mean_sketch_merge_refuses_different_maps_naming_both_fingerprints():
             left.merge(right)
         message = str(raised.value)
         assert left.fingerprint[:16] in message and right.fingerprint[:16] in message
-        assert "seed=0" in message and "seed=1" in message
-        assert "same map spec" in message
+        # Only the differing parameter is named, with both values in the order of the merge.
+        assert f"seed {left.spec['seed']} vs {right.spec['seed']}" in message and "bandwidth" not in message
+        assert "one fitted map" in message
     with pytest.raises(SketchMismatchError, match=first.fingerprint[:16]):
         srf.mmd2(first, second)
 

@@ -302,7 +302,8 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
     plot = tmp_path / "scales.png"
     assert main([*common, "--aggregation", "mmdagg", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
-    assert "aggregation='mmdagg'" in out and "NOT corrected" in out and plot.stat().st_size > 1000
+    assert "aggregation:  mmdagg over 10 bandwidths" in out and "NOT corrected" in out
+    assert len(out.splitlines()) == 7 + 10 + 1 and plot.stat().st_size > 1000
     for argv in (["test", x_path, y_path, "--bandwidths", "auto"], [*common, "--bandwidth", "1.0"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)

@@ -19,6 +19,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
+from .._blas import single_blas_thread
 from .._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
 from ..errors import InputError, NotFittedMapError
 from ..maps import KJL, RFF, FeatureMap
@@ -131,6 +132,11 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         feature variance.
     seed : int, numpy.random.Generator or None, default=0
         Seed of the map, of the row samples and of the initialisation.
+    feature_map : RFF or KJL, optional
+        A fitted map to cluster in, e.g. ``streamrff.load_map(path)`` shared by
+        several sites, instead of fitting one. Its kind sets the method ("rff"
+        for RFF, "kjl" for KJL); ``method``, ``n_features``, ``n_landmarks``
+        and ``bandwidth`` then do not apply and must keep their defaults.
 
     Attributes
     ----------
@@ -145,6 +151,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         their cluster, for the partition of the last pass and ``cluster_centers_``.
     n_iter_ : int
         Full-data passes run.
+    stop_reason_ : {"converged", "max_iter"}
+        Why the passes stopped: the centre shift of the last pass fell to
+        ``tol`` ("converged"), or ``max_iter`` passes ran first ("max_iter").
     history_ : list of LloydIteration
         Per-pass progress (inertia, moved fraction, centre shift).
     feature_map_ : FeatureMap
@@ -262,6 +271,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         max_iter: int = 100,
         tol: float = 1e-4,
         seed: Seed = 0,
+        feature_map: FeatureMap | None = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.method = method
@@ -274,6 +284,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.seed = seed
+        self.feature_map = feature_map
 
     # -- parameters ----------------------------------------------------------------------
     def _check_params(self, n_rows: int, n_columns: int) -> dict[str, Any]:
@@ -286,12 +297,17 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             )
         if self.method not in ("rff", "kjl"):
             raise InputError(f"method must be 'rff' or 'kjl'. Got {self.method!r}.")
-        if self.n_features is None:
+        method = self.method
+        if self.feature_map is not None:
+            width, landmarks, method = self._check_given_map(n_columns)
+        elif self.n_features is None:
             width = 1024 if self.method == "rff" else 10 * k
         else:
             width = check_positive_int(self.n_features, "n_features")
-        landmarks = None
-        if self.method == "rff":
+        if self.feature_map is not None:
+            pass
+        elif self.method == "rff":
+            landmarks = None
             if self.n_landmarks is not None:
                 raise InputError(
                     f"n_landmarks applies to method='kjl' only. Got n_landmarks={self.n_landmarks!r} with "
@@ -340,6 +356,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             raise InputError(f"tol must be a finite number >= 0. Got {self.tol!r}.")
         return {
             "k": k,
+            "method": method,
             "width": width,
             "landmarks": landmarks,
             "init": init,
@@ -348,6 +365,31 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             "max_iter": max_iter,
             "tol": float(self.tol),
         }
+
+    def _check_given_map(self, n_columns: int) -> tuple[int, None, str]:
+        """Width, landmarks and method of a given fitted ``feature_map``; refuse parameters it overrides."""
+        feature_map = self.feature_map
+        if not isinstance(feature_map, (RFF, KJL)) or not feature_map.is_fitted():
+            raise InputError(
+                "feature_map must be a fitted RFF or KJL map (e.g. streamrff.load_map(path)). Got "
+                f"{'an unfitted ' if isinstance(feature_map, FeatureMap) else ''}{type(feature_map).__name__}."
+            )
+        overridden = {
+            name: getattr(self, name)
+            for name, default in (("method", "rff"), ("n_features", None), ("n_landmarks", None), ("bandwidth", "median"))
+            if getattr(self, name) != default
+        }
+        if overridden:
+            raise InputError(
+                f"feature_map sets the feature space, so {', '.join(f'{k}={v!r}' for k, v in overridden.items())} "
+                "would be ignored. Drop them, or drop feature_map."
+            )
+        if feature_map.n_features_in_ != n_columns:
+            raise InputError(
+                f"The data has {n_columns} features, but feature_map expects {feature_map.n_features_in_}. "
+                "Pass data of that width or a map fitted on this data."
+            )
+        return feature_map.n_features_out_, None, "kjl" if isinstance(feature_map, KJL) else "rff"
 
     def _make_map(self, params: dict[str, Any], seed: int) -> FeatureMap:
         if self.method == "rff":
@@ -432,13 +474,17 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             # One sampling pass serves the map and the init: bottom-k samples under one seed
             # are nested, so the map's sample (what engine.fit_map would draw) is the first
             # rows of the init sample, in key order.
-            feature_map = self._make_map(params, seed)
-            map_rows, map_seed = feature_map._begin_fit(n_columns)
-            if map_seed != seed:  # pragma: no cover - both maps key their sample by their own seed
-                raise AssertionError("the map's row sample must be keyed by the estimator's seed")
+            if self.feature_map is not None:
+                feature_map, map_rows = self.feature_map, 0
+            else:
+                feature_map = self._make_map(params, seed)
+                map_rows, map_seed = feature_map._begin_fit(n_columns)
+                if map_seed != seed:  # pragma: no cover - both maps key their sample by their own seed
+                    raise AssertionError("the map's row sample must be keyed by the estimator's seed")
             size = max(params["init_size"], map_rows)
             sample = landmark_sample([array], size, seed, client=active, progress=progress).rows
-            feature_map._finish_fit(sample[:map_rows])
+            if self.feature_map is None:
+                feature_map._finish_fit(sample[:map_rows])
             sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
             centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features, sample[: params["init_size"]])
             previous = None
@@ -466,17 +512,20 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
                 previous, centers = centers, new_centers
                 if shift <= params["tol"]:
                     break
+        stop_reason = "converged" if shift <= params["tol"] else "max_iter"
         return {
             "feature_map_": feature_map,
             "seed_": seed,
             "cluster_centers_": centers,
             "inertia_": pass_sketch.partition_inertia,
             "n_iter_": len(history),
+            "stop_reason_": stop_reason,
             "history_": history,
             "init_sample_labels_": sample_labels,
             "n_features_in_": n_columns,
         }
 
+    @single_blas_thread
     def _initial_centers(
         self,
         params: dict[str, Any],
@@ -499,7 +548,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         # differ by the RFF error, O(D^-1/2) per kernel value, which on two moons at D = 1024
         # ranks a split of both moons above the moons partition.
         exact_rows = min(sample_rows.shape[0], _SPECTRAL_ROWS)
-        needs_gram = (init == "spectral" and k > 1) or (self.method == "rff" and params["n_init"] > 1)
+        needs_gram = (init == "spectral" and k > 1) or (params["method"] == "rff" and params["n_init"] > 1)
         squared_distances = cdist(sample_rows[:exact_rows], sample_rows[:exact_rows], "sqeuclidean") if needs_gram else None
         starts: list[tuple[str, np.ndarray]] = []
         if init == "spectral" and k > 1:
@@ -515,7 +564,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
                 start, _ = kmeans_plusplus(sample_features, k, random_state=int(rng.integers(2**31 - 1)))
             starts.append((f"{'random' if init == 'random' else 'k-means++'} {candidate}", start))
         gram = None
-        if self.method == "rff" and len(starts) > 1:
+        if params["method"] == "rff" and len(starts) > 1:
             bandwidth = feature_map.bandwidth_
             gram = np.exp(squared_distances / (-2.0 * bandwidth * bandwidth))
         best = None

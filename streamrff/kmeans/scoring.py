@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._validation import check_rows
-from ..maps import FeatureMap
+from ..maps import RFF, FeatureMap
+from ._lloyd import lloyd_step
 
 __all__: list[str] = []
 
@@ -109,6 +111,7 @@ class _NearestCentres:
         return labels, margins[:, 0], bound
 
 
+@single_blas_thread
 def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
     """Nearest centre of every row (float64 arithmetic's, from float32 scores; see _NearestCentres)."""
     labels = np.empty(rows.shape[0], dtype=np.int64)
@@ -116,6 +119,8 @@ def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarr
         return labels
     tile_rows = _lloyd_tile_rows(rows.shape[0], centers.shape[1])
     nearest = _NearestCentres([centers], tile_rows)
+    if isinstance(feature_map, RFF):
+        return lloyd_step(rows, feature_map, tile_rows, nearest)[0]
     for start, features in feature_map.embed_tiles(rows, tile_rows=tile_rows):
         length = float(np.sqrt(_squared_row_norms(features).max()))
         labels[start : start + features.shape[0]] = nearest.assign(features, length)[0][:, 0]

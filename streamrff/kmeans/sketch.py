@@ -2,9 +2,10 @@
 
 :class:`ClusterSketch` holds per-cluster counts and feature sums, the
 inertia, ``sum ||z||^2`` and the moved-row count of some rows for one set of
-centres; :func:`cluster_sketch_of_chunk` builds it from a chunk (float32
-scores from :mod:`~streamrff.kmeans.scoring`, float32 one-hot sums per tile
-accumulated in float64), and the engine tree-merges the partials.
+centres; :func:`cluster_sketch_of_chunk` builds it from a chunk (for RFF maps
+in one compiled call, :mod:`~streamrff.kmeans._lloyd`; for other maps float32
+scores from :mod:`~streamrff.kmeans.scoring` and float32 one-hot sums per
+tile; tiles accumulated in float64), and the engine tree-merges the partials.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._validation import check_positive_int
 from ..errors import InputError, SketchMismatchError
-from ..maps import FeatureMap
+from ..maps import RFF, FeatureMap
 from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
+from ._lloyd import lloyd_step
 from .scoring import _NearestCentres, _lloyd_tile_rows, _squared_row_norms
 
 __all__ = ["ClusterSketch", "cluster_sketch_of_chunk"]
@@ -265,6 +268,7 @@ def _check_centers(
     return checked[0], checked[1]
 
 
+@single_blas_thread
 def cluster_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,
@@ -281,11 +285,16 @@ def cluster_sketch_of_chunk(
     margin between its two lowest scores is within what the centres' shift can
     change (``|s'_j - s_j| <= | ||c'_j||^2 - ||c_j||^2 | + 2 ||z|| ||c'_j - c_j||``):
     only those rows are scored against the previous centres, which near
-    convergence are few. Per tile, cluster sums are a float32 GEMM of the
-    one-hot labels with the features, accumulated in float64: they equal
+    convergence are few. RFF maps run all of it in one compiled call per chunk
+    (:mod:`streamrff.kmeans._lloyd`: the features of a tile stay in a
+    cache-sized buffer and each row is added to its cluster's float32 tile sum);
+    other maps' (K-JL: its embedding is the pass's whole cost) cluster sums are
+    a float32 GEMM of the one-hot labels with each tile. Per-tile sums are
+    accumulated in float64: they equal
     float64 arithmetic's to float32 rounding of per-tile partial sums (far
     below the 1e-6 chunking tolerance). The sum of ``||z||^2`` comes from
-    float32 row norms summed in float64, and the inertia from the float64
+    float32 row norms summed in float64 (for RFF's sincos variant, ``m scale^2``
+    a row: ``cos^2 + sin^2 = 1``), and the inertia from the float64
     identity ``sum_i ||z_i - c_(i)||^2 = sum_i ||z_i||^2 - 2 sum_c c.S_c + sum_c n_c ||c||^2``.
 
     Parameters
@@ -319,18 +328,15 @@ def cluster_sketch_of_chunk(
     [2, 1]
     """
     centers, previous_centers = _check_centers(feature_map, centers, previous_centers)
+    if isinstance(feature_map, RFF) and rows.shape[0]:
+        return _compiled_lloyd_step(rows, feature_map, centers, previous_centers)[0]
     k, width = centers.shape
     tile_rows = _lloyd_tile_rows(rows.shape[0], width)
     current = _NearestCentres([centers], tile_rows)
     previous = both = None
     if previous_centers is not None and k > 1:  # with one cluster no row can move
         previous = _NearestCentres([previous_centers], tile_rows)
-        # How far a centre's scores can have moved: |s'_j - s_j| <= norm_change_j + 2 ||z|| shift_j.
-        # A row keeps its centre if its margin exceeds twice the largest such change (1% spare
-        # for the float32 comparison); the float32 error of the margin is in `bound`.
-        step = previous_centers - centers
-        norm_change = 1.01 * 2.0 * float(np.abs(previous.block_norms[0] - current.block_norms[0]).max())
-        shift = 1.01 * 4.0 * float(np.sqrt(np.einsum("ij,ij->i", step, step).max()))
+        shift, norm_change = _move_bound(current, previous)
     onehot = np.empty((k, tile_rows), dtype=np.float32)
     cluster_index = np.arange(k)[:, None]
     tile_sums = np.empty((k, width), dtype=np.float32)
@@ -365,6 +371,44 @@ def cluster_sketch_of_chunk(
         sums += tile_sums
     inertia = squared_norm_sum - 2.0 * float(np.einsum("ij,ij->", centers, sums)) + float(counts @ current.block_norms[0])
     return ClusterSketch(feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved)
+
+
+def _move_bound(current: _NearestCentres, previous: _NearestCentres) -> tuple[float, float]:
+    """``(shift, norm_change)``: a row may have changed cluster only if its margin is within
+    ``bound + shift ||z|| + norm_change``.
+
+    How far a centre's scores can have moved: ``|s'_j - s_j| <= norm_change_j + 2 ||z|| shift_j``.
+    A row keeps its centre if its margin exceeds twice the largest such change (1% spare for
+    the float32 comparison); the float32 error of the margin is in the scoring bound.
+    """
+    step = previous.blocks[0] - current.blocks[0]
+    norm_change = 1.01 * 2.0 * float(np.abs(previous.block_norms[0] - current.block_norms[0]).max())
+    shift = 1.01 * 4.0 * float(np.sqrt(np.einsum("ij,ij->i", step, step).max()))
+    return shift, norm_change
+
+
+def _compiled_lloyd_step(
+    rows: np.ndarray, feature_map: RFF, centers: np.ndarray, previous_centers: np.ndarray | None
+) -> tuple[ClusterSketch, np.ndarray, int]:
+    """:func:`cluster_sketch_of_chunk` for RFF maps in one compiled call (:mod:`._lloyd`).
+
+    Returns the sketch, the rows' labels and how many rows were rescored in float64.
+    """
+    k, width = centers.shape
+    tile_rows = _lloyd_tile_rows(rows.shape[0], width)
+    current = _NearestCentres([centers], tile_rows)
+    previous = move = None
+    if previous_centers is not None and k > 1:  # with one cluster no row can move
+        previous = _NearestCentres([previous_centers], tile_rows)
+        move = _move_bound(current, previous)
+    labels, counts, sums, squared_norm_sum, n_moved, n_rescored = lloyd_step(
+        rows, feature_map, tile_rows, current, previous, move
+    )
+    if previous_centers is None:
+        n_moved = rows.shape[0]
+    inertia = squared_norm_sum - 2.0 * float(np.einsum("ij,ij->", centers, sums)) + float(counts @ current.block_norms[0])
+    sketch = ClusterSketch(feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved)
+    return sketch, labels, n_rescored
 
 
 def _cluster_kernel(

@@ -454,6 +454,7 @@ def two_sample_test(
     storage_options: StorageOptions = None,
     variant: str = "sincos",
     max_accumulator_bytes: int = DEFAULT_MAX_ACCUMULATOR_BYTES,
+    feature_map: FeatureMap | None = None,
     bandwidths: str | Sequence[float] | None = None,
     aggregation: str | None = None,
 ) -> TwoSampleResult | AggregatedTwoSampleResult:
@@ -494,6 +495,12 @@ def two_sample_test(
         RFF variant (:class:`streamrff.RFF`).
     max_accumulator_bytes : int, default=2**30
         Ceiling on the float64 permutation accumulators of one partial sketch.
+    feature_map : FeatureMap, optional
+        A fitted map to use instead of ``RFF(n_features, bandwidth, variant,
+        seed)``, e.g. ``streamrff.load_map("map.json")`` shared by several
+        sites; ``n_features``, ``bandwidth`` and ``variant`` then do not apply
+        (``seed`` still seeds the permutations and the spectral draws). Not
+        with ``"aggregated"``, which makes one map per bandwidth.
     bandwidths : "auto" or sequence of float, optional
         ``method="aggregated"`` only (default ``"auto"``): the L kernel widths.
         ``"auto"`` is :func:`streamrff.twosample.auto_bandwidths` of the seeded
@@ -584,8 +591,23 @@ def two_sample_test(
                     f"use method='aggregated' or drop {name}."
                 )
     seed = normalize_seed(seed)
-    feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=seed)
-    feature_map._check_params()  # fail on a bad n_features/bandwidth/variant before reading data
+    if feature_map is None:
+        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=seed)
+        feature_map._check_params()  # fail on a bad n_features/bandwidth/variant before reading data
+        width = n_features
+    elif method == "aggregated":
+        raise InputError(
+            "method='aggregated' makes one map per bandwidth (bandwidths='auto' or a list); a single "
+            "feature_map does not apply. Drop feature_map, or test with it by method='permutation'."
+        )
+    elif not isinstance(feature_map, FeatureMap) or not feature_map.is_fitted():
+        raise InputError(
+            "feature_map must be a fitted streamrff FeatureMap (e.g. streamrff.load_map(path)). Got "
+            f"{'an unfitted ' if isinstance(feature_map, FeatureMap) else ''}{type(feature_map).__name__}; "
+            "fit it first, or leave feature_map=None to fit an RFF map on the pooled rows."
+        )
+    else:
+        width = feature_map.n_features_out_
     grid: str | tuple[float, ...] = "auto"
     if method == "aggregated":
         if bandwidth != "median":
@@ -600,7 +622,7 @@ def two_sample_test(
         n_grid = len(grid) if grid != "auto" else AUTO_BANDWIDTHS
         check_aggregated_accumulator_size(n_grid, n_permutations, n_features, max_accumulator_bytes)
     if method == "permutation":
-        check_accumulator_size(n_permutations, n_features, max_accumulator_bytes)
+        check_accumulator_size(n_permutations, width, max_accumulator_bytes)
     sketches = _sketch_sources(
         X,
         Y,

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import single_blas_thread
 from .._validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap
@@ -295,6 +296,7 @@ def two_sample_sketch_of_chunk(
     return two_sample_sketches_of_chunk(rows, (feature_map,), row_offset, n_x, n_y, n_permutations, seed)[0]
 
 
+@single_blas_thread  # one GEMM per map and tile: its rounding must not depend on the machine
 def two_sample_sketches_of_chunk(
     rows: np.ndarray,
     feature_maps: Sequence[FeatureMap],

@@ -1,0 +1,223 @@
+"""One compiled call per chunk for a Lloyd step of RFF kernel k-means (float32 features).
+
+Per row tile, :func:`lloyd_chunk` embeds the rows (:func:`streamrff._sincos.rff_features`,
+the features :meth:`RFF.transform` returns, bit for bit), scores them against
+the k centres with one float32 GEMM (``s_j = ||c_j||^2 - 2 z.c_j``), takes the
+lowest and second-lowest score of every row in one loop, and adds the row to
+its cluster's float32 tile sum (D additions; the numpy path's one-hot GEMM
+costs 2 k D flops a row), tile sums accumulated in float64. The features of a
+tile live in one cache-sized scratch buffer; nothing of size rows x D is
+written, and the call holds the GIL once.
+
+Exact labels. A row whose two lowest float32 scores differ by at most the
+bound of :class:`~streamrff.kmeans.scoring._NearestCentres` (``4 e(z)``, from
+the tile's largest ``||z||``) is rescored in float64 from the same float32
+features, so labels are those of float64 arithmetic (ties to the lowest
+index); the call counts those rows. With the previous iteration's centres,
+only rows whose margin is within what the centres' move can change are
+scored against them (a second GEMM over those rows, gathered), to count the
+rows that changed cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from .._sincos import rff_features
+
+__all__ = ["lloyd_chunk", "lloyd_step"]
+
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+
+
+@_jit
+def _exact_label(features, centers, center_norms):  # pragma: no cover - compiled
+    """argmin_j ||c_j||^2 - 2 z.c_j in float64 (ties to the lowest index)."""
+    best, label = np.inf, 0
+    for c in range(centers.shape[0]):
+        dot = 0.0
+        for j in range(features.shape[0]):
+            dot += np.float64(features[j]) * centers[c, j]
+        score = center_norms[c] - 2.0 * dot
+        if score < best:
+            best, label = score, c
+    return label
+
+
+@_jit
+def _lowest_two(scores, norms):  # pragma: no cover - compiled
+    """(index of the lowest of scores + norms, lowest, second lowest); ties to the lowest index."""
+    label, lowest, second = 0, np.float32(np.inf), np.float32(np.inf)
+    for c in range(scores.shape[0]):
+        value = scores[c] + norms[c]
+        if value < lowest:
+            label, second, lowest = c, lowest, value
+        elif value < second:
+            second = value
+    return label, lowest, second
+
+
+@_jit
+def lloyd_chunk(
+    rows,
+    frequencies,
+    offsets,
+    scale,
+    tile_rows,
+    scaled,
+    norms32,
+    centers,
+    center_norms,
+    bound_slope,
+    bound_offset,
+    previous_scaled,
+    previous_norms32,
+    previous_centers,
+    previous_norms,
+    previous_slope,
+    previous_offset,
+    move_slope,
+    move_offset,
+    labels,
+    counts,
+    sums,
+):  # pragma: no cover - compiled
+    """Label ``rows`` and add them to ``counts`` and ``sums``; return
+    ``(sum of ||z||^2, rows moved since the previous centres, rows rescored in float64)``.
+
+    ``rows``: float32 (n, d) C-contiguous; ``frequencies``: float32 (d, m);
+    ``offsets``: float32 (m,) for the cosphase variant, length 0 for sincos;
+    ``scaled``: float32 (D, k), ``-2 c`` rounded; ``norms32``: float32 (k,);
+    ``centers``: float64 (k, D); ``center_norms``: float64 (k,). The margin
+    bound of a row is ``bound_slope * L + bound_offset`` with ``L`` its tile's
+    largest ``||z||``. ``previous_*``: the same for the previous centres (k = 0
+    arrays when there are none); a row may have moved if its margin is within
+    ``bound + move_slope * L + move_offset``. ``labels``: int64 (n,),
+    ``counts``: int64 (k,), ``sums``: float64 (k, D), all written into.
+    """
+    n = rows.shape[0]
+    m = frequencies.shape[1]
+    width = scaled.shape[0]
+    k = scaled.shape[1]
+    k_previous = previous_scaled.shape[1]
+    tile = min(tile_rows, n)
+    projection = np.empty((tile, m), np.float32)
+    features = np.empty((tile, width), np.float32)
+    scores = np.empty((tile, k), np.float32)
+    sincos = offsets.shape[0] == 0
+    tile_sums = np.zeros((k, width), np.float32)
+    candidates = np.empty((tile, width), np.float32)
+    candidate_rows = np.empty(tile, np.int64)
+    previous_scores = np.empty((tile, max(k_previous, 1)), np.float32)
+    squared_norm_sum = 0.0
+    n_moved = 0
+    n_rescored = 0
+    for start in range(0, n, tile):
+        t = min(n, start + tile) - start
+        block = features[:t]
+        rff_features(rows[start : start + t], frequencies, offsets, scale, projection[:t], block)
+        if sincos:
+            # cos^2 + sin^2 = 1: every row's ||z||^2 is m scale^2, up to float32 rounding of the
+            # features (relative 2^-22 at most, covered by the 1e-5 margin on the length).
+            squared_norm_sum += t * np.float64(m) * np.float64(scale) ** 2
+            length = np.float32(np.sqrt(np.float64(m)) * np.float64(scale) * (1.0 + 1e-5))
+        else:
+            largest = np.float32(0.0)
+            for i in range(t):
+                norm = np.dot(block[i], block[i])  # BLAS sdot
+                largest = max(largest, norm)
+                squared_norm_sum += np.float64(norm)
+            length = np.float32(np.sqrt(largest))
+        bound = length * bound_slope + bound_offset
+        moved_bound = bound + length * move_slope + move_offset
+        np.dot(block, scaled, scores[:t])
+        n_candidates = 0
+        for i in range(t):
+            label, lowest, second = _lowest_two(scores[i], norms32)
+            margin = second - lowest
+            if margin <= bound:
+                label = _exact_label(block[i], centers, center_norms)
+                n_rescored += 1
+            labels[start + i] = label
+            counts[label] += 1
+            destination, source = tile_sums[label], block[i]
+            for j in range(width):
+                destination[j] += source[j]
+            if k_previous and margin <= moved_bound:
+                candidates[n_candidates] = source
+                candidate_rows[n_candidates] = start + i
+                n_candidates += 1
+        for c in range(k):
+            for j in range(width):
+                sums[c, j] += np.float64(tile_sums[c, j])
+                tile_sums[c, j] = 0.0
+        if n_candidates:
+            gathered = candidates[:n_candidates]
+            np.dot(gathered, previous_scaled, previous_scores[:n_candidates])
+            previous_bound = length * previous_slope + previous_offset
+            for i in range(n_candidates):
+                before, lowest, second = _lowest_two(previous_scores[i], previous_norms32)
+                if second - lowest <= previous_bound:
+                    before = _exact_label(gathered[i], previous_centers, previous_norms)
+                if before != labels[candidate_rows[i]]:
+                    n_moved += 1
+    return squared_norm_sum, n_moved, n_rescored
+
+
+def _kernel_array(array: np.ndarray, dtype: Any) -> np.ndarray:
+    """A writeable C-contiguous array: every array argument of :func:`lloyd_chunk` has one numba
+    type whatever the caller's layout or flags (read-only and strided arrays are other types,
+    each of which would compile another specialisation, seconds in the middle of a fit)."""
+    array = np.ascontiguousarray(array, dtype=dtype)
+    return array if array.flags.writeable else array.copy()
+
+
+def lloyd_step(
+    rows: np.ndarray,
+    feature_map: Any,
+    tile_rows: int,
+    current: Any,
+    previous: Any = None,
+    move: tuple[float, float] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, int, int]:
+    """Run :func:`lloyd_chunk` on trusted rows of a fitted RFF map.
+
+    ``current`` and ``previous`` are :class:`~streamrff.kmeans.scoring._NearestCentres` of
+    one block each (``previous`` None: no move count); ``move`` is ``(shift, norm_change)``.
+    Returns ``(labels, counts, sums, sum of ||z||^2, rows moved, rows rescored)``.
+    """
+    centers = _kernel_array(current.blocks[0], dtype=np.float64)
+    k, width = centers.shape
+    if previous is None:
+        previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((0, width)), np.empty(0))
+        previous_args += (np.float32(0.0),) * 4
+    else:
+        previous_args = (
+            _kernel_array(previous.scaled, dtype=np.float32),
+            _kernel_array(previous.norms32, dtype=np.float32),
+            _kernel_array(previous.blocks[0], dtype=np.float64),
+            _kernel_array(previous.block_norms[0], dtype=np.float64),
+        )
+        previous_args += tuple(np.float32(value) for value in (previous.slope, previous.offset, *move))
+    labels = np.empty(rows.shape[0], np.int64)
+    counts = np.zeros(k, np.int64)
+    sums = np.zeros((k, width))
+    squared_norm_sum, n_moved, n_rescored = lloyd_chunk(
+        _kernel_array(rows, np.float32),
+        *feature_map._float32_kernel_args(),
+        int(tile_rows),
+        _kernel_array(current.scaled, dtype=np.float32),
+        _kernel_array(current.norms32, dtype=np.float32),
+        centers,
+        _kernel_array(current.block_norms[0], dtype=np.float64),
+        np.float32(current.slope),
+        np.float32(current.offset),
+        *previous_args,
+        labels,
+        counts,
+        sums,
+    )
+    return labels, counts, sums, float(squared_norm_sum), int(n_moved), int(n_rescored)
