@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from streamrff.cli import main
 from streamrff.errors import InputError, SketchMismatchError
+from streamrff.maps import RFF
 from streamrff.twosample import (
     AggregatedTwoSampleResult,
     AggregatedTwoSampleSketch,
@@ -261,6 +262,10 @@ def test_aggregated_result_repr_and_json():
         (dict(method="aggregated", bandwidths=[1.0, -2.0]), "positive finite numbers. Got -2.0"),
         (dict(method="aggregated", bandwidths=[1.0, 1.0]), "distinct"),
         (
+            dict(method="aggregated", feature_map=RFF(n_features=32, bandwidth=1.0).fit(np.ones((2, 2)))),
+            "one map per bandwidth.*feature_map does not apply",
+        ),
+        (
             dict(method="aggregated", n_features=1024, n_permutations=1000, max_accumulator_bytes=2**20),
             r"10 x \(1000 \+ 2\) x 1024 x 8 = 78\.3 MiB.*max_accumulator_bytes",
         ),
@@ -304,7 +309,7 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
     out = capsys.readouterr().out
     assert "aggregation:  mmdagg over 10 bandwidths" in out and "NOT corrected" in out
     assert len(out.splitlines()) == 7 + 10 + 1 and plot.stat().st_size > 1000
-    for argv in (["test", x_path, y_path, "--bandwidths", "auto"], [*common, "--bandwidth", "1.0"]):
+    for argv in (["test", x_path, y_path, "--bandwidths", "auto"], [*common, "--bandwidth", "1.0"], [*common, "--map", x_path]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
