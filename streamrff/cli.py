@@ -12,12 +12,13 @@ needs when it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 __all__ = ["main", "build_parser"]
@@ -455,6 +456,8 @@ def _cmd_test(args: argparse.Namespace) -> int:
     from .twosample import two_sample_test
 
     options = _storage_options(args.storage_options)
+    if args.plot:
+        _check_output_free(args.plot, None, args.overwrite)
     args.method = args.method or ("spectral" if args.sketches else "permutation")
     aggregated = args.method == "aggregated"
     if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
@@ -491,7 +494,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
     if args.plot:
         from .plot import save_report_figure
 
-        save_report_figure(args.plot, result=result)
+        save_report_figure(args.plot, result=result, overwrite=args.overwrite)
     payload = result.to_dict(include_null=False)
     _emit(args, payload, _test_lines(result) + ([f"wrote {args.plot}"] if args.plot else []))
     return EXIT_OK
@@ -631,7 +634,7 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
 
             stored = _open_output(args.output, options)
             rows = min(stored.shape[0], 20_000)
-            save_report_figure(args.plot, scores=np.asarray(stored[:rows].compute()))
+            save_report_figure(args.plot, scores=np.asarray(stored[:rows].compute()), overwrite=args.overwrite)
         total = fitted.n_samples_ * fitted.total_variance_
         payload = {
             "n_components": int(args.components),
@@ -649,6 +652,8 @@ def _cmd_kpca(args: argparse.Namespace) -> int:
         ]
         return payload, lines + ([f"wrote {args.plot}"] if args.plot else [])
 
+    if args.plot:
+        _check_output_free(args.plot, None, args.overwrite)
     return _fit_write_report(args, model, KernelPCA.transform, report, options, progress=_show_progress(args))
 
 
@@ -815,6 +820,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rff_options(test, "seed of the map, its row sample, the permutations and the spectral draws")
     test.add_argument("--plot", metavar="PNG", help="draw the null distribution with the observed statistic "
                       "(aggregated: each bandwidth's standardised statistic against its null)")
+    test.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     _add_scheduler(test)
     _add_common(test)
     test.set_defaults(handler=_cmd_test)
@@ -900,6 +906,19 @@ def _version() -> str:
         return "0.0.0"
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """Show streamrff's warnings (e.g. a sketch file without an attributes digest) as one line each."""
+    import warnings
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        print(f"streamrff {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
@@ -910,7 +929,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .errors import StreamRFFError
 
     try:
-        return handler(args)
+        with _one_line_warnings(args.command):
+            return handler(args)
     except _UsageError as error:
         parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
     except FileExistsError as error:  # an output that appeared after the first check

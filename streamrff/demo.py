@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ._publish import publish_text
 from .typing import PathOrURL
 
 __all__ = ["write_demo_data", "run_demo"]
@@ -203,7 +204,7 @@ def run_demo(
     except ImportError:
         echo("matplotlib is not installed: no report.png (pip install 'streamrff[plot]')")
     report["timings"] = {**timings, "total_s": time.perf_counter() - started}
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    publish_text(out_dir / "report.json", json.dumps(report, indent=2), overwrite=True)  # whole or not at all
     echo(f"MMD^2 (unbiased) between the sites: {report['mmd2_unbiased']:.3e}")
     for name, result in (("spectral", spectral), ("hotelling", hotelling), ("permutation", permutation)):
         echo(f"  {name:12s} p = {result.p_value:.4g}")

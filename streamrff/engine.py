@@ -22,6 +22,8 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import one_blas_thread
+from ._connection import connect_timeout, parse_scheduler_address, probe_scheduler, wait_for_result
+from ._memory import check_sizes_fit
 from ._validation import check_feature_dtype
 from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
@@ -46,7 +48,6 @@ logger = logging.getLogger("streamrff.engine")
 ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], Sketch]
 
 _ON_INVALID = ("raise", "skip")
-_CONNECT_TIMEOUT_S = 20
 
 
 @contextlib.contextmanager
@@ -54,8 +55,12 @@ def connect(client: Any) -> Iterator[Any]:
     """Yield a ``distributed.Client`` for ``client`` (a Client, an address string or None).
 
     ``None`` yields None: the embedded local default (dask's threaded
-    scheduler, one thread per core). An address string opens a Client that is
-    closed on exit; an unreachable scheduler fails within ~20 s naming the address.
+    scheduler, one thread per core). An address string is checked first
+    (``host:port`` or ``tcp://``/``tls://host:port``; a malformed one fails at
+    once), then probed: the scheduler must answer within the dask config
+    ``streamrff.connect-timeout`` (default 20 s; environment variable
+    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), else :class:`ClusterError` names the
+    address. The Client opened is closed on exit.
     """
     if client is None:
         yield None
@@ -63,7 +68,8 @@ def connect(client: Any) -> Iterator[Any]:
     if isinstance(client, str):
         from distributed import Client
 
-        if client.startswith("tls://"):
+        address = parse_scheduler_address(client)
+        if address.startswith("tls://"):
             from distributed import Security
 
             if Security().get_connection_args("client").get("ssl_context") is None:
@@ -73,12 +79,13 @@ def connect(client: Any) -> Iterator[Any]:
                     "DASK_DISTRIBUTED__COMM__TLS__CA_FILE / __CLIENT__CERT / __CLIENT__KEY "
                     "(see deploy/tls/README.md)."
                 )
-        _probe_scheduler(client)
+        timeout = connect_timeout()
+        probe_scheduler(address, timeout)
         try:
-            opened = Client(client, timeout=f"{_CONNECT_TIMEOUT_S}s", set_as_default=False)
+            opened = Client(address, timeout=f"{timeout}s", set_as_default=False)
         except (OSError, TimeoutError) as error:
             raise ClusterError(
-                f"Cannot reach the Dask scheduler at {client} within {_CONNECT_TIMEOUT_S} s "
+                f"Cannot reach the Dask scheduler at {client} within {timeout:g} s "
                 f"({type(error).__name__}). Check the address and that `dask scheduler` is running there."
             ) from error
         try:
@@ -93,26 +100,6 @@ def connect(client: Any) -> Iterator[Any]:
         f"client must be None, a distributed.Client or a scheduler address like 'tcp://host:8786'. "
         f"Got {type(client).__name__}."
     )
-
-
-def _probe_scheduler(address: str) -> None:
-    """Fail at once, naming the address, when nothing listens there (the Client would retry for 20 s)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    if parts.scheme not in ("tcp", "tls") or parts.hostname is None or parts.port is None:
-        return  # other transports (inproc, ucx) are left to distributed
-    try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=_CONNECT_TIMEOUT_S):
-            pass
-    except ConnectionRefusedError as error:
-        raise ClusterError(
-            f"Cannot reach the Dask scheduler at {address}: connection refused. Check the address and "
-            "that `dask scheduler` is running there."
-        ) from error
-    except OSError:
-        return  # timeouts and name errors: let the Client report them with its own deadline
 
 
 def _chunk_task(
@@ -152,7 +139,14 @@ def _chunk_task(
 def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
     from .fileformat import load
 
-    return load(path, storage_options=storage_options)
+    # A partial must be exactly what this job saved: a file without the attributes digest
+    # (or with an edited one) is refused, naming the partial to delete so it is recomputed.
+    try:
+        return load(path, storage_options=storage_options, require_digest=True)
+    except SketchFormatError as error:
+        raise SketchFormatError(
+            f"{error} This is a checkpoint partial: delete it to recompute its chunk on the next run."
+        ) from error
 
 
 def _merge_group(*partials: Sketch) -> Sketch:
@@ -265,7 +259,7 @@ def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
             from distributed import progress as show_progress
 
             show_progress(future)
-        return future.result()
+        return wait_for_result(future, active)  # fails after streamrff.no-workers-timeout without workers
 
 
 def landmark_sample(
@@ -565,6 +559,7 @@ def sketch(
     method = check_sum_method(method, bool(moments), dtype)
     array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
+        check_sizes_fit(feature_map, array.shape[1], _memory_per_thread(active), bool(moments), split_every=split_every)
         fitted = fit_map(feature_map, [array], client=active, progress=progress)
         check_sum_method(method, bool(moments), dtype, fitted)
         if chunk_rows is None:

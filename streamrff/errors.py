@@ -20,6 +20,7 @@ __all__ = [
     "SourceError",
     "ClusterError",
     "VarianceWarning",
+    "SketchFormatWarning",
 ]
 
 
@@ -65,3 +66,7 @@ class ClusterError(StreamRFFError, ConnectionError):
 
 class VarianceWarning(UserWarning):
     """A feature map's estimates will be much noisier than usual (e.g. RelativeErrorRFF in many dimensions)."""
+
+
+class SketchFormatWarning(UserWarning):
+    """A sketch file loads, but part of it could not be verified (e.g. written before attribute digests)."""

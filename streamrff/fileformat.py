@@ -16,19 +16,32 @@ Group attributes::
     count             rows sketched
     checksums         {array path: sha256 of its little-endian C-order bytes}
     ...               kind-specific scalars (squared_norm_sum, n_invalid, moments)
+    attributes_digest sha256 of the canonical JSON of every other attribute (sorted
+                      keys, no spaces, ASCII, no NaN); it covers the checksums, so
+                      every saved byte that carries a value is verified on load
+
+Files written before the attributes digest (older streamrff, still version 1)
+load with a :class:`~streamrff.errors.SketchFormatWarning`: their arrays are
+verified, their scalar attributes (count, norms) cannot be. ``load(...,
+require_digest=True)`` refuses them instead, and checkpoint partials are always
+loaded that way (delete a refused partial to recompute its chunk). Saving such a
+sketch again adds the digest. The version stays 1 because a reader that does not
+know the digest still reads these files correctly.
 
 Arrays are little-endian with an explicit ``bytes`` codec. The attributes are
 written last, so an interrupted write to object storage leaves a group that
 :func:`load` rejects as incomplete; local directories and zip files are written
-under a temporary name and renamed into place.
+under a temporary name and published in one step that never replaces an
+existing output unless asked to (:func:`publish`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import os
-import shutil
-import uuid
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -38,11 +51,12 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
-from .errors import SketchFormatError, SourceError, StreamRFFError
+from ._publish import publish, remove_path, staging_path
+from .errors import SketchFormatError, SketchFormatWarning, SourceError, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish"]
 
 FORMAT_NAME = "streamrff.sketch"
 FORMAT_VERSION = 1
@@ -59,6 +73,59 @@ def _local_path(path: str) -> Path:
 def _checksum(array: np.ndarray) -> str:
     little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
     return hashlib.sha256(little.tobytes()).hexdigest()
+
+
+DIGEST_ATTRIBUTE = "attributes_digest"
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"attribute value {value!r} of type {type(value).__name__} is not JSON")
+
+
+def _attributes_digest(attrs: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``attrs`` without the digest itself.
+
+    Raises ValueError for values JSON cannot hold exactly (NaN, inf).
+    """
+    covered = {key: value for key, value in attrs.items() if key != DIGEST_ATTRIBUTE}
+    text = json.dumps(covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_value)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
+    stored = attrs.get(DIGEST_ATTRIBUTE)
+    if stored is None:
+        if require_digest:
+            raise SketchFormatError(
+                f"{target} has no attributes digest, so its scalar attributes (count, norms) cannot be "
+                "verified. Expected a sketch written by this streamrff; load it with require_digest=False "
+                "and save it again to add one (or delete a checkpoint partial to recompute it)."
+            )
+        warnings.warn(
+            f"{target} was written before attribute digests: its arrays are verified, but its scalar "
+            "attributes (count, norms) are not verified. Save it again (e.g. `streamrff merge OLD -o NEW`) to add one.",
+            SketchFormatWarning,
+            stacklevel=5,  # the caller of load(), through _load_once and _read_sketch
+        )
+        return
+    if not _digest_matches(attrs):
+        raise _digest_error(target)
+
+
+def _digest_matches(attrs: dict[str, Any]) -> bool:
+    try:
+        return attrs.get(DIGEST_ATTRIBUTE) == _attributes_digest(attrs)
+    except (TypeError, ValueError):  # NaN or values JSON cannot hold
+        return False
+
+
+def _digest_error(target: str) -> SketchFormatError:
+    return SketchFormatError(
+        f"{target}: the group attributes do not match their digest (tampered or corrupt). Expected "
+        "the attributes as saved; restore the file from its source or sketch the data again."
+    )
 
 
 def _write_group(store: Any, sketch: Sketch) -> None:
@@ -88,6 +155,8 @@ def _write_group(store: Any, sketch: Sketch) -> None:
         "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
     }
     attrs.update(sketch._attrs())
+    attrs = json.loads(json.dumps(attrs, default=_json_value))  # exactly what zarr.json will hold
+    attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
     root.attrs.update(attrs)  # last: marks the group complete
 
 
@@ -104,12 +173,20 @@ def save_sketch(
     storage_options : dict, optional
         Passed to fsspec for URLs (credentials, ``endpoint_url``). Never logged.
     overwrite : bool, default=False
-        Replace an existing sketch at that place.
+        Replace an existing sketch at that place (the last writer wins whole).
 
     Raises
     ------
     FileExistsError
-        If something exists at the target and ``overwrite`` is False.
+        If something exists at the target and ``overwrite`` is False: checked
+        before writing and again, atomically, when the finished sketch is
+        published (:func:`streamrff._publish.publish`), so of two concurrent
+        saves to one local path exactly one succeeds. On object storage
+        (``s3://``...) there is no no-replace rename: the existence check runs
+        before the job and again just before writing, and an existing output
+        is never deleted without ``overwrite``; two writers that pass the second
+        check together can still both succeed, the last complete attributes
+        winning.
     SourceError
         If the target cannot be written (e.g. a bucket that does not exist).
     """
@@ -121,30 +198,22 @@ def save_sketch(
         _save_remote(sketch, target, storage_options, overwrite)
         return
     path = _local_path(target)
-    staging = path.parent / f".{path.name}.partial-{uuid.uuid4().hex}"
+    staging = staging_path(path)
     try:
+        _write_group(zarr.storage.LocalStore(staging), sketch)
         if path.suffix == ".zip":
             # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
             # entry, so build the group as a directory and pack it once.
-            _write_group(zarr.storage.LocalStore(staging), sketch)
             packed = staging.with_name(staging.name + ".zip")
             try:
                 _zip_directory(staging, packed)
-                os.replace(packed, path)
+                publish(packed, path, overwrite)
             finally:
                 packed.unlink(missing_ok=True)
             return
-        _write_group(zarr.storage.LocalStore(staging), sketch)
-        if path.exists():
-            retired = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
-            os.rename(path, retired)
-            os.rename(staging, path)
-            _remove(retired)
-        else:
-            os.rename(staging, path)
+        publish(staging, path, overwrite)
     finally:
-        if staging.exists():
-            _remove(staging)
+        remove_path(staging)
 
 
 def _zip_directory(directory: Path, archive: Path) -> None:
@@ -181,23 +250,21 @@ def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = Non
         raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def _save_remote(sketch: Sketch, url: str, storage_options: StorageOptions, overwrite: bool) -> None:
     import fsspec
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         if fs.exists(root):
-            fs.rm(root, recursive=True)  # overwrite was checked by check_writable
+            if not overwrite:  # another writer got there since check_writable: never delete its output
+                raise FileExistsError(
+                    f"{url} already exists: another process wrote it while this job ran. Choose another "
+                    "URL or pass overwrite=True (CLI: --overwrite)."
+                )
+            fs.rm(root, recursive=True)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
         _write_group(store, sketch)
-    except StreamRFFError:
+    except (StreamRFFError, FileExistsError):
         raise
     except Exception as error:
         raise SourceError(f"Cannot write the sketch to {url}: {type(error).__name__}: {error}") from error
@@ -221,14 +288,23 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
     return zarr.storage.LocalStore(path, read_only=True)
 
 
-def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sketch:
+def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require_digest: bool = False) -> Sketch:
     """Read a sketch written by :meth:`Sketch.save`, validating everything.
 
     Checks the format name and version, the kind, the map spec (rebuilt and
     re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
-    the scalar attributes. Array sizes, codecs and chunking, and the size of the
-    map to rebuild, are checked before any data is read or any parameter drawn,
-    so a tampered file fails fast instead of allocating gigabytes.
+    the scalar attributes, and the attributes digest. Array sizes, codecs and
+    chunking, declared shapes against the map spec and attributes (no array
+    larger than the square of their largest size), the decoded size each stored
+    zstd chunk declares, and the size of the map to rebuild, are checked before
+    any data is read or any parameter drawn, so a tampered file fails fast
+    instead of allocating gigabytes; large arrays are read only after the
+    attributes digest matched. Arrays are read one chunk at a time, so a failing
+    chunk leaves no background reads behind.
+
+    A local directory replaced by a concurrent save while it is read is read
+    again (the save publishes a complete directory in one step), so a load never
+    mixes two versions.
 
     Parameters
     ----------
@@ -236,6 +312,9 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sket
         Directory, ``.zip`` file, ``file://`` or fsspec URL.
     storage_options : dict, optional
         fsspec options for URLs. Never logged.
+    require_digest : bool, default=False
+        Refuse a file without an attributes digest (written by an older streamrff)
+        instead of loading it with a :class:`SketchFormatWarning`.
 
     Returns
     -------
@@ -257,10 +336,50 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> Sket
     True
     """
     target = os.fspath(path_or_url)
+    if not isinstance(require_digest, (bool, np.bool_)):
+        raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
+    for _ in range(_CONCURRENT_SAVE_ATTEMPTS):
+        before = _directory_identity(target)
+        try:
+            return _load_once(target, storage_options, bool(require_digest))
+        except SketchFormatError:
+            # A save with overwrite=True swapped the directory while it was read, so the
+            # files read may mix both versions: read the new one again. A failure on a
+            # directory that stayed in place is the file's own.
+            if before is None or _directory_identity(target) == before:
+                raise
+    raise SketchFormatError(
+        f"{target} is being written by another process: it was replaced {_CONCURRENT_SAVE_ATTEMPTS} times "
+        "while being read. Retry when the save has finished."
+    )
+
+
+#: Reads of a local sketch directory that another process replaced meanwhile, before giving up.
+_CONCURRENT_SAVE_ATTEMPTS = 20
+
+
+def _directory_identity(target: str) -> tuple[int, int, int] | None:
+    """(device, inode, ctime) of a local sketch directory, None for other places.
+
+    A save with overwrite=True renames a new directory into place, so the identity
+    changes; the ctime tells a new directory from an old one whose inode was reused.
+    """
+    if _is_url(target):
+        return None
+    try:
+        status = os.stat(_local_path(target))
+    except OSError:
+        return None
+    if not os.path.isdir(_local_path(target)):
+        return None  # zip files are replaced whole and read through one open handle
+    return status.st_dev, status.st_ino, status.st_ctime_ns
+
+
+def _load_once(target: str, storage_options: StorageOptions, require_digest: bool) -> Sketch:
     try:
         store = _open_store(target, storage_options)
         try:
-            return _read_sketch(store, target)
+            return _read_sketch(store, target, require_digest)
         finally:
             if isinstance(store, zarr.storage.ZipStore):
                 store.close()
@@ -321,7 +440,7 @@ def _check_array_metadata(node: Any, name: str, target: str) -> None:
 _SPEC_SIZE_KEYS = ("n_features_in", "n_features", "n_components", "n_landmarks", "inner_width", "k")
 
 
-def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], target: str) -> None:
+def _check_spec_sizes(spec: dict[str, Any], shapes: dict[str, tuple[int, ...]], target: str) -> None:
     """Refuse a map spec that would cost far more to rebuild than the sketch it describes.
 
     Maps regenerate their random parameters from the spec (K-JL even eagerly, before any shape
@@ -331,7 +450,7 @@ def _check_spec_sizes(spec: dict[str, Any], arrays: dict[str, np.ndarray], targe
     # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
     width = spec.get("n_components", spec.get("n_features"))
     if isinstance(width, int) and not isinstance(width, bool):
-        widths = {array.shape[-1] for name, array in arrays.items() if array.ndim and not name.startswith("map/")}
+        widths = {shape[-1] for name, shape in shapes.items() if len(shape) and not name.startswith("map/")}
         if width not in widths:
             raise SketchFormatError(
                 f"{target}: the map spec declares {width} output features, but the stored arrays have widths "
@@ -362,11 +481,110 @@ def check_map_cost(spec: dict[str, Any], target: str) -> None:
             )
 
 
+#: Array elements load() reads before it has verified the attributes digest (8 MiB of float64).
+_UNVERIFIED_READ_ELEMENTS = 2**20
+#: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
+#: clusters k). A new sketch kind with another sizing attribute adds its name here.
+_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters")
+
+
+def _declared_sizes(spec: dict[str, Any], attrs: dict[str, Any]) -> list[int]:
+    """The sizes the spec and the attributes declare: widths, k, B, the number of names."""
+    sizes = []
+    levels = [spec]
+    while levels:
+        level = levels.pop()
+        levels.extend(value for value in level.values() if isinstance(value, dict))
+        sizes += [level.get(key) for key in _SPEC_SIZE_KEYS]
+    sizes += [attrs.get(key) for key in _SIZE_ATTRIBUTES]
+    if isinstance(attrs.get("names"), list):
+        sizes.append(len(attrs["names"]))
+    return [size for size in sizes if isinstance(size, int) and not isinstance(size, bool) and size > 0]
+
+
+def _check_declared_size(node: Any, name: str, spec: dict[str, Any], attrs: dict[str, Any], target: str) -> None:
+    """Refuse an array declaring more elements than the spec and attributes allow, before reading it.
+
+    No sketch array is larger than the square of the largest size they declare (a D x D
+    second moment, B x D permutation sums); zarr would fill a declared shape whose chunks
+    are missing with zeros, so a lie there costs gigabytes of memory and time.
+    """
+    largest = max(_declared_sizes(spec, attrs), default=1)
+    if node.size > largest**2:
+        raise SketchFormatError(
+            f"{target}: array {name!r} declares shape {node.shape} ({node.size:,} elements); the map spec and "
+            f"attributes allow at most {largest:,}^2 = {largest**2:,} (tampered array metadata or spec)."
+        )
+
+
+def _zstd_content_size(header: bytes) -> int | None:
+    """The decoded size a zstd frame header declares (RFC 8878 sec. 3.1.1.1), None if absent."""
+    if len(header) < 6 or header[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    descriptor = header[4]
+    single_segment = bool(descriptor & 0x20)
+    size_bytes = {0: 1 if single_segment else 0, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
+    start = 5 + (0 if single_segment else 1) + {0: 0, 1: 1, 2: 2, 3: 4}[descriptor & 0x03]
+    field = header[start : start + size_bytes]
+    if not size_bytes or len(field) != size_bytes:
+        return None
+    return int.from_bytes(field, "little") + (256 if size_bytes == 2 else 0)
+
+
+def _check_stored_chunks(node: Any, name: str, target: str) -> None:
+    """Compare each stored chunk's declared decoded size with the array's chunk shape, before reading.
+
+    zarr allocates the declared chunk shape before decoding, so a small chunk under a lied
+    shape would cost the lie. zstd frames (what save_sketch writes) state their decoded size
+    in their header; other compressors are left to the size bounds.
+    """
+    from zarr.abc.store import RangeByteRequest
+    from zarr.codecs import ZstdCodec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    if node.size == 0 or [type(codec) for codec in node.compressors] != [ZstdCodec]:
+        return
+    expected = int(np.prod(node.chunks)) * np.dtype(node.dtype).itemsize
+    grid = [range(-(-extent // step)) for extent, step in zip(node.shape, node.chunks)]
+    for coords in itertools.product(*grid):
+        key = node.metadata.encode_chunk_key(coords)
+        header = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=RangeByteRequest(0, 18)))
+        if header is None:
+            continue  # not stored: a chunk of zeros (zarr skips writing those); bounded by the size checks
+        declared = _zstd_content_size(header.to_bytes())
+        if declared is not None and declared != expected:
+            raise SketchFormatError(
+                f"{target}: array {name!r} chunk {key} decodes to {declared:,} bytes, but its declared chunk "
+                f"shape {node.chunks} of {np.dtype(node.dtype)} needs {expected:,} (tampered array metadata or chunk)."
+            )
+
+
+def _read_array(node: Any) -> np.ndarray:
+    """Read ``node`` one chunk at a time.
+
+    A failing chunk (wrong size, bad compression) then leaves no other reads pending
+    in zarr's event loop, which would otherwise print "Task was destroyed but it is
+    pending!" and "Event loop is closed" noise at exit.
+    """
+    if node.size == 0 or node.ndim == 0:
+        return np.asarray(node[...])
+    grid = [range(0, extent, step) for extent, step in zip(node.shape, node.chunks)]
+    value = None
+    for corner in itertools.product(*grid):
+        region = tuple(slice(start, start + step) for start, step in zip(corner, node.chunks))
+        chunk = node[region]
+        if value is None:  # allocate after the first chunk decoded: a wrong-sized one fails first
+            value = np.empty(node.shape, dtype=node.dtype)
+        value[region] = chunk
+    return value
+
+
 def _describe_sizes(level: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
 
 
-def _read_sketch(store: Any, target: str) -> Sketch:
+def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketch:
     try:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
     except FileNotFoundError as error:
@@ -396,8 +614,9 @@ def _read_sketch(store: Any, target: str) -> Sketch:
     checksums = attrs.get("checksums")
     if not isinstance(checksums, dict):
         raise SketchFormatError(f"{target}: missing or malformed checksums attribute.")
-    arrays: dict[str, np.ndarray] = {}
-    for name, expected in checksums.items():
+    spec = attrs.get("map")
+    nodes: dict[str, Any] = {}
+    for name in checksums:
         try:
             node = root[name]
         except KeyError as error:
@@ -405,14 +624,28 @@ def _read_sketch(store: Any, target: str) -> Sketch:
         if not isinstance(node, zarr.Array):
             raise SketchFormatError(f"{target}: {name!r} is not an array.")
         _check_array_metadata(node, name, target)  # before reading: a tampered shape costs nothing
-        value = np.asarray(node[...])
+        if isinstance(spec, dict):
+            _check_declared_size(node, name, spec, attrs, target)
+        _check_stored_chunks(node, name, target)
+        nodes[name] = node
+    if not isinstance(spec, dict):
+        raise SketchFormatError(f"{target}: missing map spec.")
+    _check_spec_sizes(spec, {name: node.shape for name, node in nodes.items()}, target)
+    if (
+        sum(node.size for node in nodes.values()) > _UNVERIFIED_READ_ELEMENTS
+        and DIGEST_ATTRIBUTE in attrs
+        and not _digest_matches(attrs)
+    ):
+        # Large arrays described by attributes (spec, sizes) that fail their digest: refuse
+        # before reading them. Small ones are read first, so that the checks below can
+        # name what exactly was edited.
+        raise _digest_error(target)
+    arrays: dict[str, np.ndarray] = {}
+    for name, expected in checksums.items():
+        value = _read_array(nodes[name])
         if _checksum(value) != expected:
             raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (tampered or corrupt).")
         arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
-    spec = attrs.get("map")
-    if not isinstance(spec, dict):
-        raise SketchFormatError(f"{target}: missing map spec.")
-    _check_spec_sizes(spec, arrays, target)
     map_arrays = {k[len("map/") :]: v for k, v in arrays.items() if k.startswith("map/")}
     sketch_arrays = {k: v for k, v in arrays.items() if not k.startswith("map/")}
     try:
@@ -438,6 +671,9 @@ def _read_sketch(store: Any, target: str) -> Sketch:
                 f"{target}: attribute {key!r} is {attrs.get(key)!r}; expected {value!r} for this sketch "
                 "(tampered attributes)."
             )
+    # Last, so that the specific checks above name what is wrong; this one catches the edits
+    # that leave a valid-looking sketch (a count off by one).
+    _check_attributes_digest(attrs, target, require_digest)
     return sketch
 
 

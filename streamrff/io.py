@@ -54,6 +54,13 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
         raise SourceError(f"{url} is a file, not a zarr array. {_READABLE}")
     try:
         if _is_remote(location):
+            import fsspec
+
+            # One request first: an unreachable endpoint fails here, not inside zarr's concurrent
+            # metadata reads, whose abandoned coroutines print "Exception ignored ... Token was
+            # created in a different Context" tracebacks at exit.
+            filesystem, root = fsspec.core.url_to_fs(location, **(storage_options or {}))
+            filesystem.exists(root)
             store = zarr.storage.FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
         else:
             # Absolute: workers run in other directories and would read a relative path
@@ -169,17 +176,18 @@ def write_zarr(
 ) -> str:
     """Compute a lazy dask array (labels, scores) into a zarr array, chunk by chunk.
 
-    A local target is written under a temporary name and renamed into place,
-    so an interrupted job never leaves a half-written array at ``path_or_url``.
+    A local target is written under a temporary name and published in one
+    step, so an interrupted job never leaves a half-written array at
+    ``path_or_url`` and a concurrent writer's output is never replaced without
+    ``overwrite``. A URL target is written in place (object stores have no rename).
 
     Raises
     ------
     FileExistsError
-        If the target exists and ``overwrite`` is False (checked before any work).
+        If the target exists and ``overwrite`` is False: checked before any work
+        and, for a local target, again atomically when publishing.
     """
-    import shutil
-    import uuid
-
+    from ._publish import publish, remove_path, staging_path
     from .engine import connect
 
     target = os.fspath(path_or_url)
@@ -198,7 +206,7 @@ def write_zarr(
         parent = os.path.dirname(os.path.abspath(local))
         if not os.path.isdir(parent):
             raise SourceError(f"Cannot write {local}: directory {parent} does not exist. Create it first.")
-        staging = os.path.join(parent, f".{os.path.basename(local)}.partial-{uuid.uuid4().hex}")
+        staging = os.fspath(staging_path(os.path.join(parent, os.path.basename(local))))
     stored = array.to_zarr(staging, storage_options=storage_options if remote else None, overwrite=True, compute=False)
     try:
         with connect(client) as active:
@@ -207,10 +215,8 @@ def write_zarr(
             else:
                 active.compute(stored).result()
         if not remote:
-            if os.path.exists(local):
-                shutil.rmtree(local)
-            os.rename(staging, local)
+            publish(staging, local, overwrite)  # never replaces an output that appeared meanwhile
     finally:
-        if not remote and os.path.exists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
+        if not remote:
+            remove_path(staging)
     return target

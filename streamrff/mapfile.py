@@ -30,12 +30,12 @@ import base64
 import binascii
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._publish import publish_text
 from .errors import InputError, MapFormatError, SketchFormatError, StreamRFFError, SourceError
 from .maps import FeatureMap, map_from_spec
 from .typing import PathOrURL, StorageOptions
@@ -92,10 +92,10 @@ def map_to_json(feature_map: FeatureMap) -> str:
 
 
 def _publish(data: bytes, target: str, storage_options: StorageOptions, overwrite: bool) -> None:
-    """Write ``data`` at ``target`` in one step: a temporary file renamed (or linked) into place.
+    """Write ``data`` at ``target`` in one step (:func:`streamrff._publish.publish_text` locally).
 
     Without ``overwrite`` an existing target is refused, also when it appears while
-    writing (a hard link never replaces); on object storage one PUT is atomic.
+    writing; on object storage one PUT is atomic.
     """
     if _is_url(target):
         import fsspec
@@ -119,23 +119,7 @@ def _publish(data: bytes, target: str, storage_options: StorageOptions, overwrit
         raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
     if path.is_dir():
         raise FileExistsError(f"{path} is a directory. Choose a file name for the map, e.g. {path / 'map.json'}.")
-    staging = path.parent / f".{path.name}.partial-{uuid.uuid4().hex}"
-    try:
-        with open(staging, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(staging, path)
-        else:
-            try:
-                os.link(staging, path)  # fails if the target appeared meanwhile: never replaces
-            except FileExistsError:
-                raise FileExistsError(
-                    f"{path} already exists. Choose another output or pass overwrite=True (CLI: --overwrite)."
-                ) from None
-    finally:
-        staging.unlink(missing_ok=True)
+    publish_text(path, data.decode("utf-8"), overwrite)  # never replaces without overwrite, also in a race
 
 
 def save_map(

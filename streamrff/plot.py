@@ -170,8 +170,15 @@ def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int
     return ax
 
 
-def save_report_figure(path: str, result: Any = None, scores: Any = None, labels: Any = None) -> None:
-    """Write a figure with the null histogram and/or the KPCA scatter side by side to ``path`` (PNG)."""
+def save_report_figure(
+    path: str, result: Any = None, scores: Any = None, labels: Any = None, overwrite: bool = True
+) -> None:
+    """Write a figure with the null histogram and/or the KPCA scatter side by side to ``path`` (PNG).
+
+    The figure is drawn to a temporary file and published in one step; with
+    ``overwrite=False`` an existing ``path`` (even one that appeared while
+    drawing) raises FileExistsError and is left as it was.
+    """
     plt = _pyplot()
     panels = [p for p in (result, scores) if p is not None]
     if not panels:
@@ -184,5 +191,14 @@ def save_report_figure(path: str, result: Any = None, scores: Any = None, labels
     if scores is not None:
         plot_scores(scores, labels, axes[0, column])
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    from pathlib import Path
+
+    from ._publish import publish, remove_path, staging_path
+
+    staging = staging_path(path)
+    try:
+        figure.savefig(staging, dpi=110, format=Path(path).suffix[1:].lower() or "png")
+        publish(staging, path, overwrite)
+    finally:
+        plt.close(figure)
+        remove_path(staging)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial.distance import pdist
 
+from .errors import InputError
+
 __all__ = ["row_keys", "bottom_k", "median_heuristic", "MEDIAN_SAMPLE_ROWS"]
 
 #: Rows in the seeded sample on which ``bandwidth="median"`` is computed.
@@ -63,7 +65,18 @@ def median_heuristic(rows: np.ndarray) -> float:
 
     Returns 1.0 when fewer than two distinct rows are given, so that a map can
     still be fitted on a single row (the bandwidth then does not matter).
+
+    Raises
+    ------
+    InputError
+        For no rows at all (e.g. every row of the data is NaN/inf and skipped):
+        there is nothing to take a median of.
     """
+    if rows.shape[0] == 0:
+        raise InputError(
+            "bandwidth='median' needs at least one finite row to sample. Got 0 finite rows (every row is "
+            "NaN/inf, or the data is empty). Clean the data, or pass a numeric bandwidth (CLI: --bandwidth 1.5)."
+        )
     if rows.shape[0] < 2:
         return 1.0
     distances = pdist(np.asarray(rows, dtype=np.float64))

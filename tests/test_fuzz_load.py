@@ -9,8 +9,8 @@ The contract under test (``streamrff.load`` and ``streamrff info``):
 
 - a damaged file raises :class:`streamrff.SketchFormatError` - never another exception type, never
   a hang, never an allocation out of proportion to the file (a memory limit is set while loading);
-- a file that still loads gives back the original sketch, except for the scalar attributes the
-  format does not checksum (counts and norms), which must then still be valid;
+- a file that still loads gives back the original sketch: every attribute, scalar or not, is
+  covered by the attributes digest, so an edited count or norm is refused too;
 - no byte of a sketch file goes through pickle (``pickle`` is booby-trapped while loading);
 - the CLI prints one ``streamrff info: error: ...`` line and exits with 1, never a traceback;
 - storage options (credentials) never appear in output, error messages or streamrff's logs.
@@ -59,8 +59,9 @@ FUZZ_SETTINGS = settings(
 )
 #: Extra address space load() may use on a file of a few kilobytes before it is a bug.
 MEMORY_HEADROOM = 2 * 2**30
-#: Group attributes the checksums do not cover: a file edited there loads, with the edited value.
-UNPROTECTED_ATTRS = {"count", "squared_norm_sum", "n_invalid", "count_x", "count_y", "squared_norm_sum_x", "squared_norm_sum_y"}
+#: Group attributes that no digest covers: none since the attributes digest (issue 22); before it,
+#: counts and norms edited in zarr.json loaded with the edited value.
+UNPROTECTED_ATTRS: set[str] = set()
 SECRETS = ("SECRET-123", "SECRET-456")
 
 ROWS = np.random.default_rng(5).normal(size=(30, 3))
@@ -615,6 +616,140 @@ def test_load_refuses_an_extra_array_with_a_valid_checksum(
     (directory / "zarr.json").write_text(json.dumps(document))
     with pytest.raises(SketchFormatError, match="smuggled"):
         srf.load(directory)
+
+
+def _leaf_paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict) and node:
+        return [path for key, child in node.items() for path in _leaf_paths(child, (*prefix, key))]
+    if isinstance(node, list) and node:
+        return [path for index, child in enumerate(node) for path in _leaf_paths(child, (*prefix, index))]
+    return [prefix]
+
+
+def _perturbed(value: Any) -> Any:
+    """A value of the same JSON type that differs from ``value`` (what a hand edit would write)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * (1 + 2**-40) + 2**-40
+    if isinstance(value, str):
+        return value[:-1] + ("0" if value[-1:] != "0" else "1")
+    return [value] if value is not None else 0
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_load_refuses_every_single_attribute_edit_in_directory_and_zip(
+    originals: dict[str, tuple[srf.Sketch, Path]], tmp_path: Path, base: str
+) -> None:
+    # Every leaf of the group attributes (scalars, map spec fields, checksums, the digest itself),
+    # edited to another value of the same type: refused, never loaded as a different sketch.
+    original, template = originals[base]
+    attrs = json.loads((template / "zarr.json").read_text())["attributes"]
+    leaves = _leaf_paths(attrs)
+    assert {("count",), ("attributes_digest",)} <= set(leaves)
+    for index, leaf in enumerate(leaves):
+        directory = tmp_path / f"edit-{index}.sketch"
+        shutil.copytree(template, directory)
+        document = json.loads((directory / "zarr.json").read_text())
+        node = document["attributes"]
+        for key in leaf[:-1]:
+            node = node[key]
+        node[leaf[-1]] = _perturbed(node[leaf[-1]])
+        (directory / "zarr.json").write_text(json.dumps(document))
+        archive = tmp_path / f"edit-{index}.zip"
+        _zip_directory(directory, archive)
+        for target in (directory, archive):
+            with memory_limit(), pytest.raises(SketchFormatError):
+                loaded = srf.load(target)
+                pytest.fail(f"{base}: editing attribute {leaf} loaded {loaded!r} (original {original!r})")
+        shutil.rmtree(directory)
+        archive.unlink()
+
+
+#: Child process: caps its address space at its size after imports + 512 MiB, loads every path
+#: in argv and prints one JSON line per file: the exception type and whether a MemoryError caused it.
+_LOAD_UNDER_MEMORY_CEILING = """
+import json, resource, sys
+import streamrff as srf
+
+with open("/proc/self/status") as status:
+    size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + 512 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+for path in sys.argv[1:]:
+    try:
+        srf.load(path)
+        outcome, memory = "loaded", False
+    except BaseException as error:
+        outcome, memory, seen = type(error).__name__, False, error
+        while seen is not None:
+            memory = memory or isinstance(seen, MemoryError)
+            seen = seen.__cause__ or seen.__context__
+    print(json.dumps({"path": path, "outcome": outcome, "memory_error": memory}), flush=True)
+"""
+
+
+def _declared_shape_lies(template: Path, scratch: Path) -> list[Path]:
+    """Copies of ``template`` whose array metadata claims a huge shape (as one chunk or in row
+    blocks), with the stored chunks deleted (zarr would fill them with zeros) or kept (a wrong-sized
+    chunk), plus the same lies next to a map spec whose widths were raised to match, with and
+    without the attributes digest."""
+    lies = []
+    arrays = [path.parent.relative_to(template) for path in template.rglob("zarr.json") if path.parent != template]
+    arrays = [name for name in arrays if json.loads((template / name / "zarr.json").read_text())["node_type"] == "array"]
+    for name in arrays:
+        ndim = len(json.loads((template / name / "zarr.json").read_text())["shape"])
+        huge = [2**14] * ndim if ndim == 2 else [2**28]
+        for chunking in ("one-chunk", "row-blocks"):
+            chunks = huge if chunking == "one-chunk" or ndim == 1 else [2**8, 2**14]
+            for chunk_files in ("deleted", "kept"):
+                # Without a digest (files written before it) only the kept chunk shows the lie: a
+                # deleted one would read as zeros of a size the edited spec allows.
+                variants = [(False, True), (True, True)] + ([(True, False)] if chunk_files == "kept" else [])
+                for spec_too, digest in variants:
+                    label = f"{chunking}-{chunk_files}-{'spec' if spec_too else 'array'}-{'digest' if digest else 'v1'}"
+                    directory = scratch / f"{name.as_posix().replace('/', '-')}-{label}.sketch"
+                    shutil.copytree(template, directory)
+                    _edit_json(
+                        directory / name / "zarr.json",
+                        shape=huge,
+                        chunk_grid={"name": "regular", "configuration": {"chunk_shape": chunks}},
+                    )
+                    if chunk_files == "deleted":
+                        shutil.rmtree(directory / name / "c", ignore_errors=True)
+                    if spec_too:
+                        document = json.loads((directory / "zarr.json").read_text())
+                        spec = document["attributes"]["map"]
+                        for key in ("n_features", "n_components", "k"):
+                            if key in spec:
+                                spec[key] = huge[-1]
+                        if not digest:
+                            del document["attributes"]["attributes_digest"]
+                        (directory / "zarr.json").write_text(json.dumps(document))
+                    lies.append(directory)
+    return lies
+
+
+def test_load_refuses_declared_shape_lies_under_a_memory_ceiling_without_asyncio_noise(
+    originals: dict[str, tuple[srf.Sketch, Path]], tmp_path: Path
+) -> None:
+    # The probe: a 32 KB sketch whose moment metadata claimed 16384 x 16384 with its chunks deleted
+    # took 8.9 s and 4.4 GB; with one wrong-sized chunk the error came with 360 lines of asyncio noise.
+    if not Path("/proc/self/status").exists():
+        pytest.skip("the memory ceiling reads /proc (Linux)")
+    lies = [path for name in sorted(BASES) for path in _declared_shape_lies(originals[name][1], tmp_path / name)]
+    completed = subprocess.run(
+        [sys.executable, "-c", _LOAD_UNDER_MEMORY_CEILING, *map(str, lies)],
+        capture_output=True, text=True, timeout=170, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert len(results) == len(lies) > 50
+    for result in results:
+        assert result["outcome"] == "SketchFormatError" and not result["memory_error"], result
+    for noise in ("Task was destroyed", "Event loop is closed", "Thread did not finish", "Exception ignored", "Traceback"):
+        assert noise not in completed.stderr, completed.stderr[-3000:]
 
 
 # -- secrets ------------------------------------------------------------------------------------

@@ -380,6 +380,26 @@ def _aggregated_kernel(
     )
 
 
+def _check_aggregated_fits(
+    n_bandwidths: int, n_features: int, n_features_in: int, n_permutations: int, memory_per_thread: float, task_bytes
+) -> None:
+    """Refuse an aggregated design whose L x (B + 2) x D sums in the merge tree cannot fit a task thread.
+
+    A task holds L maps' parameters, feature tiles and, in the merge tree, partials of
+    L x (B + 2) x D float64: the single-map budget of :func:`streamrff._memory.task_bytes`
+    at width L x D.
+    """
+    need = task_bytes(n_bandwidths * n_features, n_features_in, False, n_permutations + 1)
+    if need > memory_per_thread:
+        raise InputError(
+            f"The aggregated test with {n_bandwidths} bandwidths x (n_permutations {n_permutations:,} + 2) x "
+            f"n_features {n_features:,} needs about {need / 2**30:.1f} GiB per task thread (the float64 sums "
+            f"of the partial sketches in the merge tree); a task thread has {memory_per_thread / 2**30:.1f} GiB. "
+            "Use fewer bandwidths (CLI --bandwidths), permutations (--permutations) or features (--features), "
+            "or workers with more memory."
+        )
+
+
 def _sketch_sources(
     X: Any,
     Y: Any,
@@ -402,7 +422,8 @@ def _sketch_sources(
     first reads the pooled landmark sample); the other methods a pair of
     moment sketches.
     """
-    from ..engine import _mean_kernel, connect, fit_map, landmark_sample, run_chunks
+    from .._memory import check_sizes_fit, task_bytes
+    from ..engine import _mean_kernel, _memory_per_thread, connect, fit_map, landmark_sample, run_chunks
     from ..io import as_row_chunked
 
     arrays = [as_row_chunked(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))]
@@ -415,6 +436,11 @@ def _sketch_sources(
     _check_sizes(n_x, n_y)
     with connect(client) as active:
         if method == "aggregated":
+            n_bandwidths = AUTO_BANDWIDTHS if bandwidths == "auto" else len(bandwidths)
+            _check_aggregated_fits(
+                n_bandwidths, feature_map.n_features, arrays[0].shape[1], n_permutations, _memory_per_thread(active),
+                task_bytes,
+            )  # fmt: skip
             if bandwidths == "auto":
                 sample = landmark_sample(arrays, MEDIAN_SAMPLE_ROWS, seed, client=active).rows
                 bandwidths = tuple(float(value) for value in auto_bandwidths(sample))
@@ -427,6 +453,10 @@ def _sketch_sources(
             return run_chunks(
                 arrays, kernel, client=active, on_invalid="require", storage_options=storage_options, names=("X", "Y")
             )
+        check_sizes_fit(  # before any work: B x D permutation sums, D x D moments
+            feature_map, arrays[0].shape[1], _memory_per_thread(active), moments=method != "permutation",
+            n_permutations=n_permutations if method == "permutation" else 0,
+        )  # fmt: skip
         fitted = fit_map(feature_map, arrays, client=active)
         if method != "permutation":
             kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=True)

@@ -1,0 +1,199 @@
+"""Deadlines for talking to a Dask scheduler: address parsing, a probe, and a no-worker watchdog.
+
+Two dask config keys (also settable as environment variables, as every dask key is):
+
+``streamrff.connect-timeout`` (``DASK_STREAMRFF__CONNECT_TIMEOUT``), default ``"20s"``
+    How long connecting to a scheduler may take, including its first answer. A
+    server that accepts the connection but never answers (a hung process, an HTTP
+    port) fails after this time instead of hanging: ``distributed.Client`` alone
+    waits forever for such a server's handshake whatever its ``timeout``.
+``streamrff.no-workers-timeout`` (``DASK_STREAMRFF__NO_WORKERS_TIMEOUT``), default ``"120s"``
+    How long a job may wait while the scheduler has no worker at all (the last
+    one died) before it fails, naming the scheduler.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import dask
+from dask.utils import parse_timedelta
+
+from .errors import ClusterError, InputError
+
+__all__ = ["parse_scheduler_address", "connect_timeout", "no_workers_timeout", "probe_scheduler", "wait_for_result"]
+
+_DEFAULTS = {"connect-timeout": "20s", "no-workers-timeout": "120s"}
+#: Transports other than TCP/TLS are passed to distributed unchecked.
+_OTHER_SCHEMES = ("inproc", "ucx", "ws", "wss")
+
+
+def _seconds(key: str) -> float:
+    value = dask.config.get(f"streamrff.{key}", _DEFAULTS[key])
+    try:
+        seconds = parse_timedelta(value, default="seconds")
+    except (TypeError, ValueError, KeyError):
+        seconds = None
+    if seconds is None or not seconds > 0:
+        raise InputError(
+            f"dask config streamrff.{key} must be a positive duration like '20s' or 20. Got {value!r}. "
+            f"Fix it in your dask config or DASK_STREAMRFF__{key.upper().replace('-', '_')}."
+        )
+    return float(seconds)
+
+
+def connect_timeout() -> float:
+    """Seconds a connection attempt may take (dask config ``streamrff.connect-timeout``, default 20)."""
+    return _seconds("connect-timeout")
+
+
+def no_workers_timeout() -> float:
+    """Seconds a job may wait without any worker (``streamrff.no-workers-timeout``, default 120)."""
+    return _seconds("no-workers-timeout")
+
+
+def parse_scheduler_address(address: str) -> str:
+    """Check a scheduler address before any connection attempt; return it with its scheme.
+
+    ``host:port`` means ``tcp://host:port``. A ``tcp://`` address while dask's
+    config requires encryption is refused (it could never connect).
+
+    Raises
+    ------
+    ClusterError
+        For an address without a host or port, with an unknown scheme, or
+        plain TCP when encryption is required.
+
+    Examples
+    --------
+    >>> parse_scheduler_address("127.0.0.1:8786")
+    'tcp://127.0.0.1:8786'
+    >>> parse_scheduler_address("notanaddress")
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.ClusterError: Expected a scheduler address like tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786). Got 'notanaddress': no port.
+    """
+    text = address.strip()
+    with_scheme = text if "://" in text else f"tcp://{text}"
+    scheme = with_scheme.split("://", 1)[0].lower()
+    if scheme in _OTHER_SCHEMES:
+        return with_scheme
+    problem = None
+    try:
+        parts = urlsplit(with_scheme)
+        port = parts.port
+    except ValueError:
+        parts, port, problem = None, None, "the port is not a number from 0 to 65535"
+    if problem is None:
+        if scheme not in ("tcp", "tls"):
+            problem = f"unknown scheme {scheme!r} (use tcp:// or tls://)"
+        elif not text or any(character.isspace() for character in text):
+            problem = "empty or with spaces"
+        elif not parts.hostname:
+            problem = "no host"
+        elif port is None:
+            problem = "no port"
+        elif parts.path not in ("", "/") or parts.query or parts.fragment:
+            problem = "extra text after the port"
+    if problem is not None:
+        raise ClusterError(
+            f"Expected a scheduler address like tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786). Got {address!r}: {problem}."
+        )
+    if scheme == "tcp" and dask.config.get("distributed.comm.require-encryption", False):
+        raise ClusterError(
+            f"{address} is a plain tcp:// address, but dask's config requires encryption "
+            "(distributed.comm.require-encryption). Use the scheduler's tls:// address with a client "
+            "certificate (see deploy/tls/README.md), or unset that option."
+        )
+    return with_scheme
+
+
+def _tls_context() -> ssl.SSLContext | None:
+    from distributed import Security
+
+    return Security().get_connection_args("client").get("ssl_context")
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Connect to a tcp:// or tls:// ``address`` and wait for the scheduler's first bytes, within ``timeout``.
+
+    A Dask server writes its handshake as soon as it accepts a connection
+    (after the TLS handshake on tls://), so silence means no scheduler there.
+
+    Raises
+    ------
+    ClusterError
+        If the connection is refused, or nothing answers within ``timeout``.
+    """
+    parts = urlsplit(address)
+    if parts.scheme not in ("tcp", "tls"):
+        return  # other transports are left to distributed
+    deadline = time.monotonic() + timeout
+    hint = "Check the address and that `dask scheduler` is running there"
+    try:
+        raw = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+    except ConnectionRefusedError as error:
+        raise ClusterError(f"Cannot reach the Dask scheduler at {address}: connection refused. {hint}.") from error
+    except socket.timeout as error:
+        raise ClusterError(f"Cannot reach the Dask scheduler at {address} within {timeout:g} s. {hint}.") from error
+    except OSError as error:  # name resolution, no route
+        raise ClusterError(f"Cannot reach the Dask scheduler at {address}: {error.strerror or error}. {hint}.") from error
+    connection: socket.socket = raw
+    try:
+        if parts.scheme == "tls":
+            context = _tls_context()
+            if context is None:
+                return  # connect() refuses tls:// without a certificate before probing
+            raw.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                connection = context.wrap_socket(raw, server_hostname=parts.hostname if context.check_hostname else None)
+            except ssl.SSLError:
+                return  # a certificate problem: distributed's Client reports it
+        connection.settimeout(max(deadline - time.monotonic(), 0.001))
+        if not connection.recv(1):
+            raise ClusterError(
+                f"The server at {address} closed the connection without answering like a Dask scheduler. {hint}."
+            )
+    except (socket.timeout, TimeoutError) as error:
+        raise ClusterError(
+            f"The server at {address} accepted the connection but did not answer like a Dask scheduler within "
+            f"{timeout:g} s (dask config streamrff.connect-timeout). {hint}."
+        ) from error
+    except ConnectionError as error:
+        raise ClusterError(f"The server at {address} dropped the connection: {error}. {hint}.") from error
+    finally:
+        connection.close()
+
+
+def wait_for_result(future: Any, client: Any, poll: float = 1.0) -> Any:
+    """``future.result()``, failing once the scheduler has had no worker for ``no_workers_timeout()`` s.
+
+    Raises
+    ------
+    ClusterError
+        Naming the scheduler, when no worker was connected for that long.
+    """
+    limit = no_workers_timeout()
+    without_workers_since: float | None = None
+    while True:
+        try:
+            return future.result(timeout=poll)
+        except TimeoutError:
+            if future.done():  # finished just now, or the job's own TimeoutError
+                return future.result()
+        if client.scheduler_info().get("workers"):  # refreshed by the client every 2 s
+            without_workers_since = None
+            continue
+        now = time.monotonic()
+        without_workers_since = without_workers_since or now
+        if now - without_workers_since >= limit:
+            future.cancel()
+            raise ClusterError(
+                f"The Dask scheduler at {client.scheduler.address} has had no workers for {limit:g} s, so the job "
+                "cannot finish. Start workers (`dask worker ADDRESS`) and run it again; raise dask config "
+                "streamrff.no-workers-timeout to wait longer."
+            )

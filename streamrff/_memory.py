@@ -1,0 +1,108 @@
+"""Refuse feature-space sizes that cannot fit in a worker's memory, before any work.
+
+A task of the engine holds the map's random parameters (about D x d float64), a
+tile of features (256 rows x D, 2048 rows with moments, plus a D x D tile moment;
+counted as float64) and, in the merge tree, up to
+``split_every + 1`` partial sketches at once: their sums (D float64), second
+moments (D x D float64) and permutation sums (B x D float64). That is compared with
+the memory of one task thread (the smallest worker memory limit divided by its
+threads, or this machine's memory divided by its cores).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InputError
+
+__all__ = ["task_bytes", "check_sizes_fit"]
+
+#: Feature tile rows the chunk kernels use at most (projection tiles; moment tiles).
+_TILE_ROWS, _MOMENT_TILE_ROWS = 256, 2048
+
+
+def task_bytes(n_features: int, n_features_in: int, moments: bool = False, n_permutations: int = 0, split_every: int = 8) -> int:
+    """Bytes one task thread needs at most for a map of ``n_features`` outputs on ``n_features_in`` columns.
+
+    Examples
+    --------
+    >>> round(task_bytes(1024, 8) / 2**20, 2)  # MiB: mostly the 256 x D feature tile
+    2.14
+    >>> task_bytes(4096, 8, moments=True) // 2**20  # nine 128 MiB D x D partials in the merge tree
+    1344
+    """
+    partials = split_every + 1
+    per_partial = n_features * (1 + (n_features if moments else 0) + n_permutations) * 8
+    tile = n_features * ((_MOMENT_TILE_ROWS + n_features) if moments else _TILE_ROWS) * 8
+    return n_features * (n_features_in + 1) * 8 + tile + partials * per_partial
+
+
+def _largest(fits: Any, upper: int) -> int:
+    """Largest integer in [0, upper] for which the monotone predicate ``fits`` holds."""
+    low, high = 0, upper
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
+def _map_width(feature_map: Any) -> int | None:
+    for name in ("n_features_out_", "n_components", "n_features"):
+        value = getattr(feature_map, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_sizes_fit(
+    feature_map: Any,
+    n_features_in: int,
+    memory_per_thread: float,
+    moments: bool = False,
+    n_permutations: int = 0,
+    split_every: int = 8,
+) -> None:
+    """Raise InputError naming the parameter (and CLI flag) whose size cannot fit, and the largest that fits.
+
+    Raises
+    ------
+    InputError
+        If :func:`task_bytes` exceeds ``memory_per_thread``.
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> check_sizes_fit(srf.RFF(n_features=1024), 8, memory_per_thread=2**30)
+    >>> check_sizes_fit(srf.RFF(n_features=10**9), 8, memory_per_thread=2**30)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: n_features (CLI --features) = 1,000,000,000 needs about 2041.5 GiB per task thread (map parameters, features and the merge tree); a task thread has 1.0 GiB. The largest n_features that fits is 489,845: use that or less, or workers with more memory.
+    """
+    width = _map_width(feature_map)
+    if width is None:
+        return
+    need = task_bytes(width, n_features_in, moments, n_permutations, split_every)
+    if need <= memory_per_thread:
+        return
+    parts = "map parameters, features" + (", the D x D second moment" if moments else "") + " and the merge tree"
+    if n_permutations and task_bytes(width, n_features_in, moments, 0, split_every) <= memory_per_thread:
+        largest = _largest(lambda b: task_bytes(width, n_features_in, moments, b, split_every) <= memory_per_thread, n_permutations)
+        raise InputError(
+            f"n_permutations (CLI --permutations) = {n_permutations:,} with {width:,} features needs about "
+            f"{_gib(need)} per task thread for the B x D permutation sums in the merge tree; a task thread has "
+            f"{_gib(memory_per_thread)}. The largest n_permutations that fits is {largest:,}: use that or less, "
+            "fewer features, or workers with more memory."
+        )
+    largest = _largest(lambda d: task_bytes(d, n_features_in, moments, n_permutations, split_every) <= memory_per_thread, width)
+    raise InputError(
+        f"n_features (CLI --features) = {width:,} needs about {_gib(need)} per task thread ({parts}); a task "
+        f"thread has {_gib(memory_per_thread)}. The largest n_features that fits is {largest:,}: use that or "
+        "less, or workers with more memory."
+    )
