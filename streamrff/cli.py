@@ -503,9 +503,10 @@ def _cmd_test(args: argparse.Namespace) -> int:
 def _progress_printer(args: argparse.Namespace) -> Callable[[Any], None] | None:
     if args.json:
         return None
-    print(f"{'pass':>4}  {'inertia':>12}  {'moved':>7}  {'centre shift':>12}", file=sys.stderr, flush=True)
 
     def report(step: Any) -> None:
+        if step.iteration == 1:  # the header with the first row: a job that fails before any pass prints only its error
+            print(f"{'pass':>4}  {'inertia':>12}  {'moved':>7}  {'centre shift':>12}", file=sys.stderr, flush=True)
         print(
             f"{step.iteration:>4d}  {step.inertia:>12.6g}  {100 * step.moved_fraction:>6.2f}%  {step.center_shift:>12.3g}",
             file=sys.stderr,

@@ -674,6 +674,7 @@ _LOAD_UNDER_MEMORY_CEILING = """
 import json, resource, sys
 import streamrff as srf
 
+srf.load  # the package imports lazily: load the whole API (numba, dask, zarr) before measuring
 with open("/proc/self/status") as status:
     size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
 resource.setrlimit(resource.RLIMIT_AS, (size + 512 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
