@@ -277,6 +277,13 @@ def test_two_sample_test_aggregated_rejects_bad_input(kwargs, match):
         two_sample_test(X, Y, **{"n_features": 32, **kwargs})
 
 
+def test_two_sample_test_aggregated_refuses_a_design_over_a_task_threads_memory():
+    # 10 x (1000 + 2) x 2**20 float64 sums in each of the merge tree's 9 partials: ~750 GiB per task thread.
+    X, Y = _data()
+    with pytest.raises(InputError, match=r"aggregated test with 10 bandwidths .* GiB per task thread.*fewer bandwidths"):
+        two_sample_test(X, Y, n_features=2**20, n_permutations=1000, method="aggregated", max_accumulator_bytes=2**50)
+
+
 def test_aggregated_sketch_refuses_other_bandwidth_lists():
     X, Y = _data()
     maps = bandwidth_maps([0.5, 1.0, 2.0], 2, n_features=16)
