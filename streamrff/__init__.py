@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .pointsets import SketchIndex, kernel_distance
     from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
     from .twosample import (
+        AggregatedTwoSampleResult,
         TwoSampleResult,
         TwoSampleSketch,
         mmd_test,
@@ -55,7 +56,8 @@ _LOCATIONS = {
     "pointsets": ("SketchIndex", "kernel_distance"),
     "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
     "twosample": (
-        "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices", "permutation_test", "two_sample_test",
+        "AggregatedTwoSampleResult", "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices",
+        "permutation_test", "two_sample_test",
     ),
 }  # fmt: skip
 
@@ -139,6 +141,7 @@ __all__ = [
     "SketchFormatWarning",
     "TwoSampleSketch",
     "TwoSampleResult",
+    "AggregatedTwoSampleResult",
     "two_sample_test",
     "mmd_test",
     "permutation_test",

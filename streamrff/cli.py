@@ -92,6 +92,26 @@ def _bandwidth(text: str) -> float | str:
     return value
 
 
+def _bandwidth_list(text: str) -> str | list[float]:
+    """``--bandwidths``: 'auto' or comma-separated positive numbers."""
+    if text == "auto":
+        return text
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1, got {text!r}"
+            ) from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1, got {text!r}"
+            )
+        values.append(value)
+    return values
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -371,8 +391,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _aggregated_test_lines(result: Any) -> list[str]:
+    """The text report of the aggregated test: the p-value, then one row per bandwidth."""
+    verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
+    n_bandwidths = result.bandwidths.shape[0]
+    lines = [
+        f"aggregated two-sample test: p = {result.p_value:.4g} ({verdict} at level 0.05)",
+        f"  aggregation:  {result.aggregation} over {n_bandwidths} bandwidths, statistic {result.statistic:.6g}",
+        f"  null:         {result.n_permutations} permutations shared by every bandwidth",
+        f"  samples:      n_x = {result.n_x:,}, n_y = {result.n_y:,}",
+        f"  kernels:      Gaussian, D = {result.n_features} per bandwidth",
+        f"  per bandwidth (p-values NOT corrected for testing {n_bandwidths} bandwidths):",
+        f"    {'bandwidth':>10} {'MMD^2':>12} {'standardised':>12} {'p uncorrected':>13}",
+    ]
+    for bandwidth, statistic, score, p_value in zip(
+        result.bandwidths, result.statistics, result.standardised[:, 0], result.p_values_uncorrected
+    ):
+        lines.append(f"    {bandwidth:>10.4g} {statistic:>12.4e} {score:>12.3f} {p_value:>13.4g}")
+    return lines
+
+
 def _test_lines(result: Any) -> list[str]:
     """The text report of a two-sample test (what the result's repr says, without the Python syntax)."""
+    if result.method == "aggregated":
+        return _aggregated_test_lines(result)
     if result.method == "permutation":
         null = f"exact permutation test, {result.null.shape[0]} permutations"
     elif result.method == "spectral":
@@ -395,10 +437,10 @@ def _test_sketches(args: argparse.Namespace, options: dict[str, Any] | None) -> 
     from .sketches import MeanSketch
     from .twosample import mmd_test
 
-    if args.method == "permutation":
+    if args.method in ("permutation", "aggregated"):
         raise _UsageError(
-            "--sketches works with --method spectral or hotelling (moment sketches); the permutation "
-            "test needs the data: streamrff test X Y."
+            f"--sketches works with --method spectral or hotelling (moment sketches); the {args.method} "
+            f"test needs the data: streamrff test X Y --method {args.method}."
         )
     clash = _given(args, ["features", "bandwidth", "variant", "map"])  # --seed still seeds the spectral draws
     if clash:
@@ -426,6 +468,14 @@ def _cmd_test(args: argparse.Namespace) -> int:
     if args.plot:
         _check_output_free(args.plot, None, args.overwrite)
     args.method = args.method or ("spectral" if args.sketches else "permutation")
+    aggregated = args.method == "aggregated"
+    if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
+        raise _UsageError("--bandwidths and --aggregation go with --method aggregated.")
+    if aggregated and (args.bandwidth is not None or args.map is not None):
+        raise _UsageError(
+            "--method aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not "
+            f"{'--bandwidth' if args.bandwidth is not None else '--map'}."
+        )
     if args.sketches:
         if args.sources:
             raise _UsageError("give either two data sources or --sketches A B, not both.")
@@ -448,6 +498,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
             storage_options=options,
             variant=args.variant,
             feature_map=_load_map_option(args, options),
+            **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
         )
     if args.plot:
         from .plot import save_report_figure
@@ -759,19 +810,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel two-sample (MMD) test between two data sets or two moment sketches",
         description="Test whether two samples come from the same distribution with the unbiased MMD^2 "
         "of random Fourier features: the one-pass exact permutation test on the data, or the spectral / "
-        "Hotelling tests from moment sketches made separately with one map.",
+        "Hotelling tests from moment sketches made separately with one map; --method aggregated tests "
+        "several bandwidths at once under the same permutations and reports one p-value.",
         epilog="example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png\n"
+        "         streamrff test x.zarr y.zarr --method aggregated --bandwidths auto --plot scales.png\n"
         "         streamrff test --sketches x.sketch y.sketch --method spectral",
         formatter_class=_HelpFormatter,
     )
     test.add_argument("sources", nargs="*", metavar="SOURCE", help="two zarr arrays (paths or URLs)")
     test.add_argument("--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data")
-    test.add_argument("--method", choices=["permutation", "spectral", "hotelling"], default=None,
-                      help="null distribution (default: permutation on data, spectral on sketches)")
-    test.add_argument("--permutations", type=_positive_int, default=500, help="permutations B (permutation method)")
+    test.add_argument("--method", choices=["permutation", "spectral", "hotelling", "aggregated"], default=None,
+                      help="null distribution (default: permutation on data, spectral on sketches); aggregated: "
+                      "several bandwidths under the same permutations, one p-value")
+    test.add_argument("--permutations", type=_positive_int, default=500,
+                      help="permutations B (permutation and aggregated methods)")
+    test.add_argument("--bandwidths", type=_bandwidth_list, default=None, metavar="auto|B1,B2,...",
+                      help="--method aggregated: kernel widths, or auto (10 widths from the data; the default)")
+    test.add_argument("--aggregation", choices=["max", "fuse", "mmdagg"], default=None,
+                      help="--method aggregated: how the bandwidths' statistics are combined (default: max)")
     _add_map_file(test, "--features, --bandwidth and --variant")
     _add_rff_options(test, "seed of the map, its row sample, the permutations and the spectral draws")
-    test.add_argument("--plot", metavar="PNG", help="draw the null distribution with the observed statistic")
+    test.add_argument("--plot", metavar="PNG", help="draw the null distribution with the observed statistic "
+                      "(aggregated: each bandwidth's standardised statistic against its null)")
     test.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     _add_scheduler(test)
     _add_common(test)

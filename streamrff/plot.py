@@ -8,7 +8,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["plot_null", "plot_scores", "save_report_figure"]
+__all__ = ["plot_null", "plot_bandwidths", "plot_scores", "save_report_figure"]
 
 
 def _pyplot() -> Any:
@@ -104,6 +104,46 @@ def _null_histogram(ax: Any, null: np.ndarray, result: Any) -> None:
     inset.set_title("whole range", fontsize="x-small")
 
 
+def plot_bandwidths(result: Any, ax: Any = None) -> Any:
+    """Each bandwidth's standardised MMD^2 against its permutation null (aggregated test).
+
+    For every bandwidth (x, log scale) the B standardised permuted statistics
+    are drawn as grey points and the observed one as a red dot; the title
+    gives the aggregated p-value. Per-bandwidth evidence is not corrected for
+    testing several bandwidths: read the aggregated p-value.
+
+    Parameters
+    ----------
+    result : AggregatedTwoSampleResult
+        From :func:`streamrff.two_sample_test` with ``method="aggregated"``.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    plt = _pyplot()
+    ax = ax if ax is not None else plt.subplots(figsize=(5.5, 3.5))[1]
+    bandwidths = np.asarray(result.bandwidths, dtype=float)
+    scores = np.asarray(result.standardised, dtype=float)
+    if scores.ndim != 2 or scores.shape[0] != bandwidths.shape[0] or scores.shape[1] < 2:
+        raise InputError("The result has no per-bandwidth null statistics to draw.")
+    spread = np.exp(np.random.default_rng(0).uniform(-0.06, 0.06, scores.shape[1] - 1))  # jitter, log scale
+    for bandwidth, row in zip(bandwidths, scores):
+        ax.scatter(bandwidth * spread, row[1:], s=4, color="0.65", alpha=0.5, linewidths=0)
+    ax.plot(bandwidths, scores[:, 0], "o-", color="C3", label="observed")
+    ax.scatter([], [], s=8, color="0.65", label=f"null ({scores.shape[1] - 1} permutations)")
+    ax.set_xscale("log")
+    ax.set_xlabel("bandwidth $\\sigma$")
+    ax.set_ylabel("standardised MMD$^2$")
+    ax.set_title(
+        f"aggregated ({result.aggregation}) test: p = {result.p_value:.3g}  (n_x = {result.n_x:,}, n_y = {result.n_y:,})",
+        fontsize="medium",
+    )
+    ax.legend(fontsize="small")
+    return ax
+
+
 def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int = 20_000, seed: int = 0) -> Any:
     """Scatter of the first two kernel PCA scores, coloured by cluster label.
 
@@ -146,7 +186,7 @@ def save_report_figure(
     figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
     column = 0
     if result is not None:
-        plot_null(result, axes[0, column])
+        (plot_bandwidths if getattr(result, "method", None) == "aggregated" else plot_null)(result, axes[0, column])
         column += 1
     if scores is not None:
         plot_scores(scores, labels, axes[0, column])

@@ -263,7 +263,7 @@ def test_cli_help_shows_each_default_once_and_imports_no_heavy_module(capsys):
         assert code == 0
         assert "(default: None)" not in out and "(default: False)" not in out, command
         assert all(line.count("(default") <= 1 for line in out.split("\n  -")), command
-    assert "permutations B (permutation method) (default: 500)" in " ".join(run(capsys, "test", "--help")[1].split())
+    assert "permutations B (permutation and aggregated methods) (default: 500)" in " ".join(run(capsys, "test", "--help")[1].split())
     seed_help = " ".join(run(capsys, "kmeans", "--help")[1].split())
     assert "seed of the map, the row sample and the initialisation" in seed_help and "k-means++" in seed_help
     probe = "import sys, streamrff.cli; print(sorted(m for m in ('numpy', 'numba', 'dask', 'zarr', 'sklearn') if m in sys.modules))"

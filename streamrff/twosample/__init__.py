@@ -19,11 +19,18 @@ Its null distribution comes from one of three sources:
 ``"hotelling"``
     Hotelling's T^2 on the mean feature difference with the chi-square null
     of Chwialkowski et al. (2015), from the same moment sketches.
+``"aggregated"``
+    L bandwidths at once: one map per bandwidth, all under the same B keyed
+    permutations, so a statistic built from all L MMD^2 values (the maximum
+    of standardised statistics, MMD-FUSE's soft maximum, MMDAgg's minimum
+    p-value) is again an exact permutation test in one pass
+    (:class:`AggregatedTwoSampleSketch`, :func:`aggregated_permutation_test`).
 
 The per-chunk kernel :func:`two_sample_sketch_of_chunk` is pure: the Dask
 engine maps it over chunks and reduces the partials with ``merge``.
 
 Modules: :mod:`~streamrff.twosample.permutations` (the keyed permutations),
+:mod:`~streamrff.twosample.aggregated` (the bandwidth grid and the aggregated statistics),
 :mod:`~streamrff.twosample.sketch` (the sketch and its chunk kernel),
 :mod:`~streamrff.twosample.nulls` (the statistic, null distributions and
 p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
@@ -33,15 +40,34 @@ p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
 
 from __future__ import annotations
 
-from . import nulls, permutations
-from .api import mmd_test, permutation_test, two_sample_test
+from . import aggregated, nulls, permutations
+from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, bandwidth_seed
+from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .permutations import FEISTEL_ROUNDS, permutation_indices
-from .result import TwoSampleResult
-from .sketch import DEFAULT_MAX_ACCUMULATOR_BYTES, TwoSampleSketch, check_accumulator_size, two_sample_sketch_of_chunk
+from .result import AggregatedTwoSampleResult, TwoSampleResult
+from .sketch import (
+    DEFAULT_MAX_ACCUMULATOR_BYTES,
+    AggregatedTwoSampleSketch,
+    TwoSampleSketch,
+    check_accumulator_size,
+    two_sample_sketch_of_chunk,
+    two_sample_sketches_of_chunk,
+)
 
 __all__ = [
     "TwoSampleResult",
+    "AggregatedTwoSampleResult",
     "TwoSampleSketch",
+    "AggregatedTwoSampleSketch",
+    "two_sample_sketches_of_chunk",
+    "aggregated_permutation_test",
+    "auto_bandwidths",
+    "bandwidth_maps",
+    "bandwidth_seed",
+    "aggregate",
+    "AGGREGATIONS",
+    "AUTO_BANDWIDTHS",
+    "DEFAULT_AGGREGATION",
     "permutation_indices",
     "two_sample_sketch_of_chunk",
     "permutation_test",

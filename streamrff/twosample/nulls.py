@@ -32,6 +32,32 @@ def _unbiased_mmd2(
     return within_x + within_y - 2.0 * np.einsum("...j,...j->...", sum_x, sum_y) / (n_x * n_y)
 
 
+def _permutation_null(sketch: Any) -> tuple[float, np.ndarray, float]:
+    """Observed unbiased MMD^2, the B permuted ones and the tie tolerance of a complete TwoSampleSketch.
+
+    The b-th null statistic applies the MMD^2 formula to ``S_x^b = P_b``,
+    ``S_y^b = S_x + S_y - P_b``, ``Q_x^b = q_b``, ``Q_y^b = Q_x + Q_y - q_b``;
+    statistics within ``1e-12`` times the mean kernel diagonal count as ties.
+    """
+    n_x, n_y = sketch.n_x, sketch.n_y
+    statistic = float(
+        _unbiased_mmd2(
+            sketch.feature_sum_x, sketch.feature_sum_y, sketch.squared_norm_sum_x, sketch.squared_norm_sum_y, n_x, n_y
+        )
+    )
+    total_sum = sketch.feature_sum_x + sketch.feature_sum_y
+    total_norms = sketch.squared_norm_sum_x + sketch.squared_norm_sum_y
+    null = _unbiased_mmd2(
+        sketch.permutation_sums,
+        total_sum - sketch.permutation_sums,
+        sketch.permutation_squared_norms,
+        total_norms - sketch.permutation_squared_norms,
+        n_x,
+        n_y,
+    )
+    return statistic, null, 1e-12 * max(total_norms / (n_x + n_y), 1e-300)
+
+
 def _monte_carlo_p_value(null: np.ndarray, statistic: float, tolerance: float) -> float:
     """``(1 + #{null >= statistic}) / (1 + len(null))``, counting ties within ``tolerance`` as >=."""
     return float((1 + np.count_nonzero(null >= statistic - tolerance)) / (1 + null.shape[0]))

@@ -10,7 +10,7 @@ import numpy as np
 from ..maps import FeatureMap
 from ..typing import MapSpec
 
-__all__ = ["TwoSampleResult"]
+__all__ = ["TwoSampleResult", "AggregatedTwoSampleResult"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,3 +114,120 @@ def _result(
         map_spec=spec,
     )
 
+
+
+def _frozen(values: Any) -> np.ndarray:
+    array = np.array(values, dtype=np.float64)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class AggregatedTwoSampleResult:
+    """Outcome of the aggregated multi-bandwidth permutation test (``method="aggregated"``).
+
+    Every bandwidth's MMD^2 is computed under the same B permutations; the
+    aggregated p-value is that of the aggregated statistic and is the one to
+    report. The per-bandwidth p-values are each bandwidth's own permutation
+    test, NOT corrected for testing L bandwidths: they show at which scales
+    the samples differ, not whether they differ.
+
+    Attributes
+    ----------
+    statistic : float
+        Observed aggregated statistic (see ``aggregation``).
+    p_value : float
+        Aggregated permutation p-value ``(1 + #{b : A_b >= A}) / (1 + B)``.
+    aggregation : str
+        ``"max"``, ``"fuse"`` or ``"mmdagg"`` (:func:`streamrff.twosample.aggregate`).
+    n_x, n_y : int
+        Sample sizes.
+    n_features : int
+        Width D of each bandwidth's feature map.
+    bandwidths : ndarray of shape (L,)
+        Gaussian kernel widths sigma, increasing as given.
+    statistics : ndarray of shape (L,)
+        Unbiased MMD^2 per bandwidth.
+    p_values_uncorrected : ndarray of shape (L,)
+        Each bandwidth's own permutation p-value (not corrected for multiplicity).
+    standardised : ndarray of shape (L, B + 1)
+        MMD^2 minus its permutation mean over its permutation standard
+        deviation; column 0 is the observed split, columns 1..B the permutations.
+    null : ndarray of shape (B,)
+        Aggregated statistics of the B permutations.
+    null_statistics : ndarray of shape (L, B)
+        Permuted MMD^2 per bandwidth.
+    map_specs : tuple of dict
+        Spec of each bandwidth's feature map.
+    """
+
+    statistic: float
+    p_value: float
+    aggregation: str
+    n_x: int
+    n_y: int
+    n_features: int
+    bandwidths: np.ndarray
+    statistics: np.ndarray
+    p_values_uncorrected: np.ndarray
+    standardised: np.ndarray = field(repr=False)
+    null: np.ndarray = field(repr=False)
+    null_statistics: np.ndarray = field(repr=False)
+    map_specs: tuple[MapSpec, ...] = field(default=(), repr=False)
+
+    method = "aggregated"
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidths", "statistics", "p_values_uncorrected", "standardised", "null", "null_statistics"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    @property
+    def n_permutations(self) -> int:
+        """B, the permutations shared by every bandwidth."""
+        return int(self.null.shape[0])
+
+    def __repr__(self) -> str:
+        lines = [
+            f"AggregatedTwoSampleResult(aggregation={self.aggregation!r})",
+            f"  p-value (aggregated):  {self.p_value:.4g}",
+            f"  statistic:             {self.statistic:.6g}",
+            f"  null:                  {self.n_permutations} permutations shared by {self.bandwidths.shape[0]} bandwidths",
+            f"  samples:               n_x={self.n_x}, n_y={self.n_y}",
+            f"  kernels:               Gaussian, n_features={self.n_features} per bandwidth",
+            "  per bandwidth (p-values NOT corrected for testing several bandwidths):",
+            f"    {'bandwidth':>10} {'MMD^2':>12} {'standardised':>12} {'p uncorrected':>13}",
+        ]
+        for bandwidth, statistic, score, p_value in zip(
+            self.bandwidths, self.statistics, self.standardised[:, 0], self.p_values_uncorrected
+        ):
+            lines.append(f"    {bandwidth:>10.4g} {statistic:>12.4e} {score:>12.3f} {p_value:>13.4g}")
+        return "\n".join(lines)
+
+    def to_dict(self, include_null: bool = True) -> dict[str, Any]:
+        """JSON-able dictionary (the CLI's ``--json`` output)."""
+        rows = []
+        for index, bandwidth in enumerate(self.bandwidths):
+            row: dict[str, Any] = {
+                "bandwidth": float(bandwidth),
+                "statistic": float(self.statistics[index]),
+                "standardised": float(self.standardised[index, 0]),
+                "p_value_uncorrected": float(self.p_values_uncorrected[index]),
+            }
+            if include_null:
+                row["null"] = [float(value) for value in self.null_statistics[index]]
+            rows.append(row)
+        out: dict[str, Any] = {
+            "statistic": float(self.statistic),
+            "p_value": float(self.p_value),
+            "method": self.method,
+            "aggregation": self.aggregation,
+            "n_x": int(self.n_x),
+            "n_y": int(self.n_y),
+            "n_features": int(self.n_features),
+            "n_permutations": self.n_permutations,
+            "bandwidths": rows,
+            "maps": list(self.map_specs),
+        }
+        if include_null:
+            out["null"] = [float(value) for value in self.null]
+        return out

@@ -8,6 +8,7 @@ and reduces the partial :class:`TwoSampleSketch` objects with ``merge``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ from .permutations import PERMUTATION_SCHEME, _permute, _round_keys
 
 __all__ = [
     "TwoSampleSketch",
+    "AggregatedTwoSampleSketch",
     "two_sample_sketch_of_chunk",
+    "two_sample_sketches_of_chunk",
     "check_accumulator_size",
     "DEFAULT_MAX_ACCUMULATOR_BYTES",
 ]
@@ -253,7 +256,6 @@ class TwoSampleSketch(MappedSketch):
         )
 
 
-@single_blas_thread
 def two_sample_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,
@@ -291,33 +293,167 @@ def two_sample_sketch_of_chunk(
     TwoSampleSketch
         A partial sketch (``count = len(rows)``).
     """
+    return two_sample_sketches_of_chunk(rows, (feature_map,), row_offset, n_x, n_y, n_permutations, seed)[0]
+
+
+@single_blas_thread  # one GEMM per map and tile: its rounding must not depend on the machine
+def two_sample_sketches_of_chunk(
+    rows: np.ndarray,
+    feature_maps: Sequence[FeatureMap],
+    row_offset: int,
+    n_x: int,
+    n_y: int,
+    n_permutations: int,
+    seed: int,
+) -> list[TwoSampleSketch]:
+    """One partial :class:`TwoSampleSketch` per map, sharing the permutations: the pure chunk kernel.
+
+    For each row tile the membership ``mask[b, i] = [pi_b(i) < n_x]`` of the
+    B permutations (the Feistel network, :func:`permutation_indices`) is
+    computed once and applied to every map's features (one GEMM per map), so
+    L maps cost L embeddings and GEMMs but one evaluation of the permutations.
+    :func:`two_sample_sketch_of_chunk` is this kernel with one map.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (t, d)
+        Finite rows (validated by the caller).
+    feature_maps : sequence of FeatureMap
+        Fitted maps, at least one.
+    row_offset, n_x, n_y, n_permutations, seed
+        As for :func:`two_sample_sketch_of_chunk`.
+
+    Returns
+    -------
+    list of TwoSampleSketch
+        One partial sketch per map, in the order of ``feature_maps``.
+    """
     n_total = n_x + n_y
     if row_offset < 0 or row_offset + rows.shape[0] > n_total:
         raise InputError(
             f"Rows {row_offset}..{row_offset + rows.shape[0] - 1} lie outside the pooled design "
             f"[0, n_x + n_y) = [0, {n_total}). Check row_offset, n_x and n_y."
         )
-    width = feature_map.n_features_out_
+    widths = [feature_map.n_features_out_ for feature_map in feature_maps]
+    step = min(feature_map._tile_rows(width) for feature_map, width in zip(feature_maps, widths))
+    buffers = [np.empty((min(step, rows.shape[0]), width), dtype=np.float32) for width in widths]
     keys = _round_keys(seed, np.arange(n_permutations))
-    sums = np.zeros((2, width))  # X, Y
-    squared_norms = np.zeros(2)
-    permutation_sums = np.zeros((n_permutations, width))
-    permutation_squared_norms = np.zeros(n_permutations)
-    for start, features in feature_map.embed_tiles(rows):
-        wide = features.astype(np.float64)
-        norms = np.einsum("ij,ij->i", wide, wide)
+    sums = [np.zeros((2, width)) for width in widths]  # X, Y
+    squared_norms = [np.zeros(2) for _ in widths]
+    permutation_sums = [np.zeros((n_permutations, width)) for width in widths]
+    permutation_squared_norms = [np.zeros(n_permutations) for _ in widths]
+    for start in range(0, rows.shape[0], step):
+        tile = rows[start : start + step]
         first = row_offset + start
-        index = np.arange(first, first + wide.shape[0], dtype=np.uint64)
-        split = int(np.clip(n_x - first, 0, wide.shape[0]))  # tile rows [0, split) are in X
-        sums[0] += wide[:split].sum(axis=0)
-        sums[1] += wide[split:].sum(axis=0)
-        squared_norms += (norms[:split].sum(), norms[split:].sum())
+        index = np.arange(first, first + tile.shape[0], dtype=np.uint64)
+        split = int(np.clip(n_x - first, 0, tile.shape[0]))  # tile rows [0, split) are in X
         mask = (_permute(keys, n_total, index) < n_x).astype(np.float64)
-        permutation_sums += mask @ wide
-        permutation_squared_norms += mask @ norms
+        for m, feature_map in enumerate(feature_maps):
+            features = buffers[m][: tile.shape[0]]
+            feature_map._embed_tile(tile, features)
+            wide = features.astype(np.float64)
+            norms = np.einsum("ij,ij->i", wide, wide)
+            sums[m][0] += wide[:split].sum(axis=0)
+            sums[m][1] += wide[split:].sum(axis=0)
+            squared_norms[m] += (norms[:split].sum(), norms[split:].sum())
+            permutation_sums[m] += mask @ wide
+            permutation_squared_norms[m] += mask @ norms
     in_x = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
-    return TwoSampleSketch(
-        feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
-        sums[0], sums[1], squared_norms[0], squared_norms[1],
-        permutation_sums, permutation_squared_norms,
-    )  # fmt: skip
+    return [
+        TwoSampleSketch(
+            feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
+            sums[m][0], sums[m][1], squared_norms[m][0], squared_norms[m][1],
+            permutation_sums[m], permutation_squared_norms[m],
+        )  # fmt: skip
+        for m, feature_map in enumerate(feature_maps)
+    ]
+
+
+class AggregatedTwoSampleSketch:
+    """L :class:`TwoSampleSketch` of one design, one per bandwidth's map, sharing the B permutations.
+
+    The partial sketch of the aggregated test: built per chunk by
+    :func:`two_sample_sketches_of_chunk`, merged component by component
+    (a sum, like each component), read by
+    :func:`~streamrff.twosample.aggregated_permutation_test`. It lives in
+    memory only; each component is an ordinary :class:`TwoSampleSketch` that
+    can be saved on its own.
+
+    Parameters
+    ----------
+    sketches : sequence of TwoSampleSketch
+        One per bandwidth, all with the same ``n_x``, ``n_y``,
+        ``n_permutations`` and ``seed``.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2))
+    >>> maps = [srf.RFF(n_features=64, bandwidth=b, seed=i).fit(X) for i, b in enumerate([0.5, 2.0])]
+    >>> parts = [AggregatedTwoSampleSketch(two_sample_sketches_of_chunk(X, maps, 0, 40, 30, 19, seed=0)),
+    ...          AggregatedTwoSampleSketch(two_sample_sketches_of_chunk(Y, maps, 40, 40, 30, 19, seed=0))]
+    >>> sketch = parts[0].merge(parts[1])
+    >>> sketch.count, len(sketch.sketches), sketch.is_complete
+    (70, 2, True)
+    """
+
+    def __init__(self, sketches: Sequence[TwoSampleSketch]) -> None:
+        sketches = tuple(sketches)
+        if not sketches or not all(isinstance(sketch, TwoSampleSketch) for sketch in sketches):
+            raise InputError(
+                f"AggregatedTwoSampleSketch needs at least one TwoSampleSketch. Got "
+                f"{[type(sketch).__name__ for sketch in sketches]}."
+            )
+        first = sketches[0]
+        for sketch in sketches[1:]:
+            if (sketch.n_x, sketch.n_y, sketch.n_permutations, sketch.seed, sketch.count_x, sketch.count_y) != (
+                first.n_x, first.n_y, first.n_permutations, first.seed, first.count_x, first.count_y
+            ):
+                raise InputError(
+                    "The components of an AggregatedTwoSampleSketch must share one design and the same rows: "
+                    f"n_x={first.n_x}, n_y={first.n_y}, n_permutations={first.n_permutations}, seed={first.seed}, "
+                    f"count_x={first.count_x}, count_y={first.count_y} vs n_x={sketch.n_x}, n_y={sketch.n_y}, "
+                    f"n_permutations={sketch.n_permutations}, seed={sketch.seed}, count_x={sketch.count_x}, "
+                    f"count_y={sketch.count_y}. Sketch every map on the same chunks with the same design."
+                )
+        self.sketches = sketches
+
+    @property
+    def count(self) -> int:
+        """Rows added so far (X and Y)."""
+        return self.sketches[0].count
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no row has been added."""
+        return self.count == 0
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every row of the design has been added."""
+        return self.sketches[0].is_complete
+
+    def merge(self, other: AggregatedTwoSampleSketch) -> AggregatedTwoSampleSketch:
+        """The sketch of both inputs' rows; refuses another number of bandwidths, maps or design.
+
+        Raises
+        ------
+        SketchMismatchError
+            If ``other`` holds another number of maps, or a component's map or design differs.
+        """
+        if not isinstance(other, AggregatedTwoSampleSketch) or len(other.sketches) != len(self.sketches):
+            theirs = len(other.sketches) if isinstance(other, AggregatedTwoSampleSketch) else type(other).__name__
+            raise SketchMismatchError(
+                f"Cannot merge an aggregated two-sample sketch of {len(self.sketches)} bandwidths with {theirs}. "
+                "Sketch every chunk with the same list of maps."
+            )
+        return AggregatedTwoSampleSketch([mine.merge(theirs) for mine, theirs in zip(self.sketches, other.sketches)])
+
+    def __repr__(self) -> str:
+        first = self.sketches[0]
+        return (
+            f"AggregatedTwoSampleSketch(n_bandwidths={len(self.sketches)}, count_x={first.count_x}/{first.n_x}, "
+            f"count_y={first.count_y}/{first.n_y}, n_permutations={first.n_permutations}, seed={first.seed})"
+        )
