@@ -331,12 +331,10 @@ def cluster_sketch_of_chunk(
     if isinstance(feature_map, RFF) and rows.shape[0]:
         return _compiled_lloyd_step(rows, feature_map, centers, previous_centers)[0]
     k, width = centers.shape
-    tile_rows = _lloyd_tile_rows(rows.shape[0], width)
-    current = _NearestCentres([centers], tile_rows)
-    previous = both = None
-    if previous_centers is not None and k > 1:  # with one cluster no row can move
-        previous = _NearestCentres([previous_centers], tile_rows)
-        shift, norm_change = _move_bound(current, previous)
+    tile_rows, current, previous, move = _scorers(rows.shape[0], centers, previous_centers)
+    both = None
+    if previous is not None:
+        shift, norm_change = move
     onehot = np.empty((k, tile_rows), dtype=np.float32)
     cluster_index = np.arange(k)[:, None]
     tile_sums = np.empty((k, width), dtype=np.float32)
@@ -373,6 +371,19 @@ def cluster_sketch_of_chunk(
     return ClusterSketch(feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved)
 
 
+def _scorers(
+    n_rows: int, centers: np.ndarray, previous_centers: np.ndarray | None
+) -> tuple[int, _NearestCentres, _NearestCentres | None, tuple[float, float] | None]:
+    """Tile rows, the current centres' scorer and, when rows can move (previous centres, k > 1),
+    the previous centres' scorer and :func:`_move_bound`; else None, None."""
+    tile_rows = _lloyd_tile_rows(n_rows, centers.shape[1])
+    current = _NearestCentres([centers], tile_rows)
+    if previous_centers is None or centers.shape[0] == 1:  # with one cluster no row can move
+        return tile_rows, current, None, None
+    previous = _NearestCentres([previous_centers], tile_rows)
+    return tile_rows, current, previous, _move_bound(current, previous)
+
+
 def _move_bound(current: _NearestCentres, previous: _NearestCentres) -> tuple[float, float]:
     """``(shift, norm_change)``: a row may have changed cluster only if its margin is within
     ``bound + shift ||z|| + norm_change``.
@@ -394,13 +405,7 @@ def _compiled_lloyd_step(
 
     Returns the sketch, the rows' labels and how many rows were rescored in float64.
     """
-    k, width = centers.shape
-    tile_rows = _lloyd_tile_rows(rows.shape[0], width)
-    current = _NearestCentres([centers], tile_rows)
-    previous = move = None
-    if previous_centers is not None and k > 1:  # with one cluster no row can move
-        previous = _NearestCentres([previous_centers], tile_rows)
-        move = _move_bound(current, previous)
+    tile_rows, current, previous, move = _scorers(rows.shape[0], centers, previous_centers)
     labels, counts, sums, squared_norm_sum, n_moved, n_rescored = lloyd_step(
         rows, feature_map, tile_rows, current, previous, move
     )
