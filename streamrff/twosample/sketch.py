@@ -451,6 +451,13 @@ class AggregatedTwoSampleSketch:
             )
         return AggregatedTwoSampleSketch([mine.merge(theirs) for mine, theirs in zip(self.sketches, other.sketches)])
 
+    def merge_many(self, others: Sequence[AggregatedTwoSampleSketch]) -> AggregatedTwoSampleSketch:
+        """``self.merge(others[0]).merge(others[1])...``: the left fold the engine's merge tree asks for."""
+        merged = self
+        for other in others:
+            merged = merged.merge(other)
+        return merged
+
     def __repr__(self) -> str:
         first = self.sketches[0]
         return (
