@@ -49,10 +49,11 @@ from streamrff.engine import fit_map
 from streamrff.kmeans.sketch import _compiled_lloyd_step
 
 
-def write_mixture(path: str, rows: int, dim: int, k: int, chunk_rows: int, seed: int) -> None:
-    """A k-component Gaussian mixture, written chunk by chunk (never all in memory)."""
+def write_mixture(path: str, rows: int, dim: int, k: int, chunk_rows: int, seed: int, spread: float = 1.0) -> None:
+    """A k-component Gaussian mixture, written chunk by chunk (never all in memory); ``spread`` 0
+    gives one Gaussian: no cluster structure, so Lloyd keeps moving rows from pass to pass."""
     rng = np.random.default_rng(seed)
-    centres = rng.normal(scale=1.0, size=(k, dim))  # overlapping: Lloyd keeps moving rows for a few passes
+    centres = rng.normal(scale=spread, size=(k, dim))  # overlapping: Lloyd keeps moving rows for a few passes
     array = zarr.create_array(store=path, shape=(rows, dim), chunks=(chunk_rows, dim), dtype="float32", zarr_format=3)
     for start in range(0, rows, chunk_rows):
         size = min(chunk_rows, rows - start)
@@ -79,12 +80,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scheduler", default=None, help="dask scheduler address (default: local threads)")
     parser.add_argument("--workdir", default=None, help="where to write the zarr array (default: a temp dir)")
     parser.add_argument("--fit-only", action="store_true", help="only fit KernelKMeans and print the peak RSS")
+    parser.add_argument("--no-structure", action="store_true", help="one Gaussian instead of a k-component mixture")
     args = parser.parse_args(argv)
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-kmeans-")
     path = os.path.join(workdir, "mixture.zarr")
     try:
-        _, seconds, _ = timed(write_mixture, path, args.rows, args.dim, args.clusters, args.chunk_rows, args.seed)
+        _, seconds, _ = timed(
+            write_mixture, path, args.rows, args.dim, args.clusters, args.chunk_rows, args.seed, 0.0 if args.no_structure else 1.0
+        )
         print(
             f"data: {args.rows} x {args.dim} float32 zarr, {args.chunk_rows}-row chunks, k={args.clusters}, "
             f"D={args.features} (written in {seconds:.1f} s); scheduler: {args.scheduler or 'local threads'}, "

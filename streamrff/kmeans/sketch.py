@@ -20,14 +20,11 @@ from .._validation import check_positive_int
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
 from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
-from ._lloyd import lloyd_step
+from ._lloyd import FULL_RESCORE_FRACTION, lloyd_step
 from .scoring import _NearestCentres, _lloyd_tile_rows, _squared_row_norms
 
 __all__ = ["ClusterSketch", "cluster_sketch_of_chunk"]
 
-#: Once more than this fraction of a tile's rows may have changed cluster, the chunk's remaining
-#: tiles are scored against the current and previous centres in one GEMM.
-_FULL_RESCORE_FRACTION = 0.25
 
 
 def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | None) -> str:
@@ -356,7 +353,7 @@ def cluster_sketch_of_chunk(
             labels = assigned[:, 0]
             if previous is not None:
                 candidates = np.flatnonzero(margins <= bound + (shift * length + norm_change))
-                if candidates.size > _FULL_RESCORE_FRACTION * n:
+                if candidates.size > FULL_RESCORE_FRACTION * n:
                     n_moved += int(np.count_nonzero(previous.assign(features, length)[0][:, 0] != labels))
                     both = _NearestCentres([centers, previous_centers], tile_rows)  # for the next tiles
                 elif candidates.size:
