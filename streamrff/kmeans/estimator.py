@@ -179,16 +179,15 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     -----
     Cost: one embedding pass per Lloyd iteration (plus one pass to draw the
     seeded row sample); each task holds one chunk, its features tile by tile,
-    and ``2 k D`` float64 centres. Per tile, a float32 GEMM scores the rows
-    (rows within float32 rounding of a tie are rescored in float64) and a
-    float32 one-hot GEMM sums each cluster; near convergence only rows close
-    to a boundary are scored against the previous centres for the moved-row
-    count. At k = 10, D = 1024 a pass costs about 4.8 sketch passes
-    (``benchmarks/bench_kmeans.py``, 1e6 rows: 1.70 s and 0.35 s): the
-    sketch's compiled RFF sum kernel never writes the features, and the two
-    float32 GEMMs with k = 10 columns (scores, one-hot sums) run at
-    ~50 GFLOP/s in OpenBLAS, each costing about half a sketch tile on top of
-    the embedding.
+    and ``2 k D`` float64 centres. For RFF maps a chunk is one compiled call
+    (:mod:`streamrff.kmeans._lloyd`): per tile a float32 GEMM scores the rows
+    (rows within float32 rounding of a tie are rescored in float64) and each
+    row is added to its cluster's float32 tile sum; near convergence only rows
+    close to a boundary are scored against the previous centres for the
+    moved-row count. At k = 10, D = 1024 a pass costs 1.7-1.85 sketch passes
+    (``benchmarks/bench_kmeans.py --dim 32``, 1e6 rows: 0.80-0.84 s and
+    0.45-0.47 s); what remains on top of the embedding is mostly the score
+    GEMM, whose k = 10 columns OpenBLAS runs at ~55 GFLOP/s.
 
     Random Fourier features approximate the kernel with additive noise:
     ``z(x).z(y) = k(x, y) + O(D^-1/2)`` whatever ``k(x, y)`` is. Kernel k-means
