@@ -190,10 +190,14 @@ def lloyd_chunk(
     return squared_norm_sum, n_moved, n_rescored
 
 
-def _kernel_array(array: np.ndarray, dtype: Any) -> np.ndarray:
+def _kernel_array(array: np.ndarray, dtype: Any, copy: bool = True) -> np.ndarray:
     """A writeable C-contiguous array: every array argument of :func:`lloyd_chunk` has one numba
     type whatever the caller's layout or flags (read-only and strided arrays are other types,
-    each of which would compile another specialisation, seconds in the middle of a fit)."""
+    each of which would compile another specialisation, seconds in the middle of a fit). The
+    small arrays (centres, norms) are always copied; ``copy=False`` (the rows) copies only
+    when the array is not already writeable and C-contiguous."""
+    if copy:
+        return np.array(array, dtype=dtype, order="C", copy=True)
     array = np.ascontiguousarray(array, dtype=dtype)
     return array if array.flags.writeable else array.copy()
 
@@ -227,14 +231,14 @@ def lloyd_step(
         )
         previous_args += tuple(np.float32(value) for value in (previous.slope, previous.offset, *move))
         previous_args += (
-            np.ascontiguousarray(np.hstack([current.scaled, previous.scaled]), dtype=np.float32),
-            np.concatenate([current.norms32, previous.norms32]).astype(np.float32),
+            _kernel_array(np.hstack([current.scaled, previous.scaled]), np.float32),
+            _kernel_array(np.concatenate([current.norms32, previous.norms32]), np.float32),
         )
     labels = np.empty(rows.shape[0], np.int64)
     counts = np.zeros(k, np.int64)
     sums = np.zeros((k, width))
     squared_norm_sum, n_moved, n_rescored = lloyd_chunk(
-        _kernel_array(rows, np.float32),
+        _kernel_array(rows, np.float32, copy=False),
         *feature_map._float32_kernel_args(),
         int(tile_rows),
         _kernel_array(current.scaled, dtype=np.float32),
