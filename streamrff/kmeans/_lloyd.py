@@ -12,7 +12,8 @@ written, and the call holds the GIL once.
 Exact labels. A row whose two lowest float32 scores differ by at most the
 bound of :class:`~streamrff.kmeans.scoring._NearestCentres` (``4 e(z)``, from
 the tile's largest ``||z||``) is rescored in float64 from the same float32
-features, so labels are those of float64 arithmetic (ties to the lowest
+features (one float64 GEMM per tile for all such rows, the numpy path's
+formula), so labels are those of float64 arithmetic (ties to the lowest
 index); the call counts those rows. With the previous iteration's centres,
 only rows whose margin is within what the centres' move can change are
 scored against them (a second GEMM over those rows, gathered), to count the
@@ -38,17 +39,27 @@ FULL_RESCORE_FRACTION = 0.25
 
 
 @_jit
-def _exact_label(features, centers, center_norms):  # pragma: no cover - compiled
-    """argmin_j ||c_j||^2 - 2 z.c_j in float64 (ties to the lowest index)."""
-    best, label = np.inf, 0
-    for c in range(centers.shape[0]):
-        dot = 0.0
-        for j in range(features.shape[0]):
-            dot += np.float64(features[j]) * centers[c, j]
-        score = center_norms[c] - 2.0 * dot
-        if score < best:
-            best, label = score, c
-    return label
+def _exact_labels(features, rows, slots, centers_t, center_norms, wide, wide_scores, out):  # pragma: no cover - compiled
+    """``out[slots[a]] = argmin_j ||c_j||^2 - 2 z.c_j`` in float64 for ``z = features[rows[a]]``
+    (ties to the lowest index): one float64 GEMM for all of them, as the numpy path's ``_nearest``.
+
+    ``centers_t``: float64 (D, k); ``wide``, ``wide_scores``: float64 scratch of at least
+    (len(rows), D) and (len(rows), k).
+    """
+    u = rows.shape[0]
+    for a in range(u):
+        source, destination = features[rows[a]], wide[a]
+        for j in range(source.shape[0]):
+            destination[j] = source[j]
+    scores = wide_scores[:u]
+    np.dot(wide[:u], centers_t, scores)
+    for a in range(u):
+        best, label = np.inf, 0
+        for c in range(centers_t.shape[1]):
+            value = center_norms[c] - 2.0 * scores[a, c]
+            if value < best:
+                best, label = value, c
+        out[slots[a]] = label
 
 
 @_jit
@@ -73,13 +84,13 @@ def lloyd_chunk(
     tile_rows,
     scaled,
     norms32,
-    centers,
+    centers_t,
     center_norms,
     bound_slope,
     bound_offset,
     previous_scaled,
     previous_norms32,
-    previous_centers,
+    previous_centers_t,
     previous_norms,
     previous_slope,
     previous_offset,
@@ -97,7 +108,7 @@ def lloyd_chunk(
     ``rows``: float32 (n, d) C-contiguous; ``frequencies``: float32 (d, m);
     ``offsets``: float32 (m,) for the cosphase variant, length 0 for sincos;
     ``scaled``: float32 (D, k), ``-2 c`` rounded; ``norms32``: float32 (k,);
-    ``centers``: float64 (k, D); ``center_norms``: float64 (k,). The margin
+    ``centers_t``: float64 (D, k), the centres transposed; ``center_norms``: float64 (k,). The margin
     bound of a row is ``bound_slope * L + bound_offset`` with ``L`` its tile's
     largest ``||z||``. ``previous_*``: the same for the previous centres (k = 0
     arrays when there are none); a row may have moved if its margin is within
@@ -125,6 +136,13 @@ def lloyd_chunk(
     candidates = np.empty((tile, width), np.float32)
     candidate_rows = np.empty(tile, np.int64)
     previous_scores = np.empty((tile, max(k_previous, 1)), np.float32)
+    tile_labels = np.empty(tile, np.int64)
+    before_labels = np.empty(tile, np.int64)
+    margins = np.empty(tile, np.float32)
+    unsure = np.empty(tile, np.int64)
+    unsure_rows = np.empty(tile, np.int64)
+    wide = np.empty((tile, width))
+    wide_scores = np.empty((tile, max(k, k_previous)))
     squared_norm_sum = 0.0
     n_moved = 0
     n_rescored = 0
@@ -149,44 +167,64 @@ def lloyd_chunk(
         scores = both_scores if score_both else single_scores
         np.dot(block, both_scaled if score_both else scaled, scores[:t])
         previous_bound = length * previous_slope + previous_offset
-        n_candidates = 0
+        # Float32 labels and margins; the rows too close to call are rescored in float64 at once.
+        n_unsure = 0
         for i in range(t):
             label, lowest, second = _lowest_two(scores[i, :k], norms32)
-            margin = second - lowest
-            if margin <= bound:
-                label = _exact_label(block[i], centers, center_norms)
-                n_rescored += 1
+            tile_labels[i] = label
+            margins[i] = second - lowest
+            if margins[i] <= bound:
+                unsure[n_unsure] = i
+                n_unsure += 1
+        if n_unsure:
+            _exact_labels(block, unsure[:n_unsure], unsure[:n_unsure], centers_t, center_norms, wide, wide_scores, tile_labels)
+            n_rescored += n_unsure
+        n_candidates = 0
+        n_unsure = 0
+        for i in range(t):
+            label = tile_labels[i]
             labels[start + i] = label
             counts[label] += 1
             destination, source = tile_sums[label], block[i]
             for j in range(width):
                 destination[j] += source[j]
-            if k_previous and margin <= moved_bound:
-                if score_both:
+            if k_previous and margins[i] <= moved_bound:
+                candidate_rows[n_candidates] = i
+                if score_both:  # the previous centres' scores are in the same GEMM's columns k..2k
                     before, lowest, second = _lowest_two(scores[i, k:], both_norms32[k:])
+                    before_labels[n_candidates] = before
                     if second - lowest <= previous_bound:
-                        before = _exact_label(source, previous_centers, previous_norms)
-                    if before != label:
-                        n_moved += 1
+                        unsure[n_unsure] = n_candidates
+                        n_unsure += 1
                 else:
                     candidates[n_candidates] = source
-                    candidate_rows[n_candidates] = start + i
-                    n_candidates += 1
+                n_candidates += 1
         for c in range(k):
             for j in range(width):
                 sums[c, j] += np.float64(tile_sums[c, j])
                 tile_sums[c, j] = 0.0
-        if n_candidates > FULL_RESCORE_FRACTION * t:
-            score_both = True  # most rows may move: score the chunk's later tiles against both at once
-        if n_candidates:
+        if n_candidates and not score_both:
             gathered = candidates[:n_candidates]
             np.dot(gathered, previous_scaled, previous_scores[:n_candidates])
             for i in range(n_candidates):
                 before, lowest, second = _lowest_two(previous_scores[i], previous_norms32)
+                before_labels[i] = before
                 if second - lowest <= previous_bound:
-                    before = _exact_label(gathered[i], previous_centers, previous_norms)
-                if before != labels[candidate_rows[i]]:
-                    n_moved += 1
+                    unsure[n_unsure] = i
+                    n_unsure += 1
+            if n_unsure:
+                slots = unsure[:n_unsure]
+                _exact_labels(gathered, slots, slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels)
+        elif n_unsure:  # both at once: the unsure candidates' rows of the tile, rescored against the previous centres
+            slots = unsure[:n_unsure]
+            for a in range(n_unsure):
+                unsure_rows[a] = candidate_rows[slots[a]]
+            _exact_labels(block, unsure_rows[:n_unsure], slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels)
+        for i in range(n_candidates):
+            if before_labels[i] != tile_labels[candidate_rows[i]]:
+                n_moved += 1
+        if n_candidates > FULL_RESCORE_FRACTION * t:
+            score_both = True  # most rows may move: score the chunk's later tiles against both at once
     return squared_norm_sum, n_moved, n_rescored
 
 
@@ -216,17 +254,17 @@ def lloyd_step(
     one block each (``previous`` None: no move count); ``move`` is ``(shift, norm_change)``.
     Returns ``(labels, counts, sums, sum of ||z||^2, rows moved, rows rescored)``.
     """
-    centers = _kernel_array(current.blocks[0], dtype=np.float64)
-    k, width = centers.shape
+    centers_t = _kernel_array(current.blocks[0].T, dtype=np.float64)
+    width, k = centers_t.shape
     if previous is None:
-        previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((0, width)), np.empty(0))
+        previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((width, 0)), np.empty(0))
         previous_args += (np.float32(0.0),) * 4
         previous_args += (np.empty((width, 0), np.float32), np.empty(0, np.float32))
     else:
         previous_args = (
             _kernel_array(previous.scaled, dtype=np.float32),
             _kernel_array(previous.norms32, dtype=np.float32),
-            _kernel_array(previous.blocks[0], dtype=np.float64),
+            _kernel_array(previous.blocks[0].T, dtype=np.float64),
             _kernel_array(previous.block_norms[0], dtype=np.float64),
         )
         previous_args += tuple(np.float32(value) for value in (previous.slope, previous.offset, *move))
@@ -243,7 +281,7 @@ def lloyd_step(
         int(tile_rows),
         _kernel_array(current.scaled, dtype=np.float32),
         _kernel_array(current.norms32, dtype=np.float32),
-        centers,
+        centers_t,
         _kernel_array(current.block_norms[0], dtype=np.float64),
         np.float32(current.slope),
         np.float32(current.offset),
