@@ -24,7 +24,7 @@ from sklearn.base import clone
 from ._blas import one_blas_thread
 from ._connection import connect_timeout, parse_scheduler_address, probe_scheduler, wait_for_result
 from ._memory import check_sizes_fit
-from ._validation import check_feature_dtype
+from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
 from .maps import FeatureMap
@@ -562,10 +562,7 @@ def sketch(
     """
     if not isinstance(moments, (bool, np.bool_)):
         raise InputError(f"moments must be True or False. Got {moments!r}.")
-    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
-        raise InputError(f"split_every must be an integer >= 2. Got {split_every!r}.")
-    if on_invalid not in _ON_INVALID:
-        raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+    _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
     method = check_sum_method(method, bool(moments), dtype)
     array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
@@ -577,24 +574,12 @@ def sketch(
             array = _plan_chunks(source, array, fitted.n_features_out_, bool(moments), active)
         kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments), dtype=dtype, method=method)
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
-        if dtype == np.float64:
-            job += "-float64"
         logger.info("sketch of %s with %s", describe_source(source), type(fitted).__name__)
-        result = run_chunks(
-            [array],
-            kernel,
-            client=active,
-            on_invalid=on_invalid,
-            split_every=split_every,
-            progress=progress,
-            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
-            checkpoint_job=job,
-            storage_options=storage_options,
-            retries=retries,
-        )
-    if not isinstance(result, MeanSketch):  # pragma: no cover - defensive: kernels return MeanSketch
-        raise SketchFormatError(f"Internal error: expected a MeanSketch, got {type(result).__name__}.")
-    return result
+        return _run_job(
+            array, kernel, job, dtype, MeanSketch, active,
+            on_invalid=on_invalid, split_every=split_every, progress=progress, checkpoint=checkpoint,
+            storage_options=storage_options, retries=retries,
+        )  # fmt: skip
 
 
 def nystrom_sketch(
@@ -642,12 +627,7 @@ def nystrom_sketch(
     >>> s.count, s.range_sketch.shape
     (2000, (128, 32))
     """
-    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
-        raise InputError(f"split_every must be an integer >= 2. Got {split_every!r}.")
-    if on_invalid not in _ON_INVALID:
-        raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
-    from ._validation import check_positive_int, normalize_seed
-
+    _check_job_options(split_every, on_invalid)
     check_positive_int(sketch_size, "sketch_size")
     seed = normalize_seed(seed)
     dtype = check_feature_dtype(dtype)
@@ -661,21 +641,40 @@ def nystrom_sketch(
             _nystrom_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype
         )
         job = f"nystrom-{fitted.fingerprint[:20]}-{sketch_size}-{seed}-{on_invalid}"
-        if dtype == np.float64:
-            job += "-float64"
         logger.info("Nystrom sketch of %s with %s, l = %d", describe_source(source), type(fitted).__name__, sketch_size)
-        result = run_chunks(
-            [array],
-            kernel,
-            client=active,
-            on_invalid=on_invalid,
-            split_every=split_every,
-            progress=progress,
-            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
-            checkpoint_job=job,
-            storage_options=storage_options,
-            retries=retries,
-        )
-    if not isinstance(result, NystromSketch):  # pragma: no cover - defensive
-        raise SketchFormatError(f"Internal error: expected a NystromSketch, got {type(result).__name__}.")
+        return _run_job(
+            array, kernel, job, dtype, NystromSketch, active,
+            on_invalid=on_invalid, split_every=split_every, progress=progress, checkpoint=checkpoint,
+            storage_options=storage_options, retries=retries,
+        )  # fmt: skip
+
+
+def _check_job_options(split_every: Any, on_invalid: Any) -> None:
+    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+        raise InputError(f"split_every must be an integer >= 2. Got {split_every!r}.")
+    if on_invalid not in _ON_INVALID:
+        raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+
+
+def _run_job(
+    array: da.Array, kernel: ChunkKernel, job: str, dtype: np.dtype, kind: type[Sketch], client: Any, *,
+    on_invalid: str, split_every: int, progress: bool, checkpoint: Any, storage_options: StorageOptions, retries: int,
+) -> Any:  # fmt: skip
+    """Run a sketch job over ``array``'s chunks; ``job`` names its checkpoint partials."""
+    if dtype == np.float64:
+        job += "-float64"
+    result = run_chunks(
+        [array],
+        kernel,
+        client=client,
+        on_invalid=on_invalid,
+        split_every=split_every,
+        progress=progress,
+        checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+        checkpoint_job=job,
+        storage_options=storage_options,
+        retries=retries,
+    )
+    if not isinstance(result, kind):  # pragma: no cover - defensive: the kernels return this kind
+        raise SketchFormatError(f"Internal error: expected a {kind.__name__}, got {type(result).__name__}.")
     return result
