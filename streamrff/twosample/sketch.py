@@ -265,7 +265,7 @@ def two_sample_sketch_of_chunk(
     n_permutations: int,
     seed: int,
 ) -> TwoSampleSketch:
-    """Sketch trusted, finite pooled rows ``row_offset .. row_offset + len(rows) - 1``: the pure chunk kernel.
+    """Sketch trusted, finite pooled rows ``row_offset`` to ``row_offset + len(rows) - 1``: the pure chunk kernel.
 
     Rows with global index ``< n_x`` belong to X, the others to Y; a chunk may
     straddle the boundary. Features are embedded tile by tile
