@@ -35,7 +35,7 @@ templates_path = ["_templates"]
 # autosummary resolves ``streamrff.RFF`` by getattr, which loads them on first use.
 autosummary_generate = True
 autosummary_imported_members = True
-autodoc_default_options = {"members": True, "inherited-members": False, "show-inheritance": True}
+autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "none"  # the numpydoc Parameters sections carry the types
 numpydoc_show_class_members = False
 numpydoc_validation_checks: set[str] = set()
@@ -58,12 +58,18 @@ html_theme_options = {
 html_static_path: list[str] = []
 
 
-def _skip_metadata_requests(app, what, name, obj, skip, options):  # noqa: ARG001 - Sphinx's signature
-    """Leave out scikit-learn's generated ``set_*_request`` methods (metadata routing, not ours)."""
+def _skip_scikit_learn_members(app, what, name, obj, skip, options):  # noqa: ARG001 - Sphinx's signature
+    """Leave out members that scikit-learn's base classes define (``set_output``, metadata routing).
+
+    Their docstrings link into scikit-learn's own documentation and are documented there; the
+    estimator pages list what streamrff defines, including what ``FeatureMap`` gives every map.
+    """
     if name.startswith("set_") and name.endswith("_request"):
+        return True
+    if getattr(obj, "__module__", None) and obj.__module__.split(".")[0] == "sklearn":
         return True
     return None
 
 
 def setup(app):
-    app.connect("autodoc-skip-member", _skip_metadata_requests)
+    app.connect("autodoc-skip-member", _skip_scikit_learn_members)
