@@ -13,7 +13,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 project = "streamrff"
 author = "the streamrff developers"
-copyright = "the streamrff developers"  # noqa: A001 - the name Sphinx reads
+copyright = "the streamrff developers"
 # The one place the version is written is pyproject.toml; the installed metadata carries it here.
 release = _installed_version("streamrff")
 version = release
@@ -58,7 +58,7 @@ html_theme_options = {
 html_static_path: list[str] = []
 
 
-def _skip_scikit_learn_members(app, what, name, obj, skip, options):  # noqa: ARG001 - Sphinx's signature
+def _skip_scikit_learn_members(app, what, name, obj, skip, options):
     """Leave out members that scikit-learn's base classes define (``set_output``, metadata routing).
 
     Their docstrings link into scikit-learn's own documentation and are documented there; the

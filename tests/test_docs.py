@@ -23,7 +23,13 @@ DOCS = REPO / "docs"
 API = DOCS / "api.rst"
 #: Modules whose ``__all__`` the API reference documents besides ``streamrff`` itself. A name that
 #: is also in ``streamrff`` counts as documented when it is the same object.
-DOCUMENTED_MODULES = ["streamrff.twosample", "streamrff.kmeans", "streamrff.engine", "streamrff.testing", "streamrff.cli"]
+DOCUMENTED_MODULES = [
+    "streamrff.twosample",
+    "streamrff.kmeans",
+    "streamrff.engine",
+    "streamrff.testing",
+    "streamrff.cli",
+]
 
 
 def documented_names() -> dict[str, set[str]]:
@@ -91,7 +97,11 @@ def test_version_is_written_once_and_agrees_everywhere():
     assert '_installed_version("streamrff")' in (DOCS / "conf.py").read_text()
     # Container images built from this repository carry the package version as their tag.
     texts = [REPO / "README.md", *sorted(p for p in (REPO / "deploy").rglob("*") if p.is_file()), *DOCS.rglob("*.rst")]
-    tags = {(str(path.relative_to(REPO)), tag) for path in texts for tag in re.findall(r"streamrff:(\d[\w.]*)", path.read_text())}
+    tags = {
+        (str(path.relative_to(REPO)), tag)
+        for path in texts
+        for tag in re.findall(r"streamrff:(\d[\w.]*)", path.read_text())
+    }
     assert tags, "expected the image tags of deploy/ (streamrff:<version>)"
     stale = sorted((where, tag) for where, tag in tags if tag != version)
     assert not stale, f"image tags other than the package version {version}: {stale}"
