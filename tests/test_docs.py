@@ -28,6 +28,7 @@ DOCUMENTED_MODULES = [
     "streamrff.kmeans",
     "streamrff.engine",
     "streamrff.testing",
+    "streamrff.plot",
     "streamrff.cli",
 ]
 
