@@ -104,3 +104,33 @@ def test_compiled_lloyd_kernel_has_one_specialisation_whatever_the_callers_array
         for centers, previous in [(read_only, None), (strided, read_only), (Z[:3], strided)]:
             _compiled_lloyd_step(X[::-1], feature_map, centers, previous)
     assert len(lloyd_chunk.signatures) == 1, lloyd_chunk.signatures
+
+
+def test_exact_labels_rescores_only_centres_within_the_bound_and_matches_float64():
+    # Twelve centres in four groups of three, 1e-7 apart within a group: float32 cannot order a
+    # group, so every row is unsure and each group member must be rescored; centres of the other
+    # groups are beyond the bound and may be skipped. Labels must equal float64 arithmetic's
+    # (scipy's cdist on the same float32 features), on the compiled and the numpy path alike.
+    from streamrff.kmeans._lloyd import exact_labels
+    from streamrff.kmeans.scoring import _NearestCentres
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(500, 2)).astype(np.float32)
+    feature_map = srf.RFF(n_features=256, bandwidth=1.0, seed=4).fit(X)
+    features = feature_map.transform(X)
+    base = feature_map.transform(rng.normal(size=(4, 2))).astype(np.float64)  # not rows of X: no zero distances
+    nudges = rng.normal(size=(12, base.shape[1]))
+    centers = np.repeat(base, 3, axis=0) + 1e-7 * nudges / np.linalg.norm(nudges, axis=1, keepdims=True)
+    expected = cdist(features.astype(np.float64), centers, "sqeuclidean").argmin(axis=1)
+
+    nearest = _NearestCentres([centers], len(X))
+    labels, margins, bound = nearest.assign(features, float(np.linalg.norm(features, axis=1).max()))
+    np.testing.assert_array_equal(labels[:, 0], expected)  # the numpy path
+    assert np.all(margins <= bound)  # every row was unsure
+
+    scores = features @ nearest.scaled + nearest.norms32
+    rows = np.arange(len(X), dtype=np.int64)
+    out = np.full(len(X), -1, dtype=np.int64)
+    exact_labels(features, rows, scores, 0, bound, nearest.exact_blocks[0], nearest.block_norms[0], out, rows)
+    np.testing.assert_array_equal(out, expected)  # the compiled rescoring on its own
+    np.testing.assert_array_equal(_labels_of_rows(X, feature_map, centers), expected)  # the compiled Lloyd kernel

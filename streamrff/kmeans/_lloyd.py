@@ -12,12 +12,12 @@ written, and the call holds the GIL once.
 Exact labels. A row whose two lowest float32 scores differ by at most the
 bound of :class:`~streamrff.kmeans.scoring._NearestCentres` (``4 e(z)``, from
 the tile's largest ``||z||``) is rescored in float64 from the same float32
-features (one float64 GEMM per tile for all such rows, the numpy path's
-formula), so labels are those of float64 arithmetic (ties to the lowest
-index); the call counts those rows. With the previous iteration's centres,
-only rows whose margin is within what the centres' move can change are
-scored against them (a second GEMM over those rows, gathered), to count the
-rows that changed cluster.
+features, against only the centres whose float32 score is within the bound of
+its lowest (:func:`exact_labels`, which the numpy path uses too), so labels are
+those of float64 arithmetic (ties to the lowest index); the call counts those
+rows. With the previous iteration's centres, only rows whose margin is within
+what the centres' move can change are scored against them (a second GEMM over
+those rows, gathered), to count the rows that changed cluster.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from .._sincos import rff_features
 
-__all__ = ["lloyd_chunk", "lloyd_step"]
+__all__ = ["exact_labels", "lloyd_chunk", "lloyd_step"]
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 
@@ -39,40 +39,70 @@ FULL_RESCORE_FRACTION = 0.25
 
 
 @_jit
-def _exact_labels(features, rows, slots, centers_t, center_norms, wide, wide_scores, out):  # pragma: no cover - compiled
-    """``out[slots[a]] = argmin_j ||c_j||^2 - 2 z.c_j`` in float64 for ``z = features[rows[a]]``
-    (ties to the lowest index): one float64 GEMM for all of them, as the numpy path's ``_nearest``.
+def _dot64(row, center):  # pragma: no cover - compiled
+    """``row . center`` in float64 (``row`` float32): eight interleaved partial sums added in a
+    fixed order, so the rounding is the same on every CPU and whatever the caller's tiling."""
+    width = row.shape[0]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    end = width - width % 8
+    for j in range(0, end, 8):
+        s0 += np.float64(row[j]) * center[j]
+        s1 += np.float64(row[j + 1]) * center[j + 1]
+        s2 += np.float64(row[j + 2]) * center[j + 2]
+        s3 += np.float64(row[j + 3]) * center[j + 3]
+        s4 += np.float64(row[j + 4]) * center[j + 4]
+        s5 += np.float64(row[j + 5]) * center[j + 5]
+        s6 += np.float64(row[j + 6]) * center[j + 6]
+        s7 += np.float64(row[j + 7]) * center[j + 7]
+    for j in range(end, width):
+        s0 += np.float64(row[j]) * center[j]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
-    ``centers_t``: float64 (D, k); ``wide``, ``wide_scores``: float64 scratch of at least
-    (len(rows), D) and (len(rows), k).
+
+@_jit
+def exact_labels(features, rows, scores, column, bound, centers, center_norms, out, slots):  # pragma: no cover - compiled
+    """``out[slots[a]] = argmin_j ||c_j||^2 - 2 z.c_j`` in float64 for ``z = features[rows[a]]``
+    (ties to the lowest index).
+
+    Only the centres whose float32 score ``scores[rows[a], column + j]`` (norms included) is
+    within ``bound`` of the row's lowest can be float64's nearest (each float32 score is off
+    by at most a quarter of the bound), so only those are rescored, by :func:`_dot64`.
+    ``centers``: float64 (k, D) C-contiguous; ``center_norms``: float64 (k,).
     """
-    u = rows.shape[0]
-    for a in range(u):
-        source, destination = features[rows[a]], wide[a]
-        for j in range(source.shape[0]):
-            destination[j] = source[j]
-    scores = wide_scores[:u]
-    np.dot(wide[:u], centers_t, scores)
-    for a in range(u):
+    k = centers.shape[0]
+    for a in range(rows.shape[0]):
+        i = rows[a]
+        lowest = np.float32(np.inf)
+        for c in range(k):
+            lowest = min(lowest, scores[i, column + c])
+        threshold = lowest + bound
         best, label = np.inf, 0
-        for c in range(centers_t.shape[1]):
-            value = center_norms[c] - 2.0 * scores[a, c]
-            if value < best:
-                best, label = value, c
+        for c in range(k):
+            if scores[i, column + c] <= threshold:
+                value = center_norms[c] - 2.0 * _dot64(features[i], centers[c])
+                if value < best:
+                    best, label = value, c
         out[slots[a]] = label
 
 
 @_jit
-def _lowest_two(scores, norms):  # pragma: no cover - compiled
-    """(index of the lowest of scores + norms, lowest, second lowest); ties to the lowest index."""
+def _lowest_two(scores):  # pragma: no cover - compiled
+    """(index of the lowest of ``scores``, lowest, second lowest); ties to the lowest index.
+    Branch-free (min, max and a select per centre): labels of unclustered rows are unpredictable."""
     label, lowest, second = 0, np.float32(np.inf), np.float32(np.inf)
     for c in range(scores.shape[0]):
-        value = scores[c] + norms[c]
-        if value < lowest:
-            label, second, lowest = c, lowest, value
-        elif value < second:
-            second = value
+        value = scores[c]
+        second = min(second, max(value, lowest))
+        label = c if value < lowest else label
+        lowest = min(lowest, value)
     return label, lowest, second
+
+
+@_jit
+def _add_norms(scores, norms):  # pragma: no cover - compiled
+    for i in range(scores.shape[0]):
+        for c in range(norms.shape[0]):
+            scores[i, c] += norms[c]
 
 
 @_jit
@@ -84,13 +114,13 @@ def lloyd_chunk(
     tile_rows,
     scaled,
     norms32,
-    centers_t,
+    centers,
     center_norms,
     bound_slope,
     bound_offset,
     previous_scaled,
     previous_norms32,
-    previous_centers_t,
+    previous_centers,
     previous_norms,
     previous_slope,
     previous_offset,
@@ -108,7 +138,7 @@ def lloyd_chunk(
     ``rows``: float32 (n, d) C-contiguous; ``frequencies``: float32 (d, m);
     ``offsets``: float32 (m,) for the cosphase variant, length 0 for sincos;
     ``scaled``: float32 (D, k), ``-2 c`` rounded; ``norms32``: float32 (k,);
-    ``centers_t``: float64 (D, k), the centres transposed; ``center_norms``: float64 (k,). The margin
+    ``centers``: float64 (k, D); ``center_norms``: float64 (k,). The margin
     bound of a row is ``bound_slope * L + bound_offset`` with ``L`` its tile's
     largest ``||z||``. ``previous_*``: the same for the previous centres (k = 0
     arrays when there are none); a row may have moved if its margin is within
@@ -123,7 +153,7 @@ def lloyd_chunk(
     n = rows.shape[0]
     m = frequencies.shape[1]
     width = scaled.shape[0]
-    k = scaled.shape[1]
+    k = centers.shape[0]
     k_previous = previous_scaled.shape[1]
     tile = min(tile_rows, n)
     projection = np.empty((tile, m), np.float32)
@@ -141,8 +171,6 @@ def lloyd_chunk(
     margins = np.empty(tile, np.float32)
     unsure = np.empty(tile, np.int64)
     unsure_rows = np.empty(tile, np.int64)
-    wide = np.empty((tile, width))
-    wide_scores = np.empty((tile, max(k, k_previous)))
     squared_norm_sum = 0.0
     n_moved = 0
     n_rescored = 0
@@ -164,20 +192,22 @@ def lloyd_chunk(
             length = np.float32(np.sqrt(largest))
         bound = length * bound_slope + bound_offset
         moved_bound = bound + length * move_slope + move_offset
-        scores = both_scores if score_both else single_scores
-        np.dot(block, both_scaled if score_both else scaled, scores[:t])
         previous_bound = length * previous_slope + previous_offset
+        scores = both_scores[:t] if score_both else single_scores[:t]
+        np.dot(block, both_scaled if score_both else scaled, scores)
+        _add_norms(scores, both_norms32 if score_both else norms32)
         # Float32 labels and margins; the rows too close to call are rescored in float64 at once.
         n_unsure = 0
         for i in range(t):
-            label, lowest, second = _lowest_two(scores[i, :k], norms32)
+            label, lowest, second = _lowest_two(scores[i, :k])
             tile_labels[i] = label
             margins[i] = second - lowest
             if margins[i] <= bound:
                 unsure[n_unsure] = i
                 n_unsure += 1
         if n_unsure:
-            _exact_labels(block, unsure[:n_unsure], unsure[:n_unsure], centers_t, center_norms, wide, wide_scores, tile_labels)
+            slots = unsure[:n_unsure]
+            exact_labels(block, slots, scores, 0, bound, centers, center_norms, tile_labels, slots)
             n_rescored += n_unsure
         n_candidates = 0
         n_unsure = 0
@@ -191,7 +221,7 @@ def lloyd_chunk(
             if k_previous and margins[i] <= moved_bound:
                 candidate_rows[n_candidates] = i
                 if score_both:  # the previous centres' scores are in the same GEMM's columns k..2k
-                    before, lowest, second = _lowest_two(scores[i, k:], both_norms32[k:])
+                    before, lowest, second = _lowest_two(scores[i, k:])
                     before_labels[n_candidates] = before
                     if second - lowest <= previous_bound:
                         unsure[n_unsure] = n_candidates
@@ -204,22 +234,23 @@ def lloyd_chunk(
                 sums[c, j] += np.float64(tile_sums[c, j])
                 tile_sums[c, j] = 0.0
         if n_candidates and not score_both:
-            gathered = candidates[:n_candidates]
-            np.dot(gathered, previous_scaled, previous_scores[:n_candidates])
+            gathered, gathered_scores = candidates[:n_candidates], previous_scores[:n_candidates]
+            np.dot(gathered, previous_scaled, gathered_scores)
+            _add_norms(gathered_scores, previous_norms32)
             for i in range(n_candidates):
-                before, lowest, second = _lowest_two(previous_scores[i], previous_norms32)
+                before, lowest, second = _lowest_two(gathered_scores[i])
                 before_labels[i] = before
                 if second - lowest <= previous_bound:
                     unsure[n_unsure] = i
                     n_unsure += 1
             if n_unsure:
                 slots = unsure[:n_unsure]
-                _exact_labels(gathered, slots, slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels)
+                exact_labels(gathered, slots, gathered_scores, 0, previous_bound, previous_centers, previous_norms, before_labels, slots)
         elif n_unsure:  # both at once: the unsure candidates' rows of the tile, rescored against the previous centres
             slots = unsure[:n_unsure]
             for a in range(n_unsure):
                 unsure_rows[a] = candidate_rows[slots[a]]
-            _exact_labels(block, unsure_rows[:n_unsure], slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels)
+            exact_labels(block, unsure_rows[:n_unsure], scores, k, previous_bound, previous_centers, previous_norms, before_labels, slots)
         for i in range(n_candidates):
             if before_labels[i] != tile_labels[candidate_rows[i]]:
                 n_moved += 1
@@ -254,17 +285,17 @@ def lloyd_step(
     one block each (``previous`` None: no move count); ``move`` is ``(shift, norm_change)``.
     Returns ``(labels, counts, sums, sum of ||z||^2, rows moved, rows rescored)``.
     """
-    centers_t = _kernel_array(current.blocks[0].T, dtype=np.float64)
-    width, k = centers_t.shape
+    centers = _kernel_array(current.blocks[0], dtype=np.float64)
+    k, width = centers.shape
     if previous is None:
-        previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((width, 0)), np.empty(0))
+        previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((0, width)), np.empty(0))
         previous_args += (np.float32(0.0),) * 4
         previous_args += (np.empty((width, 0), np.float32), np.empty(0, np.float32))
     else:
         previous_args = (
             _kernel_array(previous.scaled, dtype=np.float32),
             _kernel_array(previous.norms32, dtype=np.float32),
-            _kernel_array(previous.blocks[0].T, dtype=np.float64),
+            _kernel_array(previous.blocks[0], dtype=np.float64),
             _kernel_array(previous.block_norms[0], dtype=np.float64),
         )
         previous_args += tuple(np.float32(value) for value in (previous.slope, previous.offset, *move))
@@ -281,7 +312,7 @@ def lloyd_step(
         int(tile_rows),
         _kernel_array(current.scaled, dtype=np.float32),
         _kernel_array(current.norms32, dtype=np.float32),
-        centers_t,
+        centers,
         _kernel_array(current.block_norms[0], dtype=np.float64),
         np.float32(current.slope),
         np.float32(current.offset),

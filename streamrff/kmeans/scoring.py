@@ -1,8 +1,9 @@
 """Nearest centres in feature space: float32 scores, rescored in float64 where rounding could matter.
 
 :class:`_NearestCentres` scores float32 feature rows against one or more blocks
-of centres with one float32 GEMM and rescores in float64 (:func:`_nearest`)
-the rows whose two lowest scores are within float32 rounding of each other,
+of centres with one float32 GEMM and rescores in float64
+(:func:`~streamrff.kmeans._lloyd.exact_labels`, shared with the compiled Lloyd
+kernel) the rows whose two lowest scores are within float32 rounding of each other,
 so labels are those of float64 arithmetic whatever the tiling.
 :func:`_labels_of_rows` labels in-memory rows tile by tile (what
 :meth:`~streamrff.KernelKMeans.predict` maps over chunks).
@@ -15,7 +16,7 @@ import numpy as np
 from .._blas import single_blas_thread
 from .._validation import check_rows
 from ..maps import RFF, FeatureMap
-from ._lloyd import lloyd_step
+from ._lloyd import exact_labels, lloyd_step
 
 __all__: list[str] = []
 
@@ -65,8 +66,10 @@ class _NearestCentres:
     ``c``, ``||c||^2`` and the sum). A row whose two lowest scores in a block
     differ by more than ``4 e(z)`` (twice what two scores can be off
     together) therefore has float64 arithmetic's nearest centre; the few other
-    rows are rescored in float64. Labels are thus those of float64 arithmetic
-    (ties to the lowest index) whatever the tiling.
+    rows are rescored in float64 against the centres whose float32 score is
+    within the bound of their lowest (only those can be nearest). Labels are thus
+    those of float64 arithmetic (ties to the lowest index) whatever the tiling or
+    the calling path: both paths rescore with the same compiled function.
     """
 
     def __init__(self, blocks: list[np.ndarray], tile_rows: int) -> None:
@@ -77,6 +80,9 @@ class _NearestCentres:
         self.scaled = np.ascontiguousarray((-2.0 * stacked).T, dtype=np.float32)
         self.norms32 = np.concatenate(self.block_norms).astype(np.float32)
         self.scores = np.empty((tile_rows, stacked.shape[0]), dtype=np.float32)
+        # The float64 rescoring's centres as one numba type (C-contiguous, writeable).
+        self.exact_blocks = [np.array(block, dtype=np.float64, order="C") for block in blocks]
+        self._slots = np.arange(tile_rows, dtype=np.int64)
         width = stacked.shape[1]
         gamma = width * _FLOAT32_UNIT / (1.0 - width * _FLOAT32_UNIT)
         largest = float(np.sqrt(max(norms.max() for norms in self.block_norms)))
@@ -105,9 +111,10 @@ class _NearestCentres:
         margins = lowest[:, :, 1] - lowest[:, :, 0]
         unsure = np.flatnonzero((margins <= bound).any(axis=1))
         if unsure.size:
-            wide = features[unsure].astype(np.float64)
-            for index, (block, norms) in enumerate(zip(self.blocks, self.block_norms)):
-                labels[unsure, index] = _nearest(wide, block, norms)[0]
+            rows, exact = np.ascontiguousarray(features, dtype=np.float32), np.empty(unsure.size, dtype=np.int64)
+            for index, (block, norms) in enumerate(zip(self.exact_blocks, self.block_norms)):
+                exact_labels(rows, unsure, scores, index * block.shape[0], bound, block, norms, exact, self._slots[: unsure.size])
+                labels[unsure, index] = exact
         return labels, margins[:, 0], bound
 
 
