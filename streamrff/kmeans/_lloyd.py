@@ -39,39 +39,22 @@ FULL_RESCORE_FRACTION = 0.25
 
 
 @_jit
-def _dot64(row, center):  # pragma: no cover - compiled
-    """``row . center`` in float64 (``row`` float32): eight interleaved partial sums added in a
-    fixed order, so the rounding is the same on every CPU and whatever the caller's tiling."""
-    width = row.shape[0]
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    end = width - width % 8
-    for j in range(0, end, 8):
-        s0 += np.float64(row[j]) * center[j]
-        s1 += np.float64(row[j + 1]) * center[j + 1]
-        s2 += np.float64(row[j + 2]) * center[j + 2]
-        s3 += np.float64(row[j + 3]) * center[j + 3]
-        s4 += np.float64(row[j + 4]) * center[j + 4]
-        s5 += np.float64(row[j + 5]) * center[j + 5]
-        s6 += np.float64(row[j + 6]) * center[j + 6]
-        s7 += np.float64(row[j + 7]) * center[j + 7]
-    for j in range(end, width):
-        s0 += np.float64(row[j]) * center[j]
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-
-
-@_jit
 def exact_labels(features, rows, scores, column, bound, centers, center_norms, out, slots):  # pragma: no cover - compiled
     """``out[slots[a]] = argmin_j ||c_j||^2 - 2 z.c_j`` in float64 for ``z = features[rows[a]]``
     (ties to the lowest index).
 
     Only the centres whose float32 score ``scores[rows[a], column + j]`` (norms included) is
     within ``bound`` of the row's lowest can be float64's nearest (each float32 score is off
-    by at most a quarter of the bound), so only those are rescored, by :func:`_dot64`.
+    by at most a quarter of the bound), so only those are rescored (one BLAS ddot each).
     ``centers``: float64 (k, D) C-contiguous; ``center_norms``: float64 (k,).
     """
     k = centers.shape[0]
+    wide = np.empty(centers.shape[1])
     for a in range(rows.shape[0]):
         i = rows[a]
+        source = features[i]
+        for j in range(wide.shape[0]):
+            wide[j] = source[j]
         lowest = np.float32(np.inf)
         for c in range(k):
             lowest = min(lowest, scores[i, column + c])
@@ -79,7 +62,7 @@ def exact_labels(features, rows, scores, column, bound, centers, center_norms, o
         best, label = np.inf, 0
         for c in range(k):
             if scores[i, column + c] <= threshold:
-                value = center_norms[c] - 2.0 * _dot64(features[i], centers[c])
+                value = center_norms[c] - 2.0 * np.dot(wide, centers[c])
                 if value < best:
                     best, label = value, c
         out[slots[a]] = label
