@@ -194,7 +194,22 @@ def _check_output_free(path: str, storage_options: dict[str, Any] | None, overwr
 
 
 def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
-    """JSON-able description of a sketch (no secrets: storage options are never part of a sketch)."""
+    """JSON-able description of a sketch (no secrets: storage options are never part of a sketch).
+
+    Examples
+    --------
+    >>> import json, numpy as np, streamrff as srf
+    >>> from streamrff.cli import sketch_summary
+    >>> X = np.random.default_rng(0).normal(size=(50, 3))
+    >>> summary = sketch_summary("x.sketch", srf.sketch_array(X, srf.RFF(n_features=16), moments=True))
+    >>> summary["kind"], summary["count"], summary["n_features"], summary["map"]["bandwidth"]
+    ('mean', 50, 16, 1.0)
+    >>> ratios = summary["explained_variance_ratio"]
+    >>> len(ratios), ratios == sorted(ratios, reverse=True), 0 < sum(ratios) <= 1 + 1e-9
+    (10, True, True)
+    >>> json.loads(json.dumps(summary)) == summary
+    True
+    """
     summary: dict[str, Any] = {
         "path": path,
         "kind": sketch.kind,
@@ -707,7 +722,20 @@ def _add_overwrite(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``streamrff`` command."""
+    """The argument parser of the ``streamrff`` command.
+
+    Examples
+    --------
+    >>> from streamrff.cli import build_parser
+    >>> args = build_parser().parse_args(["sketch", "data.zarr", "-o", "data.sketch", "--features", "512"])
+    >>> args.command, args.features, args.bandwidth, args.output
+    ('sketch', 512, None, 'data.sketch')
+    >>> try:
+    ...     build_parser().parse_args(["sketch", "data.zarr", "-o", "d.sketch", "--features", "-1"])
+    ... except SystemExit as exit:  # argparse refuses it (usage error, exit 2)
+    ...     print(exit.code)
+    2
+    """
     parser = argparse.ArgumentParser(
         prog="streamrff",
         description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
@@ -939,7 +967,31 @@ def _one_line_warnings(command: str) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code.
+
+    Examples
+    --------
+    Sketch an in-memory array, save it, and describe the file as the CLI does:
+
+    >>> import contextlib, io, json, os, tempfile, numpy as np, streamrff as srf
+    >>> from streamrff.cli import main
+    >>> X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "x.sketch")
+    ...     srf.sketch_array(X, srf.RFF(n_features=32)).save(path)
+    ...     output = io.StringIO()
+    ...     with contextlib.redirect_stdout(output):
+    ...         status = main(["info", path, "--json"])
+    >>> status, json.loads(output.getvalue())["count"]
+    (0, 40)
+
+    Errors return exit status 1 with a one-line message on stderr:
+
+    >>> with contextlib.redirect_stderr(io.StringIO()) as errors:
+    ...     status = main(["info", os.path.join(folder, "missing.sketch")])
+    >>> status, errors.getvalue().startswith("streamrff info: error: No map file at")
+    (1, True)
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose:

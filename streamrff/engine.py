@@ -557,7 +557,14 @@ def sketch(
     >>> s = srf.sketch(X, srf.RFF(n_features=256, bandwidth="median"), chunk_rows=2_500)
     >>> s.count, s.feature_sum.shape
     (10000, (256,))
-    >>> bool(np.allclose(s.feature_sum, srf.sketch_array(X, s.feature_map).feature_sum, rtol=1e-6))
+
+    Chunking changes only float32 rounding: against float64 features of the same
+    map, the mean embedding agrees to 1e-6 (float32 features carry an absolute
+    error of about ``|w.x| * 6e-8`` each; a sum of near-cancelling terms has no
+    relative bound, hence the absolute one on the mean).
+
+    >>> exact = srf.sketch_array(X.astype("float64"), s.feature_map, dtype="float64")
+    >>> bool(np.abs(s.feature_sum - exact.feature_sum).max() / s.count < 1e-6)
     True
     """
     if not isinstance(moments, (bool, np.bool_)):

@@ -69,6 +69,20 @@ class LloydIteration:
         measure compared with ``tol``.
     n_empty : int
         Clusters that received no row and were re-seeded.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal(-3, 0.5, size=(100, 2)), rng.normal(3, 0.5, size=(100, 2))])
+    >>> reports = []
+    >>> model = srf.KernelKMeans(n_clusters=2, n_features=128, bandwidth=1.0, seed=0).fit(X, callback=reports.append)
+    >>> reports == model.history_, [report.iteration for report in reports] == list(range(1, len(reports) + 1))
+    (True, True)
+    >>> all(b.inertia <= a.inertia * (1 + 1e-6) for a, b in zip(reports, reports[1:], strict=False))
+    True
+    >>> bool(np.isclose(reports[-1].inertia, model.inertia_))
+    True
     """
 
     iteration: int

@@ -40,6 +40,15 @@ def check_accumulator_size(
 
     Every partial sketch (one per chunk, held by Dask until reduced) carries
     these accumulators, so they are checked before any work starts.
+
+    Examples
+    --------
+    >>> from streamrff.twosample import check_accumulator_size
+    >>> check_accumulator_size(500, 1024)  # 500 x 1024 x 8 bytes = 3.9 MiB: fine
+    >>> check_accumulator_size(500, 1024, max_accumulator_bytes=2**20)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: The permutation accumulators take n_permutations x n_features x 8 bytes = 500 x 1024 x 8 = 3.9 MiB per partial sketch, over max_accumulator_bytes=1048576 (1.0 MiB). ...
     """
     size = 8 * int(n_permutations) * int(n_features)
     if size > max_accumulator_bytes:
@@ -292,6 +301,25 @@ def two_sample_sketch_of_chunk(
     -------
     TwoSampleSketch
         A partial sketch (``count = len(rows)``).
+
+    Examples
+    --------
+    A chunk straddling the X/Y boundary splits its rows by global index, and its
+    permutation sums are those of the keyed permutations:
+
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import permutation_indices, two_sample_sketch_of_chunk
+    >>> rows = np.random.default_rng(0).normal(size=(10, 2))
+    >>> rff = srf.RFF(n_features=16).fit(rows)
+    >>> part = two_sample_sketch_of_chunk(rows, rff, 5, 8, 12, 3, seed=0)  # global rows 5..14; X is 0..7
+    >>> part.count_x, part.count_y
+    (3, 7)
+    >>> Z = rff.transform(rows).astype(np.float64)
+    >>> bool(np.allclose(part.feature_sum_x, Z[:3].sum(axis=0), atol=1e-6))
+    True
+    >>> in_x = permutation_indices(seed=0, b=np.arange(3), n_total=20, index=np.arange(5, 15)) < 8
+    >>> bool(np.allclose(part.permutation_sums, in_x @ Z, atol=1e-6))
+    True
     """
     return two_sample_sketches_of_chunk(rows, (feature_map,), row_offset, n_x, n_y, n_permutations, seed)[0]
 
@@ -327,6 +355,20 @@ def two_sample_sketches_of_chunk(
     -------
     list of TwoSampleSketch
         One partial sketch per map, in the order of ``feature_maps``.
+
+    Examples
+    --------
+    Each map's partial equals that map's own single-map kernel:
+
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import two_sample_sketch_of_chunk, two_sample_sketches_of_chunk
+    >>> rows = np.random.default_rng(0).normal(size=(30, 2))
+    >>> maps = [srf.RFF(n_features=32, bandwidth=b, seed=i).fit(rows) for i, b in enumerate([0.5, 2.0])]
+    >>> parts = two_sample_sketches_of_chunk(rows, maps, 0, 20, 10, 9, seed=0)
+    >>> [part.feature_map.bandwidth_ for part in parts]
+    [0.5, 2.0]
+    >>> parts[1] == two_sample_sketch_of_chunk(rows, maps[1], 0, 20, 10, 9, seed=0)
+    True
     """
     n_total = n_x + n_y
     if row_offset < 0 or row_offset + rows.shape[0] > n_total:
