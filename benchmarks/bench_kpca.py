@@ -69,8 +69,9 @@ def run_config(config: dict) -> dict:
             code = main(argv)
         result = {"code": code, **{k: v for k, v in json.loads(captured.getvalue()).items() if k in ("moments", "residual")}}
     elif config["task"] == "digits":
-        import streamrff as srf
         from sklearn.datasets import load_digits
+
+        import streamrff as srf
 
         X = load_digits().data.astype(np.float64)
         model = srf.KernelPCA(n_components=config["k"], n_features=config["D"], bandwidth=config["sigma"],

@@ -125,8 +125,9 @@ def thread_scaling(tmp: str, rows: int, chunk_rows: int, cores: int) -> None:
     Twice: with ``chunk_rows``-row zarr chunks and with chunks 4x smaller. Reading a zarr chunk
     costs ~1.2 ms of Python in zarr's event loop whatever its size (measured with zarr 3.1), which
     holds the GIL: the smaller the chunks, the larger that serial share."""
-    import dask
     from concurrent.futures import ThreadPoolExecutor
+
+    import dask
 
     rows = max(rows, 8 * chunk_rows)  # at least 4 chunks per thread
     rff = srf.RFF(n_features=1024, bandwidth=float(np.sqrt(32))).fit(np.zeros((1, 32)))

@@ -138,7 +138,7 @@ def probe_scheduler(address: str, timeout: float) -> None:
         raw = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
     except ConnectionRefusedError as error:
         raise ClusterError(f"Cannot reach the Dask scheduler at {address}: connection refused. {hint}.") from error
-    except socket.timeout as error:
+    except TimeoutError as error:
         raise ClusterError(f"Cannot reach the Dask scheduler at {address} within {timeout:g} s. {hint}.") from error
     except OSError as error:  # name resolution, no route
         raise ClusterError(f"Cannot reach the Dask scheduler at {address}: {error.strerror or error}. {hint}.") from error
@@ -158,7 +158,7 @@ def probe_scheduler(address: str, timeout: float) -> None:
             raise ClusterError(
                 f"The server at {address} closed the connection without answering like a Dask scheduler. {hint}."
             )
-    except (socket.timeout, TimeoutError) as error:
+    except TimeoutError as error:
         raise ClusterError(
             f"The server at {address} accepted the connection but did not answer like a Dask scheduler within "
             f"{timeout:g} s (dask config streamrff.connect-timeout). {hint}."

@@ -28,6 +28,8 @@ from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
 from .maps import FeatureMap
+from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
+from .sampling import bottom_k, row_keys
 from .sketches import (
     LandmarkSketch,
     MeanSketch,
@@ -36,8 +38,6 @@ from .sketches import (
     landmark_sketch_of_chunk,
     mean_sketch_of_chunk,
 )
-from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
-from .sampling import bottom_k, row_keys
 from .typing import StorageOptions
 
 __all__ = ["sketch", "nystrom_sketch", "connect", "fit_map", "run_chunks", "landmark_sample", "auto_chunk_rows"]

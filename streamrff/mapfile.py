@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._publish import publish_text
-from .errors import InputError, MapFormatError, SketchFormatError, StreamRFFError, SourceError
+from .errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
 from .maps import FeatureMap, map_from_spec
 from .typing import PathOrURL, StorageOptions
 

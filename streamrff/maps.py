@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from abc import ABCMeta, abstractmethod
 import json
+from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
 

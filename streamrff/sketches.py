@@ -11,10 +11,10 @@ neutral element), :meth:`Sketch.save` / :func:`streamrff.load`, ``count``,
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
 import json
-from functools import reduce
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from functools import reduce
 from typing import Any, ClassVar
 
 import numpy as np

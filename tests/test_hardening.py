@@ -164,8 +164,8 @@ def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix
 
 @pytest.mark.parametrize("is_directory", [False, True], ids=["file", "directory"])
 def test_publish_never_replaces_without_overwrite_and_replaces_whole_with_it(tmp_path: Path, is_directory: bool) -> None:
-    from streamrff.fileformat import publish
     from streamrff._publish import staging_path
+    from streamrff.fileformat import publish
 
     target = tmp_path / "out"
 

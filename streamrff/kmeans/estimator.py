@@ -20,7 +20,15 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._blas import single_blas_thread
-from .._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
+from .._validation import (
+    check_bandwidth,
+    check_positive_int,
+    check_rows,
+    check_width,
+    is_in_memory,
+    normalize_seed,
+    validate_estimator_input,
+)
 from ..errors import InputError, NotFittedMapError
 from ..maps import KJL, RFF, FeatureMap
 from ..typing import Seed, StorageOptions

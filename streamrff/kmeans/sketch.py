@@ -21,7 +21,7 @@ from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
 from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
 from ._lloyd import FULL_RESCORE_FRACTION, lloyd_step
-from .scoring import _NearestCentres, _lloyd_tile_rows, _squared_row_norms
+from .scoring import _lloyd_tile_rows, _NearestCentres, _squared_row_norms
 
 __all__ = ["ClusterSketch", "cluster_sketch_of_chunk"]
 

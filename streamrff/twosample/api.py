@@ -21,7 +21,6 @@ from ..maps import RFF, FeatureMap
 from ..sampling import MEDIAN_SAMPLE_ROWS
 from ..sketches import MeanSketch, mmd2
 from ..typing import Seed, StorageOptions
-from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
 from .aggregated import (
     AGGREGATIONS,
     AUTO_BANDWIDTHS,
@@ -33,6 +32,7 @@ from .aggregated import (
     check_bandwidths,
     standardise,
 )
+from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
 from .result import AggregatedTwoSampleResult, TwoSampleResult, _bandwidth_of, _result
 from .sketch import (
     DEFAULT_MAX_ACCUMULATOR_BYTES,
