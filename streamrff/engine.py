@@ -234,7 +234,8 @@ def run_chunks(
     level = partials
     while len(level) > 1:
         level = [
-            dask.delayed(_merge_group, pure=True)(*level[i : i + split_every]) for i in range(0, len(level), split_every)
+            dask.delayed(_merge_group, pure=True)(*level[i : i + split_every])
+            for i in range(0, len(level), split_every)
         ]
     return _compute(level[0], client, progress, retries)
 
@@ -281,7 +282,9 @@ def landmark_sample(
         return holds
 
     kernel = functools.partial(_landmark_kernel, k=k, seed=seed)
-    sample = run_chunks(arrays, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row)
+    sample = run_chunks(
+        arrays, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row
+    )
     if skipped and not (sample.keys.shape[0] == k and sample.keys[-1] <= threshold):
         # More non-finite rows among the candidates than spare keys: the k smallest finite
         # keys may lie in chunks that were skipped, so read them all.
@@ -433,18 +436,14 @@ def fit_map(
     True
     """
     if not isinstance(feature_map, FeatureMap):
-        raise InputError(
-            f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}."
-        )
+        raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
     if isinstance(arrays, (str, os.PathLike)) or not isinstance(arrays, Sequence) or not arrays:
         raise InputError(f"arrays must be a non-empty list of sources. Got {type(arrays).__name__}.")
     arrays = [as_row_chunked(source, storage_options=storage_options) for source in arrays]
     width = arrays[0].shape[1]
     for array in arrays[1:]:
         if array.shape[1] != width:
-            raise InputError(
-                f"All samples must have the same number of columns. Got {width} and {array.shape[1]}."
-            )
+            raise InputError(f"All samples must have the same number of columns. Got {width} and {array.shape[1]}.")
     if feature_map.is_fitted():
         if feature_map.n_features_in_ != width:
             raise InputError(

@@ -49,7 +49,8 @@ class InputError(StreamRFFError, ValueError):
     >>> srf.RFF(n_features=3).fit(np.zeros((4, 2)))
     Traceback (most recent call last):
     ...
-    streamrff.errors.InputError: n_features must be even and >= 2 for the sincos variant (got 3); use 4 or variant='cosphase'.
+    streamrff.errors.InputError: n_features must be even and >= 2 for the sincos variant (got 3);
+    use 4 or variant='cosphase'.
     >>> try:
     ...     srf.sketch_array(np.array([[0.0, np.nan]]), srf.RFF(n_features=8))
     ... except ValueError as error:  # also a ValueError

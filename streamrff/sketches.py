@@ -481,7 +481,9 @@ class LandmarkSketch(Sketch):
         keys = np.concatenate([self.keys, other.keys])
         rows = np.concatenate([self.rows, other.rows])
         chosen = bottom_k(keys, self.k)
-        return LandmarkSketch(self.k, self.seed, self.n_features_in, keys[chosen], rows[chosen], self.count + other.count)
+        return LandmarkSketch(
+            self.k, self.seed, self.n_features_in, keys[chosen], rows[chosen], self.count + other.count
+        )
 
     def _arrays(self) -> dict[str, np.ndarray]:
         return {"keys": self.keys, "rows": self.rows}
@@ -677,9 +679,7 @@ def sketch_array(
     (50, (128,), (128, 128))
     """
     if not isinstance(feature_map, FeatureMap):
-        raise InputError(
-            f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}."
-        )
+        raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
     dtype = check_feature_dtype(dtype)
     X = check_rows(X, "X")
     if feature_map.is_fitted():

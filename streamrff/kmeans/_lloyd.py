@@ -39,7 +39,9 @@ FULL_RESCORE_FRACTION = 0.25
 
 
 @_jit
-def _exact_labels(features, rows, slots, centers_t, center_norms, wide, wide_scores, out):  # pragma: no cover - compiled
+def _exact_labels(
+    features, rows, slots, centers_t, center_norms, wide, wide_scores, out
+):  # pragma: no cover - compiled
     """``out[slots[a]] = argmin_j ||c_j||^2 - 2 z.c_j`` in float64 for ``z = features[rows[a]]``
     (ties to the lowest index): one float64 GEMM for all of them, as the numpy path's ``_nearest``.
 
@@ -177,7 +179,9 @@ def lloyd_chunk(
                 unsure[n_unsure] = i
                 n_unsure += 1
         if n_unsure:
-            _exact_labels(block, unsure[:n_unsure], unsure[:n_unsure], centers_t, center_norms, wide, wide_scores, tile_labels)
+            _exact_labels(
+                block, unsure[:n_unsure], unsure[:n_unsure], centers_t, center_norms, wide, wide_scores, tile_labels
+            )
             n_rescored += n_unsure
         n_candidates = 0
         n_unsure = 0
@@ -214,12 +218,23 @@ def lloyd_chunk(
                     n_unsure += 1
             if n_unsure:
                 slots = unsure[:n_unsure]
-                _exact_labels(gathered, slots, slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels)
+                _exact_labels(
+                    gathered, slots, slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels
+                )
         elif n_unsure:  # both at once: the unsure candidates' rows of the tile, rescored against the previous centres
             slots = unsure[:n_unsure]
             for a in range(n_unsure):
                 unsure_rows[a] = candidate_rows[slots[a]]
-            _exact_labels(block, unsure_rows[:n_unsure], slots, previous_centers_t, previous_norms, wide, wide_scores, before_labels)
+            _exact_labels(
+                block,
+                unsure_rows[:n_unsure],
+                slots,
+                previous_centers_t,
+                previous_norms,
+                wide,
+                wide_scores,
+                before_labels,
+            )
         for i in range(n_candidates):
             if before_labels[i] != tile_labels[candidate_rows[i]]:
                 n_moved += 1

@@ -373,7 +373,12 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         else:
             init_size = min(n_rows, check_positive_int(self.init_size, "init_size", minimum=k))
         max_iter = check_positive_int(self.max_iter, "max_iter")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real) or not np.isfinite(self.tol) or self.tol < 0:
+        if (
+            isinstance(self.tol, bool)
+            or not isinstance(self.tol, numbers.Real)
+            or not np.isfinite(self.tol)
+            or self.tol < 0
+        ):
             raise InputError(f"tol must be a finite number >= 0. Got {self.tol!r}.")
         return {
             "k": k,
@@ -397,7 +402,12 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             )
         overridden = {
             name: getattr(self, name)
-            for name, default in (("method", "rff"), ("n_features", None), ("n_landmarks", None), ("bandwidth", "median"))
+            for name, default in (
+                ("method", "rff"),
+                ("n_features", None),
+                ("n_landmarks", None),
+                ("bandwidth", "median"),
+            )
             if getattr(self, name) != default
         }
         if overridden:
@@ -507,7 +517,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             if self.feature_map is None:
                 feature_map._finish_fit(sample[:map_rows])
             sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
-            centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features, sample[: params["init_size"]])
+            centers, sample_labels = self._initial_centers(
+                params, seed, feature_map, sample_features, sample[: params["init_size"]]
+            )
             previous = None
             for iteration in range(1, params["max_iter"] + 1):
                 kernel = partial(_cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous)
@@ -570,7 +582,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         # ranks a split of both moons above the moons partition.
         exact_rows = min(sample_rows.shape[0], _SPECTRAL_ROWS)
         needs_gram = (init == "spectral" and k > 1) or (params["method"] == "rff" and params["n_init"] > 1)
-        squared_distances = cdist(sample_rows[:exact_rows], sample_rows[:exact_rows], "sqeuclidean") if needs_gram else None
+        squared_distances = (
+            cdist(sample_rows[:exact_rows], sample_rows[:exact_rows], "sqeuclidean") if needs_gram else None
+        )
         starts: list[tuple[str, np.ndarray]] = []
         if init == "spectral" and k > 1:
             spectral = _spectral_labels(squared_distances, feature_map.bandwidth_, k, seed)

@@ -364,8 +364,11 @@ def cluster_sketch_of_chunk(
         np.equal(cluster_index, labels, out=block, casting="unsafe")  # one-hot, 1.0 / 0.0
         np.matmul(block, features, out=tile_sums)
         sums += tile_sums
-    inertia = squared_norm_sum - 2.0 * float(np.einsum("ij,ij->", centers, sums)) + float(counts @ current.block_norms[0])
-    return ClusterSketch(feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved)
+    cross = float(np.einsum("ij,ij->", centers, sums))
+    inertia = squared_norm_sum - 2.0 * cross + float(counts @ current.block_norms[0])
+    return ClusterSketch(
+        feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved
+    )
 
 
 def _scorers(
@@ -408,8 +411,12 @@ def _compiled_lloyd_step(
     )
     if previous_centers is None:
         n_moved = rows.shape[0]
-    inertia = squared_norm_sum - 2.0 * float(np.einsum("ij,ij->", centers, sums)) + float(counts @ current.block_norms[0])
-    sketch = ClusterSketch(feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved)
+    inertia = (
+        squared_norm_sum - 2.0 * float(np.einsum("ij,ij->", centers, sums)) + float(counts @ current.block_norms[0])
+    )
+    sketch = ClusterSketch(
+        feature_map, centers, previous_centers, counts, sums, max(inertia, 0.0), squared_norm_sum, n_moved
+    )
     return sketch, labels, n_rescored
 
 

@@ -232,7 +232,9 @@ def bandwidth_maps(
     """
     values = check_bandwidths(bandwidths)
     if values == "auto":
-        raise InputError("bandwidth_maps needs numbers. Got 'auto'; compute the grid with auto_bandwidths(sample) first.")
+        raise InputError(
+            "bandwidth_maps needs numbers. Got 'auto'; compute the grid with auto_bandwidths(sample) first."
+        )
     seed = normalize_seed(seed)
     n_features_in = check_positive_int(n_features_in, "n_features_in")
     maps = []
@@ -447,7 +449,9 @@ def _sketch_sources(
     from ..engine import _mean_kernel, _memory_per_thread, connect, fit_map, landmark_sample, run_chunks
     from ..io import as_row_chunked
 
-    arrays = [as_row_chunked(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))]
+    arrays = [
+        as_row_chunked(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))
+    ]
     if arrays[0].shape[1] != arrays[1].shape[1]:
         raise InputError(
             f"X and Y must have the same number of columns. Got X with {arrays[0].shape[1]} and Y with "

@@ -222,7 +222,8 @@ class AggregatedTwoSampleResult:
             f"AggregatedTwoSampleResult(aggregation={self.aggregation!r})",
             f"  p-value (aggregated):  {self.p_value:.4g}",
             f"  statistic:             {self.statistic:.6g}",
-            f"  null:                  {self.n_permutations} permutations shared by {self.bandwidths.shape[0]} bandwidths",
+            f"  null:                  {self.n_permutations} permutations shared by "
+            f"{self.bandwidths.shape[0]} bandwidths",
             f"  samples:               n_x={self.n_x}, n_y={self.n_y}",
             f"  kernels:               Gaussian, n_features={self.n_features} per bandwidth",
             "  per bandwidth (p-values NOT corrected for testing several bandwidths):",

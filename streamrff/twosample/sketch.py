@@ -48,7 +48,7 @@ def check_accumulator_size(
     >>> check_accumulator_size(500, 1024, max_accumulator_bytes=2**20)
     Traceback (most recent call last):
     ...
-    streamrff.errors.InputError: The permutation accumulators take n_permutations x n_features x 8 bytes = 500 x 1024 x 8 = 3.9 MiB per partial sketch, over max_accumulator_bytes=1048576 (1.0 MiB). ...
+    streamrff.errors.InputError: The permutation accumulators take ... = 500 x 1024 x 8 = 3.9 MiB per partial ...
     """
     size = 8 * int(n_permutations) * int(n_features)
     if size > max_accumulator_bytes:
@@ -403,9 +403,19 @@ def two_sample_sketches_of_chunk(
     in_x = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
     return [
         TwoSampleSketch(
-            feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
-            sums[m][0], sums[m][1], squared_norms[m][0], squared_norms[m][1],
-            permutation_sums[m], permutation_squared_norms[m],
+            feature_map,
+            n_x,
+            n_y,
+            n_permutations,
+            seed,
+            in_x,
+            rows.shape[0] - in_x,
+            sums[m][0],
+            sums[m][1],
+            squared_norms[m][0],
+            squared_norms[m][1],
+            permutation_sums[m],
+            permutation_squared_norms[m],
         )  # fmt: skip
         for m, feature_map in enumerate(feature_maps)
     ]
@@ -451,7 +461,12 @@ class AggregatedTwoSampleSketch:
         first = sketches[0]
         for sketch in sketches[1:]:
             if (sketch.n_x, sketch.n_y, sketch.n_permutations, sketch.seed, sketch.count_x, sketch.count_y) != (
-                first.n_x, first.n_y, first.n_permutations, first.seed, first.count_x, first.count_y
+                first.n_x,
+                first.n_y,
+                first.n_permutations,
+                first.seed,
+                first.count_x,
+                first.count_y,
             ):
                 raise InputError(
                     "The components of an AggregatedTwoSampleSketch must share one design and the same rows: "
