@@ -632,6 +632,14 @@ def nystrom_sketch(
     >>> s = srf.nystrom_sketch(X, srf.RFF(n_features=128, bandwidth=1.0), sketch_size=32, chunk_rows=500)
     >>> s.count, s.range_sketch.shape
     (2000, (128, 32))
+
+    The range sketch is the second moment times the seeded test matrix, ``(Z^T Z) Omega``:
+
+    >>> from streamrff.nystrom import test_matrix
+    >>> Z = s.feature_map.transform(X).astype(np.float64)
+    >>> reference = Z.T @ (Z @ test_matrix(s.test_seed, 128, 32))
+    >>> bool(np.allclose(s.range_sketch, reference, rtol=0, atol=1e-4))
+    True
     """
     _check_job_options(split_every, on_invalid)
     check_positive_int(sketch_size, "sketch_size")

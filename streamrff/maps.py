@@ -681,8 +681,15 @@ class JL(FeatureMap):
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(10, 3))
     >>> jl = srf.JL(srf.RFF(n_features=512), n_components=64).fit(X)
-    >>> jl.transform(X).shape
+    >>> Z = jl.transform(X)
+    >>> Z.shape
     (10, 64)
+
+    Inner products keep approximating the kernel, up to the projection's
+    distortion (about ``1/sqrt(64)`` per entry):
+
+    >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 1.0)).mean() < 0.2)
+    True
     """
 
     kind = "jl"
@@ -1024,6 +1031,11 @@ class KJL(FeatureMap):
     >>> kjl = srf.KJL(n_landmarks=100, n_components=20).fit(X)
     >>> kjl.transform(X).shape, kjl.landmarks_.shape
     ((1000, 20), (100, 2))
+
+    The landmarks are rows of the data (a seeded sample):
+
+    >>> all((X == landmark).all(axis=1).any() for landmark in kjl.landmarks_)
+    True
     """
 
     kind = "kjl"

@@ -518,8 +518,9 @@ def merge(*sketches: Sketch) -> Sketch:
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(1).normal(size=(30, 2))
     >>> rff = srf.RFF(n_features=64).fit(X)
-    >>> srf.merge(*(srf.sketch_array(part, rff) for part in np.array_split(X, 3))).count
-    30
+    >>> merged = srf.merge(*(srf.sketch_array(part, rff) for part in np.array_split(X, 3)))
+    >>> merged.count, bool(np.allclose(merged.feature_sum, srf.sketch_array(X, rff).feature_sum))
+    (30, True)
     """
     if len(sketches) == 1 and not isinstance(sketches[0], Sketch):
         sketches = tuple(sketches[0])  # a single iterable of sketches
@@ -677,6 +678,9 @@ def sketch_array(
     >>> s = srf.sketch_array(X, srf.RFF(n_features=128, bandwidth="median"), moments=True)
     >>> s.count, s.feature_sum.shape, s.moment.shape
     (50, (128,), (128, 128))
+    >>> Z = s.feature_map.transform(X).astype(np.float64)
+    >>> bool(np.allclose(s.feature_sum, Z.sum(axis=0), atol=1e-5)), bool(np.allclose(s.moment, Z.T @ Z, atol=1e-5))
+    (True, True)
     """
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")

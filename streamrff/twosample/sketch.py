@@ -102,6 +102,14 @@ class TwoSampleSketch(MappedSketch):
     >>> sketch = srf.merge(parts)
     >>> sketch.count, sketch.permutation_sums.shape
     (70, (19, 64))
+    >>> bool(np.allclose(sketch.feature_sum_y, rff.transform(Y).astype(np.float64).sum(axis=0), atol=1e-5))
+    True
+
+    Every permutation keeps 40 rows in X, so the squared norms of its X rows sum to 40
+    (``||z||^2 = 1`` for sincos features):
+
+    >>> bool(np.allclose(sketch.permutation_squared_norms, 40, atol=1e-4))
+    True
     """
 
     kind = "twosample"
