@@ -271,7 +271,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     >>> import numpy as np, streamrff as srf
     >>> from sklearn.datasets import make_circles
     >>> from sklearn.metrics import adjusted_rand_score
-    >>> X, y = make_circles(2000, factor=0.3, noise=0.05, random_state=0)
+    >>> X, y = make_circles(600, factor=0.3, noise=0.05, random_state=0)
     >>> model = srf.KernelKMeans(n_clusters=2, bandwidth=0.3, seed=0).fit(X)
     >>> bool(adjusted_rand_score(y, model.labels_) > 0.9)
     True
