@@ -87,7 +87,14 @@ def main(argv: list[str] | None = None) -> None:
     path = os.path.join(workdir, "mixture.zarr")
     try:
         _, seconds, _ = timed(
-            write_mixture, path, args.rows, args.dim, args.clusters, args.chunk_rows, args.seed, 0.0 if args.no_structure else 1.0
+            write_mixture,
+            path,
+            args.rows,
+            args.dim,
+            args.clusters,
+            args.chunk_rows,
+            args.seed,
+            0.0 if args.no_structure else 1.0,
         )
         print(
             f"data: {args.rows} x {args.dim} float32 zarr, {args.chunk_rows}-row chunks, k={args.clusters}, "
@@ -101,8 +108,10 @@ def main(argv: list[str] | None = None) -> None:
             )
             _, seconds, _ = timed(model.fit, path, client=args.scheduler)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"KernelKMeans.fit: {seconds:.1f} s, {model.n_iter_} passes; peak RSS {peak:.0f} MiB "
-                  f"(after writing the data: {before:.0f} MiB)")
+            print(
+                f"KernelKMeans.fit: {seconds:.1f} s, {model.n_iter_} passes; peak RSS {peak:.0f} MiB "
+                f"(after writing the data: {before:.0f} MiB)"
+            )
             return
         rows = []  # (name, wall seconds per pass, CPU seconds per pass, note)
         source = da.from_zarr(path)
@@ -131,7 +140,9 @@ def main(argv: list[str] | None = None) -> None:
 
         _, again, again_cpu = timed(srf.sketch, path, rff, client=args.scheduler)
         sketch_seconds, sketch_cpu = min(sketch_seconds, again), min(sketch_cpu, again_cpu)
-        rows.append(("streamrff.sketch (1 pass)", sketch_seconds, sketch_cpu, f"count={sketch_result.count}; best of 2"))
+        rows.append(
+            ("streamrff.sketch (1 pass)", sketch_seconds, sketch_cpu, f"count={sketch_result.count}; best of 2")
+        )
         moved = ", ".join(f"{report.moved_fraction:.4f}" for report in model.history_)
         rows.append(
             (
@@ -155,7 +166,12 @@ def main(argv: list[str] | None = None) -> None:
             epochs.append((time.perf_counter() - start, time.process_time() - cpu_start))
         epoch_wall, epoch_cpu = np.median(epochs, axis=0)
         rows.append(
-            ("MiniBatchKMeans epoch", float(epoch_wall), float(epoch_cpu), "partial_fit per chunk of RBFSampler features")
+            (
+                "MiniBatchKMeans epoch",
+                float(epoch_wall),
+                float(epoch_cpu),
+                "partial_fit per chunk of RBFSampler features",
+            )
         )
 
         try:
@@ -187,14 +203,20 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"\n{'method':<28} {'s / pass':>9} {'x sketch':>9} {'cpu s':>7} {'x sketch':>9}  note")
         for name, seconds, cpu, note in rows:
-            print(f"{name:<28} {seconds:9.2f} {seconds / sketch_seconds:9.2f} {cpu:7.2f} {cpu / sketch_cpu:9.2f}  {note}")
+            print(
+                f"{name:<28} {seconds:9.2f} {seconds / sketch_seconds:9.2f} {cpu:7.2f} {cpu / sketch_cpu:9.2f}  {note}"
+            )
         if isinstance(model.feature_map_, srf.RFF):
             rescored = sum(
-                _compiled_lloyd_step(stored[start : start + args.chunk_rows], model.feature_map_, model.cluster_centers_, None)[2]
+                _compiled_lloyd_step(
+                    stored[start : start + args.chunk_rows], model.feature_map_, model.cluster_centers_, None
+                )[2]
                 for start in range(0, args.rows, args.chunk_rows)
             )
-            print(f"\nrows rescored in float64 against the fitted centres: {rescored} of {args.rows} "
-                  f"({rescored / args.rows:.2e})")
+            print(
+                f"\nrows rescored in float64 against the fitted centres: {rescored} of {args.rows} "
+                f"({rescored / args.rows:.2e})"
+            )
         # Labels against float64 arithmetic on the same float32 features (exact squared distances).
         head = np.asarray(stored[:10_000])
         features = model.feature_map_.transform(head).astype(np.float64)

@@ -67,10 +67,14 @@ def run_config(config: dict) -> dict:
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):
             code = main(argv)
-        result = {"code": code, **{k: v for k, v in json.loads(captured.getvalue()).items() if k in ("moments", "residual")}}
+        result = {
+            "code": code,
+            **{k: v for k, v in json.loads(captured.getvalue()).items() if k in ("moments", "residual")},
+        }
     elif config["task"] == "digits":
-        import streamrff as srf
         from sklearn.datasets import load_digits
+
+        import streamrff as srf
 
         X = load_digits().data.astype(np.float64)
         model = srf.KernelPCA(n_components=config["k"], n_features=config["D"], bandwidth=config["sigma"],
@@ -82,7 +86,9 @@ def run_config(config: dict) -> dict:
 
         rows = np.asarray(zarr.open_array(config["source"], mode="r")[: config["rows"]], dtype=np.float64)
         gamma = 1.0 / (2.0 * config["sigma"] ** 2)
-        ExactKernelPCA(n_components=config["k"], kernel="rbf", gamma=gamma, eigen_solver="arpack", random_state=0).fit(rows)
+        ExactKernelPCA(n_components=config["k"], kernel="rbf", gamma=gamma, eigen_solver="arpack", random_state=0).fit(
+            rows
+        )
     result["seconds"] = time.perf_counter() - started
     result["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
@@ -103,7 +109,8 @@ def measure(config: dict) -> dict:
 def baseline_mib() -> float:
     """Peak RSS of a process that imports streamrff and runs a tiny sketch (interpreter, dask, numba)."""
     code = ("import resource, numpy as np, streamrff as srf; srf.sketch(np.ones((10, 2), 'float32'), "
-            "srf.RFF(n_features=8, bandwidth=1.0)); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")  # fmt: skip
+            "srf.RFF(n_features=8, bandwidth=1.0)); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")  # fmt: skip
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
@@ -117,10 +124,10 @@ def predicted_mib(base: float, D: int, moments: str, chunks: int, threads: int, 
     if moments == "full":
         partial, per_thread, solve = 8 * D * D, 4 * D * D, 3 * 8 * D * D
     else:
-        l = min(D, max(4 * k, 512))
+        size = min(D, max(4 * k, 512))  # the sketch size l
         tile_rows = max(256, 2**18 // D)
-        partial, per_thread, solve = 8 * D * l, 8 * D * l + 4 * tile_rows * D, 9 * 8 * D * l
-        base += 8 * D * l / 2**20  # the cached test matrix
+        partial, per_thread, solve = 8 * D * size, 8 * D * size + 4 * tile_rows * D, 9 * 8 * D * size
+        base += 8 * D * size / 2**20  # the cached test matrix
     alive = min(chunks, threads + SPLIT_EVERY)
     sketch_phase = alive * partial + threads * (per_thread + chunk_bytes)
     return base + max(sketch_phase, solve) / 2**20
@@ -139,7 +146,8 @@ def run_large(args: argparse.Namespace, scratch: str) -> None:
         result = measure({"task": "cli", "source": large, "output": os.path.join(scratch, f"l-{moments}.zarr"),
                           "D": 4096, "k": 10, "moments": moments, "memory_limit": int(args.memory_limit)})  # fmt: skip
         print(f"  --moments {moments:<9}({result.get('moments', '?')}): {fmt(result, 'seconds', '.1f')} s, "
-              f"peak {fmt(result, 'peak_mib', '.0f')} MiB  {result.get('failed', 'completed')}", flush=True)  # fmt: skip
+              f"peak {fmt(result, 'peak_mib', '.0f')} MiB  {result.get('failed', 'completed')}",
+              flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -211,13 +219,16 @@ def main() -> None:
                       f"{error:>20.4f}  {result.get('failed', '')}")  # fmt: skip
 
         # 3. scikit-learn's exact KernelPCA on the largest subset it holds
-        print(f"\n3. scikit-learn KernelPCA (exact, arpack) on the first n rows, RLIMIT_AS {args.memory_limit / 1e9:.1f} GB")
+        print(
+            "\n3. scikit-learn KernelPCA (exact, arpack) on the first n rows, "
+            f"RLIMIT_AS {args.memory_limit / 1e9:.1f} GB"
+        )
         rows, largest = 1000, None
         while rows <= min(args.max_sklearn_rows, args.rows):
             result = measure({"task": "sklearn", "source": source, "rows": rows, "k": args.components,
                               "sigma": sigma, "memory_limit": int(args.memory_limit)})  # fmt: skip
-            print(f"  n = {rows:>7,}: {fmt(result, 'seconds', '.1f'):>6} s, peak {fmt(result, 'peak_mib', '.0f'):>6} MiB"
-                  f"  {result.get('failed', '')}")  # fmt: skip
+            print(f"  n = {rows:>7,}: {fmt(result, 'seconds', '.1f'):>6} s, "
+                  f"peak {fmt(result, 'peak_mib', '.0f'):>6} MiB  {result.get('failed', '')}")  # fmt: skip
             if "failed" in result:
                 break
             largest, rows = rows, rows * 2

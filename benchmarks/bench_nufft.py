@@ -121,7 +121,8 @@ def compare(args: argparse.Namespace) -> None:
     def report(label: str, chunk_rows: int, feature_sum, norms: float, seconds: float, cores: int) -> None:
         cost = nufft_cost(rff, rows[:chunk_rows])
         print(
-            f"{label} chunk_rows={chunk_rows:>11,}: {seconds:8.3f} s on {cores} core(s)  ratio direct/nufft {direct_seconds / seconds:6.1f}x  "
+            f"{label} chunk_rows={chunk_rows:>11,}: {seconds:8.3f} s on {cores} core(s)  "
+            f"ratio direct/nufft {direct_seconds / seconds:6.1f}x  "
             f"rel. error feature_sum {relative(feature_sum, direct_sum):.1e}  squared_norm_sum "
             f"{abs(norms - direct_norms) / direct_norms:.1e}  | model: speed-up {cost.speedup:.0f}x, "
             f"upsampfac {cost.upsampfac}, grid {cost.grid_shape}, applies={nufft_applies(rff, rows[:chunk_rows])}"
@@ -210,8 +211,13 @@ def calibrate(args: argparse.Namespace) -> None:
                             continue
                         seconds = fastest(
                             lambda: transforms[dim](
-                                *axes, strengths, *frequencies, eps=fast.NUFFT_TOLERANCE, isign=1,
-                                nthreads=1, upsampfac=upsampfac,
+                                *axes,
+                                strengths,
+                                *frequencies,
+                                eps=fast.NUFFT_TOLERANCE,
+                                isign=1,
+                                nthreads=1,
+                                upsampfac=upsampfac,
                             ),
                             repeat=2,
                         )
@@ -225,8 +231,14 @@ def calibrate(args: argparse.Namespace) -> None:
     coefficients, _ = nnls(design * weights[:, None], measured * weights)
     predicted = design @ coefficients
     ratio = predicted / measured
-    names = ["_NUFFT_SECONDS_PER_CALL", "_NUFFT_SECONDS_PER_ROW", "cell d=1", "cell d=2", "cell d=3",
-             "_NUFFT_SECONDS_PER_GRID_LOG"]
+    names = [
+        "_NUFFT_SECONDS_PER_CALL",
+        "_NUFFT_SECONDS_PER_ROW",
+        "cell d=1",
+        "cell d=2",
+        "cell d=3",
+        "_NUFFT_SECONDS_PER_GRID_LOG",
+    ]
     for name, value in zip(names, coefficients):
         print(f"{name} = {value:.2e}")
     print(
@@ -234,10 +246,14 @@ def calibrate(args: argparse.Namespace) -> None:
         f"model / measured over {len(times)} calls: min {ratio.min():.2f}, median {np.median(ratio):.2f}, "
         f"max {ratio.max():.2f}"
     )
-    current = np.array([
-        fast._NUFFT_SECONDS_PER_CALL, fast._NUFFT_SECONDS_PER_ROW, *(fast._NUFFT_SECONDS_PER_CELL[d] for d in (1, 2, 3)),
-        fast._NUFFT_SECONDS_PER_GRID_LOG,
-    ])
+    current = np.array(
+        [
+            fast._NUFFT_SECONDS_PER_CALL,
+            fast._NUFFT_SECONDS_PER_ROW,
+            *(fast._NUFFT_SECONDS_PER_CELL[d] for d in (1, 2, 3)),
+            fast._NUFFT_SECONDS_PER_GRID_LOG,
+        ]
+    )
     ratio = (design @ current) / measured
     for index in np.argsort(np.abs(np.log(ratio)))[::-1][:4]:
         print(f"  worst: {labels[index]}: measured {measured[index]:.4f} s, model {ratio[index]:.2f}x that")
@@ -255,10 +271,15 @@ def main() -> None:
     parser.add_argument("--features", type=count, default=4096)
     parser.add_argument("--variant", choices=("sincos", "cosphase"), default="sincos")
     parser.add_argument("--bandwidth", default="median", help="a number or 'median' (default)")
-    parser.add_argument("--chunk-rows", type=count, default=None,
-                        help="chunk size of the direct path (default: 1e6, or fewer so that every thread has a chunk)")
-    parser.add_argument("--sweep-chunk-rows", type=counts, default=None,
-                        help="chunk sizes of the NUFFT path (default: 1e5,1e6,N)")
+    parser.add_argument(
+        "--chunk-rows",
+        type=count,
+        default=None,
+        help="chunk size of the direct path (default: 1e6, or fewer so that every thread has a chunk)",
+    )
+    parser.add_argument(
+        "--sweep-chunk-rows", type=counts, default=None, help="chunk sizes of the NUFFT path (default: 1e5,1e6,N)"
+    )
     parser.add_argument("--threads", type=count, default=os.cpu_count() or 1)
     parser.add_argument("--engine", action="store_true", help="also time streamrff.sketch on the same rows")
     parser.add_argument("--repeat", type=count, default=1, help="keep the fastest of this many runs")

@@ -71,7 +71,10 @@ def main() -> None:
 
     with threadpool_limits(1):
         results = {
-            "features": (median_seconds(numpy_features, 300), median_seconds(lambda: _sincos.sincos_features(phases, scale, out), 300)),
+            "features": (
+                median_seconds(numpy_features, 300),
+                median_seconds(lambda: _sincos.sincos_features(phases, scale, out), 300),
+            ),
             "sums": (
                 median_seconds(numpy_sums, 7) / tiles,
                 median_seconds(lambda: _sincos.sincos_feature_sums(chunk, frequencies, rows, sums), 7) / tiles,
@@ -79,14 +82,20 @@ def main() -> None:
         }
     print(f"tile {rows} x {m} float32 phases (d = {args.dims}), one core")
     for name, (numpy_time, compiled_time) in results.items():
-        print(f"  {name:8}  numpy {numpy_time * 1e6:7.1f} us   compiled {compiled_time * 1e6:7.1f} us   ratio {numpy_time / compiled_time:.2f}x")
+        print(
+            f"  {name:8}  numpy {numpy_time * 1e6:7.1f} us   compiled {compiled_time * 1e6:7.1f} us   "
+            f"ratio {numpy_time / compiled_time:.2f}x"
+        )
     wide = phases.astype(np.float64)
     reference = np.hstack([np.cos(wide), np.sin(wide)])
     spacing = float(np.spacing(np.float32(1)))
     _sincos.sincos_features(phases, 1.0, out)
     compiled_error = np.abs(out - reference).max() / spacing
     numpy_error = np.abs(np.hstack([np.cos(phases), np.sin(phases)]) - reference).max() / spacing
-    print(f"  largest feature error against float64: numpy {numpy_error:.2f}, compiled {compiled_error:.2f} (float32 spacings at 1)")
+    print(
+        f"  largest feature error against float64: numpy {numpy_error:.2f}, compiled {compiled_error:.2f} "
+        "(float32 spacings at 1)"
+    )
 
 
 if __name__ == "__main__":

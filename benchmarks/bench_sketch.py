@@ -57,10 +57,14 @@ def write_data(path: str, n_rows: int, chunk_rows: int) -> None:
     """Standard normal float32 rows, written chunk by chunk (never all in memory)."""
     import zarr
 
-    array = zarr.create_array(path, shape=(n_rows, N_COLUMNS), chunks=(chunk_rows, N_COLUMNS), dtype="float32", overwrite=True)
+    array = zarr.create_array(
+        path, shape=(n_rows, N_COLUMNS), chunks=(chunk_rows, N_COLUMNS), dtype="float32", overwrite=True
+    )
     for index, start in enumerate(range(0, n_rows, chunk_rows)):
         stop = min(n_rows, start + chunk_rows)
-        array[start:stop] = np.random.default_rng([7, index]).standard_normal((stop - start, N_COLUMNS), dtype=np.float32)
+        array[start:stop] = np.random.default_rng([7, index]).standard_normal(
+            (stop - start, N_COLUMNS), dtype=np.float32
+        )
 
 
 def peak_rss_bytes() -> int:
@@ -143,7 +147,10 @@ def measure(job: str, path: str) -> dict:
         time.sleep(0.05)
     stdout, stderr = process.communicate()
     if process.returncode != 0:
-        return {"job": job, "failed": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {process.returncode}"}
+        return {
+            "job": job,
+            "failed": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {process.returncode}",
+        }
     result = json.loads(stdout.strip().splitlines()[-1])
     if "peak_rss" in result:
         result["peak_rss"] = max(result["peak_rss"], polled_peak)
@@ -183,19 +190,29 @@ def sklearn_fits_in_memory(n_rows: int) -> tuple[bool, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=count, default=1_000_000, help="rows for the side-by-side comparison (default 1e6)")
     parser.add_argument(
-        "--compare-rows", type=counts, default=[1_000_000, 10_000_000],
+        "--rows", type=count, default=1_000_000, help="rows for the side-by-side comparison (default 1e6)"
+    )
+    parser.add_argument(
+        "--compare-rows",
+        type=counts,
+        default=[1_000_000, 10_000_000],
         help="comma-separated row counts at which to measure ours' peak RSS (default 1000000,10000000)",
     )
     parser.add_argument("--chunk-rows", type=count, default=50_000, help="rows per zarr chunk (default 50000)")
-    parser.add_argument("--workdir", default=None, help="where to write the generated arrays (default: a temporary directory)")
     parser.add_argument(
-        "--jobs", type=lambda text: [j for j in text.split(",") if j], default=list(JOBS),
+        "--workdir", default=None, help="where to write the generated arrays (default: a temporary directory)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=lambda text: [j for j in text.split(",") if j],
+        default=list(JOBS),
         help=f"comma-separated subset of {','.join(JOBS)} (default: all)",
     )
     parser.add_argument(
-        "--repeat", type=count, default=1,
+        "--repeat",
+        type=count,
+        default=1,
         help="runs per job, each in a fresh process; the fastest is reported (for busy machines)",
     )
     parser.add_argument("--job", choices=JOBS, help=argparse.SUPPRESS)
@@ -227,9 +244,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(
             f"streamrff {streamrff.__version__}, dask {dask.__version__}, scikit-learn {sklearn.__version__}, "
-            f"{os.cpu_count()} cores; d = {N_COLUMNS}, D = {N_FEATURES}, float32 zarr, {args.chunk_rows:,} rows per chunk"
+            f"{os.cpu_count()} cores; d = {N_COLUMNS}, D = {N_FEATURES}, float32 zarr, "
+            f"{args.chunk_rows:,} rows per chunk"
         )
         print(f"\nside by side at {args.rows:,} rows (each job in a fresh process):", flush=True)
+
         def best(job: str, n_rows: int) -> dict:
             runs = [measure(job, data(n_rows)) for _ in range(args.repeat)]
             timed = [run for run in runs if "rows_per_s" in run]

@@ -94,7 +94,6 @@ def exact_permutation_test(X: np.ndarray, Y: np.ndarray, bandwidth: float, n_per
     """Unbiased-MMD^2 permutation test with the exact Gaussian Gram matrix: (statistic, p-value)."""
     Z = np.vstack([X, Y])
     n, n_total = X.shape[0], Z.shape[0]
-    m = n_total - n
     gram = np.empty((n_total, n_total))
     for start in range(0, n_total, 2000):  # row blocks keep the temporaries small
         gram[start : start + 2000] = srf.exact_kernel(Z[start : start + 2000], Z, bandwidth)
@@ -309,7 +308,9 @@ def main() -> None:
         write_zarr(paths[0], rng, rows, args.big_dim, args.chunk_rows, mixture=False)
         write_zarr(paths[1], rng, rows, args.big_dim, args.chunk_rows, mixture=True)
         print(f"wrote 2 x {rows * args.big_dim * 8 / 1e6:.0f} MB of zarr in {time.perf_counter() - started:.1f} s")
-        command = [sys.executable, "-c", _CHILD, *paths, str(args.features), str(args.bandwidth), str(B), str(args.seed)]
+        command = [
+            sys.executable, "-c", _CHILD, *paths, str(args.features), str(args.bandwidth), str(B), str(args.seed)
+        ]  # fmt: skip
         started = time.perf_counter()
         child = subprocess.run(command, capture_output=True, text=True)
         wall = time.perf_counter() - started

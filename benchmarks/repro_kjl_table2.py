@@ -103,12 +103,25 @@ def run_method(
     if name == "RFF kernel k-means":
         feature_map = srf.RFF(n_features=args.rff_features, bandwidth=sigma, seed=seed)
         model = srf.KernelKMeans(
-            k, method="rff", n_features=args.rff_features, bandwidth=sigma, init="k-means++", n_init=args.n_init, seed=seed
+            k,
+            method="rff",
+            n_features=args.rff_features,
+            bandwidth=sigma,
+            init="k-means++",
+            n_init=args.n_init,
+            seed=seed,
         )
     elif name == "K-JL":
         feature_map = srf.KJL(n_landmarks=n, n_components=d, bandwidth=sigma, seed=seed)
         model = srf.KernelKMeans(
-            k, method="kjl", n_landmarks=n, n_features=d, bandwidth=sigma, init="k-means++", n_init=args.n_init, seed=seed
+            k,
+            method="kjl",
+            n_landmarks=n,
+            n_features=d,
+            bandwidth=sigma,
+            init="k-means++",
+            n_init=args.n_init,
+            seed=seed,
         )
     else:
         raise ValueError(name)
@@ -154,7 +167,9 @@ def exact_kernel_kmeans(X: np.ndarray, k: int, sigma: float, n_init: int, seed: 
                 break
             labels = new
         onehot = np.eye(k)[labels]  # objective: trace K - sum_c (1 / n_c) sum_{i, j in c} K_ij
-        objective = float(np.trace(gram) - (np.einsum("ic,ic->c", onehot, gram @ onehot) / np.maximum(onehot.sum(0), 1)).sum())
+        objective = float(
+            np.trace(gram) - (np.einsum("ic,ic->c", onehot, gram @ onehot) / np.maximum(onehot.sum(0), 1)).sum()
+        )
         if best is None or objective < best[0]:
             best = (objective, labels)
     return best[1]
@@ -176,7 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         N = len(X)
         n, d = max(200, N // 100), 10 * k
         sigma = quartile_bandwidth(X)
-        print(f"\n{dataset}: N={N}, dim={X.shape[1]}, k={k}, n={n}, d={d}, s={sigma * np.sqrt(2):.4g} (sigma={sigma:.4g})")
+        print(
+            f"\n{dataset}: N={N}, dim={X.shape[1]}, k={k}, n={n}, d={d}, s={sigma * np.sqrt(2):.4g} (sigma={sigma:.4g})"
+        )
         print(f"{'method':<20} {'prep s':>8} {'total s':>8} {'RI mean':>8} {'RI std':>7} {'ARI mean':>8}")
         for method in args.methods:
             if method == "exact kernel k-means" and N > args.exact_max_rows:

@@ -3,7 +3,8 @@
 Measures, in one run: (a) float32 and float64 GEMM GFLOP/s, (b) numpy float32 cos+sin evaluations
 per second per core, (c) zarr chunk read+decompress GB/s. From those it predicts the time of a
 sketch job of N rows, d inputs, D features (projection GEMM + D transcendentals per row + read,
-+ the D x D symmetric rank-k moment update, N D^2 float32 flops, when moments are on) and prints it next to the measured time of
++ the D x D symmetric rank-k moment update, N D^2 float32 flops, when moments are on) and prints it next
+to the measured time of
 ``streamrff.sketch`` on the embedded local default as "fraction of roofline" (predicted / measured;
 1.0 means the job runs at the speed of its parts). Everything is a ratio measured side by side, so
 the figure holds on any machine. The transcendental rate is numpy's, as the issue defines it;
@@ -85,9 +86,14 @@ def main() -> None:
     # Peak rates: a shared machine's dips are noise, so each is the best seen so far, measured
     # again before every row (a dip then never inflates a row's fraction).
     gemm32, trans = gemm_gflops("float32", cores), transcendentals_per_core()
-    print(f"machine: {cores} cores; GEMM float32 {gemm32:.1f} GFLOP/s, float64 {gemm_gflops('float64', cores):.1f} "
-          f"GFLOP/s; cos/sin {trans / 1e6:.0f} M evals/s/core (at start; the rows use the best seen so far)")
-    header = f"{'d':>4} {'D':>5} {'moments':>7} {'GEMM GF/s':>9} {'cos/sin M/s':>11} {'read GB/s':>9} {'roofline s':>10} {'measured s':>10} {'fraction':>8} {'rows/s':>10}"
+    print(
+        f"machine: {cores} cores; GEMM float32 {gemm32:.1f} GFLOP/s, float64 {gemm_gflops('float64', cores):.1f} "
+        f"GFLOP/s; cos/sin {trans / 1e6:.0f} M evals/s/core (at start; the rows use the best seen so far)"
+    )
+    header = (
+        f"{'d':>4} {'D':>5} {'moments':>7} {'GEMM GF/s':>9} {'cos/sin M/s':>11} {'read GB/s':>9} "
+        f"{'roofline s':>10} {'measured s':>10} {'fraction':>8} {'rows/s':>10}"
+    )
     print(header)
     with tempfile.TemporaryDirectory() as tmp:
         for d in dims:
@@ -111,8 +117,11 @@ def main() -> None:
                     srf.sketch(path, rff, moments=moments)  # warm up
                     # Best of 5 like the rates (2 with moments, whose runs take seconds).
                     measured = best_of(lambda: srf.sketch(path, rff, moments=moments), repeats=2 if moments else 5)
-                    print(f"{d:>4} {D:>5} {str(moments):>7} {gemm32:>9.1f} {trans / 1e6:>11.0f} {read:>9.2f} {predicted:>10.3f} {measured:>10.3f} "
-                          f"{predicted / measured:>8.2f} {args.rows / measured:>10.0f}")
+                    print(
+                        f"{d:>4} {D:>5} {str(moments):>7} {gemm32:>9.1f} {trans / 1e6:>11.0f} {read:>9.2f} "
+                        f"{predicted:>10.3f} {measured:>10.3f} "
+                        f"{predicted / measured:>8.2f} {args.rows / measured:>10.0f}"
+                    )
         if args.threads:
             thread_scaling(tmp, args.rows, args.chunk_rows, cores)
 
@@ -125,8 +134,9 @@ def thread_scaling(tmp: str, rows: int, chunk_rows: int, cores: int) -> None:
     Twice: with ``chunk_rows``-row zarr chunks and with chunks 4x smaller. Reading a zarr chunk
     costs ~1.2 ms of Python in zarr's event loop whatever its size (measured with zarr 3.1), which
     holds the GIL: the smaller the chunks, the larger that serial share."""
-    import dask
     from concurrent.futures import ThreadPoolExecutor
+
+    import dask
 
     rows = max(rows, 8 * chunk_rows)  # at least 4 chunks per thread
     rff = srf.RFF(n_features=1024, bandwidth=float(np.sqrt(32))).fit(np.zeros((1, 32)))
@@ -151,9 +161,13 @@ def thread_scaling(tmp: str, rows: int, chunk_rows: int, cores: int) -> None:
                 srf.sketch(path, rff)
                 return best_of(lambda: srf.sketch(path, rff), repeats=3)
 
-        print_speedup(f"threads ({rows} rows, d=32, D=1024, {rows_per_chunk}-row chunks)", "thread", job, control, cores)
+        print_speedup(
+            f"threads ({rows} rows, d=32, D=1024, {rows_per_chunk}-row chunks)", "thread", job, control, cores
+        )
     path = os.path.join(tmp, "workers.zarr")
-    zarr.create_array(path, shape=(4 * rows, 32), chunks=(chunk_rows, 32), dtype="float32")[...] = np.tile(values, (4, 1))
+    zarr.create_array(path, shape=(4 * rows, 32), chunks=(chunk_rows, 32), dtype="float32")[...] = np.tile(
+        values, (4, 1)
+    )
     worker_scaling(path, rff, cores, control)
 
 
@@ -164,8 +178,10 @@ def worker_scaling(path: str, rff: srf.RFF, cores: int, control) -> None:
     from distributed import Client, LocalCluster
 
     def job(workers: int) -> float:
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                Client(cluster) as client:
+        with (
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+            Client(cluster) as client,
+        ):
             srf.sketch(path, rff, client=client)  # warm up: imports and map parameters per worker
             return best_of(lambda: srf.sketch(path, rff, client=client), repeats=3)
 
@@ -178,8 +194,10 @@ def print_speedup(label: str, unit: str, job, control, cores: int, attempts: int
     for _ in range(attempts):
         one, many = job(1), job(cores)
         control_one, control_many = control(1), control(cores)
-        print(f"{label}: sketch 1 {unit} {one:.3f} s, {cores} {unit}s {many:.3f} s, speed-up {one / many:.2f}x; "
-              f"numpy cos control {control_one / control_many:.2f}x")
+        print(
+            f"{label}: sketch 1 {unit} {one:.3f} s, {cores} {unit}s {many:.3f} s, speed-up {one / many:.2f}x; "
+            f"numpy cos control {control_one / control_many:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ import streamrff as srf
 
 def main(rows: int) -> None:
     rng = np.random.default_rng(0)
-    sites = {name: rng.normal(loc=shift, size=(rows, 6)).astype("float32") for name, shift in (("north", 0.0), ("south", 0.1), ("east", 0.0))}
+    sites = {
+        name: rng.normal(loc=shift, size=(rows, 6)).astype("float32")
+        for name, shift in (("north", 0.0), ("south", 0.1), ("east", 0.0))
+    }
 
     # The coordinating site fits the map once and publishes its JSON spec.
     spec = json.dumps(srf.RFF(n_features=1024, bandwidth="median").fit(sites["north"]).spec)

@@ -21,7 +21,6 @@ import zarr
 
 import streamrff as srf
 
-
 REQUIRED = ("STREAMRFF_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 

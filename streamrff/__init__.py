@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .kmeans import ClusterSketch, KernelKMeans
     from .kpca import KernelPCA
     from .mapfile import load_map, save_map
-    from .nystrom import NystromSketch
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
+    from .nystrom import NystromSketch
     from .pointsets import SketchIndex, kernel_distance
     from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
     from .twosample import (

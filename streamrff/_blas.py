@@ -59,7 +59,9 @@ class _Libraries:
         for entry in threadpool_info():
             library = ctypes.CDLL(entry["filepath"])
             if entry["internal_api"] == "openblas" and entry.get("threading_layer") == "pthreads":
-                get, set_ = (_symbol(library, name) for name in ("openblas_get_num_threads", "openblas_set_num_threads"))
+                get, set_ = (
+                    _symbol(library, name) for name in ("openblas_get_num_threads", "openblas_set_num_threads")
+                )
                 if get is not None and set_ is not None:
                     set_.argtypes = [ctypes.c_int]
                     self.process_wide.append((get, set_))

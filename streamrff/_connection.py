@@ -75,7 +75,7 @@ def parse_scheduler_address(address: str) -> str:
     >>> parse_scheduler_address("notanaddress")
     Traceback (most recent call last):
     ...
-    streamrff.errors.ClusterError: Expected a scheduler address like tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786). Got 'notanaddress': no port.
+    streamrff.errors.ClusterError: Expected a scheduler address like tcp://HOST:PORT ... Got 'notanaddress': no port.
     """
     text = address.strip()
     with_scheme = text if "://" in text else f"tcp://{text}"
@@ -101,7 +101,8 @@ def parse_scheduler_address(address: str) -> str:
             problem = "extra text after the port"
     if problem is not None:
         raise ClusterError(
-            f"Expected a scheduler address like tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786). Got {address!r}: {problem}."
+            "Expected a scheduler address like tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786). "
+            f"Got {address!r}: {problem}."
         )
     if scheme == "tcp" and dask.config.get("distributed.comm.require-encryption", False):
         raise ClusterError(
@@ -138,10 +139,12 @@ def probe_scheduler(address: str, timeout: float) -> None:
         raw = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
     except ConnectionRefusedError as error:
         raise ClusterError(f"Cannot reach the Dask scheduler at {address}: connection refused. {hint}.") from error
-    except socket.timeout as error:
+    except TimeoutError as error:
         raise ClusterError(f"Cannot reach the Dask scheduler at {address} within {timeout:g} s. {hint}.") from error
     except OSError as error:  # name resolution, no route
-        raise ClusterError(f"Cannot reach the Dask scheduler at {address}: {error.strerror or error}. {hint}.") from error
+        raise ClusterError(
+            f"Cannot reach the Dask scheduler at {address}: {error.strerror or error}. {hint}."
+        ) from error
     connection: socket.socket = raw
     try:
         if parts.scheme == "tls":
@@ -150,7 +153,9 @@ def probe_scheduler(address: str, timeout: float) -> None:
                 return  # connect() refuses tls:// without a certificate before probing
             raw.settimeout(max(deadline - time.monotonic(), 0.001))
             try:
-                connection = context.wrap_socket(raw, server_hostname=parts.hostname if context.check_hostname else None)
+                connection = context.wrap_socket(
+                    raw, server_hostname=parts.hostname if context.check_hostname else None
+                )
             except ssl.SSLError:
                 return  # a certificate problem: distributed's Client reports it
         connection.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -158,7 +163,7 @@ def probe_scheduler(address: str, timeout: float) -> None:
             raise ClusterError(
                 f"The server at {address} closed the connection without answering like a Dask scheduler. {hint}."
             )
-    except (socket.timeout, TimeoutError) as error:
+    except TimeoutError as error:
         raise ClusterError(
             f"The server at {address} accepted the connection but did not answer like a Dask scheduler within "
             f"{timeout:g} s (dask config streamrff.connect-timeout). {hint}."

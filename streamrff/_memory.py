@@ -21,7 +21,9 @@ __all__ = ["task_bytes", "check_sizes_fit"]
 _TILE_ROWS, _MOMENT_TILE_ROWS = 256, 2048
 
 
-def task_bytes(n_features: int, n_features_in: int, moments: bool = False, n_permutations: int = 0, split_every: int = 8) -> int:
+def task_bytes(
+    n_features: int, n_features_in: int, moments: bool = False, n_permutations: int = 0, split_every: int = 8
+) -> int:
     """Bytes one task thread needs at most for a map of ``n_features`` outputs on ``n_features_in`` columns.
 
     Examples
@@ -83,7 +85,9 @@ def check_sizes_fit(
     >>> check_sizes_fit(srf.RFF(n_features=10**9), 8, memory_per_thread=2**30)
     Traceback (most recent call last):
     ...
-    streamrff.errors.InputError: n_features (CLI --features) = 1,000,000,000 needs about 2041.5 GiB per task thread (map parameters, features and the merge tree); a task thread has 1.0 GiB. The largest n_features that fits is 489,845: use that or less, or workers with more memory.
+    streamrff.errors.InputError: n_features (CLI --features) = 1,000,000,000 needs about 2041.5 GiB per task
+    thread (map parameters, features and the merge tree); a task thread has 1.0 GiB. The largest n_features
+    that fits is 489,845: use that or less, or workers with more memory.
     """
     width = _map_width(feature_map)
     if width is None:
@@ -93,14 +97,18 @@ def check_sizes_fit(
         return
     parts = "map parameters, features" + (", the D x D second moment" if moments else "") + " and the merge tree"
     if n_permutations and task_bytes(width, n_features_in, moments, 0, split_every) <= memory_per_thread:
-        largest = _largest(lambda b: task_bytes(width, n_features_in, moments, b, split_every) <= memory_per_thread, n_permutations)
+        largest = _largest(
+            lambda b: task_bytes(width, n_features_in, moments, b, split_every) <= memory_per_thread, n_permutations
+        )
         raise InputError(
             f"n_permutations (CLI --permutations) = {n_permutations:,} with {width:,} features needs about "
             f"{_gib(need)} per task thread for the B x D permutation sums in the merge tree; a task thread has "
             f"{_gib(memory_per_thread)}. The largest n_permutations that fits is {largest:,}: use that or less, "
             "fewer features, or workers with more memory."
         )
-    largest = _largest(lambda d: task_bytes(d, n_features_in, moments, n_permutations, split_every) <= memory_per_thread, width)
+    largest = _largest(
+        lambda d: task_bytes(d, n_features_in, moments, n_permutations, split_every) <= memory_per_thread, width
+    )
     raise InputError(
         f"n_features (CLI --features) = {width:,} needs about {_gib(need)} per task thread ({parts}); a task "
         f"thread has {_gib(memory_per_thread)}. The largest n_features that fits is {largest:,}: use that or "

@@ -32,7 +32,13 @@ class _UsageError(Exception):
 
 #: Defaults of the options that define a map. They are parsed with default None, so that a
 #: command can tell "given" from "not given" (and refuse it next to --map), and resolved here.
-MAP_DEFAULTS: dict[str, Any] = {"features": 1024, "bandwidth": "median", "variant": "sincos", "orthogonal": False, "seed": 0}
+MAP_DEFAULTS: dict[str, Any] = {
+    "features": 1024,
+    "bandwidth": "median",
+    "variant": "sincos",
+    "orthogonal": False,
+    "seed": 0,
+}
 
 _STORAGE_HELP = (
     "fsspec options for s3:// and other URLs: a JSON object, or @FILE to read it from a file (keeps "
@@ -68,12 +74,15 @@ def _storage_options(text: str | None) -> dict[str, Any] | None:
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
         except OSError as error:
-            raise _UsageError(f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'.") from None
+            raise _UsageError(
+                f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'."
+            ) from None
     try:
         options = json.loads(text)
     except json.JSONDecodeError as error:
         raise _UsageError(
-            f"{where} must be a JSON object, e.g. '{{\"anon\": true}}' or @options.json. Got invalid JSON ({error.msg})."
+            f"{where} must be a JSON object, e.g. '{{\"anon\": true}}' or @options.json. "
+            f"Got invalid JSON ({error.msg})."
         ) from None
     if not isinstance(options, dict):
         raise _UsageError(f"{where} must be a JSON object. Got {type(options).__name__}.")
@@ -194,7 +203,22 @@ def _check_output_free(path: str, storage_options: dict[str, Any] | None, overwr
 
 
 def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
-    """JSON-able description of a sketch (no secrets: storage options are never part of a sketch)."""
+    """JSON-able description of a sketch (no secrets: storage options are never part of a sketch).
+
+    Examples
+    --------
+    >>> import json, numpy as np, streamrff as srf
+    >>> from streamrff.cli import sketch_summary
+    >>> X = np.random.default_rng(0).normal(size=(50, 3))
+    >>> summary = sketch_summary("x.sketch", srf.sketch_array(X, srf.RFF(n_features=16), moments=True))
+    >>> summary["kind"], summary["count"], summary["n_features"], summary["map"]["bandwidth"]
+    ('mean', 50, 16, 1.0)
+    >>> ratios = summary["explained_variance_ratio"]
+    >>> len(ratios), ratios == sorted(ratios, reverse=True), 0 < sum(ratios) <= 1 + 1e-9
+    (10, True, True)
+    >>> json.loads(json.dumps(summary)) == summary
+    True
+    """
     summary: dict[str, Any] = {
         "path": path,
         "kind": sketch.kind,
@@ -231,7 +255,9 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
             f"{summary['sketch_size']}, test_seed {summary['test_seed']})"
         )
     elif "n_features" in summary:
-        lines.append(f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}")
+        lines.append(
+            f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}"
+        )
     if summary.get("explained_variance_ratio"):
         ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
         lines.append(f"  explained variance ratio of the top kernel PCs: {ratios}")
@@ -252,25 +278,43 @@ def _cmd_map(args: argparse.Namespace) -> int:
         if clash:
             raise _UsageError(f"{' and '.join(map(_option, clash))} only apply to --method rff; drop them for kjl.")
         _resolve_map_options(args, ["bandwidth", "seed"], [], "")
-        feature_map = KJL(n_landmarks=args.landmarks or 1000, n_components=args.features, bandwidth=args.bandwidth, seed=args.seed)
+        feature_map = KJL(
+            n_landmarks=args.landmarks or 1000, n_components=args.features, bandwidth=args.bandwidth, seed=args.seed
+        )
     else:
         if args.landmarks is not None:
             raise _UsageError("--landmarks applies to --method kjl only; drop it, or pass --method kjl.")
         _resolve_map_options(args, ["features", "bandwidth", "variant", "orthogonal", "seed"], [], "")
         feature_map = RFF(
-            n_features=args.features, bandwidth=args.bandwidth, variant=args.variant, orthogonal=args.orthogonal, seed=args.seed
+            n_features=args.features,
+            bandwidth=args.bandwidth,
+            variant=args.variant,
+            orthogonal=args.orthogonal,
+            seed=args.seed,
         )
         feature_map._check_params()
     _check_output_free(args.output, options, args.overwrite)
     with connect(args.scheduler) as client:
-        fitted = fit_map(feature_map, list(args.sources), client=client, progress=_show_progress(args), storage_options=options)
+        fitted = fit_map(
+            feature_map, list(args.sources), client=client, progress=_show_progress(args), storage_options=options
+        )
     save_map(fitted, args.output, storage_options=options, overwrite=args.overwrite)
-    payload = {"path": args.output, "map": fitted.spec, "fingerprint": fitted.fingerprint, "sources": list(args.sources)}
-    pooled = f"one seeded sample pooled across {len(args.sources)} sources" if len(args.sources) > 1 else "a seeded sample"
+    payload = {
+        "path": args.output,
+        "map": fitted.spec,
+        "fingerprint": fitted.fingerprint,
+        "sources": list(args.sources),
+    }
+    pooled = (
+        f"one seeded sample pooled across {len(args.sources)} sources" if len(args.sources) > 1 else "a seeded sample"
+    )
     lines = [f"wrote {args.output}", _map_line(fitted.spec)]
     if getattr(feature_map, "bandwidth", None) == "median":
         lines.append(f"  bandwidth {fitted.bandwidth_:.6g}: median pairwise distance of {pooled}")
-    lines += [f"  fingerprint: {fitted.fingerprint}", f"  use it at every site: streamrff sketch SOURCE --map {args.output} -o SITE.sketch"]
+    lines += [
+        f"  fingerprint: {fitted.fingerprint}",
+        f"  use it at every site: streamrff sketch SOURCE --map {args.output} -o SITE.sketch",
+    ]
     _emit(args, payload, lines)
     return EXIT_OK
 
@@ -288,7 +332,11 @@ def _cmd_sketch(args: argparse.Namespace) -> int:
     feature_map = _load_map_option(args, options)
     if feature_map is None:
         feature_map = RFF(
-            n_features=args.features, bandwidth=args.bandwidth, variant=args.variant, orthogonal=args.orthogonal, seed=args.seed
+            n_features=args.features,
+            bandwidth=args.bandwidth,
+            variant=args.variant,
+            orthogonal=args.orthogonal,
+            seed=args.seed,
         )
         feature_map._check_params()
     result = sketch(
@@ -444,15 +492,20 @@ def _test_sketches(args: argparse.Namespace, options: dict[str, Any] | None) -> 
         )
     clash = _given(args, ["features", "bandwidth", "variant", "map"])  # --seed still seeds the spectral draws
     if clash:
-        raise _UsageError(f"--sketches carry their own map, so {', '.join(map(_option, clash))} do not apply; drop them.")
+        raise _UsageError(
+            f"--sketches carry their own map, so {', '.join(map(_option, clash))} do not apply; drop them."
+        )
     sketches = [load(path, storage_options=options) for path in args.sketches]
     for path, part in zip(args.sketches, sketches):
         if not isinstance(part, MeanSketch):
-            raise _UsageError(f"{path} is a {part.kind!r} sketch; --sketches needs two mean sketches made with --moments.")
+            raise _UsageError(
+                f"{path} is a {part.kind!r} sketch; --sketches needs two mean sketches made with --moments."
+            )
         if not part.has_moments:
             raise _UsageError(
                 f"{path} was sketched without second moments, which --method {args.method} needs. "
-                f"Re-run `streamrff sketch SOURCE --moments ...` for it (with --map {args.sketches[0]} to keep the map)."
+                "Re-run `streamrff sketch SOURCE --moments ...` for it "
+                f"(with --map {args.sketches[0]} to keep the map)."
             )
     _same_map_or_explain(args.sketches, sketches)
     for path, part in zip(args.sketches, sketches):
@@ -517,7 +570,8 @@ def _progress_printer(args: argparse.Namespace) -> Callable[[Any], None] | None:
         if step.iteration == 1:  # the header with the first row: a job that fails before any pass prints only its error
             print(f"{'pass':>4}  {'inertia':>12}  {'moved':>7}  {'centre shift':>12}", file=sys.stderr, flush=True)
         print(
-            f"{step.iteration:>4d}  {step.inertia:>12.6g}  {100 * step.moved_fraction:>6.2f}%  {step.center_shift:>12.3g}",
+            f"{step.iteration:>4d}  {step.inertia:>12.6g}  "
+            f"{100 * step.moved_fraction:>6.2f}%  {step.center_shift:>12.3g}",
             file=sys.stderr,
             flush=True,
         )
@@ -558,13 +612,20 @@ def _fit_write_report(
 def _open_output(path: str, options: dict[str, Any] | None) -> Any:
     import dask.array as da
 
-    return da.from_zarr(path, storage_options=options) if "://" in path and not path.startswith("file://") else da.from_zarr(path)
+    return (
+        da.from_zarr(path, storage_options=options)
+        if "://" in path and not path.startswith("file://")
+        else da.from_zarr(path)
+    )
 
 
 def _stop_line(fitted: Any, tol: float, max_iter: int) -> str:
     shift = fitted.history_[-1].center_shift
     if fitted.stop_reason_ == "converged":
-        return f"  converged after {fitted.n_iter_} iteration{'s' if fitted.n_iter_ != 1 else ''}: centre shift {shift:.3g} <= --tol {tol:g}"
+        return (
+            f"  converged after {fitted.n_iter_} iteration{'s' if fitted.n_iter_ != 1 else ''}: "
+            f"centre shift {shift:.3g} <= --tol {tol:g}"
+        )
     return (
         f"  stopped at --max-iter {max_iter} before converging: centre shift {shift:.3g} > --tol {tol:g} "
         "(raise --max-iter, or --tol)"
@@ -579,7 +640,9 @@ def _cmd_kmeans(args: argparse.Namespace) -> int:
     _resolve_map_options(args, ["seed"], map_options, "the map file sets the feature space")
     feature_map = _load_map_option(args, options)
     if feature_map is not None:
-        model = KernelKMeans(n_clusters=args.clusters, max_iter=args.max_iter, tol=args.tol, seed=args.seed, feature_map=feature_map)
+        model = KernelKMeans(
+            n_clusters=args.clusters, max_iter=args.max_iter, tol=args.tol, seed=args.seed, feature_map=feature_map
+        )
     else:
         model = KernelKMeans(
             n_clusters=args.clusters,
@@ -685,7 +748,9 @@ def _add_map_file(parser: argparse.ArgumentParser, refused: str) -> None:
 
 
 def _add_rff_options(parser: argparse.ArgumentParser, seed_help: str) -> None:
-    parser.add_argument("--features", type=_positive_int, default=None, help="number of random features D (default: 1024)")
+    parser.add_argument(
+        "--features", type=_positive_int, default=None, help="number of random features D (default: 1024)"
+    )
     parser.add_argument(
         "--bandwidth", type=_bandwidth, default=None,
         help="Gaussian kernel width sigma, or 'median': the median pairwise distance of a seeded sample of 1 000 rows "
@@ -703,11 +768,26 @@ def _add_common(parser: argparse.ArgumentParser, storage: bool = True) -> None:
 
 
 def _add_overwrite(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output (otherwise refused, exit 2)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing output (otherwise refused, exit 2)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``streamrff`` command."""
+    """The argument parser of the ``streamrff`` command.
+
+    Examples
+    --------
+    >>> from streamrff.cli import build_parser
+    >>> args = build_parser().parse_args(["sketch", "data.zarr", "-o", "data.sketch", "--features", "512"])
+    >>> args.command, args.features, args.bandwidth, args.output
+    ('sketch', 512, None, 'data.sketch')
+    >>> try:
+    ...     build_parser().parse_args(["sketch", "data.zarr", "-o", "d.sketch", "--features", "-1"])
+    ... except SystemExit as exit:  # argparse refuses it (usage error, exit 2)
+    ...     print(exit.code)
+    2
+    """
     parser = argparse.ArgumentParser(
         prog="streamrff",
         description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
@@ -731,10 +811,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument("sources", nargs="+", metavar="SOURCE", help="zarr arrays (paths or URLs) of the same width")
     fit.add_argument("-o", "--output", required=True, help="where to write the map file (path or URL, e.g. map.json)")
-    fit.add_argument("--method", choices=["rff", "kjl"], default="rff", help="random Fourier features or the K-JL sketch")
+    fit.add_argument(
+        "--method", choices=["rff", "kjl"], default="rff", help="random Fourier features or the K-JL sketch"
+    )
     fit.add_argument("--features", type=_positive_int, default=None,
-                     help="output width: random features D for rff, components for kjl (default: 1024 for rff, min(landmarks, 100) for kjl)")  # fmt: skip
-    fit.add_argument("--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)")
+                     help="output width: random features D for rff, components for kjl "
+                     "(default: 1024 for rff, min(landmarks, 100) for kjl)")  # fmt: skip
+    fit.add_argument(
+        "--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)"
+    )
     fit.add_argument("--variant", choices=["sincos", "cosphase"], default=None, help="RFF variant (default: sincos)")
     fit.add_argument("--orthogonal", action="store_true", default=None, help="orthogonal random features (rff)")
     fit.add_argument("--landmarks", type=_positive_int, default=None, help="K-JL landmarks n (kjl; default: 1000)")
@@ -761,8 +846,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_map_file(sketch, "--features, --bandwidth, --variant, --orthogonal and --seed")
     _add_rff_options(sketch, "seed of the map and of its row sample")
     sketch.add_argument("--orthogonal", action="store_true", default=None, help="orthogonal random features")
-    sketch.add_argument("--moments", action="store_true", help="also sketch the D x D second moment (for test --sketches, kpca)")
-    sketch.add_argument("--chunk-rows", type=_positive_int, default=None, help="rows per task (default: the zarr chunks)")
+    sketch.add_argument(
+        "--moments", action="store_true", help="also sketch the D x D second moment (for test --sketches, kpca)"
+    )
+    sketch.add_argument(
+        "--chunk-rows", type=_positive_int, default=None, help="rows per task (default: the zarr chunks)"
+    )
     sketch.add_argument(
         "--dtype", choices=["float32", "float64"], default="float32", help="feature precision (float64: ~10x slower)"
     )
@@ -773,7 +862,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the faster",
     )
     _add_scheduler(sketch)
-    sketch.add_argument("--checkpoint", metavar="DIR", default=None, help="keep per-chunk partials here to resume or extend")
+    sketch.add_argument(
+        "--checkpoint", metavar="DIR", default=None, help="keep per-chunk partials here to resume or extend"
+    )
     sketch.add_argument("--on-invalid", choices=["raise", "skip"], default="raise", help="what to do with NaN/inf rows")
     _add_overwrite(sketch)
     _add_common(sketch)
@@ -818,20 +909,40 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     test.add_argument("sources", nargs="*", metavar="SOURCE", help="two zarr arrays (paths or URLs)")
-    test.add_argument("--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data")
-    test.add_argument("--method", choices=["permutation", "spectral", "hotelling", "aggregated"], default=None,
-                      help="null distribution (default: permutation on data, spectral on sketches); aggregated: "
-                      "several bandwidths under the same permutations, one p-value")
-    test.add_argument("--permutations", type=_positive_int, default=500,
-                      help="permutations B (permutation and aggregated methods)")
-    test.add_argument("--bandwidths", type=_bandwidth_list, default=None, metavar="auto|B1,B2,...",
-                      help="--method aggregated: kernel widths, or auto (10 widths from the data; the default)")
-    test.add_argument("--aggregation", choices=["max", "fuse", "mmdagg"], default=None,
-                      help="--method aggregated: how the bandwidths' statistics are combined (default: max)")
+    test.add_argument(
+        "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
+    )
+    test.add_argument(
+        "--method",
+        choices=["permutation", "spectral", "hotelling", "aggregated"],
+        default=None,
+        help="null distribution (default: permutation on data, spectral on sketches); aggregated: "
+        "several bandwidths under the same permutations, one p-value",
+    )
+    test.add_argument(
+        "--permutations", type=_positive_int, default=500, help="permutations B (permutation and aggregated methods)"
+    )
+    test.add_argument(
+        "--bandwidths",
+        type=_bandwidth_list,
+        default=None,
+        metavar="auto|B1,B2,...",
+        help="--method aggregated: kernel widths, or auto (10 widths from the data; the default)",
+    )
+    test.add_argument(
+        "--aggregation",
+        choices=["max", "fuse", "mmdagg"],
+        default=None,
+        help="--method aggregated: how the bandwidths' statistics are combined (default: max)",
+    )
     _add_map_file(test, "--features, --bandwidth and --variant")
     _add_rff_options(test, "seed of the map, its row sample, the permutations and the spectral draws")
-    test.add_argument("--plot", metavar="PNG", help="draw the null distribution with the observed statistic "
-                      "(aggregated: each bandwidth's standardised statistic against its null)")
+    test.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw the null distribution with the observed statistic "
+        "(aggregated: each bandwidth's standardised statistic against its null)",
+    )
     test.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     _add_scheduler(test)
     _add_common(test)
@@ -857,11 +968,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="feature space width (default: 1024 for rff, 10 x clusters for kjl)")  # fmt: skip
     kmeans.add_argument("--landmarks", type=_positive_int, default=None,
                         help="K-JL landmarks n (default: max(200, rows / 100), at most 2000)")  # fmt: skip
-    kmeans.add_argument("--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)")
+    kmeans.add_argument(
+        "--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)"
+    )
     kmeans.add_argument("--max-iter", type=_positive_int, default=100, help="maximum Lloyd passes")
     kmeans.add_argument("--tol", type=_non_negative_float, default=1e-4,
                         help="stop when the centre shift falls to tol x the total feature variance")  # fmt: skip
-    kmeans.add_argument("--seed", type=int, default=None, help="seed of the map, the row sample and the initialisation (default: 0)")
+    kmeans.add_argument(
+        "--seed", type=int, default=None, help="seed of the map, the row sample and the initialisation (default: 0)"
+    )
     _add_scheduler(kmeans)
     _add_overwrite(kmeans)
     _add_common(kmeans)
@@ -888,8 +1003,15 @@ def build_parser() -> argparse.ArgumentParser:
     kpca.add_argument("--method", choices=["rff", "kjl"], default=None, help="feature space (default: rff)")
     kpca.add_argument("--features", type=_positive_int, default=None, help="feature space width D (default: 1024)")
     kpca.add_argument("--landmarks", type=_positive_int, default=None, help="K-JL landmarks n (default: 1000)")
-    kpca.add_argument("--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)")
-    kpca.add_argument("--seed", type=int, default=None, help="seed of the map, its row sample and the eigensolver's start (default: 0)")
+    kpca.add_argument(
+        "--bandwidth", type=_bandwidth, default=None, help="Gaussian kernel width sigma, or 'median' (default: median)"
+    )
+    kpca.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the map, its row sample and the eigensolver's start (default: 0)",
+    )
     kpca.add_argument("--plot", metavar="PNG", help="scatter of the first two scores")
     _add_scheduler(kpca)
     _add_overwrite(kpca)
@@ -939,7 +1061,31 @@ def _one_line_warnings(command: str) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code.
+
+    Examples
+    --------
+    Sketch an in-memory array, save it, and describe the file as the CLI does:
+
+    >>> import contextlib, io, json, os, tempfile, numpy as np, streamrff as srf
+    >>> from streamrff.cli import main
+    >>> X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "x.sketch")
+    ...     srf.sketch_array(X, srf.RFF(n_features=32)).save(path)
+    ...     output = io.StringIO()
+    ...     with contextlib.redirect_stdout(output):
+    ...         status = main(["info", path, "--json"])
+    >>> status, json.loads(output.getvalue())["count"]
+    (0, 40)
+
+    Errors return exit status 1 with a one-line message on stderr:
+
+    >>> with contextlib.redirect_stderr(io.StringIO()) as errors:
+    ...     status = main(["info", os.path.join(folder, "missing.sketch")])
+    >>> status, errors.getvalue().startswith("streamrff info: error: No map file at")
+    (1, True)
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose:

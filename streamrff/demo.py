@@ -25,7 +25,9 @@ from .typing import PathOrURL
 __all__ = ["write_demo_data", "run_demo"]
 
 
-def write_demo_data(path: PathOrURL, n_rows: int, n_columns: int, shifted: bool, seed: int, chunk_rows: int = 250_000) -> str:
+def write_demo_data(
+    path: PathOrURL, n_rows: int, n_columns: int, shifted: bool, seed: int, chunk_rows: int = 250_000
+) -> str:
     """Write a float32 zarr array of standard normal rows; ``shifted`` mixes in 5% of narrower rows.
 
     The shift is the alternative of Sutherland & Schneider (2015, sec. 4.2):
@@ -62,13 +64,16 @@ def _demo_client(scheduler: str | None, echo: Any) -> contextlib.AbstractContext
 
         workers = max(1, min(2, os.cpu_count() or 1))
         # silence_logs: workers racing the scheduler's shutdown log heartbeat errors that mean nothing here.
-        with LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.CRITICAL,
-        ) as cluster, Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             link = client.dashboard_link if _has_bokeh() else "(install bokeh for the Dask dashboard)"
             echo(f"embedded local cluster: {workers} worker process(es); dashboard: {link}")
             yield client
@@ -114,7 +119,9 @@ def run_demo(
 
     out_dir = Path(out)
     if out_dir.exists() and not overwrite:
-        raise FileExistsError(f"{out_dir} already exists. Choose another output or pass overwrite=True (CLI: --overwrite).")
+        raise FileExistsError(
+            f"{out_dir} already exists. Choose another output or pass overwrite=True (CLI: --overwrite)."
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -152,7 +159,7 @@ def run_demo(
 
         step = time.perf_counter()
         sample_rows = min(n_rows, 20_000)
-        sample = np.vstack([as_row_chunked(path)[:sample_rows // 2].compute() for path in (site_a, site_b)])
+        sample = np.vstack([as_row_chunked(path)[: sample_rows // 2].compute() for path in (site_a, site_b)])
         clusters = KernelKMeans(n_clusters=3, feature_map=feature_map).fit(sample)
         timings["kmeans_s"] = time.perf_counter() - step
 

@@ -25,11 +25,38 @@ __all__ = [
 
 
 class StreamRFFError(Exception):
-    """Base class of every error raised by streamrff."""
+    """Base class of every error raised by streamrff.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> try:
+    ...     srf.RFF(n_features=3).fit(np.zeros((4, 2)))
+    ... except srf.StreamRFFError as error:
+    ...     print(type(error).__name__)
+    InputError
+    >>> all(issubclass(getattr(srf, name), srf.StreamRFFError) for name in srf.__all__ if name.endswith("Error"))
+    True
+    """
 
 
 class InputError(StreamRFFError, ValueError):
-    """An argument has the wrong type, shape, value or contains NaN/inf."""
+    """An argument has the wrong type, shape, value or contains NaN/inf.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> srf.RFF(n_features=3).fit(np.zeros((4, 2)))
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: n_features must be even and >= 2 for the sincos variant (got 3);
+    use 4 or variant='cosphase'.
+    >>> try:
+    ...     srf.sketch_array(np.array([[0.0, np.nan]]), srf.RFF(n_features=8))
+    ... except ValueError as error:  # also a ValueError
+    ...     print(isinstance(error, srf.InputError))
+    True
+    """
 
 
 class NotFittedMapError(StreamRFFError, NotFittedError, ValueError, AttributeError):
@@ -38,35 +65,132 @@ class NotFittedMapError(StreamRFFError, NotFittedError, ValueError, AttributeErr
     Also scikit-learn's ``NotFittedError`` (itself a ``ValueError`` and an
     ``AttributeError``), so ``except NotFittedError`` and scikit-learn's
     estimator checks catch it.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from sklearn.exceptions import NotFittedError
+    >>> srf.RFF().transform(np.zeros((2, 3)))
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.NotFittedMapError: This RFF is not fitted yet. Call fit(X) first, ...
+    >>> issubclass(srf.NotFittedMapError, NotFittedError)
+    True
     """
 
 
 class SketchMismatchError(StreamRFFError, ValueError):
-    """Sketches of different kinds or different feature maps were combined."""
+    """Sketches of different kinds or different feature maps were combined.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(20, 3))
+    >>> a = srf.sketch_array(X, srf.RFF(n_features=8, seed=0))
+    >>> b = srf.sketch_array(X, srf.RFF(n_features=8, seed=1))
+    >>> srf.merge(a, b)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.SketchMismatchError: Cannot merge sketches of different feature maps: seed 0 vs 1 ...
+    """
 
 
 class SketchFormatError(StreamRFFError, ValueError):
-    """A sketch file is missing, unreadable, incomplete, tampered with or of an unknown version."""
+    """A sketch file is missing, unreadable, incomplete, tampered with or of an unknown version.
+
+    Examples
+    --------
+    >>> import os, tempfile, streamrff as srf
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     srf.load(os.path.join(folder, "missing.zarr"))
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.SketchFormatError: No sketch at ...missing.zarr: the path does not exist.
+    """
 
 
 class MapFormatError(SketchFormatError):
     """A map file is missing, not a map file, tampered with or of an unknown version.
 
     A subclass of :class:`SketchFormatError`, since any sketch file also serves as a map file.
+
+    Examples
+    --------
+    >>> import os, tempfile, streamrff as srf
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     try:
+    ...         srf.load_map(os.path.join(folder, "missing.zarr"))
+    ...     except srf.SketchFormatError as error:
+    ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
+    MapFormatError - the path does not exist. Check the path.
     """
 
 
 class SourceError(StreamRFFError, OSError):
-    """A data source (path, zarr array, bucket) cannot be read."""
+    """A data source (path, zarr array, bucket) cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile, streamrff as srf
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     try:
+    ...         srf.sketch(os.path.join(folder, "data.zarr"), srf.RFF(n_features=8))
+    ...     except OSError as error:  # also an OSError
+    ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
+    SourceError - the path does not exist. Check the path.
+    """
 
 
 class ClusterError(StreamRFFError, ConnectionError):
-    """A Dask scheduler cannot be reached."""
+    """A Dask scheduler cannot be reached.
+
+    Examples
+    --------
+    Port 9 (discard) has no scheduler, so the connection is refused at once:
+
+    >>> import numpy as np, streamrff as srf
+    >>> srf.sketch(np.zeros((4, 2)), srf.RFF(n_features=8), client="tcp://127.0.0.1:9")
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.ClusterError: Cannot reach the Dask scheduler at tcp://127.0.0.1:9: ...
+    >>> issubclass(srf.ClusterError, ConnectionError)
+    True
+    """
 
 
 class VarianceWarning(UserWarning):
-    """A feature map's estimates will be much noisier than usual (e.g. RelativeErrorRFF in many dimensions)."""
+    """A feature map's estimates will be much noisier than usual (e.g. RelativeErrorRFF in many dimensions).
+
+    Examples
+    --------
+    >>> import warnings, numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(20, 10))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = srf.RelativeErrorRFF(n_features=64).fit(X)
+    >>> [warning.category.__name__ for warning in caught]
+    ['VarianceWarning']
+    >>> "10-dimensional input" in str(caught[0].message)
+    True
+    """
 
 
 class SketchFormatWarning(UserWarning):
-    """A sketch file loads, but part of it could not be verified (e.g. written before attribute digests)."""
+    """A sketch file loads, but part of it could not be verified (e.g. written before attribute digests).
+
+    Examples
+    --------
+    A file whose attribute digest was removed (as in files written before digests existed):
+
+    >>> import os, tempfile, warnings, numpy as np, zarr, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(20, 3))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "old.zarr")
+    ...     srf.sketch_array(X, srf.RFF(n_features=8)).save(path)
+    ...     del zarr.open_group(path, mode="r+").attrs["attributes_digest"]
+    ...     with warnings.catch_warnings(record=True) as caught:
+    ...         warnings.simplefilter("always")
+    ...         loaded = srf.load(path)
+    >>> loaded.count, [warning.category.__name__ for warning in caught]
+    (20, ['SketchFormatWarning'])
+    """

@@ -90,7 +90,9 @@ def _attributes_digest(attrs: dict[str, Any]) -> str:
     Raises ValueError for values JSON cannot hold exactly (NaN, inf).
     """
     covered = {key: value for key, value in attrs.items() if key != DIGEST_ATTRIBUTE}
-    text = json.dumps(covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_value)
+    text = json.dumps(
+        covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_value
+    )
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
@@ -135,7 +137,11 @@ def _write_group(store: Any, sketch: Sketch) -> None:
     for name, value in arrays.items():
         value = np.ascontiguousarray(value)
         little = value.astype(value.dtype.newbyteorder("<"), copy=False)
-        chunks = little.shape if little.ndim < 2 else (max(1, min(little.shape[0], 2**22 // max(1, little.shape[1]))), little.shape[1])
+        chunks = (
+            little.shape
+            if little.ndim < 2
+            else (max(1, min(little.shape[0], 2**22 // max(1, little.shape[1]))), little.shape[1])
+        )
         target = root.create_array(
             name,
             shape=little.shape,
@@ -549,7 +555,9 @@ def _check_stored_chunks(node: Any, name: str, target: str) -> None:
     grid = [range(-(-extent // step)) for extent, step in zip(node.shape, node.chunks)]
     for coords in itertools.product(*grid):
         key = node.metadata.encode_chunk_key(coords)
-        header = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=RangeByteRequest(0, 18)))
+        header = sync(
+            (node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=RangeByteRequest(0, 18))
+        )
         if header is None:
             continue  # not stored: a chunk of zeros (zarr skips writing those); bounded by the size checks
         declared = _zstd_content_size(header.to_bytes())
@@ -682,11 +690,15 @@ def _same_value(expected: Any, stored: Any) -> bool:
     if isinstance(expected, (bool, np.bool_)) or isinstance(stored, bool):
         return isinstance(stored, bool) and isinstance(expected, (bool, np.bool_)) and stored == bool(expected)
     if isinstance(expected, dict):
-        return isinstance(stored, dict) and expected.keys() == stored.keys() and all(
-            _same_value(expected[key], stored[key]) for key in expected
+        return (
+            isinstance(stored, dict)
+            and expected.keys() == stored.keys()
+            and all(_same_value(expected[key], stored[key]) for key in expected)
         )
     if isinstance(expected, (list, tuple)):
-        return isinstance(stored, list) and len(stored) == len(expected) and all(
-            _same_value(a, b) for a, b in zip(expected, stored)
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(expected)
+            and all(_same_value(a, b) for a, b in zip(expected, stored))
         )
     return bool(expected == stored)

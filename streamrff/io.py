@@ -113,10 +113,14 @@ def as_row_chunked(
     SourceError
         For a missing path, bucket or array.
     """
-    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
+    if chunk_rows is not None and (
+        isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1
+    ):
         raise InputError(f"chunk_rows must be a positive integer or None. Got {chunk_rows!r}.")
     array = _to_dask(source, storage_options, sample_dim)
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(array.dtype, np.complexfloating):
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(
+        array.dtype, np.complexfloating
+    ):
         raise InputError(
             f"The {name} must be real numbers. Got dtype {array.dtype} from {describe_source(source)}. "
             "Convert it to float32."

@@ -38,7 +38,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from ._blas import one_blas_thread, single_blas_thread
-from ._validation import check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
+from ._validation import (
+    check_positive_int,
+    check_rows,
+    check_width,
+    is_in_memory,
+    normalize_seed,
+    validate_estimator_input,
+)
 from .errors import InputError, NotFittedMapError
 from .maps import KJL, RFF, FeatureMap
 from .nystrom import NystromSketch, nystrom_eigenpairs

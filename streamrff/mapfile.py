@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._publish import publish_text
-from .errors import InputError, MapFormatError, SketchFormatError, StreamRFFError, SourceError
+from .errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
 from .maps import FeatureMap, map_from_spec
 from .typing import PathOrURL, StorageOptions
 
@@ -60,7 +60,11 @@ def _local_path(path: str) -> Path:
 def _encode_array(array: np.ndarray) -> dict[str, Any]:
     little = np.ascontiguousarray(array)
     little = little.astype(little.dtype.newbyteorder("<"), copy=False)
-    return {"dtype": little.dtype.str, "shape": list(little.shape), "data": base64.b64encode(little.tobytes()).decode("ascii")}
+    return {
+        "dtype": little.dtype.str,
+        "shape": list(little.shape),
+        "data": base64.b64encode(little.tobytes()).decode("ascii"),
+    }
 
 
 def map_to_json(feature_map: FeatureMap) -> str:
@@ -106,7 +110,9 @@ def _publish(data: bytes, target: str, storage_options: StorageOptions, overwrit
         except Exception as error:  # fsspec backends raise many types
             raise SourceError(f"Cannot reach {target}: {type(error).__name__}: {error}") from error
         if exists and not overwrite:
-            raise FileExistsError(f"{target} already exists. Choose another output or pass overwrite=True (CLI: --overwrite).")
+            raise FileExistsError(
+                f"{target} already exists. Choose another output or pass overwrite=True (CLI: --overwrite)."
+            )
         try:
             fs.pipe_file(root, data)
         except Exception as error:
@@ -114,7 +120,9 @@ def _publish(data: bytes, target: str, storage_options: StorageOptions, overwrit
         return
     path = _local_path(target)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists. Choose another output or pass overwrite=True (CLI: --overwrite).")
+        raise FileExistsError(
+            f"{path} already exists. Choose another output or pass overwrite=True (CLI: --overwrite)."
+        )
     if not path.parent.is_dir():
         raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
     if path.is_dir():
@@ -170,8 +178,10 @@ def _decode_array(name: str, entry: Any, target: str) -> np.ndarray:
     dtype, shape, data = entry["dtype"], entry["shape"], entry["data"]
     if dtype not in _ARRAY_DTYPES:
         raise MapFormatError(f"{target}: array {name!r} has dtype {dtype!r}; expected one of {list(_ARRAY_DTYPES)}.")
-    if not isinstance(shape, list) or len(shape) > 2 or not all(
-        isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 2
+        or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape)
     ):
         raise MapFormatError(f"{target}: array {name!r} has shape {shape!r}; expected a list of at most 2 sizes.")
     if not isinstance(data, str):
@@ -221,7 +231,9 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
         )
     spec, fingerprint, arrays = document.get("spec"), document.get("fingerprint"), document.get("arrays", {})
     if not isinstance(spec, dict) or not isinstance(fingerprint, str) or not isinstance(arrays, dict):
-        raise MapFormatError(f"{target}: a map file needs a 'spec' object, a 'fingerprint' string and an 'arrays' object.")
+        raise MapFormatError(
+            f"{target}: a map file needs a 'spec' object, a 'fingerprint' string and an 'arrays' object."
+        )
     from .fileformat import check_map_cost
 
     try:
@@ -234,7 +246,9 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
     except StreamRFFError as error:
         raise MapFormatError(f"{target}: the map spec does not rebuild a map: {error}") from error
     except (TypeError, ValueError, KeyError) as error:
-        raise MapFormatError(f"{target}: the map spec does not rebuild a map: {type(error).__name__}: {error}") from error
+        raise MapFormatError(
+            f"{target}: the map spec does not rebuild a map: {type(error).__name__}: {error}"
+        ) from error
     if set(feature_map.state_arrays()) != set(decoded):
         raise MapFormatError(
             f"{target}: the file holds arrays {sorted(decoded)}, but this map has {sorted(feature_map.state_arrays())}."
@@ -318,6 +332,4 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
     try:
         return load(target, storage_options=storage_options).feature_map
     except SketchFormatError as error:
-        raise MapFormatError(
-            f"{target} is neither a map file nor a readable sketch: {error}"
-        ) from error
+        raise MapFormatError(f"{target} is neither a map file nor a readable sketch: {error}") from error

@@ -86,7 +86,12 @@ def _null_histogram(ax: Any, null: np.ndarray, result: Any) -> None:
         ax.axvline(result.statistic, color="C3", label=label)
         return
     beyond = (result.statistic - (high if result.statistic > high else low)) / spread
-    ax.plot([], [], color="C3", label=f"{label}\n({beyond:.0f} null ranges {'right' if result.statistic > high else 'left'}, see inset)")
+    ax.plot(
+        [],
+        [],
+        color="C3",
+        label=f"{label}\n({beyond:.0f} null ranges {'right' if result.statistic > high else 'left'}, see inset)",
+    )
     edge = 0.98 if result.statistic > high else 0.02
     ax.annotate(
         "", xy=(edge, 0.1), xytext=(0.5 + (edge - 0.5) * 0.7, 0.1), xycoords="axes fraction",
@@ -137,7 +142,8 @@ def plot_bandwidths(result: Any, ax: Any = None) -> Any:
     ax.set_xlabel("bandwidth $\\sigma$")
     ax.set_ylabel("standardised MMD$^2$")
     ax.set_title(
-        f"aggregated ({result.aggregation}) test: p = {result.p_value:.3g}  (n_x = {result.n_x:,}, n_y = {result.n_y:,})",
+        f"aggregated ({result.aggregation}) test: p = {result.p_value:.3g}  "
+        f"(n_x = {result.n_x:,}, n_y = {result.n_y:,})",
         fontsize="medium",
     )
     ax.legend(fontsize="small")
@@ -160,13 +166,17 @@ def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int
     if labels is None:
         ax.scatter(scores[chosen, 0], scores[chosen, 1], s=3, alpha=0.6)
     else:
-        points = ax.scatter(scores[chosen, 0], scores[chosen, 1], c=np.asarray(labels)[chosen], s=3, cmap="tab10", alpha=0.6)
+        points = ax.scatter(
+            scores[chosen, 0], scores[chosen, 1], c=np.asarray(labels)[chosen], s=3, cmap="tab10", alpha=0.6
+        )
         handles, names = points.legend_elements()
         ax.legend(handles, [name.replace("$\\mathdefault{", "").replace("}$", "") for name in names],
                   title="cluster", fontsize="small", markerscale=1.5)  # fmt: skip
     ax.set_xlabel("kernel PC 1")
     ax.set_ylabel("kernel PC 2")
-    ax.set_title("kernel PCA scores" + ("" if labels is None else "\ncoloured by kernel k-means cluster"), fontsize="medium")
+    ax.set_title(
+        "kernel PCA scores" + ("" if labels is None else "\ncoloured by kernel k-means cluster"), fontsize="medium"
+    )
     return ax
 
 

@@ -179,6 +179,19 @@ class LocalProcessCluster:
 
     Examples
     --------
+    Starting processes takes seconds, so only the checks before start-up run here:
+
+    >>> from streamrff.testing import LocalProcessCluster
+    >>> cluster = LocalProcessCluster(n_workers=1)
+    >>> cluster.alive()
+    False
+    >>> cluster.address
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.ClusterError: The cluster is not running; call start() or use it in a `with` block.
+
+    A one-worker cluster and a computation on it:
+
     >>> import dask.array as da
     >>> with LocalProcessCluster(n_workers=1) as cluster:  # doctest: +SKIP
     ...     with cluster.client() as client:
@@ -544,9 +557,25 @@ class MotoS3Server:
 
     Examples
     --------
+    The server takes about two seconds to start, so only the parts that need no
+    server run here:
+
+    >>> from streamrff.testing import MotoS3Server
+    >>> s3 = MotoS3Server()
+    >>> s3.endpoint_url
+    Traceback (most recent call last):
+    ...
+    RuntimeError: The S3 server is not running; call start() or use it in a `with` block.
+
+    A bucket on a running server:
+
+    >>> import s3fs
     >>> with MotoS3Server() as s3:  # doctest: +SKIP
     ...     url = s3.make_bucket("data")
     ...     fs = s3fs.S3FileSystem(**s3.storage_options)
+    ...     fs.pipe(url + "/hello", b"hi")
+    ...     fs.cat(url + "/hello")
+    b'hi'
     """
 
     #: Dummy credentials and region; moto accepts any.
@@ -704,6 +733,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         Exit status: 0 after a clean stop on SIGINT/SIGTERM, 1 if the cluster failed.
+
+    Examples
+    --------
+    Bad arguments exit with status 2 before any process starts:
+
+    >>> from streamrff.testing import main
+    >>> try:
+    ...     main(["cluster", "--workers", "0"])
+    ... except SystemExit as exit:
+    ...     print(exit.code)
+    2
     """
     arguments = _parse_args(argv)
     stop_requested = threading.Event()

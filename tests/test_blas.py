@@ -93,7 +93,8 @@ _SCRIPT = textwrap.dedent(
         pair = two_sample_sketch_of_chunk(X, fitted, 0, 3_000, 3_000, 32, 7)
         for key, value in pair._arrays().items():
             results[f"{name} two-sample {key}"] = value
-    results["kmeans centers"] = srf.KernelKMeans(n_clusters=3, n_features=128, bandwidth=2.5, seed=0).fit(X[:3_000]).cluster_centers_
+    kmeans = srf.KernelKMeans(n_clusters=3, n_features=128, bandwidth=2.5, seed=0).fit(X[:3_000])
+    results["kmeans centers"] = kmeans.cluster_centers_
     np.savez(sys.argv[1], **results)
     """
 )
@@ -111,7 +112,11 @@ def _environments() -> list[tuple[str, dict[str, str]]]:
     variants = []
     for core_type in core_types:
         for threads in (None, "1", "2"):
-            env = {key: value for key, value in os.environ.items() if key not in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE")}
+            env = {
+                key: value
+                for key, value in os.environ.items()
+                if key not in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE")
+            }
             if threads is not None:
                 env["OPENBLAS_NUM_THREADS"] = threads
             if core_type is not None:
@@ -126,7 +131,9 @@ def test_sketches_maps_and_labels_do_not_depend_on_blas_threads(tmp_path):
     runs = {}
     for label, env in _environments():
         out = tmp_path / f"{len(runs)}.npz"
-        done = subprocess.run([sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=240)
+        done = subprocess.run(
+            [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=240
+        )
         assert done.returncode == 0, f"{label}: {done.stderr[-2000:]}"
         with np.load(out) as stored:
             runs[label] = dict(stored)
@@ -144,6 +151,9 @@ def test_sketches_maps_and_labels_do_not_depend_on_blas_threads(tmp_path):
             reference_label, reference = label, arrays
         for key, expected in reference.items():
             np.testing.assert_allclose(
-                arrays[key], expected, rtol=1e-12, atol=1e-12 * max(np.abs(expected).max(), 1e-300),
+                arrays[key],
+                expected,
+                rtol=1e-12,
+                atol=1e-12 * max(np.abs(expected).max(), 1e-300),
                 err_msg=f"{key}: {label} vs {reference_label}",
             )

@@ -27,7 +27,9 @@ import streamrff as srf
 from streamrff.cli import main
 
 N_ROWS, N_COLUMNS, N_FEATURES = 20_000, 8, 128
-X = (np.random.default_rng(0).standard_normal((N_ROWS, N_COLUMNS)) * np.linspace(0.5, 2.0, N_COLUMNS)).astype(np.float32)
+X = (np.random.default_rng(0).standard_normal((N_ROWS, N_COLUMNS)) * np.linspace(0.5, 2.0, N_COLUMNS)).astype(
+    np.float32
+)
 COMMANDS = ["sketch", "merge", "info", "demo"]
 #: Secret-looking storage options: accepted by moto, never to be printed.
 SECRET_KEY_ID = "AKIASTREAMRFFKEYID0042"
@@ -139,7 +141,17 @@ def test_cli_sketch_json_matches_sketch_array(capsys, data_zarr, tmp_path):
     output = tmp_path / "out.sketch"
 
     code, out, err = run_main(
-        capsys, "sketch", data_zarr, "-o", str(output), "--features", str(N_FEATURES), "--moments", "--seed", "4", "--json"
+        capsys,
+        "sketch",
+        data_zarr,
+        "-o",
+        str(output),
+        "--features",
+        str(N_FEATURES),
+        "--moments",
+        "--seed",
+        "4",
+        "--json",
     )
 
     assert code == 0, err
@@ -224,14 +236,18 @@ def test_cli_sketch_nan_rows_raise_or_skip(capsys, tmp_zarr, tmp_path):
     assert "--on-invalid skip" in err
     assert not output.exists()
 
-    code, out, _ = run_main(capsys, "sketch", source, "-o", str(output), "--features", "64", "--on-invalid", "skip", "--json")
+    code, out, _ = run_main(
+        capsys, "sketch", source, "-o", str(output), "--features", "64", "--on-invalid", "skip", "--json"
+    )
     assert code == 0
     summary = json.loads(out)
     assert (summary["count"], summary["n_invalid"]) == (N_ROWS - 2, 2)
     loaded = srf.load(output)
     finite = np.isfinite(rows).all(axis=1)
     expected = srf.sketch_array(rows[finite], loaded.feature_map)
-    np.testing.assert_allclose(loaded.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max())
+    np.testing.assert_allclose(
+        loaded.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max()
+    )
 
 
 def test_cli_merge_of_halves_equals_whole(capsys, tmp_zarr, tmp_path):
@@ -251,7 +267,12 @@ def test_cli_merge_of_halves_equals_whole(capsys, tmp_zarr, tmp_path):
 
 def test_cli_merge_of_different_maps_names_both(capsys, data_zarr, tmp_path):
     for seed in ("1", "2"):
-        assert run_main(capsys, "sketch", data_zarr, "-o", str(tmp_path / f"s{seed}"), "--features", "32", "--seed", seed)[0] == 0
+        assert (
+            run_main(capsys, "sketch", data_zarr, "-o", str(tmp_path / f"s{seed}"), "--features", "32", "--seed", seed)[
+                0
+            ]
+            == 0
+        )
     fingerprints = [srf.load(tmp_path / f"s{seed}").fingerprint[:16] for seed in ("1", "2")]
 
     code, _, err = run_main(capsys, "merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "-o", str(tmp_path / "m"))
@@ -278,15 +299,27 @@ def test_cli_sketch_on_cluster_with_relative_paths(dask_cluster, tmp_path):
     zarr.create_array(str(tmp_path / "data.zarr"), data=X, chunks=(2_000, N_COLUMNS), zarr_format=3)
 
     result = run_cli(
-        "sketch", "data.zarr", "-o", "out.sketch", "--features", str(N_FEATURES), "--moments",
-        "--checkpoint", "ckpt", "--scheduler", dask_cluster.address, "--json",
+        "sketch",
+        "data.zarr",
+        "-o",
+        "out.sketch",
+        "--features",
+        str(N_FEATURES),
+        "--moments",
+        "--checkpoint",
+        "ckpt",
+        "--scheduler",
+        dask_cluster.address,
+        "--json",
         cwd=tmp_path,
     )
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["count"] == N_ROWS
     loaded = srf.load(tmp_path / "out.sketch")
-    assert_sketches_close(loaded, srf.sketch_array(X, srf.RFF(n_features=N_FEATURES, bandwidth="median"), moments=True), rtol=1e-6)
+    assert_sketches_close(
+        loaded, srf.sketch_array(X, srf.RFF(n_features=N_FEATURES, bandwidth="median"), moments=True), rtol=1e-6
+    )
     assert len(list((tmp_path / "ckpt").glob("*/rows-*.zarr"))) == N_ROWS // 2_000
     embedded = srf.sketch(str(tmp_path / "data.zarr"), loaded.feature_map, moments=True)
     assert_sketches_close(loaded, embedded, rtol=1e-12)
@@ -311,11 +344,15 @@ def test_unreachable_scheduler_fails_naming_address_in_api_and_cli(data_zarr, tm
 
 def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
     options = json.dumps(s3_server.storage_options)
-    store = zarr.storage.FsspecStore.from_url(f"s3://{s3_bucket}/x.zarr", storage_options=s3_server.storage_options, read_only=False)
+    store = zarr.storage.FsspecStore.from_url(
+        f"s3://{s3_bucket}/x.zarr", storage_options=s3_server.storage_options, read_only=False
+    )
     zarr.create_array(store=store, data=X, chunks=(5_000, N_COLUMNS), zarr_format=3)
     output = f"s3://{s3_bucket}/x.sketch"
 
-    result = run_cli("sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--features", "64", "--storage-options", options, "--json")
+    result = run_cli(
+        "sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--features", "64", "--storage-options", options, "--json"
+    )
     info = run_main(capsys, "info", output, "--storage-options", options, "--json")
     again = run_main(capsys, "sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--storage-options", options)
 
@@ -330,7 +367,15 @@ def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
 def test_cli_missing_bucket_exits_1(capsys, s3_server, tmp_path):
     options = json.dumps(s3_server.storage_options)
 
-    code, _, err = run_main(capsys, "sketch", "s3://streamrff-no-such-bucket/x.zarr", "-o", str(tmp_path / "o"), "--storage-options", options)
+    code, _, err = run_main(
+        capsys,
+        "sketch",
+        "s3://streamrff-no-such-bucket/x.zarr",
+        "-o",
+        str(tmp_path / "o"),
+        "--storage-options",
+        options,
+    )
 
     assert code == 1
     assert "s3://streamrff-no-such-bucket/x.zarr" in err
@@ -340,12 +385,16 @@ def test_cli_missing_bucket_exits_1(capsys, s3_server, tmp_path):
 def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
     secret_options = dict(s3_server.storage_options, key=SECRET_KEY_ID, secret=SECRET_ACCESS_KEY)
     options = json.dumps(secret_options)
-    store = zarr.storage.FsspecStore.from_url(f"s3://{s3_bucket}/x.zarr", storage_options=secret_options, read_only=False)
+    store = zarr.storage.FsspecStore.from_url(
+        f"s3://{s3_bucket}/x.zarr", storage_options=secret_options, read_only=False
+    )
     zarr.create_array(store=store, data=X[:2_000], chunks=(500, N_COLUMNS), zarr_format=3)
     output = f"s3://{s3_bucket}/x.sketch"
 
     # One real process with -v (INFO logging of every library to stderr) ...
-    sketched = run_cli("sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--features", "32", "--storage-options", options, "-v")
+    sketched = run_cli(
+        "sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--features", "32", "--storage-options", options, "-v"
+    )
     assert sketched.returncode == 0, sketched.stderr
     assert "streamrff.engine: sketching" in sketched.stderr  # -v does log
     texts = {"sketch -v": sketched.stdout + sketched.stderr}
@@ -355,7 +404,14 @@ def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
         "info -v": ["info", output, "--storage-options", options, "-v"],
         "info --json": ["info", output, "--storage-options", options, "--json"],
         "info missing": ["info", f"s3://{s3_bucket}/missing.sketch", "--storage-options", options],
-        "sketch missing": ["sketch", f"s3://{s3_bucket}/missing.zarr", "-o", f"s3://{s3_bucket}/o", "--storage-options", options],
+        "sketch missing": [
+            "sketch",
+            f"s3://{s3_bucket}/missing.zarr",
+            "-o",
+            f"s3://{s3_bucket}/o",
+            "--storage-options",
+            options,
+        ],
         "merge onto existing": ["merge", output, output, "-o", output, "--storage-options", options],
     }
     codes = {}

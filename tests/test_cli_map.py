@@ -46,7 +46,9 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.C
 def unbiased_mmd2(Zx: np.ndarray, Zy: np.ndarray) -> float:
     n, m = len(Zx), len(Zy)
     kxx, kyy, kxy = Zx @ Zx.T, Zy @ Zy.T, Zx @ Zy.T
-    return float((kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean())
+    return float(
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean()
+    )
 
 
 @pytest.fixture
@@ -88,7 +90,9 @@ def test_cli_sketch_with_map_of_another_sketch_and_text_of_map(capsys, sites, tm
     assert "median pairwise distance of one seeded sample pooled across 2 sources" in out
     assert run(capsys, "sketch", a, "-o", str(tmp_path / "a.sketch"), "--features", "32")[0] == 0
 
-    code, out, err = run(capsys, "sketch", b, "--map", str(tmp_path / "a.sketch"), "-o", str(tmp_path / "b.sketch"), "--json")
+    code, out, err = run(
+        capsys, "sketch", b, "--map", str(tmp_path / "a.sketch"), "-o", str(tmp_path / "b.sketch"), "--json"
+    )
 
     assert code == 0, err
     assert json.loads(out)["fingerprint"] == srf.load(tmp_path / "a.sketch").fingerprint
@@ -110,8 +114,10 @@ def test_cli_map_refuses_contradicting_options_with_exit_2(capsys, sites, tmp_pa
     output = tmp_path / "out"
     sources = [a, b] if command == "test" else [a]
 
-    code, out, err = run(capsys, command, *sources, "--map", str(tmp_path / "m.json"), *extra, "-o", str(output)) if command != "test" else run(
-        capsys, command, *sources, "--map", str(tmp_path / "m.json"), *extra
+    code, out, err = (
+        run(capsys, command, *sources, "--map", str(tmp_path / "m.json"), *extra, "-o", str(output))
+        if command != "test"
+        else run(capsys, command, *sources, "--map", str(tmp_path / "m.json"), *extra)
     )
 
     assert code == 2
@@ -145,7 +151,9 @@ def test_cli_merge_and_test_of_two_median_maps_name_the_difference_and_the_fix(c
         assert run(capsys, "sketch", source, "-o", str(tmp_path / name), "--features", "32", "--moments")[0] == 0
     bandwidths = [srf.load(tmp_path / name).feature_map.bandwidth_ for name in ("a.sketch", "b.sketch")]
 
-    merge_code, _, merge_err = run(capsys, "merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o", str(tmp_path / "m"))
+    merge_code, _, merge_err = run(
+        capsys, "merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o", str(tmp_path / "m")
+    )
     test_code, _, test_err = run(capsys, "test", "--sketches", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"))
 
     difference = f"bandwidth {bandwidths[0]:.4g} vs {bandwidths[1]:.4g}"
@@ -217,7 +225,9 @@ def test_cli_test_with_map_file_uses_its_features(capsys, sites, tmp_path):
 def test_cli_map_and_sketch_on_moto_with_options_file_and_environment(capsys, s3_server, s3_bucket, tmp_path):
     options = s3_server.storage_options
     for name, rows in (("a", A), ("b", B)):
-        store = zarr.storage.FsspecStore.from_url(f"s3://{s3_bucket}/{name}.zarr", storage_options=options, read_only=False)
+        store = zarr.storage.FsspecStore.from_url(
+            f"s3://{s3_bucket}/{name}.zarr", storage_options=options, read_only=False
+        )
         zarr.create_array(store=store, data=rows, chunks=(800, 4), zarr_format=3)
     (tmp_path / "options.json").write_text(json.dumps(options))
     at_file = "@" + str(tmp_path / "options.json")
@@ -242,14 +252,18 @@ def test_cli_map_and_sketch_on_moto_with_options_file_and_environment(capsys, s3
     assert code == 0, err
     merged = srf.load(tmp_path / "both.sketch")
     expected = srf.sketch_array(np.vstack([A, B]), srf.load_map(f"{url}/map.json", storage_options=options))
-    np.testing.assert_allclose(merged.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max())
+    np.testing.assert_allclose(
+        merged.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max()
+    )
 
 
 def test_cli_storage_options_file_errors_exit_2_without_echoing(capsys, sites, tmp_path):
     a, _ = sites
     (tmp_path / "bad.json").write_text('{"secret": "wJalrXUtnFEMI-streamrff-SECRET"')
 
-    missing = run(capsys, "sketch", a, "-o", str(tmp_path / "o"), "--storage-options", "@" + str(tmp_path / "none.json"))
+    missing = run(
+        capsys, "sketch", a, "-o", str(tmp_path / "o"), "--storage-options", "@" + str(tmp_path / "none.json")
+    )
     bad = run(capsys, "sketch", a, "-o", str(tmp_path / "o"), "--storage-options", "@" + str(tmp_path / "bad.json"))
 
     assert missing[0] == 2 and "cannot be read" in missing[2]
@@ -263,10 +277,15 @@ def test_cli_help_shows_each_default_once_and_imports_no_heavy_module(capsys):
         assert code == 0
         assert "(default: None)" not in out and "(default: False)" not in out, command
         assert all(line.count("(default") <= 1 for line in out.split("\n  -")), command
-    assert "permutations B (permutation and aggregated methods) (default: 500)" in " ".join(run(capsys, "test", "--help")[1].split())
+    assert "permutations B (permutation and aggregated methods) (default: 500)" in " ".join(
+        run(capsys, "test", "--help")[1].split()
+    )
     seed_help = " ".join(run(capsys, "kmeans", "--help")[1].split())
     assert "seed of the map, the row sample and the initialisation" in seed_help and "k-means++" in seed_help
-    probe = "import sys, streamrff.cli; print(sorted(m for m in ('numpy', 'numba', 'dask', 'zarr', 'sklearn') if m in sys.modules))"
+    probe = (
+        "import sys, streamrff.cli; "
+        "print(sorted(m for m in ('numpy', 'numba', 'dask', 'zarr', 'sklearn') if m in sys.modules))"
+    )
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     assert imported == "[]"
 

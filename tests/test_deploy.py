@@ -473,7 +473,8 @@ def test_deploy_make_certs_issues_a_working_mutual_tls_set(tmp_path: Path) -> No
         cert.verify_directly_issued_by(ca)
         assert (out / f"{role}-key.pem").stat().st_mode & 0o077 == 0, f"{role}-key.pem is readable by others"
         # The certificate and key belong together, as dask's ssl contexts will load them.
-        ssl.create_default_context(cafile=str(out / "ca.pem")).load_cert_chain(out / f"{role}.pem", out / f"{role}-key.pem")
+        context = ssl.create_default_context(cafile=str(out / "ca.pem"))
+        context.load_cert_chain(out / f"{role}.pem", out / f"{role}-key.pem")
     scheduler = x509.load_pem_x509_certificate((out / "scheduler.pem").read_bytes())
     names = scheduler.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "scheduler.example.com" in names.get_values_for_type(x509.DNSName)

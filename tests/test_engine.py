@@ -88,7 +88,9 @@ def chunk_counts(caplog) -> tuple[int, int, int]:
 
 def write_s3_zarr(url: str, rows: np.ndarray, chunk_rows: int, storage_options: dict) -> None:
     store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
-    stored = zarr.create_array(store=store, shape=rows.shape, chunks=(chunk_rows, rows.shape[1]), dtype=rows.dtype, zarr_format=3)
+    stored = zarr.create_array(
+        store=store, shape=rows.shape, chunks=(chunk_rows, rows.shape[1]), dtype=rows.dtype, zarr_format=3
+    )
     stored[...] = rows
 
 
@@ -474,7 +476,9 @@ def test_sketch_nan_rows_raise_naming_chunk_and_rows():
     rows = X.copy()
     rows[[4_100, 4_321], 1] = np.nan
 
-    with pytest.raises(InputError, match=r"2 row\(s\) of data chunk 4 \(rows 4000\.\.4999\); first bad row: data row 4100"):
+    with pytest.raises(
+        InputError, match=r"2 row\(s\) of data chunk 4 \(rows 4000\.\.4999\); first bad row: data row 4100"
+    ):
         srf.sketch(rows, median_map(), chunk_rows=1_000)
 
 
@@ -488,7 +492,9 @@ def test_sketch_skip_counts_invalid_rows_and_sums_finite_ones():
 
     assert (result.count, result.n_invalid) == (N_ROWS - 4, 4)
     expected = srf.sketch_array(rows[finite], fitted, moments=True)
-    np.testing.assert_allclose(result.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max())
+    np.testing.assert_allclose(
+        result.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max()
+    )
     np.testing.assert_allclose(result.moment, expected.moment, rtol=0, atol=1e-6 * np.abs(expected.moment).max())
 
 

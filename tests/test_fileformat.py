@@ -336,7 +336,14 @@ def test_load_rejects_tampered_attributes(tmp_path, changes, fragments):
 
 @pytest.mark.parametrize(
     "spec_change",
-    [{"bandwidth": 3.0}, {"seed": 1}, {"n_features": 18}, {"variant": "cosphase"}, {"bandwidth": "median"}, {"kind": "nope"}],
+    [
+        {"bandwidth": 3.0},
+        {"seed": 1},
+        {"n_features": 18},
+        {"variant": "cosphase"},
+        {"bandwidth": "median"},
+        {"kind": "nope"},
+    ],
 )
 def test_load_rejects_tampered_map_spec(tmp_path, spec_change):
     path = sketch_file(tmp_path, "zarr")

@@ -299,7 +299,8 @@ def _targeted_edits(document: dict[str, Any], is_group: bool) -> list[tuple[tupl
                 (("shape",), [*grown, [*shape, 2], [shape[0] + 1, *shape[1:]], [-1] * len(shape)]),
                 (("chunk_grid", "configuration", "chunk_shape"), [[1] * len(shape), *grown]),
                 # shape and chunks grown together: one chunk, all of it fill value
-                ((), [{**document, "shape": g, "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": g}}} for g in grown]),
+                ((), [{**document, "shape": g, "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": g}}}
+                      for g in grown]),
             ]  # fmt: skip
         edits += [
             (("data_type",), ["float32", "int64", "uint8", "complex128", "bool", "string", "object", "|O", "V8"]),
@@ -310,9 +311,11 @@ def _targeted_edits(document: dict[str, Any], is_group: bool) -> list[tuple[tupl
                     [],
                     [{"name": "bytes", "configuration": {"endian": "big"}}],
                     [{"name": "numcodecs.pickle"}],
-                    [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
+                    [{"name": "bytes", "configuration": {"endian": "little"}},
+                     {"name": "gzip", "configuration": {"level": 1}}],
                     [{"name": "vlen-bytes"}],
-                    [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1], "codecs": [{"name": "bytes"}], "index_codecs": [{"name": "bytes"}]}}],
+                    [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1], "codecs": [{"name": "bytes"}],
+                                                                     "index_codecs": [{"name": "bytes"}]}}],
                 ],
             ),
             (("node_type",), ["group", "array", None]),
@@ -406,7 +409,9 @@ def _files(directory: Path) -> list[str]:
 
 
 def _documents(directory: Path) -> dict[str, Any]:
-    return {name: json.loads((directory / name).read_text()) for name in _files(directory) if name.endswith("zarr.json")}
+    return {
+        name: json.loads((directory / name).read_text()) for name in _files(directory) if name.endswith("zarr.json")
+    }
 
 
 # -- the fuzz tests ---------------------------------------------------------------------------
@@ -549,9 +554,20 @@ def _edit_json(path: Path, **changes: Any) -> None:
         ({"shape": [2**24], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1]}}}, "chunks"),
         # vlen-bytes trusts an item count stored in the chunk: a 30 GiB object array.
         ({"codecs": [{"name": "vlen-bytes"}]}, "codecs"),
-        ({"codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.lzma", "configuration": {}}]}, "codecs"),
+        (
+            {
+                "codecs": [
+                    {"name": "bytes", "configuration": {"endian": "little"}},
+                    {"name": "numcodecs.lzma", "configuration": {}},
+                ]
+            },
+            "codecs",
+        ),
         ({"data_type": "complex128", "fill_value": [0.0, 0.0]}, "dtype"),
-        ({"shape": [8, 1, 1], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 1, 1]}}}, "dimensions"),
+        (
+            {"shape": [8, 1, 1], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 1, 1]}}},
+            "dimensions",
+        ),
     ],
     ids=["huge-shape", "tiny-chunks", "vlen-bytes", "lzma", "complex", "3-d"],
 )
@@ -599,7 +615,11 @@ def test_load_refuses_attributes_that_contradict_the_stored_arrays(
     ids=["kjl-components-huge", "kjl-components-large", "kjl-landmarks", "rff-input-width", "jl-inner-width"],
 )
 def test_load_refuses_map_specs_that_are_too_costly_to_rebuild(
-    originals: dict[str, tuple[srf.Sketch, Path]], tmp_path: Path, base: str, spec_changes: dict[str, int], fragment: str
+    originals: dict[str, tuple[srf.Sketch, Path]],
+    tmp_path: Path,
+    base: str,
+    spec_changes: dict[str, int],
+    fragment: str,
 ) -> None:
     _, template = originals[base]
     directory = tmp_path / "tampered.sketch"
@@ -706,7 +726,9 @@ def _declared_shape_lies(template: Path, scratch: Path) -> list[Path]:
     without the attributes digest."""
     lies = []
     arrays = [path.parent.relative_to(template) for path in template.rglob("zarr.json") if path.parent != template]
-    arrays = [name for name in arrays if json.loads((template / name / "zarr.json").read_text())["node_type"] == "array"]
+    arrays = [
+        name for name in arrays if json.loads((template / name / "zarr.json").read_text())["node_type"] == "array"
+    ]
     for name in arrays:
         ndim = len(json.loads((template / name / "zarr.json").read_text())["shape"])
         huge = [2**14] * ndim if ndim == 2 else [2**28]
@@ -757,7 +779,13 @@ def test_load_refuses_declared_shape_lies_under_a_memory_ceiling_without_asyncio
     assert len(results) == len(lies) > 50
     for result in results:
         assert result["outcome"] == "SketchFormatError" and not result["memory_error"], result
-    for noise in ("Task was destroyed", "Event loop is closed", "Thread did not finish", "Exception ignored", "Traceback"):
+    for noise in (
+        "Task was destroyed",
+        "Event loop is closed",
+        "Thread did not finish",
+        "Exception ignored",
+        "Traceback",
+    ):
         assert noise not in completed.stderr, completed.stderr[-3000:]
 
 
@@ -769,7 +797,9 @@ SECRET_OPTIONS = {"key": SECRETS[0], "secret": SECRETS[1]}
 def _assert_no_secret(*texts: str) -> None:
     for text in texts:
         for secret in SECRETS:
-            assert secret not in text, f"a storage option secret leaked: ...{text[max(0, text.find(secret) - 200):][:400]}"
+            assert secret not in text, (
+                f"a storage option secret leaked: ...{text[max(0, text.find(secret) - 200) :][:400]}"
+            )
 
 
 def _assert_no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> None:
@@ -811,7 +841,19 @@ def test_secrets_stay_out_of_info_and_local_sketch_output(
     source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=10)
     output = tmp_path / "out.sketch"
     code, out, err = _run_cli(
-        ["sketch", source, "-o", str(output), "--features", "16", "--bandwidth", "1.0", "--storage-options", options, "-v"],
+        [
+            "sketch",
+            source,
+            "-o",
+            str(output),
+            "--features",
+            "16",
+            "--bandwidth",
+            "1.0",
+            "--storage-options",
+            options,
+            "-v",
+        ],
         capsys,
     )
     assert code == 0, err
@@ -835,9 +877,11 @@ def test_secrets_stay_out_of_errors_for_unreachable_object_storage(
     attempts = [
         ["info", "s3://streamrff-no-bucket/x.sketch", "--storage-options", options],
         ["info", "s3://streamrff-no-bucket/x.sketch", "--storage-options", options, "--json", "-v"],
-        ["sketch", "s3://streamrff-no-bucket/x.zarr", "-o", str(tmp_path / "x.sketch"), "--storage-options", options, "-v"],
+        ["sketch", "s3://streamrff-no-bucket/x.zarr", "-o", str(tmp_path / "x.sketch"), "--storage-options", options,
+         "-v"],
         ["sketch", str(tmp_path), "-o", "s3://streamrff-no-bucket/x.sketch", "--storage-options", options],
-        ["merge", "s3://streamrff-no-bucket/a.sketch", "s3://streamrff-no-bucket/b.sketch", "-o", str(tmp_path / "m.sketch"), "--storage-options", options],
+        ["merge", "s3://streamrff-no-bucket/a.sketch", "s3://streamrff-no-bucket/b.sketch", "-o",
+         str(tmp_path / "m.sketch"), "--storage-options", options],
     ]  # fmt: skip
     for arguments in attempts:
         code, out, err = _run_cli(arguments, capsys)
@@ -860,12 +904,15 @@ def test_secrets_stay_out_of_sketch_and_info_on_s3(
     store = zarr.storage.FsspecStore.from_url(f"s3://{s3_bucket}/rows.zarr", storage_options=s3_server.storage_options)
     stored = zarr.create_array(store, shape=ROWS.shape, chunks=(10, 3), dtype="float32")
     stored[...] = ROWS.astype(np.float32)
-    options = json.dumps({**SECRET_OPTIONS, "endpoint_url": s3_server.endpoint_url, "client_kwargs": {"region_name": "us-east-1"}})
+    options = json.dumps(
+        {**SECRET_OPTIONS, "endpoint_url": s3_server.endpoint_url, "client_kwargs": {"region_name": "us-east-1"}}
+    )
     source, output = f"s3://{s3_bucket}/rows.zarr", f"s3://{s3_bucket}/rows.sketch"
 
     # The real command in its own process, logging to stderr with -v.
     completed = subprocess.run(
-        [sys.executable, "-m", "streamrff.cli", "sketch", source, "-o", output, "--features", "16", "--storage-options", options, "-v"],
+        [sys.executable, "-m", "streamrff.cli", "sketch", source, "-o", output, "--features", "16",
+         "--storage-options", options, "-v"],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
@@ -877,7 +924,8 @@ def test_secrets_stay_out_of_sketch_and_info_on_s3(
         (["sketch", source, "-o", output, "--overwrite", "--features", "16", "--storage-options", options, "-v"], 0),
         (["info", output, "--storage-options", options, "--json", "-v"], 0),
         (["info", f"s3://{s3_bucket}/missing.sketch", "--storage-options", options, "-v"], 1),
-        (["sketch", f"s3://{s3_bucket}/missing.zarr", "-o", str(tmp_path / "x.sketch"), "--storage-options", options], 1),
+        (["sketch", f"s3://{s3_bucket}/missing.zarr", "-o", str(tmp_path / "x.sketch"), "--storage-options", options],
+         1),
     ]  # fmt: skip
     for arguments, expected_code in runs:
         code, out, err = _run_cli(arguments, capsys)

@@ -148,7 +148,10 @@ def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix
     small = _save(tmp_path, "small.sketch", srf.sketch_array(ROWS[:20], feature_map))  # 20 rows
     for trial in range(trials):
         output = tmp_path / f"out-{trial}.{suffix}"
-        writers = {102: _cli("merge", str(big), str(big), "-o", str(output)), 40: _cli("merge", str(small), str(small), "-o", str(output))}
+        writers = {
+            102: _cli("merge", str(big), str(big), "-o", str(output)),
+            40: _cli("merge", str(small), str(small), "-o", str(output)),
+        }
         finished = {count: writer.communicate(timeout=120) + (writer.returncode,) for count, writer in writers.items()}
         codes = sorted(code for _, _, code in finished.values())
         # The loser is refused either before its job (the winner had finished: exit 2, an existing
@@ -163,9 +166,11 @@ def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix
 
 
 @pytest.mark.parametrize("is_directory", [False, True], ids=["file", "directory"])
-def test_publish_never_replaces_without_overwrite_and_replaces_whole_with_it(tmp_path: Path, is_directory: bool) -> None:
-    from streamrff.fileformat import publish
+def test_publish_never_replaces_without_overwrite_and_replaces_whole_with_it(
+    tmp_path: Path, is_directory: bool
+) -> None:
     from streamrff._publish import staging_path
+    from streamrff.fileformat import publish
 
     target = tmp_path / "out"
 
@@ -247,7 +252,10 @@ def test_load_while_another_process_saves_returns_a_whole_sketch(tmp_path: Path)
     # The probe: 4 in 204 loads during a save failed with "does not match its checksum (tampered or corrupt)".
     target = tmp_path / "busy.sketch"
     writer = subprocess.Popen(
-        [sys.executable, "-c", _SAVE_LOOP, str(target), "150"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", _SAVE_LOOP, str(target), "150"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert writer.stdout.readline().strip() == "ready", writer.communicate()
@@ -279,13 +287,17 @@ def test_zstd_content_size_reads_the_size_numcodecs_wrote(n_bytes: int) -> None:
 def test_load_refuses_a_chunk_smaller_than_its_declared_shape_before_allocating(tmp_path: Path) -> None:
     # A digest-less file (written before the digest) whose moment claims 16384 x 16384 in one chunk,
     # with the spec raised to match: the stored 14 kB chunk says it decodes to 32 kB, not 2 GiB.
-    directory = _save(tmp_path, "s.sketch", srf.sketch_array(ROWS, srf.RFF(n_features=64, bandwidth=1.0, seed=1), moments=True))
+    directory = _save(
+        tmp_path, "s.sketch", srf.sketch_array(ROWS, srf.RFF(n_features=64, bandwidth=1.0, seed=1), moments=True)
+    )
     document = json.loads((directory / "zarr.json").read_text())
     del document["attributes"]["attributes_digest"]
     document["attributes"]["map"]["n_features"] = 2**14
     (directory / "zarr.json").write_text(json.dumps(document))
     metadata = json.loads((directory / "moment" / "zarr.json").read_text())
-    metadata.update(shape=[2**14, 2**14], chunk_grid={"name": "regular", "configuration": {"chunk_shape": [2**14, 2**14]}})
+    metadata.update(
+        shape=[2**14, 2**14], chunk_grid={"name": "regular", "configuration": {"chunk_shape": [2**14, 2**14]}}
+    )
     (directory / "moment" / "zarr.json").write_text(json.dumps(metadata))
     with pytest.raises(SketchFormatError, match=r"chunk c/0/0 decodes to 32,768 bytes.*needs 2,147,483,648"):
         srf.load(directory)
@@ -372,9 +384,13 @@ def test_cli_silent_scheduler_and_bad_addresses_print_one_line_and_exit_1(
         ("tcp://127.0.0.1:8786", {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}, "requires encryption"),
     ]
     for address, env, fragment in cases:
-        completed = _run_cli_process("sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env)
+        completed = _run_cli_process(
+            "sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env
+        )
         assert completed.returncode == 1, (address, completed.stderr)
-        assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, completed.stderr
+        assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, (
+            completed.stderr
+        )
         assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
         assert not (tmp_path / "out.sketch").exists()
 
@@ -462,7 +478,10 @@ def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: 
     for arguments in runs:
         completed = _run_cli_process(*arguments, "--storage-options", options)
         assert completed.returncode == 1, (arguments, completed.stderr)
-        assert completed.stderr.startswith(f"streamrff {arguments[0]}: error: ") and "Could not connect" in completed.stderr
+        assert (
+            completed.stderr.startswith(f"streamrff {arguments[0]}: error: ")
+            and "Could not connect" in completed.stderr
+        )
         assert completed.stderr.count("\n") == 1, completed.stderr
 
 
@@ -471,7 +490,9 @@ def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
     X = np.full((40, 3), np.nan)
     if source == "inf-and-nan":
         X[::2] = np.inf
-    with pytest.raises(srf.InputError, match="bandwidth='median' needs at least one finite row to sample. Got 0 finite rows"):
+    with pytest.raises(
+        srf.InputError, match="bandwidth='median' needs at least one finite row to sample. Got 0 finite rows"
+    ):
         srf.sketch(X, srf.RFF(n_features=8, bandwidth="median"), on_invalid="skip")
     # A numeric bandwidth needs no sample: every row is skipped and counted.
     assert srf.sketch(X, srf.RFF(n_features=8, bandwidth=1.0), on_invalid="skip").n_invalid == 40

@@ -18,7 +18,9 @@ X = np.random.default_rng(0).standard_normal((1_000, 6)).astype(np.float32)
 
 def write_s3_zarr(url: str, rows: np.ndarray, chunk_rows: int, storage_options: dict) -> None:
     store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
-    stored = zarr.create_array(store=store, shape=rows.shape, chunks=(chunk_rows, rows.shape[1]), dtype=rows.dtype, zarr_format=3)
+    stored = zarr.create_array(
+        store=store, shape=rows.shape, chunks=(chunk_rows, rows.shape[1]), dtype=rows.dtype, zarr_format=3
+    )
     stored[...] = rows
 
 

@@ -222,7 +222,9 @@ def test_kjl_transform_matches_formula_and_landmarks_do_not_depend_on_chunking()
     X = np.random.default_rng(3).normal(size=(3000, 3))
     n, width, sigma, seed = 150, 20, 1.3, 7
     maps = [
-        fit_map(srf.KJL(n_landmarks=n, n_components=width, bandwidth=sigma, seed=seed), [da.from_array(X, chunks=(c, 3))])
+        fit_map(
+            srf.KJL(n_landmarks=n, n_components=width, bandwidth=sigma, seed=seed), [da.from_array(X, chunks=(c, 3))]
+        )
         for c in (1000, 1777)
     ]
     np.testing.assert_array_equal(maps[0].landmarks_, maps[1].landmarks_)

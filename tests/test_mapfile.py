@@ -91,7 +91,10 @@ def _edit(path, change):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda d: d.update(version=2), "map format version 2; this streamrff reads up to version 1. Upgrade streamrff"),
+        (
+            lambda d: d.update(version=2),
+            "map format version 2; this streamrff reads up to version 1. Upgrade streamrff",
+        ),
         (lambda d: d.update(format="other"), "not a streamrff map file: expected format='streamrff.map'"),
         (lambda d: d["spec"].update(bandwidth=d["spec"]["bandwidth"] * 1.001), "fingerprint does not match"),
         (lambda d: d["spec"].update(kind="nope"), "Unknown feature map kind 'nope'"),
@@ -163,7 +166,11 @@ def test_two_sample_test_with_a_shared_map_uses_its_features():
     Zx, Zy = (shared.transform(rows).astype(np.float64) for rows in (X[:500], Y))
     n, m = len(Zx), len(Zy)
     kxx, kyy = Zx @ Zx.T, Zy @ Zy.T
-    expected = (kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * (Zx @ Zy.T).mean()
+    expected = (
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * (Zx @ Zy.T).mean()
+    )
     assert result.statistic == pytest.approx(expected, rel=1e-6)
     assert result.map_spec == shared.spec
     with pytest.raises(srf.InputError, match="an unfitted RFF"):

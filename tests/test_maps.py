@@ -345,7 +345,9 @@ def test_rff_different_seeds_different_fingerprints(rows, variant, orthogonal):
 def test_jl_different_seeds_different_fingerprints(rows):
     fingerprints = {
         srf.JL(srf.RFF(n_features=32, seed=0), n_components=8, seed=seed).fit(rows).fingerprint for seed in range(5)
-    } | {srf.JL(srf.RFF(n_features=32, seed=seed), n_components=8, seed=0).fit(rows).fingerprint for seed in range(1, 5)}
+    } | {
+        srf.JL(srf.RFF(n_features=32, seed=seed), n_components=8, seed=0).fit(rows).fingerprint for seed in range(1, 5)
+    }
     assert len(fingerprints) == 9
 
 
@@ -432,7 +434,8 @@ def test_map_rejects_nonfinite_rows(rows, name, value, method):
 @pytest.mark.parametrize("name", list(MAPS))
 @pytest.mark.parametrize("method", ["fit", "transform"])
 @pytest.mark.parametrize(
-    ("shape", "fix"), [((5,), "reshape(-1, 1)"), ((2, 3, 5), "reshape(len(X), -1)"), ((1, 2, 3, 5), "reshape(len(X), -1)")]
+    ("shape", "fix"),
+    [((5,), "reshape(-1, 1)"), ((2, 3, 5), "reshape(len(X), -1)"), ((1, 2, 3, 5), "reshape(len(X), -1)")],
 )
 def test_map_rejects_non_2d_input(rows, name, method, shape, fix):
     feature_map = MAPS[name]()

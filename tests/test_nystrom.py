@@ -52,10 +52,14 @@ def test_nystrom_merge_is_commutative_associative_and_chunking_free(rff):
     left, right, swapped = a.merge(b).merge(c), a.merge(b.merge(c)), c.merge(a).merge(b)
     for other in (right, swapped):
         assert other.count == left.count == 700
-        np.testing.assert_allclose(other.range_sketch, left.range_sketch, rtol=1e-12, atol=1e-12 * np.abs(left.range_sketch).max())
+        np.testing.assert_allclose(
+            other.range_sketch, left.range_sketch, rtol=1e-12, atol=1e-12 * np.abs(left.range_sketch).max()
+        )
         np.testing.assert_allclose(other.feature_sum, left.feature_sum, rtol=1e-12, atol=1e-12)
     whole = srf.NystromSketch.from_rows(ROWS, rff, 12, 1)
-    np.testing.assert_allclose(left.range_sketch, whole.range_sketch, rtol=0, atol=1e-6 * np.abs(whole.range_sketch).max())
+    np.testing.assert_allclose(
+        left.range_sketch, whole.range_sketch, rtol=0, atol=1e-6 * np.abs(whole.range_sketch).max()
+    )
     empty = srf.NystromSketch.empty(rff, 12, 1)
     assert empty.merge(a) == a and a.merge(empty) == a
 
@@ -150,19 +154,19 @@ def test_nystrom_eigenpairs_within_tropp_bound_on_adversarial_spectra(name):
 def test_kpca_low_rank_residual_within_bound_of_full_moment_on_digits():
     # E[R_hat_k(low-rank)] <= (1 + k / (l - k - 1)) R_hat_k(full); k = 10, l = 24: factor 1.77.
     X = load_digits().data[:600].astype(np.float64)
-    k, l = 10, 24
+    k, sketch_size = 10, 24  # l in the bound above
     full = srf.KernelPCA(n_components=k, n_features=512, bandwidth=40.0, moments="full").fit(X)
     residuals = []
     for seed in range(3):
         low = srf.KernelPCA(
-            n_components=k, moments="low-rank", sketch_size=l, seed=seed, feature_map=full.feature_map_
+            n_components=k, moments="low-rank", sketch_size=sketch_size, seed=seed, feature_map=full.feature_map_
         ).fit(X)
         assert low.moments_ == "low-rank" and full.moments_ == "full"
         assert (low.eigenvalues_ <= full.eigenvalues_ * (1 + 1e-6)).all()
         assert low.total_variance_ == pytest.approx(full.total_variance_, rel=1e-6)  # float32 features
         residuals.append(low.residual_)
     print(f"\nR_hat_{k}: full {full.residual_:.2f}, low-rank {np.round(residuals, 2)}")
-    assert full.residual_ <= min(residuals) and np.mean(residuals) <= (1 + k / (l - k - 1)) * full.residual_
+    assert full.residual_ <= min(residuals) and np.mean(residuals) <= (1 + k / (sketch_size - k - 1)) * full.residual_
 
 
 def test_kpca_moments_auto_switches_above_256_mib_or_a_quarter_of_thread_memory():
@@ -182,7 +186,9 @@ def test_nystrom_sketch_on_dask_matches_in_memory_sketch(rff):
     lazy = srf.nystrom_sketch(da.from_array(X, chunks=(150, 3)), rff, sketch_size=12, seed=4)
     local = srf.NystromSketch.from_rows(X, rff, 12, 4)
     assert lazy.count == 700 and lazy.test_seed == 4
-    np.testing.assert_allclose(lazy.range_sketch, local.range_sketch, rtol=0, atol=1e-6 * np.abs(local.range_sketch).max())
+    np.testing.assert_allclose(
+        lazy.range_sketch, local.range_sketch, rtol=0, atol=1e-6 * np.abs(local.range_sketch).max()
+    )
 
 
 def test_nystrom_sketch_on_process_cluster_matches_numpy(dask_client, rff):

@@ -23,3 +23,15 @@ def test_package_public_names_and_submodules_resolve_in_a_fresh_process():
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "ok"
+
+
+def test_package_ships_its_type_hints_marker():
+    # PEP 561: type checkers use the inline hints of an installed package only if it ships py.typed.
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with open(root / "pyproject.toml", "rb") as handle:
+        package_data = tomllib.load(handle)["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in package_data["streamrff"]
+    assert (root / "streamrff" / "py.typed").is_file()

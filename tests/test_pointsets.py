@@ -237,7 +237,7 @@ def test_sketch_index_finds_the_exact_nearest_point_set(database, maps, database
             indexes[label].add(name, sketches[name])
     hits = {label: 0 for label in indexes}
     approximate = {label: 0 for label in indexes}
-    for name, points in queries.items():
+    for points in queries.values():
         exact = np.array([exact_squared_distance(sets[n], points, self_kappa[n]) for n in names])
         best = names[int(np.argmin(exact))]
         for label, index in indexes.items():

@@ -37,7 +37,8 @@ def test_readme_two_sites_commands_run_as_written(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "streamrff")
     commands = two_sites_commands()
     assert [command[:2] for command in commands] == [
-        ["streamrff", "map"], ["streamrff", "sketch"], ["streamrff", "sketch"], ["streamrff", "merge"], ["streamrff", "test"]
+        ["streamrff", "map"], ["streamrff", "sketch"], ["streamrff", "sketch"], ["streamrff", "merge"],
+        ["streamrff", "test"]
     ]  # fmt: skip
 
     outputs = []
@@ -52,5 +53,7 @@ def test_readme_two_sites_commands_run_as_written(tmp_path):
     both = srf.load(tmp_path / "both.sketch")
     expected = srf.sketch_array(np.vstack(list(rows.values())), feature_map, moments=True)
     assert both.count == 7_000
-    np.testing.assert_allclose(both.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max())
+    np.testing.assert_allclose(
+        both.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max()
+    )
     assert outputs[-1].startswith("two-sample test: p = ")

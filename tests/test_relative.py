@@ -221,7 +221,7 @@ def test_relative_rff_truncation_bias_matches_the_truncated_fourier_integral():
     )
     truncated = np.array(
         [
-            quad(lambda v, t=r / (sigma * np.sqrt(2)): np.exp(-v * v / 4) * np.cos(v * t), -gamma, gamma)[0]
+            quad(lambda v, t: np.exp(-v * v / 4) * np.cos(v * t), -gamma, gamma, args=(r / (sigma * np.sqrt(2)),))[0]
             / np.sqrt(4 * np.pi)
             for r in radii
         ]

@@ -37,7 +37,9 @@ def test_sincos_features_scale():
     out = np.empty((phases.shape[0], 2 * phases.shape[1]), np.float32)
     _sincos.sincos_features(phases, 0.125, out)
     wide = phases.astype(np.float64)
-    np.testing.assert_allclose(out, 0.125 * np.hstack([np.cos(wide), np.sin(wide)]), rtol=0, atol=0.125 * FLOAT32_ULP_AT_ONE)
+    np.testing.assert_allclose(
+        out, 0.125 * np.hstack([np.cos(wide), np.sin(wide)]), rtol=0, atol=0.125 * FLOAT32_ULP_AT_ONE
+    )
 
 
 def test_cos_features_with_offsets():
@@ -107,7 +109,9 @@ def test_feature_tiles_with_large_phases_take_float64_cos_and_sin(variant):
         expected = [np.hstack([np.cos(p), np.sin(p)]).astype(np.float32) * scale for p in phases]
     else:
         offsets = feature_map._params()["phases"].astype(np.float32)
-        expected = [np.cos((p + offsets).astype(np.float64)).astype(np.float32) * np.float32(np.sqrt(2.0 / 64)) for p in tiles]
+        expected = [
+            np.cos((p + offsets).astype(np.float64)).astype(np.float32) * np.float32(np.sqrt(2.0 / 64)) for p in tiles
+        ]
     features = [tile.copy() for _, tile in feature_map.embed_tiles(X, tile_rows=256)]
     assert np.abs(features[0] - expected[0]).max() < 1e-7
     np.testing.assert_array_equal(features[1], expected[1])

@@ -129,7 +129,7 @@ def test_sketch_array_fits_a_clone_of_an_unfitted_map():
 
 def test_mean_sketch_mean_of_empty_sketch_raises():
     with pytest.raises(InputError, match="empty sketch"):
-        srf.MeanSketch.empty(FITTED["rff-sincos"]).mean
+        _ = srf.MeanSketch.empty(FITTED["rff-sincos"]).mean
 
 
 # -- the monoid laws ----------------------------------------------------------------------------
@@ -174,7 +174,11 @@ def test_mean_sketch_merge_is_independent_of_chunking_and_order(name, moments, s
 
 
 @settings(max_examples=20, deadline=None, database=None)
-@given(name=st.sampled_from(list(MAPS)), moments=st.booleans(), cuts=st.lists(st.integers(1, 89), min_size=2, max_size=2, unique=True))
+@given(
+    name=st.sampled_from(list(MAPS)),
+    moments=st.booleans(),
+    cuts=st.lists(st.integers(1, 89), min_size=2, max_size=2, unique=True),
+)
 def test_mean_sketch_merge_is_commutative_and_associative(name, moments, cuts):
     feature_map = FITTED[name]
     i, j = sorted(cuts)
@@ -336,11 +340,7 @@ def exact_mmd2(X: np.ndarray, Y: np.ndarray, sigma: float) -> tuple[float, float
     Kyy = srf.exact_kernel(Y, Y, sigma)
     cross = srf.exact_kernel(X, Y, sigma).mean()
     biased = Kxx.mean() + Kyy.mean() - 2.0 * cross
-    unbiased = (
-        (Kxx.sum() - np.trace(Kxx)) / (n * (n - 1))
-        + (Kyy.sum() - np.trace(Kyy)) / (m * (m - 1))
-        - 2.0 * cross
-    )
+    unbiased = (Kxx.sum() - np.trace(Kxx)) / (n * (n - 1)) + (Kyy.sum() - np.trace(Kyy)) / (m * (m - 1)) - 2.0 * cross
     return float(biased), float(unbiased)
 
 

@@ -461,7 +461,12 @@ def test_two_sample_test_on_a_real_cluster_equals_local(dask_client):
         (np.ones((5, 2)), np.ones((1, 2)), {}, "Y has 1 row"),
         (np.ones((5, 2)), np.ones((5, 2)), dict(n_permutations=0), "n_permutations must be an integer >= 1. Got 0"),
         (np.ones((5, 2)), np.ones((5, 2)), dict(method="bootstrap"), "method must be one of.*'bootstrap'"),
-        (np.ones((5, 2)), np.array([[0.0, 1.0], [np.nan, 2.0], [1.0, 1.0]]), {}, "NaN or inf in 1 row.*first bad row: Y row 1"),
+        (
+            np.ones((5, 2)),
+            np.array([[0.0, 1.0], [np.nan, 2.0], [1.0, 1.0]]),
+            {},
+            "NaN or inf in 1 row.*first bad row: Y row 1",
+        ),
         (np.array([[np.inf, 0.0], [1.0, 1.0]]), np.ones((5, 2)), {}, "NaN or inf in 1 row.*first bad row: X row 0"),
         (np.ones(5), np.ones((5, 2)), {}, "Expected 2-D X"),
         (np.ones((5, 2)), np.ones((5, 2)), dict(n_features=1023), "n_features must be even"),
@@ -515,8 +520,7 @@ def test_mmd_test_works_from_separately_merged_sketches():
     feature_map = RFF(n_features=128, bandwidth=1.0, seed=3).fit(X)
     whole = [sketch_array(X, feature_map, moments=True), sketch_array(Y, feature_map, moments=True)]
     parts = [
-        merge(sketch_array(part, feature_map, moments=True) for part in np.array_split(sample, 3))
-        for sample in (X, Y)
+        merge(sketch_array(part, feature_map, moments=True) for part in np.array_split(sample, 3)) for sample in (X, Y)
     ]
     for method in ("spectral", "hotelling"):
         a, b = mmd_test(*whole, method=method, seed=1), mmd_test(*parts, method=method, seed=1)

@@ -280,7 +280,8 @@ def test_two_sample_test_aggregated_rejects_bad_input(kwargs, match):
 def test_two_sample_test_aggregated_refuses_a_design_over_a_task_threads_memory():
     # 10 x (1000 + 2) x 2**20 float64 sums in each of the merge tree's 9 partials: ~750 GiB per task thread.
     X, Y = _data()
-    with pytest.raises(InputError, match=r"aggregated test with 10 bandwidths .* GiB per task thread.*fewer bandwidths"):
+    expected = r"aggregated test with 10 bandwidths .* GiB per task thread.*fewer bandwidths"
+    with pytest.raises(InputError, match=expected):
         two_sample_test(X, Y, n_features=2**20, n_permutations=1000, method="aggregated", max_accumulator_bytes=2**50)
 
 
@@ -316,7 +317,11 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
     out = capsys.readouterr().out
     assert "aggregation:  mmdagg over 10 bandwidths" in out and "NOT corrected" in out
     assert len(out.splitlines()) == 7 + 10 + 1 and plot.stat().st_size > 1000
-    for argv in (["test", x_path, y_path, "--bandwidths", "auto"], [*common, "--bandwidth", "1.0"], [*common, "--map", x_path]):
+    for argv in (
+        ["test", x_path, y_path, "--bandwidths", "auto"],
+        [*common, "--bandwidth", "1.0"],
+        [*common, "--map", x_path],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2

@@ -20,7 +20,15 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._blas import single_blas_thread
-from .._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed, validate_estimator_input
+from .._validation import (
+    check_bandwidth,
+    check_positive_int,
+    check_rows,
+    check_width,
+    is_in_memory,
+    normalize_seed,
+    validate_estimator_input,
+)
 from ..errors import InputError, NotFittedMapError
 from ..maps import KJL, RFF, FeatureMap
 from ..typing import Seed, StorageOptions
@@ -69,6 +77,20 @@ class LloydIteration:
         measure compared with ``tol``.
     n_empty : int
         Clusters that received no row and were re-seeded.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal(-3, 0.5, size=(100, 2)), rng.normal(3, 0.5, size=(100, 2))])
+    >>> reports = []
+    >>> model = srf.KernelKMeans(n_clusters=2, n_features=128, bandwidth=1.0, seed=0).fit(X, callback=reports.append)
+    >>> reports == model.history_, [report.iteration for report in reports] == list(range(1, len(reports) + 1))
+    (True, True)
+    >>> all(b.inertia <= a.inertia * (1 + 1e-6) for a, b in zip(reports, reports[1:], strict=False))
+    True
+    >>> bool(np.isclose(reports[-1].inertia, model.inertia_))
+    True
     """
 
     iteration: int
@@ -249,7 +271,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     >>> import numpy as np, streamrff as srf
     >>> from sklearn.datasets import make_circles
     >>> from sklearn.metrics import adjusted_rand_score
-    >>> X, y = make_circles(2000, factor=0.3, noise=0.05, random_state=0)
+    >>> X, y = make_circles(600, factor=0.3, noise=0.05, random_state=0)
     >>> model = srf.KernelKMeans(n_clusters=2, bandwidth=0.3, seed=0).fit(X)
     >>> bool(adjusted_rand_score(y, model.labels_) > 0.9)
     True
@@ -351,7 +373,12 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         else:
             init_size = min(n_rows, check_positive_int(self.init_size, "init_size", minimum=k))
         max_iter = check_positive_int(self.max_iter, "max_iter")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real) or not np.isfinite(self.tol) or self.tol < 0:
+        if (
+            isinstance(self.tol, bool)
+            or not isinstance(self.tol, numbers.Real)
+            or not np.isfinite(self.tol)
+            or self.tol < 0
+        ):
             raise InputError(f"tol must be a finite number >= 0. Got {self.tol!r}.")
         return {
             "k": k,
@@ -375,7 +402,12 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             )
         overridden = {
             name: getattr(self, name)
-            for name, default in (("method", "rff"), ("n_features", None), ("n_landmarks", None), ("bandwidth", "median"))
+            for name, default in (
+                ("method", "rff"),
+                ("n_features", None),
+                ("n_landmarks", None),
+                ("bandwidth", "median"),
+            )
             if getattr(self, name) != default
         }
         if overridden:
@@ -485,7 +517,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             if self.feature_map is None:
                 feature_map._finish_fit(sample[:map_rows])
             sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
-            centers, sample_labels = self._initial_centers(params, seed, feature_map, sample_features, sample[: params["init_size"]])
+            centers, sample_labels = self._initial_centers(
+                params, seed, feature_map, sample_features, sample[: params["init_size"]]
+            )
             previous = None
             for iteration in range(1, params["max_iter"] + 1):
                 kernel = partial(_cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous)
@@ -548,7 +582,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         # ranks a split of both moons above the moons partition.
         exact_rows = min(sample_rows.shape[0], _SPECTRAL_ROWS)
         needs_gram = (init == "spectral" and k > 1) or (params["method"] == "rff" and params["n_init"] > 1)
-        squared_distances = cdist(sample_rows[:exact_rows], sample_rows[:exact_rows], "sqeuclidean") if needs_gram else None
+        squared_distances = (
+            cdist(sample_rows[:exact_rows], sample_rows[:exact_rows], "sqeuclidean") if needs_gram else None
+        )
         starts: list[tuple[str, np.ndarray]] = []
         if init == "spectral" and k > 1:
             spectral = _spectral_labels(squared_distances, feature_map.bandwidth_, k, seed)

@@ -93,8 +93,9 @@ _SPECTRAL_STREAM = 0x53504543
 
 
 def _spectral_labels(squared_distances: np.ndarray, bandwidth: float, k: int, seed: int) -> list[np.ndarray]:
-    """Spectral clustering of a few rows (their pairwise squared distances) at each of ``_SPECTRAL_SCALES`` times the bandwidth.
+    """Spectral clustering of a few rows (from their pairwise squared distances) at each bandwidth scale.
 
+    The scales are ``_SPECTRAL_SCALES`` times ``bandwidth``.
     Ng, Jordan & Weiss (2002): the ``k`` leading eigenvectors of
     ``D^-1/2 A D^-1/2`` (``A`` the exact Gaussian affinity, ``D`` its degrees),
     rows normalised to unit length, then k-means. Dhillon, Guan & Kulis (2004)

@@ -40,7 +40,7 @@ p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
 
 from __future__ import annotations
 
-from . import aggregated, nulls, permutations
+from . import nulls, permutations
 from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, bandwidth_seed
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .permutations import FEISTEL_ROUNDS, permutation_indices

@@ -230,6 +230,26 @@ def aggregate(values: np.ndarray, aggregation: str, tolerances: np.ndarray | Non
 
     ``tolerances`` (L,) are the per-bandwidth tie tolerances on ``values``
     (used by ``"mmdagg"``'s ranks).
+
+    Examples
+    --------
+    Two bandwidths (rows), the observed split and three permutations (columns):
+
+    >>> import numpy as np
+    >>> from streamrff.twosample import aggregate
+    >>> values = np.array([[4.0, 1.0, 2.0, 1.0], [1.0, 2.0, 1.0, 0.0]])
+    >>> standardised = (values - values.mean(axis=1, keepdims=True)) / values.std(axis=1, keepdims=True)
+    >>> bool(np.allclose(aggregate(values, "max"), standardised.max(axis=0)))
+    True
+    >>> fuse = np.log(np.exp(standardised).mean(axis=0))
+    >>> bool(np.allclose(aggregate(values, "fuse"), fuse))
+    True
+
+    ``"mmdagg"``: minus the smallest fraction of a row's 4 values at or above the
+    column's (column 0: 1/4 of row 0's values are >= 4, 3/4 of row 1's are >= 1):
+
+    >>> aggregate(values, "mmdagg").tolist()
+    [-0.25, -0.25, -0.5, -1.0]
     """
     if aggregation == "mmdagg":
         tolerances = np.zeros(values.shape[0]) if tolerances is None else tolerances

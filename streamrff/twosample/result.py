@@ -37,6 +37,23 @@ class TwoSampleResult:
         ``[T^2, dof]`` (chi-square statistic and its degrees of freedom).
     map_spec : dict
         Spec of the feature map used.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(200, 2)), rng.normal(0.5, 1.0, size=(200, 2))
+    >>> result = srf.two_sample_test(X, Y, n_features=256, n_permutations=99)
+    >>> result.method, result.n_x, result.n_y, result.null.shape
+    ('permutation', 200, 200, (99,))
+
+    The p-value is ``(1 + #{b : T_b >= T}) / (1 + B)`` over the stored null:
+
+    >>> count = int((result.null >= result.statistic).sum())
+    >>> bool(np.isclose(result.p_value, (1 + count) / (1 + 99))), result.p_value
+    (True, 0.01)
+    >>> result.to_dict(include_null=False)["method"]
+    'permutation'
     """
 
     statistic: float
@@ -159,6 +176,20 @@ class AggregatedTwoSampleResult:
         Permuted MMD^2 per bandwidth.
     map_specs : tuple of dict
         Spec of each bandwidth's feature map.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(200, 2)), rng.normal(0.5, 1.0, size=(200, 2))
+    >>> result = srf.two_sample_test(X, Y, n_features=128, n_permutations=99, method="aggregated",
+    ...                              bandwidths=[0.25, 1.0, 4.0])
+    >>> result.aggregation, result.bandwidths.tolist(), result.null_statistics.shape
+    ('max', [0.25, 1.0, 4.0], (3, 99))
+    >>> bool(np.isclose(result.p_value, (1 + (result.null >= result.statistic).sum()) / 100))
+    True
+    >>> result.p_value <= 0.05
+    True
     """
 
     statistic: float
@@ -191,7 +222,8 @@ class AggregatedTwoSampleResult:
             f"AggregatedTwoSampleResult(aggregation={self.aggregation!r})",
             f"  p-value (aggregated):  {self.p_value:.4g}",
             f"  statistic:             {self.statistic:.6g}",
-            f"  null:                  {self.n_permutations} permutations shared by {self.bandwidths.shape[0]} bandwidths",
+            f"  null:                  {self.n_permutations} permutations shared by "
+            f"{self.bandwidths.shape[0]} bandwidths",
             f"  samples:               n_x={self.n_x}, n_y={self.n_y}",
             f"  kernels:               Gaussian, n_features={self.n_features} per bandwidth",
             "  per bandwidth (p-values NOT corrected for testing several bandwidths):",

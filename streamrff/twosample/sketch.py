@@ -40,6 +40,15 @@ def check_accumulator_size(
 
     Every partial sketch (one per chunk, held by Dask until reduced) carries
     these accumulators, so they are checked before any work starts.
+
+    Examples
+    --------
+    >>> from streamrff.twosample import check_accumulator_size
+    >>> check_accumulator_size(500, 1024)  # 500 x 1024 x 8 bytes = 3.9 MiB: fine
+    >>> check_accumulator_size(500, 1024, max_accumulator_bytes=2**20)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: The permutation accumulators take ... = 500 x 1024 x 8 = 3.9 MiB per partial ...
     """
     size = 8 * int(n_permutations) * int(n_features)
     if size > max_accumulator_bytes:
@@ -93,6 +102,14 @@ class TwoSampleSketch(MappedSketch):
     >>> sketch = srf.merge(parts)
     >>> sketch.count, sketch.permutation_sums.shape
     (70, (19, 64))
+    >>> bool(np.allclose(sketch.feature_sum_y, rff.transform(Y).astype(np.float64).sum(axis=0), atol=1e-5))
+    True
+
+    Every permutation keeps 40 rows in X, so the squared norms of its X rows sum to 40
+    (``||z||^2 = 1`` for sincos features):
+
+    >>> bool(np.allclose(sketch.permutation_squared_norms, 40, atol=1e-4))
+    True
     """
 
     kind = "twosample"
@@ -292,6 +309,25 @@ def two_sample_sketch_of_chunk(
     -------
     TwoSampleSketch
         A partial sketch (``count = len(rows)``).
+
+    Examples
+    --------
+    A chunk straddling the X/Y boundary splits its rows by global index, and its
+    permutation sums are those of the keyed permutations:
+
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import permutation_indices, two_sample_sketch_of_chunk
+    >>> rows = np.random.default_rng(0).normal(size=(10, 2))
+    >>> rff = srf.RFF(n_features=16).fit(rows)
+    >>> part = two_sample_sketch_of_chunk(rows, rff, 5, 8, 12, 3, seed=0)  # global rows 5..14; X is 0..7
+    >>> part.count_x, part.count_y
+    (3, 7)
+    >>> Z = rff.transform(rows).astype(np.float64)
+    >>> bool(np.allclose(part.feature_sum_x, Z[:3].sum(axis=0), atol=1e-6))
+    True
+    >>> in_x = permutation_indices(seed=0, b=np.arange(3), n_total=20, index=np.arange(5, 15)) < 8
+    >>> bool(np.allclose(part.permutation_sums, in_x @ Z, atol=1e-6))
+    True
     """
     return two_sample_sketches_of_chunk(rows, (feature_map,), row_offset, n_x, n_y, n_permutations, seed)[0]
 
@@ -327,6 +363,20 @@ def two_sample_sketches_of_chunk(
     -------
     list of TwoSampleSketch
         One partial sketch per map, in the order of ``feature_maps``.
+
+    Examples
+    --------
+    Each map's partial equals that map's own single-map kernel:
+
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample import two_sample_sketch_of_chunk, two_sample_sketches_of_chunk
+    >>> rows = np.random.default_rng(0).normal(size=(30, 2))
+    >>> maps = [srf.RFF(n_features=32, bandwidth=b, seed=i).fit(rows) for i, b in enumerate([0.5, 2.0])]
+    >>> parts = two_sample_sketches_of_chunk(rows, maps, 0, 20, 10, 9, seed=0)
+    >>> [part.feature_map.bandwidth_ for part in parts]
+    [0.5, 2.0]
+    >>> parts[1] == two_sample_sketch_of_chunk(rows, maps[1], 0, 20, 10, 9, seed=0)
+    True
     """
     n_total = n_x + n_y
     if row_offset < 0 or row_offset + rows.shape[0] > n_total:
@@ -361,9 +411,19 @@ def two_sample_sketches_of_chunk(
     in_x = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
     return [
         TwoSampleSketch(
-            feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
-            sums[m][0], sums[m][1], squared_norms[m][0], squared_norms[m][1],
-            permutation_sums[m], permutation_squared_norms[m],
+            feature_map,
+            n_x,
+            n_y,
+            n_permutations,
+            seed,
+            in_x,
+            rows.shape[0] - in_x,
+            sums[m][0],
+            sums[m][1],
+            squared_norms[m][0],
+            squared_norms[m][1],
+            permutation_sums[m],
+            permutation_squared_norms[m],
         )  # fmt: skip
         for m, feature_map in enumerate(feature_maps)
     ]
@@ -409,7 +469,12 @@ class AggregatedTwoSampleSketch:
         first = sketches[0]
         for sketch in sketches[1:]:
             if (sketch.n_x, sketch.n_y, sketch.n_permutations, sketch.seed, sketch.count_x, sketch.count_y) != (
-                first.n_x, first.n_y, first.n_permutations, first.seed, first.count_x, first.count_y
+                first.n_x,
+                first.n_y,
+                first.n_permutations,
+                first.seed,
+                first.count_x,
+                first.count_y,
             ):
                 raise InputError(
                     "The components of an AggregatedTwoSampleSketch must share one design and the same rows: "

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import streamrff as srf
 from make_golden_v1 import golden_rows
+
+import streamrff as srf
 
 
 def main() -> None:
