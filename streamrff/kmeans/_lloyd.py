@@ -39,7 +39,9 @@ FULL_RESCORE_FRACTION = 0.25
 
 
 @_jit
-def exact_labels(features, rows, scores, column, bound, centers, center_norms, out, slots):  # pragma: no cover - compiled
+def exact_labels(  # pragma: no cover - compiled
+    features, rows, scores, column, bound, centers, center_norms, out, slots
+):
     """``out[slots[a]] = argmin_j ||c_j||^2 - 2 z.c_j`` in float64 for ``z = features[rows[a]]``
     (ties to the lowest index).
 
@@ -228,12 +230,18 @@ def lloyd_chunk(
                     n_unsure += 1
             if n_unsure:
                 slots = unsure[:n_unsure]
-                exact_labels(gathered, slots, gathered_scores, 0, previous_bound, previous_centers, previous_norms, before_labels, slots)
+                exact_labels(
+                    gathered, slots, gathered_scores, 0, previous_bound,
+                    previous_centers, previous_norms, before_labels, slots,
+                )  # fmt: skip
         elif n_unsure:  # both at once: the unsure candidates' rows of the tile, rescored against the previous centres
             slots = unsure[:n_unsure]
             for a in range(n_unsure):
                 unsure_rows[a] = candidate_rows[slots[a]]
-            exact_labels(block, unsure_rows[:n_unsure], scores, k, previous_bound, previous_centers, previous_norms, before_labels, slots)
+            exact_labels(
+                block, unsure_rows[:n_unsure], scores, k, previous_bound,
+                previous_centers, previous_norms, before_labels, slots,
+            )  # fmt: skip
         for i in range(n_candidates):
             if before_labels[i] != tile_labels[candidate_rows[i]]:
                 n_moved += 1
