@@ -276,7 +276,7 @@ def lloyd_step(
     one block each (``previous`` None: no move count); ``move`` is ``(shift, norm_change)``.
     Returns ``(labels, counts, sums, sum of ||z||^2, rows moved, rows rescored)``.
     """
-    centers = _kernel_array(current.blocks[0], dtype=np.float64)
+    centers = current.exact_blocks[0]  # float64, C-contiguous, writeable
     k, width = centers.shape
     if previous is None:
         previous_args = (np.empty((width, 0), np.float32), np.empty(0, np.float32), np.empty((0, width)), np.empty(0))
@@ -286,7 +286,7 @@ def lloyd_step(
         previous_args = (
             _kernel_array(previous.scaled, dtype=np.float32),
             _kernel_array(previous.norms32, dtype=np.float32),
-            _kernel_array(previous.blocks[0], dtype=np.float64),
+            previous.exact_blocks[0],
             _kernel_array(previous.block_norms[0], dtype=np.float64),
         )
         previous_args += tuple(np.float32(value) for value in (previous.slope, previous.offset, *move))
