@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 import zarr
+from bench_kpca import write_data  # benchmarks/ is on sys.path when run as a script
 from scipy.linalg import subspace_angles
 from sklearn.decomposition import IncrementalPCA
 from sklearn.decomposition import KernelPCA as ExactKernelPCA
@@ -32,17 +33,6 @@ from sklearn.kernel_approximation import RBFSampler
 from threadpoolctl import threadpool_limits
 
 import streamrff as srf
-
-
-def write_data(path: str, rows: int, dim: int, chunk_rows: int, seed: int = 0) -> None:
-    """A mixture of 8 Gaussian clusters in ``dim`` dimensions, float32, written chunk by chunk."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(scale=3.0, size=(8, dim))
-    stored = zarr.create_array(store=path, shape=(rows, dim), chunks=(chunk_rows, dim), dtype="float32", zarr_format=3)
-    for start in range(0, rows, chunk_rows):
-        size = min(chunk_rows, rows - start)
-        labels = rng.integers(0, 8, size)
-        stored[start : start + size] = (centers[labels] + rng.normal(size=(size, dim))).astype(np.float32)
 
 
 def timed(function, *args, **kwargs):

@@ -33,7 +33,15 @@ from ._blas import one_blas_thread, single_blas_thread
 from ._validation import check_positive_int, normalize_seed
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap, tile_column_sums
-from .sketches import MappedSketch, Sketch, _describe, _expect_array, _expect_int
+from .sketches import (
+    MappedSketch,
+    Sketch,
+    _describe,
+    _expect_array,
+    _expect_int,
+    _expect_squared_norm_sum,
+    _left_fold_sum,
+)
 
 __all__ = ["NystromSketch", "nystrom_sketch_of_chunk", "nystrom_eigenpairs", "test_matrix"]
 
@@ -226,17 +234,13 @@ class NystromSketch(MappedSketch):
             return self
         for other in others:
             self.check_compatible(other)
-        feature_sum = self.feature_sum + others[0].feature_sum
-        range_sketch = self.range_sketch + others[0].range_sketch
-        for other in others[1:]:
-            feature_sum += other.feature_sum
-            range_sketch += other.range_sketch  # in place: (a + b) + c, as the pairwise fold
+        parts = [self, *others]
         return NystromSketch(
             self.feature_map,
             self.count + sum(other.count for other in others),
-            feature_sum,
+            _left_fold_sum([part.feature_sum for part in parts]),
             reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            range_sketch,
+            _left_fold_sum([part.range_sketch for part in parts]),
             self.test_seed,
             self.n_invalid + sum(other.n_invalid for other in others),
         )
@@ -270,11 +274,7 @@ class NystromSketch(MappedSketch):
         range_sketch = _expect_array(arrays, "range_sketch", (width, sketch_size), np.float64)
         _expect_int(attrs, "count")
         _expect_int(attrs, "n_invalid")
-        squared_norm_sum = attrs.get("squared_norm_sum")
-        if isinstance(squared_norm_sum, bool) or not isinstance(squared_norm_sum, (int, float)) or not (
-            np.isfinite(squared_norm_sum) and squared_norm_sum >= 0
-        ):
-            raise InputError(f"squared_norm_sum must be a finite number >= 0. Got {squared_norm_sum!r}.")
+        squared_norm_sum = _expect_squared_norm_sum(attrs)
         return cls(
             feature_map, attrs["count"], arrays["feature_sum"], squared_norm_sum, range_sketch, test_seed,
             attrs["n_invalid"],

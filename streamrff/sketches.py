@@ -344,19 +344,13 @@ class MeanSketch(MappedSketch):
             return self
         for other in others:
             self.check_compatible(other)
-        first = others[0]
-        feature_sum = self.feature_sum + first.feature_sum
-        moment = None if self.moment is None else self.moment + first.moment
-        for other in others[1:]:
-            feature_sum += other.feature_sum
-            if moment is not None:
-                moment += other.moment  # in place: (a + b) + c, as the pairwise fold
+        parts = [self, *others]
         return MeanSketch(
             self.feature_map,
             self.count + sum(other.count for other in others),
-            feature_sum,
+            _left_fold_sum([part.feature_sum for part in parts]),
             reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            moment,
+            None if self.moment is None else _left_fold_sum([part.moment for part in parts]),
             self.n_invalid + sum(other.n_invalid for other in others),
         )
 
@@ -386,9 +380,7 @@ class MeanSketch(MappedSketch):
             moment = _expect_array(arrays, "moment", (width, width), np.float64)
         _expect_int(attrs, "count")
         _expect_int(attrs, "n_invalid")
-        squared_norm_sum = attrs.get("squared_norm_sum")
-        if not isinstance(squared_norm_sum, (int, float)) or not np.isfinite(squared_norm_sum) or squared_norm_sum < 0:
-            raise InputError(f"squared_norm_sum must be a finite number >= 0. Got {squared_norm_sum!r}.")
+        squared_norm_sum = _expect_squared_norm_sum(attrs)
         return cls(feature_map, attrs["count"], arrays["feature_sum"], squared_norm_sum, moment, attrs["n_invalid"])
 
     def __repr__(self) -> str:
@@ -410,6 +402,23 @@ def _expect_array(arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ..
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise InputError(f"Array {name!r} holds NaN or inf.")
     return array
+
+
+def _expect_squared_norm_sum(attrs: dict[str, Any]) -> float:
+    """The ``squared_norm_sum`` attribute of a sum sketch: a finite number >= 0."""
+    value = attrs.get("squared_norm_sum")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (np.isfinite(value) and value >= 0):
+        raise InputError(f"squared_norm_sum must be a finite number >= 0. Got {value!r}.")
+    return value
+
+
+def _left_fold_sum(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """``((a + b) + c) + ...`` of two or more arrays into one new array: the pairwise merges'
+    rounding, bit for bit, with one allocation (what ``merge_many`` of a sum sketch needs)."""
+    total = arrays[0] + arrays[1]
+    for array in arrays[2:]:
+        total += array
+    return total
 
 
 def _expect_int(attrs: dict[str, Any], name: str) -> int:

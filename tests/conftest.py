@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from hypothesis import settings
+from threadpoolctl import threadpool_limits
 
 from streamrff.testing import LocalProcessCluster, MotoS3Server
 
@@ -41,6 +42,14 @@ if TYPE_CHECKING:
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture
+def single_threaded_blas() -> Iterator[None]:
+    """One BLAS thread for tests that loop over many small GEMMs and eighs: on a shared 2-core
+    machine multi-threaded BLAS spends its time spinning, not computing."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist, pdist
-from threadpoolctl import threadpool_limits
 
 from streamrff.errors import InputError, SketchFormatError, SketchMismatchError
 from streamrff.fileformat import load
@@ -36,12 +35,7 @@ from streamrff.twosample import (
 ALPHA = 0.05
 
 
-@pytest.fixture(autouse=True)
-def _single_threaded_blas():
-    # The loops below run many small GEMMs and eighs; on a shared 2-core machine
-    # multi-threaded BLAS spends its time spinning, not computing.
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+pytestmark = pytest.mark.usefixtures("single_threaded_blas")  # many small GEMMs (conftest.py)
 
 
 # ---------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import dask.array as da
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
-from threadpoolctl import threadpool_limits
 
 from streamrff.cli import main
 from streamrff.errors import InputError, SketchMismatchError
@@ -37,11 +36,7 @@ from streamrff.twosample.aggregated import aggregated_p_value
 ALPHA = 0.05
 
 
-@pytest.fixture(autouse=True)
-def _single_threaded_blas():
-    # Many tiny GEMMs: multi-threaded BLAS only spins on a shared 2-core machine.
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+pytestmark = pytest.mark.usefixtures("single_threaded_blas")  # many small GEMMs (conftest.py)
 
 
 def _data(seed=0, n_x=70, n_y=55, d=2):
