@@ -31,16 +31,17 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("variant", ["sincos", "cosphase"])
-@pytest.mark.parametrize("k", [1, 3, 20])  # 20 > D = 16 below
+# 20 > D = 16 below; 30 > MAX_COLUMNS: scored by BLAS, not by row_dots (as is 2k = 40 for k = 20)
+@pytest.mark.parametrize("k", [1, 3, 20, 30])
 @pytest.mark.parametrize("tiles", [0.0, 0.5, 1.0, 1.01, 3.3])  # rows as a multiple of the tile
 def test_compiled_lloyd_step_equals_float64_reference(variant, k, tiles):
     n_features = 16 if k == 20 else 256
     rng = np.random.default_rng(k)
     n_rows = max(1, int(tiles * _lloyd_tile_rows(10**9, n_features)))
-    X = rng.normal(size=(n_rows + 40, 3)).astype(np.float32)
+    X = rng.normal(size=(n_rows + 60, 3)).astype(np.float32)
     feature_map = srf.RFF(n_features=n_features, bandwidth=1.0, variant=variant, seed=2).fit(X)
-    pool = feature_map.transform(X[-40:]).astype(np.float64)
-    centers, previous = pool[:k].copy(), pool[20 : 20 + k].copy()
+    pool = feature_map.transform(X[-60:]).astype(np.float64)
+    centers, previous = pool[:k].copy(), pool[30 : 30 + k].copy()
     rows = X[:n_rows]
     Z = feature_map.transform(rows).astype(np.float64)
 

@@ -8,7 +8,8 @@ builds a mergeable :class:`ClusterSketch` (per-cluster counts and feature
 sums, inertia, moved rows) from pure per-chunk kernels, tree-merged by the
 engine. New centres are ``sums / counts``.
 
-A chunk is scored against the centres by a float32 GEMM, with the rows that
+A chunk is scored against the centres by float32 dot products (compiled
+register blocks for RFF maps up to 24 centres, BLAS otherwise), with the rows that
 float32 rounding could send elsewhere rescored in float64, so labels and
 counts are those of float64 arithmetic; cluster sums are float32 per row tile
 and float64 across tiles. Partials merge in a tree fixed by the chunk order:

@@ -2,7 +2,9 @@
 
 Per row tile, :func:`lloyd_chunk` embeds the rows (:func:`streamrff._sincos.rff_features`,
 the features :meth:`RFF.transform` returns, bit for bit), scores them against
-the k centres with one float32 GEMM (``s_j = ||c_j||^2 - 2 z.c_j``), takes the
+the k centres (``s_j = ||c_j||^2 - 2 z.c_j``; the float32 products by
+:func:`streamrff._rowdot.row_dots` up to ``MAX_COLUMNS`` centres, 2x
+OpenBLAS's GEMM at k = 10, by BLAS beyond), takes the
 lowest and second-lowest score of every row in one loop, and adds the row to
 its cluster's float32 tile sum (D additions; the numpy path's one-hot GEMM
 costs 2 k D flops a row), tile sums accumulated in float64. The features of a
@@ -16,8 +18,8 @@ features, against only the centres whose float32 score is within the bound of
 its lowest (:func:`exact_labels`, which the numpy path uses too), so labels are
 those of float64 arithmetic (ties to the lowest index); the call counts those
 rows. With the previous iteration's centres, only rows whose margin is within
-what the centres' move can change are scored against them (a second GEMM over
-those rows, gathered), to count the rows that changed cluster.
+what the centres' move can change are scored against them (a second product
+over those rows, gathered), to count the rows that changed cluster.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from .._rowdot import MAX_COLUMNS, row_dots
 from .._sincos import rff_features
 
 __all__ = ["exact_labels", "lloyd_chunk", "lloyd_step"]
@@ -34,7 +37,7 @@ __all__ = ["exact_labels", "lloyd_chunk", "lloyd_step"]
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 
 #: Once more than this fraction of a tile's rows may have changed cluster, the chunk's later tiles
-#: are scored against the current and the previous centres in one GEMM.
+#: are scored against the current and the previous centres in one product.
 FULL_RESCORE_FRACTION = 0.25
 
 
@@ -84,7 +87,14 @@ def _lowest_two(scores):  # pragma: no cover - compiled
 
 
 @_jit
-def _add_norms(scores, norms):  # pragma: no cover - compiled
+def _score(block, scaled, scaled_rows, norms, scores):  # pragma: no cover - compiled
+    """``scores = block @ scaled + norms``; ``scaled_rows`` is ``scaled.T`` C-contiguous: up to
+    :data:`~streamrff._rowdot.MAX_COLUMNS` centres :func:`~streamrff._rowdot.row_dots` is faster
+    than BLAS (2x at k = 10, D = 1024)."""
+    if norms.shape[0] <= MAX_COLUMNS:
+        row_dots(block, scaled_rows, scores)
+    else:
+        np.dot(block, scaled, scores)
     for i in range(scores.shape[0]):
         for c in range(norms.shape[0]):
             scores[i, c] += norms[c]
@@ -130,9 +140,10 @@ def lloyd_chunk(
     ``bound + move_slope * L + move_offset``. ``both_scaled``, ``both_norms32``:
     ``scaled`` and ``previous_scaled`` side by side (D, 2k), and their norms:
     once a tile has more than :data:`FULL_RESCORE_FRACTION` of its rows as
-    candidates, the chunk's later tiles are scored against both in one GEMM
-    (at k = 10, 2k columns cost ~1.1x k columns; gathering the candidates for a
-    second GEMM costs up to 2x). ``labels``: int64 (n,), ``counts``: int64 (k,),
+    candidates, the chunk's later tiles are scored against both in one product
+    (gathering the candidates for a second one copies each, 4 KiB at D = 1024,
+    and measured slower when most rows are candidates). ``labels``: int64 (n,),
+    ``counts``: int64 (k,),
     ``sums``: float64 (k, D), all written into.
     """
     n = rows.shape[0]
@@ -148,6 +159,9 @@ def lloyd_chunk(
     score_both = False
     sincos = offsets.shape[0] == 0
     tile_sums = np.zeros((k, width), np.float32)
+    scaled_rows = np.ascontiguousarray(scaled.T)
+    previous_rows = np.ascontiguousarray(previous_scaled.T)
+    both_rows = np.ascontiguousarray(both_scaled.T)
     candidates = np.empty((tile, width), np.float32)
     candidate_rows = np.empty(tile, np.int64)
     previous_scores = np.empty((tile, max(k_previous, 1)), np.float32)
@@ -179,8 +193,10 @@ def lloyd_chunk(
         moved_bound = bound + length * move_slope + move_offset
         previous_bound = length * previous_slope + previous_offset
         scores = both_scores[:t] if score_both else single_scores[:t]
-        np.dot(block, both_scaled if score_both else scaled, scores)
-        _add_norms(scores, both_norms32 if score_both else norms32)
+        if score_both:
+            _score(block, both_scaled, both_rows, both_norms32, scores)
+        else:
+            _score(block, scaled, scaled_rows, norms32, scores)
         # Float32 labels and margins; the rows too close to call are rescored in float64 at once.
         n_unsure = 0
         for i in range(t):
@@ -205,7 +221,7 @@ def lloyd_chunk(
                 destination[j] += source[j]
             if k_previous and margins[i] <= moved_bound:
                 candidate_rows[n_candidates] = i
-                if score_both:  # the previous centres' scores are in the same GEMM's columns k..2k
+                if score_both:  # the previous centres' scores are in the same product's columns k..2k
                     before, lowest, second = _lowest_two(scores[i, k:])
                     before_labels[n_candidates] = before
                     if second - lowest <= previous_bound:
@@ -220,8 +236,7 @@ def lloyd_chunk(
                 tile_sums[c, j] = 0.0
         if n_candidates and not score_both:
             gathered, gathered_scores = candidates[:n_candidates], previous_scores[:n_candidates]
-            np.dot(gathered, previous_scaled, gathered_scores)
-            _add_norms(gathered_scores, previous_norms32)
+            _score(gathered, previous_scaled, previous_rows, previous_norms32, gathered_scores)
             for i in range(n_candidates):
                 before, lowest, second = _lowest_two(gathered_scores[i])
                 before_labels[i] = before

@@ -36,7 +36,7 @@ def _nearest(features: np.ndarray, centers: np.ndarray, center_norms: np.ndarray
 #: Unit roundoff of float32.
 _FLOAT32_UNIT = 2.0**-24
 #: Bytes of float32 features per tile of a Lloyd pass (256 rows at D = 1024, 128 at D = 4096):
-#: enough rows to amortise the per-tile calls and keep the float32 score GEMM efficient, few
+#: enough rows to amortise the per-tile calls and keep the float32 score product efficient, few
 #: enough to stay near the core's L2 cache. 128-512 rows measured alike at D = 1024; at D = 4096,
 #: k = 50, 128-row tiles made a Lloyd pass 13% faster than 64-row ones (benchmarks/bench_kmeans.py).
 _LLOYD_TILE_BYTES = 2**21
@@ -63,8 +63,10 @@ class _NearestCentres:
     previous ones). Against float64 arithmetic on the same float32 features a
     score is off by at most ``e(z) = (2 gamma_D + 10 u) ||z|| c_max + 5 u c_max^2``
     (``u = 2^-24``, ``gamma_D = D u / (1 - D u)``, ``c_max = max_j ||c_j||``:
-    the dot-product bound of Higham 2002, eq. 3.5, plus the roundings of
-    ``c``, ``||c||^2`` and the sum). A row whose two lowest scores in a block
+    the dot-product bound of Higham 2002, eq. 3.5, which holds for any order of
+    summation, so also for the compiled Lloyd kernel's
+    :func:`~streamrff._rowdot.row_dots`; plus the roundings of ``c``,
+    ``||c||^2`` and the sum). A row whose two lowest scores in a block
     differ by more than ``4 e(z)`` (twice what two scores can be off
     together) therefore has float64 arithmetic's nearest centre; the few other
     rows are rescored in float64 against the centres whose float32 score is
