@@ -17,7 +17,8 @@ CPU, and LLVM's tuning for recent Intel cores prefers 256-bit vectors, so the
 vectoriser's loops use half the width of an AVX-512 core. The IR is generic
 (no x86 intrinsics), so it compiles on any CPU, where LLVM splits each vector
 into the registers there are; but 25 accumulators fit the registers of
-AVX-512 cores only, so :data:`MAX_COLUMNS` is 0 elsewhere.
+AVX-512 cores only, so :data:`MAX_COLUMNS` is 0 when numba compiles for
+another CPU.
 
 Accuracy. Each lane sums its products in order with one rounding per FMA, and
 the lanes are added in a fixed tree, so a result does not depend on the thread
@@ -49,7 +50,12 @@ BLOCK_ROWS = 5
 BLOCK_CENTRES = 5
 
 
-def _host_has_avx512() -> bool:
+def _compiles_for_avx512() -> bool:
+    """Whether numba's code runs on AVX-512: the host's features, or those named by
+    ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` (e.g. ``generic`` for caches shipped in an
+    image), counted only if they list ``+avx512f``."""
+    if numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
+        return "+avx512f" in (numba.config.CPU_FEATURES or "")
     try:
         return bool(llvm.get_host_cpu_features().get("avx512f", False))
     except RuntimeError:  # features unknown to LLVM on this platform
@@ -57,10 +63,10 @@ def _host_has_avx512() -> bool:
 
 
 #: Up to this many centres :func:`row_dots` beats OpenBLAS (D = 1024: 4.3x at 5 centres, 2.1x
-#: at 10, 1.1-1.3x at 20-24; at 32-50 the two alternate within noise). 0 on CPUs without
-#: AVX-512, where a block's 25 accumulators do not fit the vector registers (and which were
-#: not measured): BLAS is used.
-MAX_COLUMNS = 24 if _host_has_avx512() else 0
+#: at 10, 1.1-1.3x at 20-24; at 32-50 the two alternate within noise). 0 when numba compiles
+#: for a CPU without AVX-512, where a block's 25 accumulators do not fit the vector registers
+#: (not measured): BLAS is used.
+MAX_COLUMNS = 24 if _compiles_for_avx512() else 0
 
 _float = ir.FloatType()
 _vector = ir.VectorType(_float, LANES)

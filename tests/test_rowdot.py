@@ -70,3 +70,20 @@ def test_row_dots_refuses_arrays_that_are_not_c_contiguous_float32():
         row_dots(rows, np.asfortranarray(np.ones((2, 32), dtype=np.float32)), out)
     with pytest.raises(TypingError):
         row_dots(rows.astype(np.float64), np.ones((2, 32), dtype=np.float32), out)
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [({"NUMBA_CPU_NAME": "generic"}, 0), ({"NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": "+avx512f,+avx2"}, 24)],
+)
+def test_row_dots_are_not_used_when_numba_compiles_for_a_cpu_without_avx512(environment, expected):
+    # A portable numba target (caches built for "generic" x86-64) has no room for the 25 vector
+    # accumulators: the Lloyd kernel must then score with BLAS whatever the host offers.
+    import os
+    import subprocess
+    import sys
+
+    code = "import streamrff._rowdot as r; print(r.MAX_COLUMNS)"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_CPU")} | environment
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(result.stdout) == expected
