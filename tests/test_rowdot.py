@@ -8,6 +8,10 @@ not change its scores.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -79,10 +83,6 @@ def test_row_dots_refuses_arrays_that_are_not_c_contiguous_float32():
 def test_row_dots_are_not_used_when_numba_compiles_for_a_cpu_without_avx512(environment, expected):
     # A portable numba target (caches built for "generic" x86-64) has no room for the 25 vector
     # accumulators: the Lloyd kernel must then score with BLAS whatever the host offers.
-    import os
-    import subprocess
-    import sys
-
     code = "import streamrff._rowdot as r; print(r.MAX_COLUMNS)"
     env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_CPU")} | environment
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
