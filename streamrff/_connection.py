@@ -1,4 +1,4 @@
-"""Deadlines for talking to a Dask scheduler: address parsing, a probe, and a no-worker watchdog.
+"""Talking to a Dask scheduler: :func:`connect`, address parsing, a probe with a deadline, a no-worker watchdog.
 
 Two dask config keys (also settable as environment variables, as every dask key is):
 
@@ -14,9 +14,11 @@ Two dask config keys (also settable as environment variables, as every dask key 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,7 +27,14 @@ from dask.utils import parse_timedelta
 
 from .errors import ClusterError, InputError
 
-__all__ = ["parse_scheduler_address", "connect_timeout", "no_workers_timeout", "probe_scheduler", "wait_for_result"]
+__all__ = [
+    "connect",
+    "parse_scheduler_address",
+    "connect_timeout",
+    "no_workers_timeout",
+    "probe_scheduler",
+    "wait_for_result",
+]
 
 _DEFAULTS = {"connect-timeout": "20s", "no-workers-timeout": "120s"}
 #: Transports other than TCP/TLS are passed to distributed unchecked.
@@ -202,3 +211,55 @@ def wait_for_result(future: Any, client: Any, poll: float = 1.0) -> Any:
                 "cannot finish. Start workers (`dask worker ADDRESS`) and run it again; raise dask config "
                 "streamrff.no-workers-timeout to wait longer."
             )
+
+
+@contextlib.contextmanager
+def connect(client: Any) -> Iterator[Any]:
+    """Yield a ``distributed.Client`` for ``client`` (a Client, an address string or None).
+
+    ``None`` yields None: the embedded local default (dask's threaded
+    scheduler, one thread per core). An address string is checked first
+    (``host:port`` or ``tcp://``/``tls://host:port``; a malformed one fails at
+    once), then probed: the scheduler must answer within the dask config
+    ``streamrff.connect-timeout`` (default 20 s; environment variable
+    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), else :class:`ClusterError` names the
+    address. The Client opened is closed on exit.
+    """
+    if client is None:
+        yield None
+        return
+    if isinstance(client, str):
+        from distributed import Client  # here, not at the top: `streamrff --help` stays fast
+
+        address = parse_scheduler_address(client)
+        if address.startswith("tls://"):
+            from distributed import Security
+
+            if Security().get_connection_args("client").get("ssl_context") is None:
+                raise ClusterError(
+                    f"{client} is a TLS scheduler, but no client certificate is configured. Pass a "
+                    "distributed.Client(address, security=Security(...)) as client, or set "
+                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE / __CLIENT__CERT / __CLIENT__KEY "
+                    "(see deploy/tls/README.md)."
+                )
+        timeout = connect_timeout()
+        probe_scheduler(address, timeout)
+        try:
+            opened = Client(address, timeout=f"{timeout}s", set_as_default=False)
+        except (OSError, TimeoutError) as error:
+            raise ClusterError(
+                f"Cannot reach the Dask scheduler at {client} within {timeout:g} s "
+                f"({type(error).__name__}). Check the address and that `dask scheduler` is running there."
+            ) from error
+        try:
+            yield opened
+        finally:
+            opened.close()
+        return
+    if hasattr(client, "compute") and hasattr(client, "scheduler"):
+        yield client
+        return
+    raise InputError(
+        f"client must be None, a distributed.Client or a scheduler address like 'tcp://host:8786'. "
+        f"Got {type(client).__name__}."
+    )

@@ -114,7 +114,7 @@ def run_demo(
         If ``out`` exists and ``overwrite`` is False.
     """
     from . import RFF, KernelPCA, fit_map, load_map, merge, mmd2, mmd_test, save_map, sketch, two_sample_test
-    from .io import as_row_chunked
+    from .io import open_source
     from .kmeans import KernelKMeans
 
     out_dir = Path(out)
@@ -126,8 +126,9 @@ def run_demo(
     timings: dict[str, float] = {}
     started = time.perf_counter()
     echo(f"writing two generated zarr arrays of {n_rows:,} x {n_columns} to {out_dir}/ ...")
-    site_a = write_demo_data(out_dir / "site_a.zarr", n_rows, n_columns, shifted=False, seed=1)
-    site_b = write_demo_data(out_dir / "site_b.zarr", n_rows, n_columns, shifted=True, seed=2)
+    # Each site's array is opened once and the opened source is passed to every step.
+    site_a = open_source(write_demo_data(out_dir / "site_a.zarr", n_rows, n_columns, shifted=False, seed=1))
+    site_b = open_source(write_demo_data(out_dir / "site_b.zarr", n_rows, n_columns, shifted=True, seed=2))
     timings["write_data_s"] = time.perf_counter() - started
 
     with _demo_client(scheduler, echo) as client:
@@ -140,11 +141,11 @@ def run_demo(
             f"sample pooled across both sites), saved as {out_dir / 'map.json'}"
         )
         sketches = {}
-        for name, path in (("site_a", site_a), ("site_b", site_b)):
+        for name, site in (("site_a", site_a), ("site_b", site_b)):
             # `streamrff sketch site_X.zarr --map map.json --moments -o site_X.sketch` at each site.
             feature_map = load_map(out_dir / "map.json")
             echo(f"sketching {name} with the shared map and second moments ...")
-            sketches[name] = sketch(path, feature_map, moments=True, client=client, progress=progress)
+            sketches[name] = sketch(site, feature_map, moments=True, client=client, progress=progress)
             sketches[name].save(out_dir / f"{name}.sketch", overwrite=True)
         timings["sketch_s"] = time.perf_counter() - step
 
@@ -152,14 +153,14 @@ def run_demo(
         head = min(n_rows, 50_000)
         echo(f"exact permutation test (B={n_permutations}) on the first {head:,} rows of each site, one pass ...")
         permutation = two_sample_test(
-            as_row_chunked(site_a)[:head], as_row_chunked(site_b)[:head], feature_map=feature_map,
+            site_a.array[:head], site_b.array[:head], feature_map=feature_map,
             n_permutations=n_permutations, client=client,
         )  # fmt: skip
         timings["permutation_test_s"] = time.perf_counter() - step
 
         step = time.perf_counter()
         sample_rows = min(n_rows, 20_000)
-        sample = np.vstack([as_row_chunked(path)[: sample_rows // 2].compute() for path in (site_a, site_b)])
+        sample = np.vstack([site.array[: sample_rows // 2].compute() for site in (site_a, site_b)])
         clusters = KernelKMeans(n_clusters=3, feature_map=feature_map).fit(sample)
         timings["kmeans_s"] = time.perf_counter() - step
 

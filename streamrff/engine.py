@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask
@@ -22,11 +22,11 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import one_blas_thread
-from ._connection import connect_timeout, parse_scheduler_address, probe_scheduler, wait_for_result
+from ._connection import connect, wait_for_result
 from ._memory import check_sizes_fit
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
-from .errors import ClusterError, InputError, SketchFormatError
-from .io import as_row_chunked, describe_source
+from .errors import InputError, SketchFormatError
+from .io import RowSource, open_source, open_sources
 from .maps import FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
 from .sampling import bottom_k, row_keys
@@ -49,58 +49,6 @@ logger = logging.getLogger("streamrff.engine")
 ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], Sketch]
 
 _ON_INVALID = ("raise", "skip")
-
-
-@contextlib.contextmanager
-def connect(client: Any) -> Iterator[Any]:
-    """Yield a ``distributed.Client`` for ``client`` (a Client, an address string or None).
-
-    ``None`` yields None: the embedded local default (dask's threaded
-    scheduler, one thread per core). An address string is checked first
-    (``host:port`` or ``tcp://``/``tls://host:port``; a malformed one fails at
-    once), then probed: the scheduler must answer within the dask config
-    ``streamrff.connect-timeout`` (default 20 s; environment variable
-    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), else :class:`ClusterError` names the
-    address. The Client opened is closed on exit.
-    """
-    if client is None:
-        yield None
-        return
-    if isinstance(client, str):
-        from distributed import Client
-
-        address = parse_scheduler_address(client)
-        if address.startswith("tls://"):
-            from distributed import Security
-
-            if Security().get_connection_args("client").get("ssl_context") is None:
-                raise ClusterError(
-                    f"{client} is a TLS scheduler, but no client certificate is configured. Pass a "
-                    "distributed.Client(address, security=Security(...)) as client, or set "
-                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE / __CLIENT__CERT / __CLIENT__KEY "
-                    "(see deploy/tls/README.md)."
-                )
-        timeout = connect_timeout()
-        probe_scheduler(address, timeout)
-        try:
-            opened = Client(address, timeout=f"{timeout}s", set_as_default=False)
-        except (OSError, TimeoutError) as error:
-            raise ClusterError(
-                f"Cannot reach the Dask scheduler at {client} within {timeout:g} s "
-                f"({type(error).__name__}). Check the address and that `dask scheduler` is running there."
-            ) from error
-        try:
-            yield opened
-        finally:
-            opened.close()
-        return
-    if hasattr(client, "compute") and hasattr(client, "scheduler"):
-        yield client
-        return
-    raise InputError(
-        f"client must be None, a distributed.Client or a scheduler address like 'tcp://host:8786'. "
-        f"Got {type(client).__name__}."
-    )
 
 
 def _chunk_task(
@@ -173,7 +121,7 @@ def _checkpoint_exists(path: str, storage_options: StorageOptions) -> bool:
 
 
 def run_chunks(
-    arrays: Sequence[da.Array],
+    sources: Sequence[RowSource | da.Array],
     kernel: ChunkKernel,
     client: Any = None,
     on_invalid: str = "raise",
@@ -186,25 +134,28 @@ def run_chunks(
     chunk_filter: Callable[[int, int], bool] | None = None,
     names: Sequence[str] | None = None,
 ) -> Sketch:
-    """Apply ``kernel`` to every row chunk of ``arrays`` (pooled, in order) and tree-merge the partials.
+    """Apply ``kernel`` to every row chunk of ``sources`` (pooled, in order) and tree-merge the partials.
 
-    Global row indices run through the arrays in order, so a chunk of the
-    second array starts at ``len(arrays[0])`` plus its own offset. With
+    ``sources`` are opened sources (:func:`streamrff.io.open_source`; a dask
+    array is wrapped as it is). Global row indices run through the sources in
+    order, so a chunk of the second source starts at ``len(sources[0])`` plus
+    its own offset. With
     ``checkpoint``, each chunk's partial is saved under
     ``checkpoint/checkpoint_job/rows-START-STOP.zarr`` and reused on later runs.
     ``chunk_filter(start, stop)`` may skip chunks (the landmark pass reads
-    only the chunks that hold sampled rows). ``names`` label the arrays in
-    error messages (default "data"); ``on_invalid="require"`` fails on NaN/inf
+    only the chunks that hold sampled rows). ``names`` label the sources in
+    error messages (default: each source's name); ``on_invalid="require"`` fails on NaN/inf
     rows without suggesting to skip them (for analyses that need every row).
     """
     if on_invalid not in (*_ON_INVALID, "require"):
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
-    names = list(names) if names is not None else ["data"] * len(arrays)
+    sources = [open_source(source) for source in sources]
+    names = list(names) if names is not None else [source.name for source in sources]
     blocks, offsets, sizes, places = [], [], [], []
     start = 0
-    for array, name in zip(arrays, names):
+    for source, name in zip(sources, names):
         local = 0
-        for index, (block, size) in enumerate(zip(array.to_delayed().ravel(), array.chunks[0])):
+        for index, (block, size) in enumerate(zip(source.array.to_delayed().ravel(), source.row_chunks)):
             if chunk_filter is None or chunk_filter(start, start + size):
                 blocks.append(block)
                 offsets.append(start)
@@ -262,15 +213,15 @@ def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
 
 
 def landmark_sample(
-    arrays: Sequence[da.Array], k: int, seed: int, client: Any = None, progress: bool = False
+    sources: Sequence[RowSource], k: int, seed: int, client: Any = None, progress: bool = False
 ) -> LandmarkSketch:
-    """The bottom-``k`` row sample of the pooled arrays by keyed hash of the global row index.
+    """The bottom-``k`` row sample of the pooled sources by keyed hash of the global row index.
 
     Keys depend only on row indices, so the driver first finds the ``k``
     smallest keys in blocks (no data read), then reads only the chunks that
     hold those rows; non-finite rows are never sampled.
     """
-    n_total = sum(array.shape[0] for array in arrays)
+    n_total = sum(source.shape[0] for source in sources)
     threshold = _kth_smallest_key(seed, n_total, k)
 
     skipped: list[int] = []
@@ -283,12 +234,12 @@ def landmark_sample(
 
     kernel = functools.partial(_landmark_kernel, k=k, seed=seed)
     sample = run_chunks(
-        arrays, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row
+        sources, kernel, client=client, on_invalid="skip", progress=progress, chunk_filter=holds_sampled_row
     )
     if skipped and not (sample.keys.shape[0] == k and sample.keys[-1] <= threshold):
         # More non-finite rows among the candidates than spare keys: the k smallest finite
         # keys may lie in chunks that were skipped, so read them all.
-        sample = run_chunks(arrays, kernel, client=client, on_invalid="skip", progress=progress)
+        sample = run_chunks(sources, kernel, client=client, on_invalid="skip", progress=progress)
     return sample
 
 
@@ -375,17 +326,17 @@ def auto_chunk_rows(n_rows: int, n_columns: int, width: int, moments: bool, memo
     return int(max(1, min(n_rows, most, wanted)))
 
 
-def _plan_chunks(source: Any, array: da.Array, width: int, moments: bool, client: Any) -> da.Array:
+def _plan_chunks(source: RowSource, width: int, moments: bool, client: Any) -> RowSource:
     """Rows per task when the caller gave none: :func:`auto_chunk_rows` for in-memory arrays
     (dask's default chunks for them ignore D); a chunked source keeps its chunks (they are
     the unit of reading and of checkpoints) unless a chunk is too big for a worker's memory."""
     memory = _memory_per_thread(client)
-    too_big = max(array.chunks[0]) * 9 * array.shape[1] > _task_input_cap(memory)
-    if not (isinstance(source, np.ndarray) or too_big):
-        return array
-    rows = auto_chunk_rows(array.shape[0], array.shape[1], width, moments, memory)
+    too_big = max(source.row_chunks) * 9 * source.shape[1] > _task_input_cap(memory)
+    if not (source.in_memory or too_big):
+        return source
+    rows = auto_chunk_rows(source.shape[0], source.shape[1], width, moments, memory)
     logger.info("rows per task: %d (D = %d, moments: %s)", rows, width, moments)
-    return array.rechunk({0: rows, 1: -1})
+    return source.with_chunk_rows(rows)
 
 
 def fit_map(
@@ -409,7 +360,8 @@ def fit_map(
     feature_map : FeatureMap
         A fitted map is returned as is (after a width check).
     arrays : sequence of sources
-        Numpy, dask or xarray arrays, or zarr paths/URLs, of the same width.
+        Numpy, dask or xarray arrays, zarr paths/URLs or opened sources
+        (:func:`streamrff.io.open_source`), of the same width.
     client : None, distributed.Client or str, default=None
         Where the sampling pass runs (see :func:`sketch`).
     progress : bool, default=False
@@ -437,13 +389,8 @@ def fit_map(
     """
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
-    if isinstance(arrays, (str, os.PathLike)) or not isinstance(arrays, Sequence) or not arrays:
-        raise InputError(f"arrays must be a non-empty list of sources. Got {type(arrays).__name__}.")
-    arrays = [as_row_chunked(source, storage_options=storage_options) for source in arrays]
-    width = arrays[0].shape[1]
-    for array in arrays[1:]:
-        if array.shape[1] != width:
-            raise InputError(f"All samples must have the same number of columns. Got {width} and {array.shape[1]}.")
+    sources = open_sources(arrays, storage_options=storage_options, argument="arrays")
+    width = sources[0].shape[1]
     if feature_map.is_fitted():
         if feature_map.n_features_in_ != width:
             raise InputError(
@@ -456,7 +403,7 @@ def fit_map(
     n_rows, sample_seed = fitted._begin_fit(width)
     sample = np.empty((0, width))
     if n_rows:
-        sample = landmark_sample(arrays, n_rows, sample_seed, client=client, progress=progress).rows
+        sample = landmark_sample(sources, n_rows, sample_seed, client=client, progress=progress).rows
     return fitted._finish_fit(sample)
 
 
@@ -485,9 +432,11 @@ def sketch(
 
     Parameters
     ----------
-    source : ndarray, dask Array, xarray DataArray, or str/PathLike
+    source : ndarray, dask Array, xarray DataArray, str/PathLike or RowSource
         The rows. A str is a zarr array path or URL (plain path, ``file://``,
-        ``s3://...``), or a zarr group path with the array name appended.
+        ``s3://...``), or a zarr group path with the array name appended; a
+        :class:`~streamrff.io.RowSource` is a source opened once with
+        :func:`streamrff.io.open_source`.
     feature_map : FeatureMap
         A fitted map is used as is; an unfitted one is cloned and fitted on
         the seeded bottom-k row sample (``bandwidth="median"`` uses it).
@@ -571,20 +520,18 @@ def sketch(
     _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
     method = check_sum_method(method, bool(moments), dtype)
-    array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
-        check_sizes_fit(feature_map, array.shape[1], _memory_per_thread(active), bool(moments), split_every=split_every)
-        fitted = fit_map(feature_map, [array], client=active, progress=progress)
+        memory = _memory_per_thread(active)
+        check_sizes_fit(feature_map, source.shape[1], memory, bool(moments), split_every=split_every)
+        fitted = fit_map(feature_map, [source], client=active, progress=progress)
         check_sum_method(method, bool(moments), dtype, fitted)
-        if chunk_rows is None:
-            array = _plan_chunks(source, array, fitted.n_features_out_, bool(moments), active)
         kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments), dtype=dtype, method=method)
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
-        logger.info("sketch of %s with %s", describe_source(source), type(fitted).__name__)
         return _run_job(
-            array, kernel, job, dtype, MeanSketch, active,
-            on_invalid=on_invalid, split_every=split_every, progress=progress, checkpoint=checkpoint,
-            storage_options=storage_options, retries=retries,
+            source, fitted, kernel, job, dtype, MeanSketch, active,
+            plan=chunk_rows is None, moments=bool(moments), on_invalid=on_invalid, split_every=split_every,
+            progress=progress, checkpoint=checkpoint, storage_options=storage_options, retries=retries,
         )  # fmt: skip
 
 
@@ -645,21 +592,18 @@ def nystrom_sketch(
     check_positive_int(sketch_size, "sketch_size")
     seed = normalize_seed(seed)
     dtype = check_feature_dtype(dtype)
-    array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
-        fitted = fit_map(feature_map, [array], client=active, progress=progress)
+        fitted = fit_map(feature_map, [source], client=active, progress=progress)
         sketch_size = check_sketch_size(sketch_size, fitted.n_features_out_)
-        if chunk_rows is None:
-            array = _plan_chunks(source, array, fitted.n_features_out_, False, active)
         kernel = functools.partial(
             _nystrom_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype
         )
         job = f"nystrom-{fitted.fingerprint[:20]}-{sketch_size}-{seed}-{on_invalid}"
-        logger.info("Nystrom sketch of %s with %s, l = %d", describe_source(source), type(fitted).__name__, sketch_size)
         return _run_job(
-            array, kernel, job, dtype, NystromSketch, active,
-            on_invalid=on_invalid, split_every=split_every, progress=progress, checkpoint=checkpoint,
-            storage_options=storage_options, retries=retries,
+            source, fitted, kernel, job, dtype, NystromSketch, active,
+            plan=chunk_rows is None, moments=False, on_invalid=on_invalid, split_every=split_every,
+            progress=progress, checkpoint=checkpoint, storage_options=storage_options, retries=retries,
         )  # fmt: skip
 
 
@@ -671,14 +615,18 @@ def _check_job_options(split_every: Any, on_invalid: Any) -> None:
 
 
 def _run_job(
-    array: da.Array, kernel: ChunkKernel, job: str, dtype: np.dtype, kind: type[Sketch], client: Any, *,
-    on_invalid: str, split_every: int, progress: bool, checkpoint: Any, storage_options: StorageOptions, retries: int,
+    source: RowSource, feature_map: FeatureMap, kernel: ChunkKernel, job: str, dtype: np.dtype, kind: type[Sketch],
+    client: Any, *, plan: bool, moments: bool, on_invalid: str, split_every: int, progress: bool, checkpoint: Any,
+    storage_options: StorageOptions, retries: int,
 ) -> Any:  # fmt: skip
-    """Run a sketch job over ``array``'s chunks; ``job`` names its checkpoint partials."""
+    """Run a sketch job over ``source``'s chunks, planned first if ``plan``; ``job`` names its checkpoint partials."""
+    if plan:
+        source = _plan_chunks(source, feature_map.n_features_out_, moments, client)
     if dtype == np.float64:
         job += "-float64"
+    logger.info("%s of %s with %s", kind.__name__, source.description, type(feature_map).__name__)
     result = run_chunks(
-        [array],
+        [source],
         kernel,
         client=client,
         on_invalid=on_invalid,

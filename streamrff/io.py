@@ -1,22 +1,45 @@
-"""Data sources: numpy, dask, xarray and zarr (local or any fsspec URL) as row-chunked dask arrays.
+"""Data sources: numpy, dask, xarray and zarr (local or any fsspec URL), opened once into a :class:`RowSource`.
 
-Every source becomes a 2-D dask array whose chunks span all columns, so that
-one task reads one block of whole rows. Storage options travel inside the task
-graph to the workers and are never written to messages or logs.
+:func:`open_source` is the one place that turns what a user passes into a
+2-D dask array whose chunks span all columns (one task reads one block of whole
+rows). The :class:`RowSource` it returns carries what is known about the data
+from then on: a secret-free description, the chunk plan, and the source's
+identity (for zarr: the store URL, the array metadata and, per row chunk, the
+size and modification time or ETag of the stored objects; for in-memory data: a
+content hash of each chunk, taken as the chunk is read). Public functions accept
+a :class:`RowSource` wherever they accept a source, and pass it down, so a store
+is opened once per job. Storage options travel inside the task graph to the
+workers and are never written to messages or logs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
+import uuid
+from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
+from ._connection import connect
 from .errors import InputError, SourceError
 from .typing import StorageOptions
 
-__all__ = ["as_row_chunked", "describe_source", "open_zarr_array", "write_zarr"]
+__all__ = [
+    "RowSource",
+    "open_source",
+    "open_sources",
+    "as_row_chunked",
+    "chunk_digest",
+    "describe_source",
+    "open_zarr_array",
+    "write_zarr",
+]
 
 
 def describe_source(source: Any) -> str:
@@ -82,20 +105,168 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
     return node
 
 
-def as_row_chunked(
+@dataclasses.dataclass(frozen=True, eq=False)
+class RowSource:
+    """A data source opened once: its rows as a row-chunked dask array, with what is known about it.
+
+    Made by :func:`open_source`; every public function that takes a source
+    also takes a ``RowSource`` and passes it down unopened, so one job opens a
+    zarr store once. Nothing here is read from the data until a task reads its
+    chunk, and in-memory data is never copied.
+
+    Attributes
+    ----------
+    array : dask Array of shape (n_rows, n_columns)
+        The rows; every chunk spans all columns (one task reads whole rows).
+    description : str
+        A short, secret-free description for messages: the path or URL, or the
+        array type and shape.
+    name : str
+        What messages call the source ("data", "X", "Y").
+    location : str or None
+        The zarr array's absolute path or URL (the store URL plus the array's
+        path in it); None for numpy, dask and xarray sources.
+    zarr_array : zarr.Array or None
+        The opened zarr array (read-only), for its metadata.
+    storage_options : dict or None
+        fsspec options of ``location``. Never logged.
+    rows : ndarray or None
+        The rows themselves when they are a numpy array in this process (not
+        copied: every chunk of ``array`` is a view of them); their rows per
+        task are planned freely, where a zarr or dask source keeps its own
+        chunks (they are the unit of reading).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrff.io import open_source
+    >>> X = np.arange(12.0).reshape(6, 2)
+    >>> source = open_source(X, chunk_rows=4)
+    >>> source.shape, source.row_chunks, source.description
+    ((6, 2), (4, 2), 'ndarray of shape (6, 2)')
+    >>> bool((source.array.blocks[1].compute() == X[4:]).all())
+    True
+    """
+
+    array: da.Array
+    description: str
+    name: str = "data"
+    location: str | None = None
+    zarr_array: Any = dataclasses.field(default=None, repr=False)
+    storage_options: StorageOptions = dataclasses.field(default=None, repr=False)
+    rows: np.ndarray | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.array.shape[0]), int(self.array.shape[1]))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    @property
+    def row_chunks(self) -> tuple[int, ...]:
+        """Rows of each chunk, in order: the chunk plan."""
+        return tuple(int(size) for size in self.array.chunks[0])
+
+    @property
+    def row_offsets(self) -> tuple[int, ...]:
+        """Index of the first row of each chunk."""
+        return tuple(int(start) for start in np.cumsum((0, *self.row_chunks[:-1])))
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the rows are a numpy array in this process (see ``rows``)."""
+        return self.rows is not None
+
+    def with_chunk_rows(self, chunk_rows: int) -> RowSource:
+        """The same source read ``chunk_rows`` rows per task (the last chunk may be shorter)."""
+        if self.rows is not None:
+            return dataclasses.replace(self, array=_row_views(self.rows, int(chunk_rows)))
+        return dataclasses.replace(self, array=self.array.rechunk({0: int(chunk_rows), 1: -1}))
+
+    @cached_property
+    def identity(self) -> str:
+        """What the source is: for zarr, a digest of its location and array metadata; else its kind and shape.
+
+        Two sources with the same identity hold the same array (the same store
+        and layout). Whether a chunk's content changed is told by
+        :meth:`chunk_identities` (zarr) or by :func:`chunk_digest` of the rows as
+        they are read (other sources, whose identity names only kind and shape).
+        """
+        if self.zarr_array is None:
+            return f"{type(self.array).__name__}:{self.shape[0]}x{self.shape[1]}:{self.dtype}"
+        metadata = json.dumps(self.zarr_array.metadata.to_dict(), sort_keys=True, default=str)
+        return "zarr:" + hashlib.sha256(f"{self.location}\n{metadata}".encode()).hexdigest()
+
+    def chunk_identities(self) -> tuple[str, ...] | None:
+        """Per row chunk of the plan, a digest of the stored objects that hold its rows; None unless zarr.
+
+        A stored object is known by its key, size and modification time (local
+        files) or ETag (object stores); an absent object (a chunk of fill
+        values) is recorded as absent. Listing the store costs one request per
+        thousand objects on object storage and reads no data.
+        """
+        if self.zarr_array is None:
+            return None
+        stats = self._stored_object_stats
+        metadata = self.zarr_array.metadata
+        grid = metadata.chunk_grid.chunk_shape if self.zarr_array.metadata.zarr_format == 3 else metadata.chunks
+        grid_rows, column_blocks = int(grid[0]), -(-self.shape[1] // int(grid[1]))
+        identities = []
+        for start, size in zip(self.row_offsets, self.row_chunks):
+            keys = [
+                metadata.encode_chunk_key((row_block, column_block))
+                for row_block in range(start // grid_rows, (start + size - 1) // grid_rows + 1)
+                for column_block in range(column_blocks)
+            ]
+            listing = json.dumps([[key, stats.get(key)] for key in keys], default=str)
+            identities.append(hashlib.sha256(f"{self.identity}\n{listing}".encode()).hexdigest())
+        return tuple(identities)
+
+    @cached_property
+    def _stored_object_stats(self) -> dict[str, list[Any]]:
+        import fsspec
+
+        options = (self.storage_options or {}) if _is_remote(self.location) else {}
+        filesystem, root = fsspec.core.url_to_fs(self.location, **options)
+        try:
+            found = filesystem.find(root, detail=True)
+        except Exception as error:  # fsspec/botocore raise many types
+            raise SourceError(
+                f"Cannot list the chunks of {self.description}: {type(error).__name__}: {error}"
+            ) from error
+        root = root.rstrip("/") + "/"
+        return {
+            path[len(root) :]: [info.get("size"), info.get("ETag") or info.get("mtime") or info.get("LastModified")]
+            for path, info in found.items()
+            if path.startswith(root)
+        }
+
+
+def chunk_digest(rows: np.ndarray) -> str:
+    """A content digest of a block of rows (dtype, shape and bytes): the identity of an in-memory chunk."""
+    rows = np.ascontiguousarray(rows)
+    digest = hashlib.blake2b(f"{rows.dtype.str}{rows.shape}".encode(), digest_size=20)
+    digest.update(memoryview(rows).cast("B"))
+    return digest.hexdigest()
+
+
+def open_source(
     source: Any,
     storage_options: StorageOptions = None,
     sample_dim: str | None = None,
     chunk_rows: int | None = None,
-    name: str = "data",
-) -> da.Array:
-    """Return ``source`` as a 2-D dask array chunked by rows only.
+    name: str | None = None,
+) -> RowSource:
+    """Open ``source`` once: the one place where data becomes a row-chunked dask array.
 
     Parameters
     ----------
-    source : ndarray, dask Array, xarray DataArray, or str/PathLike
+    source : ndarray, dask Array, xarray DataArray, str/PathLike or RowSource
         A zarr array path or URL (``file://``, plain path, ``s3://...``), or a
-        group path with the array name appended.
+        group path with the array name appended. A :class:`RowSource` is
+        returned as it is (re-planned to ``chunk_rows``, renamed to ``name``).
     storage_options : dict, optional
         fsspec options for URLs.
     sample_dim : str, optional
@@ -103,21 +274,56 @@ def as_row_chunked(
     chunk_rows : int, optional
         Rows per task. Defaults to the source's own chunking (zarr, dask) or
         dask's automatic chunking (numpy).
-    name : str, default="data"
-        What to call the source in error messages (e.g. "X").
+    name : str, optional
+        What to call the source in error messages (e.g. "X"; default "data").
+
+    Returns
+    -------
+    RowSource
 
     Raises
     ------
     InputError
-        For a non-numeric or non-2-D source, or an unknown ``sample_dim``.
+        For a non-numeric or non-2-D source, an unknown ``sample_dim``, or a
+        bad ``chunk_rows``.
     SourceError
         For a missing path, bucket or array.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, zarr
+    >>> from streamrff.io import open_source
+    >>> path = os.path.join(tempfile.mkdtemp(), "rows.zarr")
+    >>> X = np.arange(40, dtype="float32").reshape(10, 4)
+    >>> zarr.create_array(path, shape=X.shape, chunks=(4, 4), dtype="float32")[:] = X
+    >>> source = open_source(path)
+    >>> source.row_chunks, len(source.chunk_identities())
+    ((4, 4, 2), 3)
+    >>> bool((source.array.compute() == X).all())
+    True
     """
     if chunk_rows is not None and (
         isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1
     ):
         raise InputError(f"chunk_rows must be a positive integer or None. Got {chunk_rows!r}.")
-    array = _to_dask(source, storage_options, sample_dim)
+    if isinstance(source, RowSource):
+        if sample_dim is not None:
+            raise InputError(
+                f"sample_dim applies when a DataArray is opened; {source.description} is already open. "
+                "Pass sample_dim to open_source instead."
+            )
+        opened = source if name is None or name == source.name else dataclasses.replace(source, name=name)
+        return opened if chunk_rows is None else opened.with_chunk_rows(chunk_rows)
+    name = name or "data"
+    location, zarr_array = None, None
+    if isinstance(source, (str, os.PathLike)):
+        location = _absolute_location(os.fspath(source))
+        zarr_array = open_zarr_array(os.fspath(source), storage_options)
+        if zarr_array.path:
+            location = location.rstrip("/") + "/" + zarr_array.path
+        array = da.from_zarr(zarr_array)
+    else:
+        array = _as_array(source, sample_dim)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(
         array.dtype, np.complexfloating
     ):
@@ -132,14 +338,69 @@ def as_row_chunked(
         )
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise InputError(f"The {name} must have at least 1 row and 1 column. Got shape {array.shape}.")
-    return array.rechunk({0: int(chunk_rows) if chunk_rows else array.chunks[0], 1: -1})
+    rows = array if isinstance(array, np.ndarray) else None
+    if rows is not None:
+        array = _row_views(rows, chunk_rows)
+    elif chunk_rows or len(array.chunks[1]) > 1:
+        array = array.rechunk({0: int(chunk_rows) if chunk_rows else array.chunks[0], 1: -1})
+    return RowSource(
+        array=array,
+        description=describe_source(source),
+        name=name,
+        location=location,
+        zarr_array=zarr_array,
+        storage_options=storage_options if location is not None and _is_remote(location) else None,
+        rows=rows,
+    )
 
 
-def _to_dask(source: Any, storage_options: StorageOptions, sample_dim: str | None) -> da.Array:
+def open_sources(
+    sources: Sequence[Any], storage_options: StorageOptions = None, argument: str = "sources"
+) -> list[RowSource]:
+    """:func:`open_source` for each of several sources of one width (the pooled sample of a map)."""
+    if isinstance(sources, (str, os.PathLike, RowSource)) or not isinstance(sources, Sequence) or not sources:
+        raise InputError(f"{argument} must be a non-empty list of sources. Got {type(sources).__name__}.")
+    opened = [open_source(source, storage_options=storage_options) for source in sources]
+    width = opened[0].shape[1]
+    for other in opened[1:]:
+        if other.shape[1] != width:
+            raise InputError(f"All samples must have the same number of columns. Got {width} and {other.shape[1]}.")
+    return opened
+
+
+def as_row_chunked(
+    source: Any,
+    storage_options: StorageOptions = None,
+    sample_dim: str | None = None,
+    chunk_rows: int | None = None,
+    name: str = "data",
+) -> da.Array:
+    """``open_source(...).array``: the rows of ``source`` as a 2-D dask array chunked by rows only.
+
+    For code that needs only the dask array (``predict`` and ``transform`` on
+    out-of-core data); jobs keep the :class:`RowSource`.
+    """
+    return open_source(source, storage_options, sample_dim, chunk_rows, name).array
+
+
+def _absolute_location(url: str) -> str:
+    location = url[len("file://") :] if url.startswith("file://") else url
+    return location if _is_remote(location) else os.path.abspath(location)
+
+
+def _row_views(rows: np.ndarray, chunk_rows: int | None) -> da.Array:
+    """A dask array whose chunks are views of ``rows`` (``da.from_array`` would copy them first)."""
+    chunks = da.core.normalize_chunks((chunk_rows or "auto", -1), rows.shape, dtype=rows.dtype)
+    name = f"rows-{uuid.uuid4().hex}"
+    starts = np.cumsum((0, *chunks[0][:-1]))
+    graph = {(name, index, 0): rows[start : start + size] for index, (start, size) in enumerate(zip(starts, chunks[0]))}
+    return da.Array(graph, name, chunks, dtype=rows.dtype, meta=rows[:0])
+
+
+def _as_array(source: Any, sample_dim: str | None) -> da.Array | np.ndarray:
+    """An in-memory or dask source as a dask array, or as the numpy array it is (not copied)."""
     if isinstance(source, da.Array):
         return source
-    if isinstance(source, (str, os.PathLike)):
-        return da.from_zarr(open_zarr_array(os.fspath(source), storage_options))
     if _is_dataarray(source):
         dims = list(source.dims)
         dim = dims[0] if sample_dim is None else sample_dim
@@ -151,12 +412,12 @@ def _to_dask(source: Any, storage_options: StorageOptions, sample_dim: str | Non
                 "Stack the feature dimensions first, e.g. da.stack(feature=[...])."
             )
         data = source.transpose(dim, *[d for d in dims if d != dim]).data
-        return data if isinstance(data, da.Array) else da.from_array(np.asarray(data))
+        return data if isinstance(data, da.Array) else np.asarray(data)
     if isinstance(source, np.ndarray) or hasattr(source, "__array__"):
         array = np.asarray(source)
         if array.dtype == object:
             raise InputError("The data must be real numbers. Got an object array; convert it with X.astype('float32').")
-        return da.from_array(array)
+        return array
     raise InputError(
         f"Cannot read {type(source).__name__} as data. Pass a numpy or dask array, an xarray "
         "DataArray, or a zarr path/URL."
@@ -192,7 +453,6 @@ def write_zarr(
         and, for a local target, again atomically when publishing.
     """
     from ._publish import publish, remove_path, staging_path
-    from .engine import connect
 
     target = os.fspath(path_or_url)
     remote = _is_remote(target)

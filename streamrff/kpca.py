@@ -38,6 +38,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
 from ._blas import one_blas_thread, single_blas_thread
+from ._connection import connect
 from ._validation import (
     check_positive_int,
     check_rows,
@@ -46,7 +47,9 @@ from ._validation import (
     normalize_seed,
     validate_estimator_input,
 )
+from .engine import _memory_per_thread, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
+from .io import as_row_chunked, open_source
 from .maps import KJL, RFF, FeatureMap
 from .nystrom import NystromSketch, nystrom_eigenpairs
 from .sketches import MeanSketch
@@ -291,30 +294,24 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             On bad parameters or data (NaN/inf, non-2-D, fewer than 2 samples),
             or ``n_components`` larger than the map's output width.
         """
-        from .engine import _memory_per_thread, connect, fit_map, nystrom_sketch, sketch
-        from .io import as_row_chunked
-
         k = self._check_params()
         feature_map = self._initial_map()
         if is_in_memory(X):
             X = validate_estimator_input(self, X, reset=True)
+        source = open_source(X, storage_options=storage_options)
         with connect(client) as active:
             # Fit the map first (the seeded row sample; nothing else is read) to learn D.
-            rows = as_row_chunked(X, storage_options=storage_options)
-            fitted = fit_map(feature_map, [rows], client=active, progress=progress)
+            fitted = fit_map(feature_map, [source], client=active, progress=progress)
             width = fitted.n_features_out_
             if self._moments_kind(width, _memory_per_thread(active)) == "full":
-                covariance_sketch = sketch(
-                    X, fitted, moments=True, client=active, storage_options=storage_options, progress=progress
-                )
+                covariance_sketch = sketch(source, fitted, moments=True, client=active, progress=progress)
             else:
                 covariance_sketch = nystrom_sketch(
-                    X,
+                    source,
                     fitted,
                     sketch_size=self._sketch_size(width, k),
                     seed=normalize_seed(self.seed),
                     client=active,
-                    storage_options=storage_options,
                     progress=progress,
                 )
         return self.fit_from_sketch(covariance_sketch)
@@ -470,8 +467,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self._check_fitted()
         if is_in_memory(X):
             return self._scores(validate_estimator_input(self, X, reset=False))
-        from .io import as_row_chunked
-
         array = as_row_chunked(X, storage_options=storage_options)
         check_width(array, self.n_features_in_, "KernelPCA")
         return array.map_blocks(

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._blas import single_blas_thread
+from .._connection import connect
 from .._validation import (
     check_bandwidth,
     check_positive_int,
@@ -29,7 +29,9 @@ from .._validation import (
     normalize_seed,
     validate_estimator_input,
 )
+from ..engine import landmark_sample, run_chunks
 from ..errors import InputError, NotFittedMapError
+from ..io import RowSource, as_row_chunked, open_source
 from ..maps import KJL, RFF, FeatureMap
 from ..typing import Seed, StorageOptions
 from .initialization import (
@@ -473,15 +475,13 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         InputError
             See the class docstring.
         """
-        from ..io import as_row_chunked
-
         in_memory = is_in_memory(X)
         fitted_before = hasattr(self, "cluster_centers_")
         try:
             if in_memory:
                 X = validate_estimator_input(self, X, reset=True)
-            array = as_row_chunked(X, storage_options=storage_options)
-            result = self._fit_array(array, client, progress, callback)
+            source = open_source(X, storage_options=storage_options)
+            result = self._fit_source(source, client, progress, callback)
         except BaseException:
             if not fitted_before:  # validate_data sets n_features_in_ early; a failed fit stays unfitted
                 vars(self).pop("n_features_in_", None)
@@ -494,12 +494,10 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             vars(self).pop("labels_", None)  # a refit on out-of-core data must not keep stale labels
         return self
 
-    def _fit_array(
-        self, array: da.Array, client: Any, progress: bool, callback: Callable[[LloydIteration], Any] | None
+    def _fit_source(
+        self, source: RowSource, client: Any, progress: bool, callback: Callable[[LloydIteration], Any] | None
     ) -> dict[str, Any]:
-        from ..engine import connect, landmark_sample, run_chunks
-
-        n_rows, n_columns = (int(size) for size in array.shape)
+        n_rows, n_columns = source.shape
         params = self._check_params(n_rows, n_columns)
         seed = normalize_seed(self.seed)
         history: list[LloydIteration] = []
@@ -515,7 +513,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
                 if map_seed != seed:  # pragma: no cover - both maps key their sample by their own seed
                     raise AssertionError("the map's row sample must be keyed by the estimator's seed")
             size = max(params["init_size"], map_rows)
-            sample = landmark_sample([array], size, seed, client=active, progress=progress).rows
+            sample = landmark_sample([source], size, seed, client=active, progress=progress).rows
             if self.feature_map is None:
                 feature_map._finish_fit(sample[:map_rows])
             sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
@@ -525,7 +523,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             previous = None
             for iteration in range(1, params["max_iter"] + 1):
                 kernel = partial(_cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous)
-                pass_sketch = run_chunks([array], kernel, client=active, progress=progress)
+                pass_sketch = run_chunks([source], kernel, client=active, progress=progress)
                 counts = pass_sketch.counts
                 new_centers = pass_sketch.sums / np.maximum(counts, 1)[:, None]
                 empty = np.flatnonzero(counts == 0)
@@ -650,8 +648,6 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         self._check_fitted()
         if is_in_memory(X):
             return self._labels(validate_estimator_input(self, X, reset=False))
-        from ..io import as_row_chunked
-
         array = as_row_chunked(X, storage_options=storage_options)
         check_width(array, self.n_features_in_, "KernelKMeans")
         return array.map_blocks(

@@ -15,8 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from .._connection import connect
+from .._memory import check_sizes_fit, task_bytes
 from .._validation import check_positive_int, normalize_seed
+from ..engine import _mean_kernel, _memory_per_thread, fit_map, landmark_sample, run_chunks
 from ..errors import InputError
+from ..io import open_source
 from ..maps import RFF, FeatureMap
 from ..sampling import MEDIAN_SAMPLE_ROWS
 from ..sketches import MeanSketch, mmd2
@@ -445,56 +449,43 @@ def _sketch_sources(
     first reads the pooled landmark sample); the other methods a pair of
     moment sketches.
     """
-    from .._memory import check_sizes_fit, task_bytes
-    from ..engine import _mean_kernel, _memory_per_thread, connect, fit_map, landmark_sample, run_chunks
-    from ..io import as_row_chunked
-
-    arrays = [
-        as_row_chunked(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))
-    ]
-    if arrays[0].shape[1] != arrays[1].shape[1]:
+    sources = [open_source(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))]
+    if sources[0].shape[1] != sources[1].shape[1]:
         raise InputError(
-            f"X and Y must have the same number of columns. Got X with {arrays[0].shape[1]} and Y with "
-            f"{arrays[1].shape[1]}. Select the same features in both samples."
+            f"X and Y must have the same number of columns. Got X with {sources[0].shape[1]} and Y with "
+            f"{sources[1].shape[1]}. Select the same features in both samples."
         )
-    n_x, n_y = arrays[0].shape[0], arrays[1].shape[0]
+    n_x, n_y = sources[0].shape[0], sources[1].shape[0]
     _check_sizes(n_x, n_y)
     with connect(client) as active:
         if method == "aggregated":
             n_bandwidths = AUTO_BANDWIDTHS if bandwidths == "auto" else len(bandwidths)
             _check_aggregated_fits(
-                n_bandwidths, feature_map.n_features, arrays[0].shape[1], n_permutations, _memory_per_thread(active),
+                n_bandwidths, feature_map.n_features, sources[0].shape[1], n_permutations, _memory_per_thread(active),
                 task_bytes,
             )  # fmt: skip
             if bandwidths == "auto":
-                sample = landmark_sample(arrays, MEDIAN_SAMPLE_ROWS, seed, client=active).rows
+                sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, client=active).rows
                 bandwidths = tuple(float(value) for value in auto_bandwidths(sample))
             maps = bandwidth_maps(
-                bandwidths, arrays[0].shape[1], feature_map.n_features, seed=seed, variant=feature_map.variant
+                bandwidths, sources[0].shape[1], feature_map.n_features, seed=seed, variant=feature_map.variant
             )
             kernel = functools.partial(
                 _aggregated_kernel, feature_maps=tuple(maps), n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
             )
-            return run_chunks(
-                arrays, kernel, client=active, on_invalid="require", storage_options=storage_options, names=("X", "Y")
-            )
+            return run_chunks(sources, kernel, client=active, on_invalid="require")
         check_sizes_fit(  # before any work: B x D permutation sums, D x D moments
-            feature_map, arrays[0].shape[1], _memory_per_thread(active), moments=method != "permutation",
+            feature_map, sources[0].shape[1], _memory_per_thread(active), moments=method != "permutation",
             n_permutations=n_permutations if method == "permutation" else 0,
         )  # fmt: skip
-        fitted = fit_map(feature_map, arrays, client=active)
+        fitted = fit_map(feature_map, sources, client=active)
         if method != "permutation":
             kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=True)
-            return tuple(
-                run_chunks([array], kernel, client=active, on_invalid="require", names=(name,))
-                for array, name in zip(arrays, ("X", "Y"))
-            )
+            return tuple(run_chunks([source], kernel, client=active, on_invalid="require") for source in sources)
         kernel = functools.partial(
             _two_sample_kernel, feature_map=fitted, n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
         )
-        return run_chunks(
-            arrays, kernel, client=active, on_invalid="require", storage_options=storage_options, names=("X", "Y")
-        )
+        return run_chunks(sources, kernel, client=active, on_invalid="require")
 
 
 def two_sample_test(
