@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and IDEs
     from .engine import fit_map, nystrom_sketch, sketch
     from .errors import (
+        CheckpointMismatchError,
         ClusterError,
         InputError,
         MapFormatError,
@@ -44,8 +45,9 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
 _LOCATIONS = {
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
-        "ClusterError", "InputError", "MapFormatError", "NotFittedMapError", "SketchFormatError",
-        "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError", "VarianceWarning",
+        "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "NotFittedMapError",
+        "SketchFormatError", "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError",
+        "VarianceWarning",
     ),
     "fileformat": ("load",),
     "kmeans": ("ClusterSketch", "KernelKMeans"),
@@ -131,6 +133,7 @@ __all__ = [
     "load_map",
     "StreamRFFError",
     "InputError",
+    "CheckpointMismatchError",
     "NotFittedMapError",
     "SketchMismatchError",
     "SketchFormatError",

@@ -1091,7 +1091,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    from .errors import StreamRFFError
+    from .errors import CheckpointMismatchError, StreamRFFError
 
     try:
         with _one_line_warnings(args.command):
@@ -1101,6 +1101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileExistsError as error:  # an output that appeared after the first check
         path = error.filename or str(error).split(" already exists")[0]
         parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {_EXISTS.format(path=path)}\n")
+    except CheckpointMismatchError as error:  # a --checkpoint folder of another source: the command line is wrong
+        parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
     except (StreamRFFError, FileNotFoundError) as error:
         print(f"streamrff {args.command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -25,8 +25,9 @@ from ._blas import one_blas_thread
 from ._connection import connect, wait_for_result
 from ._memory import check_sizes_fit
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
+from .checkpoint import PartialSlot, chunk_identities, load_partial, open_checkpoint
 from .errors import InputError, SketchFormatError
-from .io import RowSource, open_source, open_sources
+from .io import RowSource, chunk_digest, open_source, open_sources
 from .maps import FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
 from .sampling import bottom_k, row_keys
@@ -57,10 +58,13 @@ def _chunk_task(
     where: tuple[str, int, int],
     kernel: ChunkKernel,
     on_invalid: str,
-    checkpoint_path: str | None,
-    storage_options: StorageOptions,
+    slot: PartialSlot | None,
 ) -> Sketch:
     rows = np.asarray(block)
+    if slot is not None and slot.identity is None:  # a dask chunk: its identity is its content, known now
+        slot = slot.identified(chunk_digest(rows))
+        if slot.saved:
+            return load_partial(slot.path, slot.storage_options)
     if rows.dtype not in (np.float32, np.float64):
         rows = rows.astype(np.float64)
     valid = None
@@ -80,44 +84,13 @@ def _chunk_task(
             )
         valid = finite
     partial = kernel(rows if valid is None else rows[valid], row_offset, valid)
-    if checkpoint_path is not None:
-        partial.save(checkpoint_path, storage_options=storage_options, overwrite=True)
+    if slot is not None:
+        slot.save(partial)
     return partial
-
-
-def _load_checkpoint(path: str, storage_options: StorageOptions) -> Sketch:
-    from .fileformat import load
-
-    # A partial must be exactly what this job saved: a file without the attributes digest
-    # (or with an edited one) is refused, naming the partial to delete so it is recomputed.
-    try:
-        return load(path, storage_options=storage_options, require_digest=True)
-    except SketchFormatError as error:
-        raise SketchFormatError(
-            f"{error} This is a checkpoint partial: delete it to recompute its chunk on the next run."
-        ) from error
 
 
 def _merge_group(*partials: Sketch) -> Sketch:
     return partials[0].merge_many(partials[1:])
-
-
-def _checkpoint_paths(checkpoint: str, job: str, offsets: Sequence[int], sizes: Sequence[int]) -> list[str]:
-    if "://" not in checkpoint:
-        # Workers run in other directories: a relative path would land there, not here.
-        checkpoint = os.path.abspath(checkpoint)
-    base = checkpoint.rstrip("/") + "/" + job
-    if "://" not in base or base.startswith("file://"):
-        os.makedirs(base[len("file://") :] if base.startswith("file://") else base, exist_ok=True)
-    return [f"{base}/rows-{start:012d}-{start + size:012d}.zarr" for start, size in zip(offsets, sizes)]
-
-
-def _checkpoint_exists(path: str, storage_options: StorageOptions) -> bool:
-    import fsspec
-
-    options = (storage_options or {}) if "://" in path and not path.startswith("file://") else {}
-    fs, root = fsspec.core.url_to_fs(path, **options)
-    return fs.exists(root.rstrip("/") + "/zarr.json")
 
 
 def run_chunks(
@@ -165,30 +138,36 @@ def run_chunks(
             local += size
     if not blocks:
         raise InputError("No chunks to process: the data has no rows.")
-    paths: list[str | None] = [None] * len(blocks)
-    if checkpoint is not None:
-        paths = _checkpoint_paths(os.fspath(checkpoint), checkpoint_job, offsets, sizes)
-    # One key for the kernel (and the map inside it): the map is shipped once, not per task.
-    kernel_key = dask.delayed(kernel, pure=True, traverse=False)
-    partials, reused = [], 0
-    for block, offset, where, path in zip(blocks, offsets, places, paths):
-        if path is not None and _checkpoint_exists(path, storage_options):
-            partials.append(dask.delayed(_load_checkpoint, pure=True)(path, storage_options))
-            reused += 1
-            continue
-        partials.append(
-            dask.delayed(_chunk_task, pure=True)(block, offset, where, kernel_key, on_invalid, path, storage_options)
-        )
-    logger.info(
-        "sketching %d chunk(s): %d from checkpoint, %d to compute", len(blocks), reused, len(blocks) - reused
-    )
-    level = partials
-    while len(level) > 1:
-        level = [
-            dask.delayed(_merge_group, pure=True)(*level[i : i + split_every])
-            for i in range(0, len(level), split_every)
-        ]
-    return _compute(level[0], client, progress, retries)
+    slots: list[PartialSlot | None] = [None] * len(blocks)
+    with contextlib.ExitStack() as stack:
+        if checkpoint is not None:
+            if len(sources) != 1 or chunk_filter is not None:
+                raise InputError("A checkpoint keeps the chunks of one source, all of them.")
+            job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], storage_options))
+            slots = [
+                job.slot(start, start + size, identity)
+                for start, size, identity in zip(offsets, sizes, chunk_identities(sources[0]))
+            ]
+        # One key for the kernel (and the map inside it): the map is shipped once, not per task.
+        kernel_key = dask.delayed(kernel, pure=True, traverse=False)
+        partials, reused = [], 0
+        for block, offset, where, slot in zip(blocks, offsets, places, slots):
+            if slot is not None and slot.identity is not None and slot.saved:
+                partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
+                reused += 1
+                continue
+            partials.append(dask.delayed(_chunk_task, pure=True)(block, offset, where, kernel_key, on_invalid, slot))
+        logger.info(
+            "sketching %d chunk(s): %d from checkpoint, %d to compute%s", len(blocks), reused, len(blocks) - reused,
+            " or from checkpoint as read" if any(slot and slot.identity is None for slot in slots) else "",
+        )  # fmt: skip
+        level = partials
+        while len(level) > 1:
+            level = [
+                dask.delayed(_merge_group, pure=True)(*level[i : i + split_every])
+                for i in range(0, len(level), split_every)
+            ]
+        return _compute(level[0], client, progress, retries)
 
 
 def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:

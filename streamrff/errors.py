@@ -12,6 +12,7 @@ from sklearn.exceptions import NotFittedError
 
 __all__ = [
     "StreamRFFError",
+    "CheckpointMismatchError",
     "InputError",
     "NotFittedMapError",
     "SketchMismatchError",
@@ -55,6 +56,21 @@ class InputError(StreamRFFError, ValueError):
     ...     srf.sketch_array(np.array([[0.0, np.nan]]), srf.RFF(n_features=8))
     ... except ValueError as error:  # also a ValueError
     ...     print(isinstance(error, srf.InputError))
+    True
+    """
+
+
+class CheckpointMismatchError(InputError):
+    """A checkpoint folder holds partial sketches of another source, or another job is using it.
+
+    Its partials would sketch rows of the wrong data, so the job is refused before
+    any work (CLI exit status 2, as for any other wrong argument); pass another
+    checkpoint folder or delete it. See :mod:`streamrff.checkpoint`.
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> issubclass(srf.CheckpointMismatchError, srf.InputError)
     True
     """
 

@@ -187,17 +187,20 @@ class RowSource:
 
     @cached_property
     def identity(self) -> str:
-        """What the source is: for zarr, a digest of its location and array metadata; else its kind and shape.
+        """Which array this is: for zarr, a digest of its location and layout; else its kind, width and dtype.
 
-        Two sources with the same identity hold the same array (the same store
-        and layout). Whether a chunk's content changed is told by
-        :meth:`chunk_identities` (zarr) or by :func:`chunk_digest` of the rows as
-        they are read (other sources, whose identity names only kind and shape).
+        The layout is the array metadata less its row count, so rows appended
+        to the array keep its identity. Whether a chunk's rows are unchanged
+        is told per chunk: by :meth:`chunk_identities` (zarr) or by
+        :func:`chunk_digest` of the rows (other sources, whose identity names
+        no location).
         """
         if self.zarr_array is None:
-            return f"{type(self.array).__name__}:{self.shape[0]}x{self.shape[1]}:{self.dtype}"
-        metadata = json.dumps(self.zarr_array.metadata.to_dict(), sort_keys=True, default=str)
-        return "zarr:" + hashlib.sha256(f"{self.location}\n{metadata}".encode()).hexdigest()
+            return f"{type(self.array).__name__}:{self.shape[1]}:{self.dtype}"
+        layout = self.zarr_array.metadata.to_dict()
+        layout["shape"] = list(layout["shape"][1:])
+        text = json.dumps({"location": self.location, "layout": layout}, sort_keys=True, default=str)
+        return "zarr:" + hashlib.sha256(text.encode()).hexdigest()
 
     def chunk_identities(self) -> tuple[str, ...] | None:
         """Per row chunk of the plan, a digest of the stored objects that hold its rows; None unless zarr.
