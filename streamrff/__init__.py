@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         VarianceWarning,
     )
     from .fileformat import load
+    from .io import RowSource, open_source
     from .kmeans import ClusterSketch, KernelKMeans
     from .kpca import KernelPCA
     from .mapfile import load_map, save_map
@@ -50,6 +51,7 @@ _LOCATIONS = {
         "VarianceWarning",
     ),
     "fileformat": ("load",),
+    "io": ("open_source", "RowSource"),
     "kmeans": ("ClusterSketch", "KernelKMeans"),
     "kpca": ("KernelPCA",),
     "mapfile": ("load_map", "save_map"),
@@ -128,6 +130,8 @@ __all__ = [
     "sketch_array",
     "sketch",
     "fit_map",
+    "open_source",
+    "RowSource",
     "load",
     "save_map",
     "load_map",

@@ -437,9 +437,11 @@ def sketch(
         sources keep their own chunks unless one is too large for a worker.
     checkpoint : str or PathLike, optional
         Directory or URL for per-chunk partial sketches: a rerun computes only
-        the chunks without a partial (after an interruption, or rows appended
-        to a zarr array). Partials are keyed by the map fingerprint and row
-        range; rows already sketched are assumed unchanged.
+        the chunks without a valid partial (after an interruption, rows
+        appended to a zarr array, or chunks rewritten upstream). The folder
+        belongs to one source (another is refused with
+        :class:`~streamrff.CheckpointMismatchError`); a partial is reused only
+        for the same unchanged rows (see :mod:`streamrff.checkpoint`).
     on_invalid : {"raise", "skip"}, default="raise"
         What to do with NaN/inf rows: fail naming the chunk and rows, or skip
         them and count them in ``result.n_invalid``.

@@ -139,7 +139,7 @@ class RowSource:
     Examples
     --------
     >>> import numpy as np
-    >>> from streamrff.io import open_source
+    >>> from streamrff import open_source
     >>> X = np.arange(12.0).reshape(6, 2)
     >>> source = open_source(X, chunk_rows=4)
     >>> source.shape, source.row_chunks, source.description
@@ -295,7 +295,7 @@ def open_source(
     Examples
     --------
     >>> import os, tempfile, numpy as np, zarr
-    >>> from streamrff.io import open_source
+    >>> from streamrff import open_source
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.zarr")
     >>> X = np.arange(40, dtype="float32").reshape(10, 4)
     >>> zarr.create_array(path, shape=X.shape, chunks=(4, 4), dtype="float32")[:] = X
