@@ -62,6 +62,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 # Value types: argparse turns their ArgumentTypeError into a usage error (exit 2) naming the option.
+# Text that is not a number becomes a value the range check refuses, so both give one message.
 
 
 def bandwidth(text: str) -> float | str:
