@@ -1,0 +1,140 @@
+"""The ``streamrff`` command line: parses arguments and calls the public API, nothing else.
+
+Exit codes: 0 success, 1 the job failed (bad data, unreadable file,
+unreachable scheduler or bucket), 2 bad command-line usage (an existing output
+without ``--overwrite`` included).
+
+One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``,
+``kmeans``, ``kpca``, ``demo``: its options, its help and what it runs); the
+options several commands share are declared and checked once, in
+:mod:`streamrff.cli.options`; what commands print is in
+:mod:`streamrff.cli.output`.
+
+Only the standard library is imported at module level, here and in every
+module of the package: ``streamrff --help`` must not pay for numpy, numba,
+dask and zarr. Each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .options import EXISTS, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, UsageError, parse_storage_options
+from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_summary, as before the split
+
+__all__ = ["main", "build_parser"]
+
+#: The commands in the order ``streamrff --help`` lists them; each is the module of that name.
+COMMANDS = ("map", "sketch", "merge", "info", "test", "kmeans", "kpca", "demo")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("streamrff")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``streamrff`` command.
+
+    Examples
+    --------
+    >>> from streamrff.cli import build_parser
+    >>> args = build_parser().parse_args(["sketch", "data.zarr", "-o", "data.sketch", "--features", "512"])
+    >>> args.command, args.features, args.bandwidth, args.output
+    ('sketch', 512, None, 'data.sketch')
+    >>> try:
+    ...     build_parser().parse_args(["sketch", "data.zarr", "-o", "d.sketch", "--features", "-1"])
+    ... except SystemExit as exit:  # argparse refuses it (usage error, exit 2)
+    ...     print(exit.code)
+    2
+    """
+    parser = argparse.ArgumentParser(
+        prog="streamrff",
+        description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
+        epilog="Sites share one map: 'streamrff map A.zarr B.zarr -o map.json', then "
+        "'streamrff sketch A.zarr --map map.json -o a.sketch' at each site, 'streamrff merge' / "
+        "'streamrff test --sketches'.\nRun 'streamrff COMMAND --help' for each command's options and an example.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version="%(prog)s " + _version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_parser(commands)
+    return parser
+
+
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """Show streamrff's warnings (e.g. a sketch file without an attributes digest) as one line each."""
+    import warnings
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        print(f"streamrff {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code.
+
+    Examples
+    --------
+    Sketch an in-memory array, save it, and describe the file as the CLI does:
+
+    >>> import contextlib, io, json, os, tempfile, numpy as np, streamrff as srf
+    >>> from streamrff.cli import main
+    >>> X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "x.sketch")
+    ...     srf.sketch_array(X, srf.RFF(n_features=32)).save(path)
+    ...     output = io.StringIO()
+    ...     with contextlib.redirect_stdout(output):
+    ...         status = main(["info", path, "--json"])
+    >>> status, json.loads(output.getvalue())["count"]
+    (0, 40)
+
+    Errors return exit status 1 with a one-line message on stderr:
+
+    >>> with contextlib.redirect_stderr(io.StringIO()) as errors:
+    ...     status = main(["info", os.path.join(folder, "missing.sketch")])
+    >>> status, errors.getvalue().startswith("streamrff info: error: No map file at")
+    (1, True)
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    from ..errors import CheckpointMismatchError, StreamRFFError  # here, not at the top: start-up time (sklearn)
+
+    try:
+        with _one_line_warnings(args.command):
+            if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
+                args.storage_options = parse_storage_options(args.storage_options)
+            return handler(args)
+    except UsageError as error:
+        parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
+    except FileExistsError as error:  # an output that appeared after the first check
+        path = error.filename or str(error).split(" already exists")[0]
+        parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {EXISTS.format(path=path)}\n")
+    except CheckpointMismatchError as error:  # a --checkpoint folder of another source: the command line is wrong
+        parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
+    except (StreamRFFError, FileNotFoundError) as error:
+        print(f"streamrff {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"streamrff {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_OK  # pragma: no cover

@@ -1,0 +1,52 @@
+"""The ``streamrff demo`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from . import options
+from .output import show_progress
+
+#: ``streamrff demo --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+generate two samples, fit one map, sketch them as two sites, merge, test, cluster
+
+Write two generated zarr arrays (one with a subtle shift), fit one map on a sample pooled across
+both (saved as map.json), sketch each on Dask with it, merge the sketches, run the kernel two-sample
+tests, kernel PCA and kernel k-means, and write report.json and report.png.
+
+example: streamrff demo --rows 200000 --out /tmp/streamrff-demo
+"""
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "demo", HELP, run)
+    parser.add_argument("--rows", type=options.positive_int, default=2_000_000, help="rows per site")
+    parser.add_argument("--out", default="streamrff-demo", help="directory for the data, map, sketches and report")
+    parser.add_argument("--features", type=options.positive_int, default=256, help="number of random features D")
+    options.add_scheduler(parser)
+    options.add_overwrite(parser)
+    options.add_json(parser, "print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..demo import run_demo  # here, not at the top: start-up time
+
+    if os.path.exists(args.out) and not args.overwrite:
+        raise options.UsageError(options.EXISTS.format(path=args.out))
+    quiet = args.json
+    report = run_demo(
+        out=args.out,
+        n_rows=args.rows,
+        n_features=args.features,
+        scheduler=args.scheduler,
+        progress=show_progress(args),
+        echo=(lambda *_: None) if quiet else print,
+        overwrite=args.overwrite,
+    )
+    if quiet:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    return options.EXIT_OK

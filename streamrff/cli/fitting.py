@@ -1,0 +1,66 @@
+"""The body the ``kmeans`` and ``kpca`` commands share: fit on the source, write one value per row, report."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from . import options
+from .output import emit
+
+#: The options that choose the feature space of ``kmeans`` and ``kpca``; ``--map`` refuses them.
+FEATURE_SPACE_OPTIONS = ["features", "bandwidth", "landmarks", "method"]
+
+
+def add_feature_space_options(parser: argparse.ArgumentParser, features_help: str, landmarks_help: str) -> None:
+    """``--map``, ``--method``, ``--features``, ``--landmarks`` and ``--bandwidth`` of an estimator command."""
+    options.add_map_file(parser, "--method, --features, --landmarks and --bandwidth")
+    options.add_feature_space(parser)
+    options.add_features(parser, features_help)
+    options.add_landmarks(parser, landmarks_help)
+    options.add_bandwidth(parser)
+
+
+def resolve_feature_space(args: argparse.Namespace) -> Any:
+    """Refuse the feature-space options next to ``--map``, default ``--seed``; the map of ``--map`` or None."""
+    options.resolve_map_options(args, ["seed"], FEATURE_SPACE_OPTIONS, "the map file sets the feature space")
+    return options.load_map_option(args)
+
+
+def open_output(path: str, storage_options: dict[str, Any] | None) -> Any:
+    """The zarr array a command wrote, as a dask array (to report on it)."""
+    import dask.array as da  # here, not at the top: start-up time
+
+    if "://" in path and not path.startswith("file://"):
+        return da.from_zarr(path, storage_options=storage_options)
+    return da.from_zarr(path)
+
+
+def fit_write_report(
+    args: argparse.Namespace,
+    model: Any,
+    per_row: Callable[..., Any],
+    report: Callable[[Any], tuple[dict[str, Any], list[str]]],
+    **fit_options: Any,
+) -> int:
+    """Fit ``model`` on ``args.source``, write ``per_row(model, source)`` to ``args.output`` as zarr, report.
+
+    Refuse an existing output unless ``--overwrite``; fit, compute and write on
+    ``--scheduler`` (an embedded local scheduler by default); then call
+    ``report(model)`` (which may also draw a figure of the output) and print
+    its payload, with the output and the map spec added, under ``--json``,
+    else its lines.
+    """
+    from ..engine import connect  # here, not at the top: start-up time
+    from ..io import write_zarr
+
+    storage_options = args.storage_options
+    options.check_output_free(args.output, storage_options, args.overwrite)
+    with connect(args.scheduler) as client:
+        model.fit(args.source, client=client, storage_options=storage_options, **fit_options)
+        values = per_row(model, args.source, storage_options=storage_options)
+        write_zarr(values, args.output, storage_options=storage_options, client=client, overwrite=args.overwrite)
+    payload, lines = report(model)
+    emit(args, {"output": args.output, **payload, "map": model.feature_map_.spec}, lines)
+    return options.EXIT_OK

@@ -1,0 +1,41 @@
+"""The ``streamrff info`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import options
+from .output import emit, map_line, sketch_summary, summary_lines
+
+#: ``streamrff info --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+describe a sketch file or a map file
+
+Validate a sketch file and print its kind, row count, map and fingerprint (or, for a map file, its
+map and fingerprint).
+
+example: streamrff info all.sketch --json
+"""
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "info", HELP, run)
+    parser.add_argument("sketch", metavar="FILE", help="sketch file, map file, or URL")
+    options.add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import load  # here, not at the top: start-up time
+    from ..mapfile import _read_map_bytes, map_from_json
+
+    data = _read_map_bytes(args.sketch, args.storage_options)
+    if data is not None:  # a map file: describe the map
+        feature_map = map_from_json(data, args.sketch)
+        payload = {"path": args.sketch, "kind": "map", "map": feature_map.spec, "fingerprint": feature_map.fingerprint}
+        lines = [f"{args.sketch}: map file", map_line(feature_map.spec), f"  fingerprint: {feature_map.fingerprint}"]
+        emit(args, payload, lines)
+        return options.EXIT_OK
+    summary = sketch_summary(args.sketch, load(args.sketch, storage_options=args.storage_options))
+    emit(args, summary, summary_lines(summary))
+    return options.EXIT_OK

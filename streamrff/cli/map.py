@@ -1,0 +1,93 @@
+"""The ``streamrff map`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import options
+from .output import emit, map_line, show_progress
+
+#: ``streamrff map --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+fit one feature map on one or more sources and save it as a map file
+
+Fit a feature map once, so that every site sketches with it. With several sources, the median
+bandwidth (and K-JL landmarks) come from ONE seeded row sample pooled across all of them, so no site
+is favoured. Writes a JSON map file (spec, fingerprint, K-JL landmarks; no pickle).
+
+example: streamrff map site_a.zarr site_b.zarr -o map.json --features 1024
+then at each site: streamrff sketch site_a.zarr --map map.json -o site_a.sketch
+"""
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "map", HELP, run)
+    options.add_source(parser, "zarr arrays (paths or URLs) of the same width", nargs="+")
+    options.add_output(parser, "where to write the map file (path or URL, e.g. map.json)")
+    options.add_feature_space(parser, "rff", "random Fourier features or the K-JL sketch")
+    options.add_features(
+        parser,
+        "output width: random features D for rff, components for kjl "
+        "(default: 1024 for rff, min(landmarks, 100) for kjl)",
+    )
+    options.add_bandwidth(parser)
+    options.add_variant(parser)
+    options.add_orthogonal(parser, "orthogonal random features (rff)")
+    options.add_landmarks(parser, "K-JL landmarks n (kjl; default: 1000)")
+    options.add_seed(parser, "seed of the map and of the pooled row sample")
+    options.add_job_options(parser)
+
+
+def _unfitted_map(args: argparse.Namespace) -> Any:
+    """The map of ``--method`` and its options, refusing the options of the other method."""
+    from ..maps import KJL  # here, not at the top: start-up time
+
+    if args.method == "kjl":
+        clash = options.given(args, ["variant", "orthogonal"])
+        if clash:
+            flags = " and ".join(options.flag(name) for name in clash)
+            raise options.UsageError(f"{flags} only apply to --method rff; drop them for kjl.")
+        options.resolve_map_options(args, ["bandwidth", "seed"], [], "")
+        return KJL(
+            n_landmarks=args.landmarks or 1000, n_components=args.features, bandwidth=args.bandwidth, seed=args.seed
+        )
+    if args.landmarks is not None:
+        raise options.UsageError("--landmarks applies to --method kjl only; drop it, or pass --method kjl.")
+    options.resolve_map_options(args, ["features", "bandwidth", "variant", "orthogonal", "seed"], [], "")
+    return options.rff_of_options(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..engine import connect, fit_map  # here, not at the top: start-up time
+    from ..mapfile import save_map
+
+    feature_map = _unfitted_map(args)
+    options.check_output_free(args.output, args.storage_options, args.overwrite)
+    with connect(args.scheduler) as client:
+        fitted = fit_map(
+            feature_map,
+            list(args.sources),
+            client=client,
+            progress=show_progress(args),
+            storage_options=args.storage_options,
+        )
+    save_map(fitted, args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    payload = {
+        "path": args.output,
+        "map": fitted.spec,
+        "fingerprint": fitted.fingerprint,
+        "sources": list(args.sources),
+    }
+    pooled = (
+        f"one seeded sample pooled across {len(args.sources)} sources" if len(args.sources) > 1 else "a seeded sample"
+    )
+    lines = [f"wrote {args.output}", map_line(fitted.spec)]
+    if getattr(feature_map, "bandwidth", None) == "median":
+        lines.append(f"  bandwidth {fitted.bandwidth_:.6g}: median pairwise distance of {pooled}")
+    lines += [
+        f"  fingerprint: {fitted.fingerprint}",
+        f"  use it at every site: streamrff sketch SOURCE --map {args.output} -o SITE.sketch",
+    ]
+    emit(args, payload, lines)
+    return options.EXIT_OK

@@ -1,0 +1,47 @@
+"""The ``streamrff merge`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import options
+from .output import emit_sketch
+from .sketchfiles import load_sketches, same_map_or_explain
+
+#: ``streamrff merge --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+merge sketches made with the same map
+
+Merge two or more sketches of the same kind and feature map into one (the sketch of all their rows).
+
+example: streamrff merge site-a.sketch site-b.sketch -o all.sketch
+"""
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "merge", HELP, run)
+    parser.add_argument("sketches", nargs="+", metavar="SKETCH", help="sketch files or URLs")
+    options.add_output(parser, "where to write the merged sketch")
+    options.add_overwrite(parser)
+    options.add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import merge  # here, not at the top: start-up time
+    from ..fileformat import check_writable
+
+    options.check_output_free(args.output, args.storage_options, args.overwrite)
+    check_writable(args.output, args.storage_options, args.overwrite)
+    sketches = load_sketches(args.sketches, args.storage_options)
+    same_map_or_explain(args.sketches, sketches)
+    for path, part in zip(args.sketches[1:], sketches[1:]):
+        if getattr(part, "has_moments", None) != getattr(sketches[0], "has_moments", None):
+            raise options.UsageError(
+                f"{args.sketches[0]} and {path} differ in second moments: sketch every part with --moments, or none."
+            )
+    merged = merge(*sketches)
+    merged.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    title = f"merged {len(sketches)} sketches into {args.output}"
+    emit_sketch(args, args.output, merged, title, inputs=list(args.sketches))
+    return options.EXIT_OK

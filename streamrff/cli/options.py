@@ -1,0 +1,358 @@
+"""The options the commands share: each is declared, documented and checked here, once.
+
+A command module calls the ``add_*`` functions in the order its ``--help``
+lists the options; where commands word an option differently (what ``--seed``
+seeds, what ``--output`` holds) the command passes its own help text, while the
+name, the type and the check stay here. Options that define a feature map are
+parsed with default None, so that a command can tell "given" from "not given"
+(and refuse it next to ``--map``); :func:`resolve_map_options` fills in
+:data:`MAP_DEFAULTS`.
+
+Only the standard library is imported at module level (``streamrff --help``
+must stay fast); the checks that need streamrff import it when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+#: Defaults of the options that define a map (see the module docstring).
+MAP_DEFAULTS: dict[str, Any] = {
+    "features": 1024,
+    "bandwidth": "median",
+    "variant": "sincos",
+    "orthogonal": False,
+    "seed": 0,
+}
+
+EXISTS = "{path} already exists. Pass --overwrite to replace it, or choose another output."
+
+_STORAGE_HELP = (
+    "fsspec options for s3:// and other URLs: a JSON object, or @FILE to read it from a file (keeps "
+    "secrets out of the process list). Default: the standard environment (AWS_ACCESS_KEY_ID, "
+    "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_PROFILE, ~/.aws, fsspec config such as FSSPEC_S3='{...}')"
+)
+_SHORT_BANDWIDTH_HELP = "Gaussian kernel width sigma, or 'median' (default: median)"
+
+
+class UsageError(Exception):
+    """A command-line argument is wrong (exit code 2)."""
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows '(default: X)' once, only for real defaults (not None/False, not when the help already says it);
+    wraps descriptions and epilogs line by line, so examples keep their own lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        # super() with arguments: the zero-argument form does not work inside a generator expression
+        return "\n".join(super(HelpFormatter, self)._fill_text(line, width, indent) for line in text.splitlines())
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+# Value types: argparse turns their ArgumentTypeError into a usage error (exit 2) naming the option.
+# Text that is not a number becomes a value the range check refuses, so both give one message.
+
+
+def bandwidth(text: str) -> float | str:
+    """``--bandwidth``: a positive number or 'median'."""
+    if text == "median":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number or 'median', got {text!r}")
+    return value
+
+
+def bandwidth_list(text: str) -> str | list[float]:
+    """``--bandwidths``: 'auto' or comma-separated positive numbers."""
+    if text == "auto":
+        return text
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1, got {text!r}"
+            )
+        values.append(value)
+    return values
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+# Declaring options.
+
+
+def add_command(
+    commands: Any, name: str, help_page: str, run: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """The sub-command ``streamrff name``, run by ``run``, with the help of ``help_page``.
+
+    ``help_page`` holds three paragraphs: the line ``streamrff --help`` shows for
+    the command, the description (one paragraph, re-wrapped to the terminal),
+    and the example (its lines kept as they are).
+    """
+    summary, description, example = help_page.strip("\n").split("\n\n")
+    parser = commands.add_parser(
+        name,
+        help=summary,
+        description=" ".join(description.split()),
+        epilog=example,
+        formatter_class=HelpFormatter,
+    )
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def add_source(parser: argparse.ArgumentParser, help: str = "zarr array path or URL", nargs: str | None = None) -> None:
+    """The data: ``source`` (one array), or ``sources`` (``SOURCE ...``) when ``nargs`` is given."""
+    if nargs is None:
+        parser.add_argument("source", help=help)
+    else:
+        parser.add_argument("sources", nargs=nargs, metavar="SOURCE", help=help)
+
+
+def add_output(parser: argparse.ArgumentParser, help: str) -> None:
+    """``-o/--output``: required; refused when it exists unless ``--overwrite`` (:func:`check_output_free`)."""
+    parser.add_argument("-o", "--output", required=True, help=help)
+
+
+def add_overwrite(
+    parser: argparse.ArgumentParser, help: str = "replace an existing output (otherwise refused, exit 2)"
+) -> None:
+    parser.add_argument("--overwrite", action="store_true", help=help)
+
+
+def add_plot(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--plot PNG``: a figure, refused when it exists unless ``--overwrite`` (:func:`check_plot_free`)."""
+    parser.add_argument("--plot", metavar="PNG", help=help)
+
+
+def add_scheduler(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scheduler", metavar="ADDRESS", default=None,
+        help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (default: an embedded local scheduler)",
+    )  # fmt: skip
+
+
+def add_map_file(parser: argparse.ArgumentParser, refused: str) -> None:
+    """``--map FILE``: a fitted map; ``refused`` names the map options it contradicts (:func:`resolve_map_options`)."""
+    parser.add_argument(
+        "--map", metavar="FILE", default=None,
+        help=f"use this map instead of fitting one: a map file from 'streamrff map', or any sketch file (its map); "
+        f"refused with {refused}",
+    )  # fmt: skip
+
+
+def add_feature_space(parser: argparse.ArgumentParser, default: str | None = None, help: str | None = None) -> None:
+    """``--method rff|kjl``: random Fourier features or the K-JL sketch."""
+    parser.add_argument(
+        "--method", choices=["rff", "kjl"], default=default, help=help or "feature space (default: rff)"
+    )
+
+
+def add_features(
+    parser: argparse.ArgumentParser,
+    help: str = f"number of random features D (default: {MAP_DEFAULTS['features']})",
+) -> None:
+    parser.add_argument("--features", type=positive_int, default=None, help=help)
+
+
+def add_landmarks(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--landmarks", type=positive_int, default=None, help=help)
+
+
+def add_bandwidth(parser: argparse.ArgumentParser, help: str = _SHORT_BANDWIDTH_HELP) -> None:
+    parser.add_argument("--bandwidth", type=bandwidth, default=None, help=help)
+
+
+def add_variant(parser: argparse.ArgumentParser) -> None:
+    help = f"RFF variant (default: {MAP_DEFAULTS['variant']})"
+    parser.add_argument("--variant", choices=["sincos", "cosphase"], default=None, help=help)
+
+
+def add_orthogonal(parser: argparse.ArgumentParser, help: str = "orthogonal random features") -> None:
+    parser.add_argument("--orthogonal", action="store_true", default=None, help=help)
+
+
+def add_seed(parser: argparse.ArgumentParser, seeds: str) -> None:
+    """``--seed``; ``seeds`` says what it seeds in this command."""
+    parser.add_argument("--seed", type=int, default=None, help=f"{seeds} (default: {MAP_DEFAULTS['seed']})")
+
+
+def add_rff_options(parser: argparse.ArgumentParser, seeds: str) -> None:
+    """``--features``, ``--bandwidth``, ``--variant`` and ``--seed`` of a random Fourier feature map."""
+    add_features(parser)
+    add_bandwidth(
+        parser,
+        "Gaussian kernel width sigma, or 'median': the median pairwise distance of a seeded sample of 1 000 rows "
+        "(default: median)",
+    )
+    add_variant(parser)
+    add_seed(parser, seeds)
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """``--storage-options`` (parsed by :func:`parse_storage_options` before the command runs), ``--json``, ``-v``."""
+    parser.add_argument("--storage-options", metavar="JSON|@FILE", help=_STORAGE_HELP)
+    add_json(parser, "print a JSON object instead of text (for scripts)")
+
+
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The last options of a command that runs one job on Dask and writes its output.
+
+    ``--scheduler``, ``--overwrite``, then :func:`add_common`'s.
+    """
+    add_scheduler(parser)
+    add_overwrite(parser)
+    add_common(parser)
+
+
+def add_json(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--json`` (it also turns progress bars off) and ``-v/--verbose``."""
+    parser.add_argument("--json", action="store_true", help=help)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
+
+
+# Checking options.
+
+
+def dask_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--scheduler`` and ``--storage-options`` as the keyword arguments of the public API."""
+    return {"client": args.scheduler, "storage_options": args.storage_options}
+
+
+def parse_storage_options(text: str | None) -> dict[str, Any] | None:
+    """``--storage-options``: a JSON object, or ``@FILE`` holding one. Never echoes the content."""
+    if text is None:
+        return None
+    where = "--storage-options"
+    if text.startswith("@"):
+        path = text[1:]
+        where = f"--storage-options file {path}"
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as error:
+            raise UsageError(
+                f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'."
+            ) from None
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{where} must be a JSON object, e.g. '{{\"anon\": true}}' or @options.json. "
+            f"Got invalid JSON ({error.msg})."
+        ) from None
+    if not isinstance(options, dict):
+        raise UsageError(f"{where} must be a JSON object. Got {type(options).__name__}.")
+    return options
+
+
+def given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
+    """The options among ``names`` that were given on the command line (parsed default is None)."""
+    return [name for name in names if getattr(args, name, None) is not None]
+
+
+def flag(name: str) -> str:
+    """The option of a namespace attribute: ``chunk_rows`` -> ``--chunk-rows``."""
+    return "--" + name.replace("_", "-")
+
+
+def resolve_map_options(args: argparse.Namespace, names: Sequence[str], map_sets: Sequence[str], why: str) -> None:
+    """Refuse the options in ``map_sets`` next to ``--map``; fill the defaults of the others."""
+    if getattr(args, "map", None) is not None:
+        clash = given(args, map_sets)
+        if clash:
+            flags = ", ".join(flag(name) for name in clash)
+            raise UsageError(
+                f"--map {args.map} fixes the feature map, so {flags} would contradict it ({why}). "
+                f"Drop {flags}, or drop --map to fit a new map."
+            )
+    for name in names:
+        if getattr(args, name, None) is None and name in MAP_DEFAULTS:
+            setattr(args, name, MAP_DEFAULTS[name])
+
+
+def load_map_option(args: argparse.Namespace) -> Any:
+    """The map of ``--map`` (a map file or a sketch file), or None."""
+    from ..mapfile import load_map  # here, not at the top: start-up time
+
+    return None if args.map is None else load_map(args.map, storage_options=args.storage_options)
+
+
+def rff_of_options(args: argparse.Namespace) -> Any:
+    """The unfitted, checked RFF map of ``--features``, ``--bandwidth``, ``--variant``, ``--orthogonal``, ``--seed``."""
+    from ..maps import RFF  # here, not at the top: start-up time
+
+    feature_map = RFF(
+        n_features=args.features,
+        bandwidth=args.bandwidth,
+        variant=args.variant,
+        orthogonal=args.orthogonal,
+        seed=args.seed,
+    )
+    feature_map._check_params()
+    return feature_map
+
+
+def check_output_free(path: str, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
+    """Refuse an existing output unless --overwrite (exit 2, one message for every command)."""
+    if overwrite:
+        return
+    if "://" in path and not path.startswith("file://"):
+        import fsspec  # here, not at the top: start-up time
+
+        from ..errors import SourceError
+
+        try:
+            fs, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+            exists = fs.exists(root)
+        except Exception as error:  # fsspec backends raise many types
+            raise SourceError(f"Cannot reach {path}: {type(error).__name__}: {error}") from error
+    else:
+        exists = os.path.exists(path[len("file://") :] if path.startswith("file://") else path)
+    if exists:
+        raise UsageError(EXISTS.format(path=path))
+
+
+def check_plot_free(args: argparse.Namespace) -> None:
+    """Refuse an existing ``--plot`` file unless ``--overwrite``."""
+    if args.plot:
+        check_output_free(args.plot, None, args.overwrite)

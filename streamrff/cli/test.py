@@ -1,0 +1,192 @@
+"""The ``streamrff test`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import options
+from .output import emit
+from .sketchfiles import load_sketches, same_map_or_explain
+
+#: ``streamrff test --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+kernel two-sample (MMD) test between two data sets or two moment sketches
+
+Test whether two samples come from the same distribution with the unbiased MMD^2 of random Fourier
+features: the one-pass exact permutation test on the data, or the spectral / Hotelling tests from
+moment sketches made separately with one map; --method aggregated tests several bandwidths at once
+under the same permutations and reports one p-value.
+
+example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
+         streamrff test x.zarr y.zarr --method aggregated --bandwidths auto --plot scales.png
+         streamrff test --sketches x.sketch y.sketch --method spectral
+"""
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "test", HELP, run)
+    options.add_source(parser, "two zarr arrays (paths or URLs)", nargs="*")
+    parser.add_argument(
+        "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
+    )
+    parser.add_argument(
+        "--method",
+        choices=["permutation", "spectral", "hotelling", "aggregated"],
+        default=None,
+        help="null distribution (default: permutation on data, spectral on sketches); aggregated: "
+        "several bandwidths under the same permutations, one p-value",
+    )
+    parser.add_argument(
+        "--permutations",
+        type=options.positive_int,
+        default=500,
+        help="permutations B (permutation and aggregated methods)",
+    )
+    parser.add_argument(
+        "--bandwidths",
+        type=options.bandwidth_list,
+        default=None,
+        metavar="auto|B1,B2,...",
+        help="--method aggregated: kernel widths, or auto (10 widths from the data; the default)",
+    )
+    parser.add_argument(
+        "--aggregation",
+        choices=["max", "fuse", "mmdagg"],
+        default=None,
+        help="--method aggregated: how the bandwidths' statistics are combined (default: max)",
+    )
+    options.add_map_file(parser, "--features, --bandwidth and --variant")
+    options.add_rff_options(parser, "seed of the map, its row sample, the permutations and the spectral draws")
+    options.add_plot(
+        parser,
+        "draw the null distribution with the observed statistic "
+        "(aggregated: each bandwidth's standardised statistic against its null)",
+    )
+    options.add_overwrite(parser, "replace an existing --plot file")
+    options.add_scheduler(parser)
+    options.add_common(parser)
+
+
+def _aggregated_test_lines(result: Any) -> list[str]:
+    """The text report of the aggregated test: the p-value, then one row per bandwidth."""
+    verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
+    n_bandwidths = result.bandwidths.shape[0]
+    lines = [
+        f"aggregated two-sample test: p = {result.p_value:.4g} ({verdict} at level 0.05)",
+        f"  aggregation:  {result.aggregation} over {n_bandwidths} bandwidths, statistic {result.statistic:.6g}",
+        f"  null:         {result.n_permutations} permutations shared by every bandwidth",
+        f"  samples:      n_x = {result.n_x:,}, n_y = {result.n_y:,}",
+        f"  kernels:      Gaussian, D = {result.n_features} per bandwidth",
+        f"  per bandwidth (p-values NOT corrected for testing {n_bandwidths} bandwidths):",
+        f"    {'bandwidth':>10} {'MMD^2':>12} {'standardised':>12} {'p uncorrected':>13}",
+    ]
+    for bandwidth, statistic, score, p_value in zip(
+        result.bandwidths, result.statistics, result.standardised[:, 0], result.p_values_uncorrected
+    ):
+        lines.append(f"    {bandwidth:>10.4g} {statistic:>12.4e} {score:>12.3f} {p_value:>13.4g}")
+    return lines
+
+
+_NULLS = {
+    "permutation": lambda null: f"exact permutation test, {null.shape[0]} permutations",
+    "spectral": lambda null: f"spectral (weighted chi-square) null, {null.shape[0]} Monte-Carlo draws",
+    "hotelling": lambda null: f"Hotelling: T^2 = {null[0]:.4g} on {null[1]:.0f} degrees of freedom (chi-square)",
+}
+
+
+def _test_lines(result: Any) -> list[str]:
+    """The text report of a two-sample test (what the result's repr says, without the Python syntax)."""
+    if result.method == "aggregated":
+        return _aggregated_test_lines(result)
+    bandwidth = "n/a" if result.bandwidth is None else f"{result.bandwidth:.4g}"
+    verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
+    return [
+        f"two-sample test: p = {result.p_value:.4g} ({verdict} at level 0.05)",
+        f"  statistic (unbiased MMD^2): {result.statistic:.6g}",
+        f"  null:                       {_NULLS[result.method](result.null)}",
+        f"  samples:                    n_x = {result.n_x:,}, n_y = {result.n_y:,}",
+        f"  kernel:                     Gaussian, bandwidth {bandwidth}, D = {result.n_features}",
+    ]
+
+
+def _test_sketches(args: argparse.Namespace) -> Any:
+    from ..sketches import MeanSketch  # here, not at the top: start-up time
+    from ..twosample import mmd_test
+
+    if args.method in ("permutation", "aggregated"):
+        raise options.UsageError(
+            f"--sketches works with --method spectral or hotelling (moment sketches); the {args.method} "
+            f"test needs the data: streamrff test X Y --method {args.method}."
+        )
+    clash = options.given(args, ["features", "bandwidth", "variant", "map"])  # --seed still seeds the spectral draws
+    if clash:
+        raise options.UsageError(
+            f"--sketches carry their own map, so {', '.join(map(options.flag, clash))} do not apply; drop them."
+        )
+    sketches = load_sketches(args.sketches, args.storage_options)
+    for path, part in zip(args.sketches, sketches):
+        if not isinstance(part, MeanSketch):
+            raise options.UsageError(
+                f"{path} is a {part.kind!r} sketch; --sketches needs two mean sketches made with --moments."
+            )
+        if not part.has_moments:
+            raise options.UsageError(
+                f"{path} was sketched without second moments, which --method {args.method} needs. "
+                "Re-run `streamrff sketch SOURCE --moments ...` for it "
+                f"(with --map {args.sketches[0]} to keep the map)."
+            )
+    same_map_or_explain(args.sketches, sketches)
+    for path, part in zip(args.sketches, sketches):
+        if part.count < 2:
+            raise options.UsageError(
+                f"{path} holds {part.count} row(s); the unbiased MMD^2 needs at least 2 rows per sample."
+            )
+    return mmd_test(sketches[0], sketches[1], method=args.method, seed=0 if args.seed is None else args.seed)
+
+
+def _test_data(args: argparse.Namespace) -> Any:
+    from ..twosample import two_sample_test  # here, not at the top: start-up time
+
+    if len(args.sources) != 2:
+        raise options.UsageError(f"expected two data sources X Y (or --sketches A B). Got {len(args.sources)}.")
+    # --seed also seeds the permutations, so it never contradicts --map.
+    names = ["features", "bandwidth", "variant", "seed"]
+    options.resolve_map_options(args, names, ["features", "bandwidth", "variant"], "they define the map")
+    aggregated = args.method == "aggregated"
+    return two_sample_test(
+        args.sources[0],
+        args.sources[1],
+        n_features=args.features,
+        bandwidth=args.bandwidth,
+        method=args.method,
+        n_permutations=args.permutations,
+        seed=args.seed,
+        **options.dask_options(args),
+        variant=args.variant,
+        feature_map=options.load_map_option(args),
+        **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    options.check_plot_free(args)
+    args.method = args.method or ("spectral" if args.sketches else "permutation")
+    aggregated = args.method == "aggregated"
+    if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
+        raise options.UsageError("--bandwidths and --aggregation go with --method aggregated.")
+    if aggregated and (args.bandwidth is not None or args.map is not None):
+        raise options.UsageError(
+            "--method aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not "
+            f"{'--bandwidth' if args.bandwidth is not None else '--map'}."
+        )
+    if args.sketches and args.sources:
+        raise options.UsageError("give either two data sources or --sketches A B, not both.")
+    result = _test_sketches(args) if args.sketches else _test_data(args)
+    if args.plot:
+        from ..plot import save_report_figure  # here, not at the top: start-up time
+
+        save_report_figure(args.plot, result=result, overwrite=args.overwrite)
+    payload = result.to_dict(include_null=False)
+    emit(args, payload, _test_lines(result) + ([f"wrote {args.plot}"] if args.plot else []))
+    return options.EXIT_OK
