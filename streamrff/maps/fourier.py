@@ -1,0 +1,365 @@
+"""Random Fourier features: the :class:`RFF` map and the base it shares with RelativeErrorRFF.
+
+:class:`FourierFeatureMap` holds what every random Fourier feature map of the
+Gaussian kernel does alike (Rahimi & Recht 2007): its parameters ``n_features``,
+``bandwidth`` and ``seed``, the bandwidth chosen by the median heuristic on the
+seeded row sample, its spec and its rebuilding from a spec, and the cosine and
+sine features of a projection. Its subclasses say how they draw their frequencies
+and weight their features: :class:`RFF` here (frequencies from the kernel's
+spectrum, i.i.d. or orthogonal), :class:`~streamrff.maps.relative.RelativeErrorRFF`
+in :mod:`streamrff.maps.relative` (uniform frequencies, weighted).
+
+An RFF's frequencies come from one small function, ``_gaussian_frequencies``
+(i.i.d. rows, or orthogonal blocks), called by ``RFF._make_params``: another way
+of drawing them (a structured variant) is one more function beside it and one
+more branch there. The float32 hot paths run the compiled kernels of
+:mod:`streamrff._sincos`.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import abstractmethod
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from .._validation import check_bandwidth, check_positive_int, normalize_seed
+from ..errors import InputError
+from ..sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
+from ..typing import MapSpec, Seed
+from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
+
+__all__ = ["FourierFeatureMap", "RFF"]
+
+#: Fewest rows per projection GEMM in the compiled RFF sums (see RFF._feature_sums).
+_MIN_PROJECTION_ROWS = 256
+#: The offsets argument of the compiled kernels for the sincos variant (which has none).
+_NO_OFFSETS = np.zeros(0, np.float32)
+_NO_OFFSETS.setflags(write=False)  # read-only like the cosphase offsets: one numba type for both
+
+
+class FourierFeatureMap(FeatureMap):
+    """Base of the random Fourier feature maps: ``n_features`` cos/sin features of seeded frequencies.
+
+    Subclasses declare ``kind`` and the spec entries of their own parameters in
+    ``_family_params`` (name -> JSON type, in spec order), and implement
+    ``__init__`` (the full signature, which scikit-learn's ``get_params`` reads,
+    passing every argument on to this class's), ``_check_params``,
+    ``_make_params`` and ``_embed_tile``. This base gives them the fit
+    (validation, seed, the median heuristic on the seeded row sample), the spec
+    and its inverse, and the output width.
+
+    Examples
+    --------
+    RFF and RelativeErrorRFF both build on this class, and their specs share a layout:
+
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.maps.fourier import FourierFeatureMap
+    >>> X = np.random.default_rng(0).normal(size=(4, 2))
+    >>> maps = [srf.RFF(n_features=8).fit(X), srf.RelativeErrorRFF(n_features=8).fit(X)]
+    >>> all(isinstance(feature_map, FourierFeatureMap) for feature_map in maps)
+    True
+    >>> [list(feature_map.spec) for feature_map in maps]  # doctest: +NORMALIZE_WHITESPACE
+    [['kind', 'n_features_in', 'n_features', 'bandwidth', 'variant', 'orthogonal', 'seed'],
+     ['kind', 'n_features_in', 'n_features', 'bandwidth', 'alpha', 'eps', 'seed']]
+    """
+
+    #: The subclass's own spec entries, in spec order, each with the JSON type it is stored as.
+    _family_params: ClassVar[dict[str, type]] = {}
+
+    def __init__(self, n_features: int, bandwidth: float | str, seed: Seed, **family_params: Any) -> None:
+        # scikit-learn's rule: store the arguments unchanged (get_params reads the subclass's
+        # signature), validate them in fit.
+        self.n_features = n_features
+        self.bandwidth = bandwidth
+        self.seed = seed
+        for name, value in family_params.items():
+            setattr(self, name, value)
+
+    @abstractmethod
+    def _check_params(self) -> None:
+        """Validate the constructor's parameters (raise InputError naming the argument and the fix)."""
+
+    def _setup(self, n_features_in: int) -> None:
+        """Validate the parameters and record the seed and the input width (no sample needed)."""
+        self._check_params()
+        self.seed_ = normalize_seed(self.seed)
+        self.n_features_in_ = int(n_features_in)
+
+    def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
+        self._setup(n_features_in)
+        return (MEDIAN_SAMPLE_ROWS if self.bandwidth == "median" else 0), self.seed_
+
+    def _finish_fit(self, sample: np.ndarray) -> FourierFeatureMap:
+        self.bandwidth_ = median_heuristic(sample) if self.bandwidth == "median" else float(self.bandwidth)
+        return self
+
+    def _spec_entries(self) -> MapSpec:
+        return {
+            "n_features": int(self.n_features),
+            "bandwidth": self.bandwidth_,
+            **{name: json_type(getattr(self, name)) for name, json_type in self._family_params.items()},
+            "seed": self.seed_,
+        }
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> FourierFeatureMap:
+        bandwidth = _fitted_bandwidth(spec)
+        feature_map = cls(
+            n_features=_require(spec, "n_features"),
+            bandwidth=bandwidth,
+            **{name: _require(spec, name) for name in cls._family_params},
+            seed=_require(spec, "seed"),
+        )
+        # _setup, not _begin_fit: warnings about the parameters were given when the map was
+        # fitted, not on every load.
+        feature_map._setup(check_positive_int(_require(spec, "n_features_in"), "n_features_in"))
+        return feature_map._finish_fit(np.empty((0, spec["n_features_in"])))
+
+    def _output_width(self) -> int:
+        return int(self.n_features)
+
+    @staticmethod
+    def _cos_sin(projection: np.ndarray, out: np.ndarray) -> None:
+        """``out = [cos(projection), sin(projection)]``, in ``out``'s dtype, unscaled."""
+        m = projection.shape[1]
+        np.cos(projection, out=out[:, :m], dtype=out.dtype)
+        np.sin(projection, out=out[:, m:], dtype=out.dtype)
+
+
+def _check_paired_n_features(n_features: Any, reason: str, alternative: str = "") -> int:
+    """Return ``n_features`` if it is even and >= 2 (a cos and a sin feature per frequency), else raise.
+
+    ``reason`` and ``alternative`` complete the message: "n_features must be even
+    and >= 2{reason} (got 5); use 6{alternative}."
+    """
+    checked = check_positive_int(n_features, "n_features", minimum=1)
+    if checked < 2 or checked % 2:
+        raise InputError(
+            f"n_features must be even and >= 2{reason} (got {n_features}); use {max(2, checked + 1)}{alternative}."
+        )
+    return checked
+
+
+def _gaussian_frequencies(rng: np.random.Generator, n_rows: int, dim: int, orthogonal: bool) -> np.ndarray:
+    """``n_rows`` frequency vectors in R^dim with N(0, I) marginals: the RFF frequencies at bandwidth 1.
+
+    I.i.d. rows by default. With ``orthogonal=True`` they come in blocks of
+    ``dim`` mutually orthogonal rows (QR of a Gaussian block, sign-corrected to
+    be Haar), each row scaled by an independent chi(dim) norm: orthogonal
+    random features (Yu et al. 2016).
+    """
+    if not orthogonal:
+        return rng.standard_normal((n_rows, dim))
+    blocks = []
+    for _ in range(-(-n_rows // dim)):
+        q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+        q *= np.sign(np.diag(r))
+        norms = np.sqrt(rng.chisquare(dim, size=dim))
+        blocks.append(q.T * norms[:, None])
+    return np.concatenate(blocks)[:n_rows]
+
+
+@functools.lru_cache(maxsize=64)
+def _projection_params(kind: str, spec_json: str, dtype_char: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Transposed frequencies (d x m) and phases in the embedding's dtype, for the hot path."""
+    params = _cached_params(kind, spec_json)
+    frequencies = np.ascontiguousarray(params["frequencies"].T, dtype=dtype_char)
+    phases = params["phases"].astype(dtype_char) if "phases" in params else None
+    for array in (frequencies, phases):
+        if array is not None:
+            array.setflags(write=False)
+    return frequencies, phases
+
+
+def _project(X: np.ndarray, frequencies: np.ndarray, out: np.ndarray) -> None:
+    """``out = X @ frequencies``. With one input column numpy's matmul does not call BLAS and
+    runs ~3x slower than the equal outer product."""
+    if frequencies.shape[0] == 1:
+        np.multiply(X, frequencies, out=out)
+    else:
+        np.matmul(X, frequencies, out=out)
+
+
+@functools.cache
+def _compiled_sincos() -> Any:
+    """The compiled float32 sin/cos kernels, imported on first use (numba takes ~0.2 s to import)."""
+    from .. import _sincos
+
+    return _sincos
+
+
+class RFF(FourierFeatureMap):
+    """Random Fourier features for the Gaussian kernel (Rahimi & Recht 2007).
+
+    Parameters
+    ----------
+    n_features : int, default=1024
+        Output width D. Must be even and >= 2 for ``variant="sincos"``.
+    bandwidth : float or "median", default=1.0
+        Kernel width sigma; ``"median"`` takes the median pairwise distance of a
+        seeded sample of 1 000 rows (the same rows the Dask engine samples).
+    variant : {"sincos", "cosphase"}, default="sincos"
+        ``"sincos"``: ``z(x) = m^-1/2 [cos(Wx), sin(Wx)]`` with m = D/2
+        frequencies (Sutherland & Schneider 2015, eq. 1); ``z(x).z(x) = 1`` and
+        lower variance for the Gaussian kernel (their eqs. 5-7).
+        ``"cosphase"``: ``z(x) = sqrt(2/D) cos(Wx + b)`` with D frequencies and
+        phases b ~ U[0, 2 pi) (their eq. 2; scikit-learn's ``RBFSampler``).
+    orthogonal : bool, default=False
+        Draw frequencies as orthogonal random features (Yu et al. 2016): rows of
+        ``W`` orthogonal within blocks of ``d``, with chi(d) norms. Lower variance
+        at the same D.
+    seed : int, numpy.random.Generator or None, default=0
+        Seed of the frequencies (and of the row sample for ``"median"``).
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Input width d.
+    bandwidth_ : float
+        Bandwidth in use.
+    seed_ : int
+        Integer seed recorded in :attr:`spec`.
+
+    Raises
+    ------
+    InputError
+        On an odd or too small ``n_features`` for sincos, a non-positive
+        bandwidth, an unknown variant, or bad input rows.
+
+    References
+    ----------
+    Sutherland, D. J. & Schneider, J. (2015). On the error of random Fourier
+    features. UAI. Eqs. (1), (2), (5), (6).
+    Yu, F. X. et al. (2016). Orthogonal random features. NeurIPS.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(5, 3))
+    >>> rff = srf.RFF(n_features=4096, bandwidth=1.0, seed=0).fit(X)
+    >>> Z = rff.transform(X)
+    >>> Z.shape, Z.dtype
+    ((5, 4096), dtype('float32'))
+    >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 1.0)).max() < 0.1)
+    True
+    """
+
+    kind = "rff"
+    _family_params = {"variant": str, "orthogonal": bool}
+    #: The feature layouts: cos and sin of D/2 frequencies, or the cosine of D frequencies plus phases.
+    _variants = ("sincos", "cosphase")
+
+    def __init__(
+        self,
+        n_features: int = 1024,
+        bandwidth: float | str = 1.0,
+        variant: Literal["sincos", "cosphase"] = "sincos",
+        orthogonal: bool = False,
+        seed: Seed = 0,
+    ) -> None:
+        super().__init__(n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal)
+
+    def _check_params(self) -> None:
+        if self.variant not in self._variants:
+            raise InputError(f"variant must be 'sincos' or 'cosphase'. Got {self.variant!r}.")
+        if self.variant == "sincos":
+            _check_paired_n_features(self.n_features, " for the sincos variant", " or variant='cosphase'")
+        else:
+            check_positive_int(self.n_features, "n_features", minimum=1)
+        if not isinstance(self.orthogonal, (bool, np.bool_)):
+            raise InputError(f"orthogonal must be True or False. Got {self.orthogonal!r}.")
+        check_bandwidth(self.bandwidth)
+
+    @classmethod
+    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
+        # One generator for frequencies, then phases: the order fixes every map ever saved.
+        rng = np.random.default_rng(spec["seed"])
+        n_frequencies = spec["n_features"] // 2 if spec["variant"] == "sincos" else spec["n_features"]
+        frequencies = _gaussian_frequencies(rng, n_frequencies, spec["n_features_in"], spec["orthogonal"])
+        params = {"frequencies": frequencies / spec["bandwidth"]}
+        if spec["variant"] == "cosphase":
+            params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
+        return params
+
+    def _scale(self, m: int) -> float:
+        """The features' common factor: ``m^-1/2`` for sincos (m frequencies), ``sqrt(2/D)`` for cosphase."""
+        return 1.0 / np.sqrt(m) if self.variant == "sincos" else np.sqrt(2.0 / m)
+
+    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        # The projection runs in the output's precision. For float32 nothing is lost by
+        # it: the phase is rounded to float32 before the cosine anyway, and a float64
+        # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
+        # matmul, cos and sin run ~15% faster on it than on column halves of `out`.
+        if out.dtype == np.float32:
+            # One compiled call, shared with the compiled Lloyd kernel (same features bit for bit).
+            frequencies, offsets, scale = self._float32_kernel_args()
+            projection = np.empty((X.shape[0], frequencies.shape[1]), dtype=np.float32)
+            rows = np.ascontiguousarray(X, dtype=np.float32)
+            _compiled_sincos().rff_features(rows, frequencies, offsets, scale, projection, out)
+            return
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), out.dtype.char)
+        projection = np.empty((X.shape[0], frequencies.shape[1]), dtype=out.dtype)
+        _project(X, frequencies, out=projection)
+        if self.variant == "sincos":
+            self._cos_sin(projection, out)
+        else:
+            np.add(projection, phases, out=out)
+            np.cos(out, out=out)
+        out *= out.dtype.type(self._scale(frequencies.shape[1]))
+
+    def _float32_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        """``(frequencies (d, m), offsets, scale)`` of :func:`streamrff._sincos.rff_features`:
+        float32, with offsets of length 0 for the sincos variant."""
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "f")
+        offsets = _NO_OFFSETS if self.variant == "sincos" else phases
+        return frequencies, offsets, np.float32(self._scale(frequencies.shape[1]))
+
+    def _feature_sums(self, X: np.ndarray, dtype: Any = np.float32) -> tuple[np.ndarray, float]:
+        # Fused for speed:
+        # - float32: one compiled call per chunk (streamrff._sincos) projects each tile and
+        #   accumulates its cosines and sines without writing them, holding the GIL once (so
+        #   the chunk's threads are not slowed by other threads' Python, such as zarr's reads);
+        # - float64 (numpy): a tile's cosines and sines go to two contiguous blocks (numpy's
+        #   matmul, sin and cos run 15-50% faster on those than on column halves of a tile);
+        # - the scale multiplies the float64 sums, not every feature (a pass over the tile);
+        # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
+        # The sums agree with those of transform's features to float32 rounding.
+        dtype = np.dtype(dtype)
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), dtype.char)
+        sincos = self.variant == "sincos"
+        m = frequencies.shape[1]
+        scale = float(dtype.type(self._scale(m)))
+        sums = np.zeros((2 if sincos else 1, m))
+        squares = 0.0
+        if dtype == np.float32:
+            rows = np.ascontiguousarray(X, dtype=np.float32)
+            # Only the projection is held: a cache-sized (rows, m) block, but at least 256 rows,
+            # below which the projection GEMM slows (d = 128, D = 4096: 323 ms per 50k rows in
+            # 64-row tiles, 244 ms in 256-row ones; equal or better for every D in 256..4096).
+            step = max(_MIN_PROJECTION_ROWS, self._tile_rows(m))
+            if sincos:
+                _compiled_sincos().sincos_feature_sums(rows, frequencies, step, sums)
+            else:
+                squares = _compiled_sincos().cos_feature_sums(rows, frequencies, phases, step, sums[0])
+        else:
+            step = self._tile_rows(self._output_width())
+            buffers = np.empty((sums.shape[0], min(step, X.shape[0]), m), dtype=dtype)
+            for start in range(0, X.shape[0], step):
+                tile = X[start : start + step]
+                blocks = buffers[:, : tile.shape[0]]
+                projection = blocks[-1]
+                _project(tile.astype(dtype, copy=False), frequencies, out=projection)
+                if sincos:
+                    np.cos(projection, out=blocks[0])
+                    np.sin(projection, out=projection)
+                else:
+                    projection += phases
+                    np.cos(projection, out=projection)
+                    squares += float(np.einsum("ij,ij->i", projection, projection).sum(dtype=np.float64))
+                sums += tile_column_sums(blocks)
+        if sincos:
+            squares = float(X.shape[0] * m)
+        return sums.reshape(-1) * scale, squares * scale * scale
+
