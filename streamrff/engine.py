@@ -29,6 +29,7 @@ from .errors import ClusterError, InputError, SketchFormatError
 from .io import as_row_chunked, describe_source
 from .maps import FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
+from .regression import RegressionSketch, regression_sketch_of_chunk
 from .sampling import bottom_k, row_keys
 from .sketches import (
     LandmarkSketch,
@@ -319,6 +320,65 @@ def _mean_kernel(
     return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype, method=method)
 
 
+def _regression_kernel(
+    rows: np.ndarray,
+    row_offset: int,
+    valid: np.ndarray | None,
+    feature_map: FeatureMap,
+    n_columns: int,
+    rows_dtype: np.dtype,
+    target_ndim: int,
+    dtype: Any = "float32",
+) -> RegressionSketch:
+    # The block is the data's n_columns columns followed by the target's (see _append_target);
+    # float32 data widened to float64 beside float64 targets narrows back exactly.
+    n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
+    data = np.ascontiguousarray(rows[:, :n_columns], dtype=rows_dtype)
+    return regression_sketch_of_chunk(
+        data, rows[:, n_columns:], feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim
+    )
+
+
+def _append_target(
+    array: da.Array, target: Any, storage_options: StorageOptions, sample_dim: str | None
+) -> tuple[da.Array, int]:
+    """The data's blocks with the target's columns appended (target chunked like the data's rows).
+
+    One array, so one task reads a chunk of rows and its targets, and the engine's finiteness
+    check covers both. Returns the joined array and the target's ndim (1 or 2).
+    """
+    from .io import _is_dataarray, _to_dask
+
+    if _is_dataarray(target):
+        if sample_dim is not None and sample_dim in target.dims:
+            target = target.transpose(sample_dim, ...)
+        values = target.data if isinstance(target.data, da.Array) else da.from_array(np.asarray(target.data))
+    elif isinstance(target, (list, tuple)):
+        values = da.from_array(np.asarray(target))
+    else:
+        values = _to_dask(target, storage_options, None)
+    if values.dtype == bool:
+        values = values.astype(np.float64)
+    if not np.issubdtype(values.dtype, np.number) or np.issubdtype(values.dtype, np.complexfloating):
+        raise InputError(
+            f"target must be real numbers. Got dtype {values.dtype} from {describe_source(target)}. "
+            "Convert it to float64."
+        )
+    if values.ndim not in (1, 2) or (values.ndim == 2 and values.shape[1] == 0):
+        raise InputError(
+            f"Expected a target of shape (n_samples,) or (n_samples, n_targets). Got shape {values.shape} from "
+            f"{describe_source(target)}. Reshape it."
+        )
+    if values.shape[0] != array.shape[0]:
+        raise InputError(
+            f"Expected a target with one row per row of the data ({array.shape[0]} rows). Got {values.shape[0]} "
+            f"rows from {describe_source(target)}. Pass the targets of exactly these rows, in the same order."
+        )
+    target_ndim = values.ndim
+    values = values.reshape(values.shape[0], -1).rechunk({0: array.chunks[0], 1: -1})
+    return da.concatenate([array, values], axis=1).rechunk({1: -1}), target_ndim
+
+
 def _nystrom_kernel(
     rows: np.ndarray,
     row_offset: int,
@@ -475,6 +535,7 @@ def sketch(
     retries: int = 3,
     dtype: Any = "float32",
     method: str = "auto",
+    target: Any = None,
 ) -> MeanSketch:
     """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
 
@@ -534,10 +595,19 @@ def sketch(
         ``streamrff[nufft]``): 20-80x faster at d = 2, D = 4096, equal to
         float32 rounding. "auto" uses the NUFFT for a chunk when it applies
         and is predicted at least 2x faster (:func:`streamrff.nufft.nufft_applies`).
+    target : ndarray, dask Array, xarray DataArray, or str/PathLike, optional
+        Regression targets, one row per row of ``source``: shape (n,) or
+        (n, t), any source the engine reads (a zarr path/URL included). The
+        result is then a :class:`RegressionSketch`, which always holds the
+        second moment (the normal equations need it) plus ``Z^T y``,
+        ``sum y`` and ``y^T y``; the target is read chunk by chunk beside the
+        rows (rechunked to the rows' chunks), and NaN/inf in it count as
+        invalid rows. See :class:`streamrff.KernelRidge`.
 
     Returns
     -------
     MeanSketch
+        A :class:`RegressionSketch` when ``target`` is given.
 
     Raises
     ------
@@ -568,21 +638,33 @@ def sketch(
     """
     if not isinstance(moments, (bool, np.bool_)):
         raise InputError(f"moments must be True or False. Got {moments!r}.")
+    moments = bool(moments) or target is not None  # a regression sketch always holds the second moment
     _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
-    method = check_sum_method(method, bool(moments), dtype)
+    method = check_sum_method(method, moments, dtype)
     array = as_row_chunked(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
-        check_sizes_fit(feature_map, array.shape[1], _memory_per_thread(active), bool(moments), split_every=split_every)
+        check_sizes_fit(feature_map, array.shape[1], _memory_per_thread(active), moments, split_every=split_every)
         fitted = fit_map(feature_map, [array], client=active, progress=progress)
-        check_sum_method(method, bool(moments), dtype, fitted)
+        check_sum_method(method, moments, dtype, fitted)
         if chunk_rows is None:
-            array = _plan_chunks(source, array, fitted.n_features_out_, bool(moments), active)
-        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments), dtype=dtype, method=method)
+            array = _plan_chunks(source, array, fitted.n_features_out_, moments, active)
+        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=moments, dtype=dtype, method=method)
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
+        kind: type[MeanSketch] = MeanSketch
+        if target is not None:
+            rows_dtype = np.dtype(np.float32 if array.dtype == np.float32 else np.float64)
+            n_columns = array.shape[1]
+            array, target_ndim = _append_target(array, target, storage_options, sample_dim)
+            kernel = functools.partial(
+                _regression_kernel, feature_map=fitted, n_columns=n_columns, rows_dtype=rows_dtype,
+                target_ndim=target_ndim, dtype=dtype,
+            )  # fmt: skip
+            job = f"regression-{fitted.fingerprint[:20]}-{array.shape[1] - n_columns}-{on_invalid}"
+            kind = RegressionSketch
         logger.info("sketch of %s with %s", describe_source(source), type(fitted).__name__)
         return _run_job(
-            array, kernel, job, dtype, MeanSketch, active,
+            array, kernel, job, dtype, kind, active,
             on_invalid=on_invalid, split_every=split_every, progress=progress, checkpoint=checkpoint,
             storage_options=storage_options, retries=retries,
         )  # fmt: skip
