@@ -20,7 +20,7 @@ from sklearn.base import clone
 from ._blas import single_blas_thread
 from ._validation import check_feature_dtype, check_rows, check_width
 from .errors import InputError, SketchMismatchError
-from .maps import FeatureMap, tile_column_sums
+from .maps import FeatureMap
 from .sketches import (
     _MOMENT_TILE_ROWS,
     MeanSketch,
@@ -209,9 +209,13 @@ def regression_sketch_of_chunk(
     """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of the regression sketch.
 
     Features are embedded tile by tile (as :func:`streamrff.sketches.mean_sketch_of_chunk`
-    with moments: ``Z^T Z`` by a float32 symmetric rank-k update per tile,
-    accumulated in float64); ``Z^T y`` multiplies each tile's features by the
-    float64 targets in float64, and ``sum y``, ``y^T y`` are float64.
+    with moments), but each tile's ``Z^T Z`` is a float64 symmetric rank-k
+    update of the features widened to float64 (twice the flops of the mean
+    sketch's float32 update): the ridge solve at small alpha amplifies the
+    float32 update's relative error of about 1e-6 into the coefficients.
+    The feature sums and ``Z^T y`` come from the same float64 tile (so the
+    centred moment ``Z^T Z - n mu mu^T`` stays positive semi-definite to
+    float64 rounding), with float64 targets; ``sum y`` and ``y^T y`` are float64.
 
     Parameters
     ----------
@@ -239,13 +243,19 @@ def regression_sketch_of_chunk(
     feature_sum = np.zeros(width)
     moment = np.zeros((width, width))
     cross_moment = np.zeros((width, n_targets))
-    tile_moment = np.empty((width, width), dtype=dtype)
+    tile_moment = np.empty((width, width))
+    wide = np.empty((min(_MOMENT_TILE_ROWS, rows.shape[0]), width))
     squared_norm_sum = 0.0
     for start, features in feature_map.embed_tiles(rows, tile_rows=_MOMENT_TILE_ROWS, dtype=dtype):
-        feature_sum += tile_column_sums(features)
-        squared_norm_sum += float(np.einsum("ij,ij->i", features, features).sum(dtype=np.float64))
-        moment += _rank_k_update(features, tile_moment)
-        cross_moment += features.T.astype(np.float64) @ targets[start : start + features.shape[0]]
+        # float64 products of the float32 features (exact) summed in float64: ridge solves with
+        # alpha far below the moment's scale, where the ~1e-6 relative error of float32 tile
+        # products made coefficients depend on chunking (see streamrff.ridge.default_alphas).
+        tile = wide[: features.shape[0]]
+        tile[...] = features
+        feature_sum += tile.sum(axis=0)
+        squared_norm_sum += float(np.einsum("ij,ij->", tile, tile))
+        moment += _rank_k_update(tile, tile_moment)
+        cross_moment += tile.T @ targets[start : start + features.shape[0]]
     return RegressionSketch(
         feature_map,
         rows.shape[0],
