@@ -220,6 +220,13 @@ class _KernelRidgeBase(BaseEstimator):
             return self.feature_map
         return RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=self.seed)
 
+    def _check_y(self, y: Any) -> None:
+        if y is None:
+            raise InputError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None. "
+                "Pass the targets (or class labels) of the rows of X."
+            )
+
     def _sketch(self, X: Any, targets: Any, client: Any, storage_options: StorageOptions, progress: bool) -> Any:
         from .engine import sketch
 
@@ -417,6 +424,7 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
             rows, or fewer than 2 samples.
         """
         self._check_params()
+        self._check_y(y)
         if is_in_memory(X) and is_in_memory(y):
             X, y = _validate_xy(self, X, y, y_numeric=True, multi_output=True)
         sketch = self._sketch(X, y, client, storage_options, progress)
@@ -567,6 +575,7 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
         from sklearn.utils.multiclass import check_classification_targets
 
         self._check_params()
+        self._check_y(y)
         if is_in_memory(y):
             if is_in_memory(X):
                 X, y = _validate_xy(self, X, y, y_numeric=False, multi_output=False)
