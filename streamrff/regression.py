@@ -78,7 +78,8 @@ class RegressionSketch(MeanSketch):
     >>> Z = rff.transform(X).astype(np.float64)
     >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ y)), bool(np.isclose(s.target_moment[0, 0], y @ y))
     (True, True)
-    >>> halves = srf.regression_sketch_array(X[:80], y[:80], rff).merge(srf.regression_sketch_array(X[80:], y[80:], rff))
+    >>> first, rest = srf.regression_sketch_array(X[:80], y[:80], rff), srf.regression_sketch_array(X[80:], y[80:], rff)
+    >>> halves = first.merge(rest)
     >>> halves.count, bool(np.allclose(halves.cross_moment, s.cross_moment))
     (200, True)
     """
@@ -170,7 +171,9 @@ class RegressionSketch(MeanSketch):
         feature_map = map_from_spec(spec, map_arrays)
         width = feature_map.n_features_out_
         if attrs.get("moments") is not True:
-            raise InputError(f"A regression sketch always holds the second moment. Got moments={attrs.get('moments')!r}.")
+            raise InputError(
+                f"A regression sketch always holds the second moment. Got moments={attrs.get('moments')!r}."
+            )
         n_targets = _expect_int(attrs, "n_targets")
         if n_targets < 1:
             raise InputError(f"Attribute 'n_targets' must be >= 1. Got {n_targets}.")
@@ -274,7 +277,9 @@ def check_targets(y: Any, n_rows: int, name: str = "y") -> np.ndarray:
     """Return in-memory targets as a finite float64 array of shape (n_rows,) or (n_rows, t), or raise InputError."""
     targets = np.asarray(y)
     if targets.dtype == object or not (np.issubdtype(targets.dtype, np.number) or targets.dtype == bool):
-        raise InputError(f"{name} must be real numbers. Got dtype {targets.dtype}. Convert it with y.astype('float64').")
+        raise InputError(
+            f"{name} must be real numbers. Got dtype {targets.dtype}. Convert it with y.astype('float64')."
+        )
     if np.iscomplexobj(targets):
         raise InputError(f"{name} must be real numbers. Got complex dtype {targets.dtype}.")
     if targets.ndim not in (1, 2) or (targets.ndim == 2 and targets.shape[1] == 0):

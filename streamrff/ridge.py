@@ -147,7 +147,9 @@ def ridge_gcv(sketch: RegressionSketch, alphas: Any) -> dict[str, np.ndarray]:
     True
     """
     if not isinstance(sketch, RegressionSketch):
-        raise InputError(f"sketch must be a RegressionSketch (streamrff.sketch(X, map, target=y)). Got {type(sketch).__name__}.")
+        raise InputError(
+            f"sketch must be a RegressionSketch (streamrff.sketch(X, map, target=y)). Got {type(sketch).__name__}."
+        )
     _check_sketch_rows(sketch)
     alphas = _check_alphas(alphas, "alphas")
     eigenvalues, _, projected, target_total, _, _ = _centred_system(sketch)
@@ -430,7 +432,9 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
         sketch = self._sketch(X, y, client, storage_options, progress)
         return self.fit_from_sketch(sketch)
 
-    def fit_from_sketch(self, sketch: RegressionSketch | PathOrURL, storage_options: StorageOptions = None) -> KernelRidge:
+    def fit_from_sketch(
+        self, sketch: RegressionSketch | PathOrURL, storage_options: StorageOptions = None
+    ) -> KernelRidge:
         """Solve from a :class:`RegressionSketch` (for instance several sites' merged sketches), or its path/URL.
 
         Returns

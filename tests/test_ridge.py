@@ -77,7 +77,10 @@ def test_engine_sketch_with_target_equals_in_memory_sketch_for_every_source(targ
     sources = [
         (X, targets),
         (da.from_array(X, chunks=(150, 3)), da.from_array(targets, chunks=97)),
-        (xr.DataArray(X, dims=("sample", "feature")), xr.DataArray(targets, dims=("sample", *(["t"] * (targets.ndim - 1))))),
+        (
+            xr.DataArray(X, dims=("sample", "feature")),
+            xr.DataArray(targets, dims=("sample", *(["t"] * (targets.ndim - 1)))),
+        ),
         (tmp_zarr(X, 128, "x.zarr"), tmp_zarr(targets, 300, "y.zarr")),
     ]
     for rows, target in sources:
@@ -150,7 +153,8 @@ def test_kernel_ridge_auto_alpha_is_the_gcv_minimum_of_its_table():
     assert np.all(np.diff(table["df"]) < 0)  # more penalty, fewer effective parameters
     given = srf.KernelRidge(alpha="auto", alphas=[0.01, 0.1, 1.0], feature_map=MAP).fit(X, Y)
     np.testing.assert_array_equal(given.gcv_["alphas"], [0.01, 0.1, 1.0])
-    np.testing.assert_allclose(given.gcv_["scores"], srf.ridge_gcv(srf.regression_sketch_array(X, Y, MAP), [0.01, 0.1, 1.0])["scores"])
+    table = srf.ridge_gcv(srf.regression_sketch_array(X, Y, MAP), [0.01, 0.1, 1.0])
+    np.testing.assert_allclose(given.gcv_["scores"], table["scores"])
 
 
 def test_kernel_ridge_from_merged_halves_equals_the_fit_on_the_whole():
@@ -234,7 +238,8 @@ def test_classifier_decision_function_is_ridge_on_plus_minus_one_targets():
     with pytest.raises(InputError, match="classes="):
         srf.KernelRidgeClassifier().fit_from_sketch(srf.regression_sketch_array(X, targets, MAP))
     with pytest.raises(InputError, match=r"4 target column\(s\) for 4 classes. Got 2"):
-        srf.KernelRidgeClassifier().fit_from_sketch(srf.regression_sketch_array(X, targets[:, :2], MAP), classes=[0, 1, 2, 3])
+        two_columns = srf.regression_sketch_array(X, targets[:, :2], MAP)
+        srf.KernelRidgeClassifier().fit_from_sketch(two_columns, classes=[0, 1, 2, 3])
 
 
 def test_classifier_with_out_of_core_labels_equals_in_memory(tmp_zarr):
