@@ -281,3 +281,11 @@ def test_kernel_ridge_friedman1_r2(n_samples, n_features, floor):
     n_train = n_samples * 5 // 6
     model = srf.KernelRidge(alpha="auto", n_features=n_features).fit(inputs[:n_train], targets[:n_train])
     assert model.score(inputs[n_train:], targets[n_train:]) >= floor
+
+
+def test_engine_sketch_with_target_resumes_from_checkpoint(tmp_path):
+    first = srf.sketch(X, MAP, target=Y, chunk_rows=200, checkpoint=tmp_path)
+    (job,) = [path.name for path in tmp_path.iterdir()]
+    assert job.startswith("regression-") and len(list((tmp_path / job).iterdir())) == 4
+    resumed = srf.sketch(X, MAP, target=Y, chunk_rows=200, checkpoint=tmp_path)
+    assert resumed == first
