@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
     from .nystrom import NystromSketch
     from .pointsets import SketchIndex, kernel_distance
+    from .regression import RegressionSketch, regression_sketch_array
+    from .ridge import KernelRidge, KernelRidgeClassifier, ridge_gcv
     from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
     from .twosample import (
         AggregatedTwoSampleResult,
@@ -58,6 +60,8 @@ _LOCATIONS = {
     "nystrom": ("NystromSketch",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
     "pointsets": ("SketchIndex", "kernel_distance"),
+    "regression": ("RegressionSketch", "regression_sketch_array"),
+    "ridge": ("KernelRidge", "KernelRidgeClassifier", "ridge_gcv"),
     "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
     "twosample": (
         "AggregatedTwoSampleResult", "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices",
@@ -114,6 +118,9 @@ __all__ = [
     "RelativeErrorRFF",
     "KernelPCA",
     "KernelKMeans",
+    "KernelRidge",
+    "KernelRidgeClassifier",
+    "ridge_gcv",
     "ClusterSketch",
     "kernel_distance",
     "SketchIndex",
@@ -124,6 +131,8 @@ __all__ = [
     "MeanSketch",
     "LandmarkSketch",
     "NystromSketch",
+    "RegressionSketch",
+    "regression_sketch_array",
     "nystrom_sketch",
     "merge",
     "mmd2",

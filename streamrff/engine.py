@@ -30,6 +30,7 @@ from .errors import InputError, SketchFormatError
 from .io import RowSource, chunk_digest, open_source, open_sources
 from .maps import FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
+from .regression import RegressionSketch, regression_sketch_of_chunk
 from .sampling import bottom_k, row_keys
 from .sketches import (
     LandmarkSketch,
@@ -249,6 +250,25 @@ def _mean_kernel(
     return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype, method=method)
 
 
+def _regression_kernel(
+    rows: np.ndarray,
+    row_offset: int,
+    valid: np.ndarray | None,
+    feature_map: FeatureMap,
+    n_columns: int,
+    rows_dtype: np.dtype,
+    target_ndim: int,
+    dtype: Any = "float32",
+) -> RegressionSketch:
+    # The block is the data's n_columns columns followed by the target's (RowSource.with_columns_of);
+    # float32 data widened to float64 beside float64 targets narrows back exactly.
+    n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
+    data = np.ascontiguousarray(rows[:, :n_columns], dtype=rows_dtype)
+    return regression_sketch_of_chunk(
+        data, rows[:, n_columns:], feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim
+    )
+
+
 def _nystrom_kernel(
     rows: np.ndarray,
     row_offset: int,
@@ -401,6 +421,7 @@ def sketch(
     retries: int = 3,
     dtype: Any = "float32",
     method: str = "auto",
+    target: Any = None,
 ) -> MeanSketch:
     """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
 
@@ -464,10 +485,19 @@ def sketch(
         ``streamrff[nufft]``): 20-80x faster at d = 2, D = 4096, equal to
         float32 rounding. "auto" uses the NUFFT for a chunk when it applies
         and is predicted at least 2x faster (:func:`streamrff.nufft.nufft_applies`).
+    target : ndarray, dask Array, xarray DataArray, or str/PathLike, optional
+        Regression targets, one row per row of ``source``: shape (n,) or
+        (n, t), any source the engine reads (a zarr path/URL included). The
+        result is then a :class:`RegressionSketch`, which always holds the
+        second moment (the normal equations need it) plus ``Z^T y``,
+        ``sum y`` and ``y^T y``; the target is read chunk by chunk beside the
+        rows (rechunked to the rows' chunks), and NaN/inf in it count as
+        invalid rows. See :class:`streamrff.KernelRidge`.
 
     Returns
     -------
     MeanSketch
+        A :class:`RegressionSketch` when ``target`` is given.
 
     Raises
     ------
@@ -498,21 +528,39 @@ def sketch(
     """
     if not isinstance(moments, (bool, np.bool_)):
         raise InputError(f"moments must be True or False. Got {moments!r}.")
+    moments = bool(moments) or target is not None  # a regression sketch always holds the second moment
     _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
-    method = check_sum_method(method, bool(moments), dtype)
+    method = check_sum_method(method, moments, dtype)
     source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
     with connect(client) as active:
         memory = _memory_per_thread(active)
-        check_sizes_fit(feature_map, source.shape[1], memory, bool(moments), split_every=split_every)
+        check_sizes_fit(feature_map, source.shape[1], memory, moments, split_every=split_every)
         fitted = fit_map(feature_map, [source], client=active, progress=progress)
-        check_sum_method(method, bool(moments), dtype, fitted)
-        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=bool(moments), dtype=dtype, method=method)
+        check_sum_method(method, moments, dtype, fitted)
+        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=moments, dtype=dtype, method=method)
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
+        kind: type[MeanSketch] = MeanSketch
+        if target is not None:
+            # The target's columns join the rows' (chunked like them): one task reads a chunk of rows
+            # and its targets, and the finiteness check and the checkpoint cover both.
+            if chunk_rows is None:
+                source = _plan_chunks(source, fitted.n_features_out_, moments, active)
+            targets = open_source(target, storage_options=storage_options, sample_dim=sample_dim, name="target",
+                                  allow_vector=True)
+            kernel = functools.partial(
+                _regression_kernel, feature_map=fitted, n_columns=source.shape[1],
+                rows_dtype=np.dtype(np.float32 if source.dtype == np.float32 else np.float64),
+                target_ndim=targets.given_ndim, dtype=dtype,
+            )  # fmt: skip
+            source = source.with_columns_of(targets)
+            job = f"regression-{fitted.fingerprint[:20]}-{targets.shape[1]}-{on_invalid}"
+            kind = RegressionSketch
         return _run_job(
-            source, fitted, kernel, job, dtype, MeanSketch, active,
-            plan=chunk_rows is None, moments=bool(moments), on_invalid=on_invalid, split_every=split_every,
-            progress=progress, checkpoint=checkpoint, storage_options=storage_options, retries=retries,
+            source, fitted, kernel, job, dtype, kind, active,
+            plan=chunk_rows is None and target is None, moments=moments, on_invalid=on_invalid,
+            split_every=split_every, progress=progress, checkpoint=checkpoint, storage_options=storage_options,
+            retries=retries,
         )  # fmt: skip
 
 

@@ -490,8 +490,8 @@ def check_map_cost(spec: dict[str, Any], target: str) -> None:
 #: Array elements load() reads before it has verified the attributes digest (8 MiB of float64).
 _UNVERIFIED_READ_ELEMENTS = 2**20
 #: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
-#: clusters k). A new sketch kind with another sizing attribute adds its name here.
-_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters")
+#: clusters k, target columns t). A new sketch kind with another sizing attribute adds its name here.
+_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets")
 
 
 def _declared_sizes(spec: dict[str, Any], attrs: dict[str, Any]) -> list[int]:

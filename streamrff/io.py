@@ -130,6 +130,10 @@ class RowSource:
         The opened zarr array (read-only), for its metadata.
     storage_options : dict or None
         fsspec options of ``location``. Never logged.
+    given_ndim : int
+        2, or 1 for a vector read as one column (``open_source(..., allow_vector=True)``).
+    joined : tuple of RowSource
+        For a source made by :meth:`with_columns_of`, the sources whose columns it joins.
     rows : ndarray or None
         The rows themselves when they are a numpy array in this process (not
         copied: every chunk of ``array`` is a view of them); their rows per
@@ -155,6 +159,8 @@ class RowSource:
     zarr_array: Any = dataclasses.field(default=None, repr=False)
     storage_options: StorageOptions = dataclasses.field(default=None, repr=False)
     rows: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    given_ndim: int = 2
+    joined: tuple[RowSource, ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -185,6 +191,32 @@ class RowSource:
             return dataclasses.replace(self, array=_row_views(self.rows, int(chunk_rows)))
         return dataclasses.replace(self, array=self.array.rechunk({0: int(chunk_rows), 1: -1}))
 
+    def with_columns_of(self, other: RowSource) -> RowSource:
+        """This source with ``other``'s columns appended, row by row (e.g. regression targets beside the rows).
+
+        ``other`` is read in this source's row chunks, so one task reads a chunk
+        of both. The joined source's identity names both; its chunks are
+        identified by their content as they are read.
+
+        Raises
+        ------
+        InputError
+            If ``other`` has another number of rows.
+        """
+        if other.shape[0] != self.shape[0]:
+            raise InputError(
+                f"Expected a {other.name} with one row per row of the {self.name} ({self.shape[0]} rows). Got "
+                f"{other.shape[0]} rows from {other.description}. Pass the {other.name} of exactly these rows, "
+                "in the same order."
+            )
+        columns = other.array.rechunk({0: self.array.chunks[0], 1: -1})
+        return RowSource(
+            array=da.concatenate([self.array, columns], axis=1).rechunk({1: -1}),
+            description=f"{self.description} with {other.name} {other.description}",
+            name=self.name,
+            joined=(self, other),
+        )
+
     @cached_property
     def identity(self) -> str:
         """Which array this is: for zarr, a digest of its location and layout; else its kind, width and dtype.
@@ -195,6 +227,8 @@ class RowSource:
         :func:`chunk_digest` of the rows (other sources, whose identity names
         no location).
         """
+        if self.joined:
+            return " + ".join(part.identity for part in self.joined)
         if self.zarr_array is None:
             return f"{type(self.array).__name__}:{self.shape[1]}:{self.dtype}"
         layout = self.zarr_array.metadata.to_dict()
@@ -261,6 +295,7 @@ def open_source(
     sample_dim: str | None = None,
     chunk_rows: int | None = None,
     name: str | None = None,
+    allow_vector: bool = False,
 ) -> RowSource:
     """Open ``source`` once: the one place where data becomes a row-chunked dask array.
 
@@ -279,6 +314,8 @@ def open_source(
         dask's automatic chunking (numpy).
     name : str, optional
         What to call the source in error messages (e.g. "X"; default "data").
+    allow_vector : bool, default=False
+        Read a 1-D source as one column (regression targets).
 
     Returns
     -------
@@ -326,7 +363,7 @@ def open_source(
             location = location.rstrip("/") + "/" + zarr_array.path
         array = da.from_zarr(zarr_array)
     else:
-        array = _as_array(source, sample_dim)
+        array = _as_array(source, sample_dim, allow_vector)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(
         array.dtype, np.complexfloating
     ):
@@ -334,6 +371,9 @@ def open_source(
             f"The {name} must be real numbers. Got dtype {array.dtype} from {describe_source(source)}. "
             "Convert it to float32."
         )
+    given_ndim = array.ndim
+    if allow_vector and array.ndim == 1:
+        array = array.reshape(-1, 1)
     if array.ndim != 2:
         raise InputError(
             f"Expected 2-D {name} (rows = samples, columns = features). Got {array.ndim}-D {name} of shape "
@@ -354,6 +394,7 @@ def open_source(
         zarr_array=zarr_array,
         storage_options=storage_options if location is not None and _is_remote(location) else None,
         rows=rows,
+        given_ndim=given_ndim,
     )
 
 
@@ -400,7 +441,7 @@ def _row_views(rows: np.ndarray, chunk_rows: int | None) -> da.Array:
     return da.Array(graph, name, chunks, dtype=rows.dtype, meta=rows[:0])
 
 
-def _as_array(source: Any, sample_dim: str | None) -> da.Array | np.ndarray:
+def _as_array(source: Any, sample_dim: str | None, allow_vector: bool = False) -> da.Array | np.ndarray:
     """An in-memory or dask source as a dask array, or as the numpy array it is (not copied)."""
     if isinstance(source, da.Array):
         return source
@@ -409,14 +450,14 @@ def _as_array(source: Any, sample_dim: str | None) -> da.Array | np.ndarray:
         dim = dims[0] if sample_dim is None else sample_dim
         if dim not in dims:
             raise InputError(f"sample_dim {sample_dim!r} is not a dimension of the DataArray. Got dims {tuple(dims)}.")
-        if len(dims) != 2:
+        if len(dims) != 2 and not (allow_vector and len(dims) == 1):
             raise InputError(
                 f"Expected a 2-D DataArray (samples x features). Got dims {tuple(dims)}. "
                 "Stack the feature dimensions first, e.g. da.stack(feature=[...])."
             )
         data = source.transpose(dim, *[d for d in dims if d != dim]).data
         return data if isinstance(data, da.Array) else np.asarray(data)
-    if isinstance(source, np.ndarray) or hasattr(source, "__array__"):
+    if isinstance(source, (np.ndarray, list, tuple)) or hasattr(source, "__array__"):
         array = np.asarray(source)
         if array.dtype == object:
             raise InputError("The data must be real numbers. Got an object array; convert it with X.astype('float32').")

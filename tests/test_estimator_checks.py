@@ -128,3 +128,14 @@ def test_feature_map_pickle_round_trip(estimator):
 def test_feature_map_feature_names_out():
     rff = srf.RFF(n_features=4).fit(X)
     assert list(rff.get_feature_names_out()) == ["rff0", "rff1", "rff2", "rff3"]
+
+
+@parametrize_with_checks(
+    [
+        srf.KernelRidge(n_features=64),
+        srf.KernelRidge(alpha=0.1, n_features=64, bandwidth=2.0),
+        srf.KernelRidgeClassifier(n_features=64),
+    ]
+)
+def test_kernel_ridge_passes_sklearn_estimator_checks(estimator, check):
+    check(estimator)

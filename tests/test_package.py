@@ -16,7 +16,8 @@ def test_package_public_names_and_submodules_resolve_in_a_fresh_process():
         "missing = [name for name in srf.__all__ if getattr(srf, name, None) is None]\n"
         "assert not missing, missing\n"
         "assert srf.io.as_row_chunked and srf.engine.sketch is srf.sketch\n"
-        "assert sorted(srf.Sketch._registry) == ['cluster', 'index', 'landmark', 'mean', 'nystrom', 'twosample']\n"
+        "assert sorted(srf.Sketch._registry) == "
+        "['cluster', 'index', 'landmark', 'mean', 'nystrom', 'regression', 'twosample']\n"
         "assert set(srf.__all__) <= set(dir(srf)) and srf.__version__\n"
         "print('ok')\n"
     )
