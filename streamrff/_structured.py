@@ -32,19 +32,21 @@ features               MSE         / dense orthogonal
 =====================  ==========  ======================
 dense iid              1.83e-4     3.0x
 dense orthogonal       6.09e-5     1.0x
-SORF, chi(n) norms     5.05e-5     0.83x
+SORF, chi(n) norms     5.09e-5     0.84x
 SORF, sqrt(n) norms    5.05e-5     0.83x
 Fastfood               2.94e-4     4.8x
 =====================  ==========  ======================
 
-So SORF with chi(n) norms is the structure :class:`streamrff.RFF` uses: below
-dense orthogonal features (the padding to n = 1024 > d helps: the d
-coordinates a row sees are a part of a longer orthogonal row), a third of iid
-features' error, and its three transforms cost 1.5x Fastfood's two, still
-O(m log n). Fastfood stays here for the benchmark.
+(the sqrt(n) row: the same signs with ``row_scales`` set to ``1 / (n sigma)``.)
 
-Each block's ``ceil(m / n)`` signs come from the map's seeded generator, so a
-map's spec regenerates them on every worker.
+So SORF with chi(n) norms is the structure for ``RFF(structured=True)``: at
+or below the error of dense orthogonal features (at d = 128, D = 1024, where
+no padding is needed: 1.03x), a third of iid features' error; its three
+transforms cost 1.5x Fastfood's two, still O(m log n). Fastfood stays here
+for the benchmark.
+
+The signs and norms of all blocks come from the generator the caller seeds
+from the map's spec, so a spec regenerates them on every worker.
 
 References
 ----------
