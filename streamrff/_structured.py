@@ -266,31 +266,40 @@ def _block_sums(block, row_scales, first, offsets, lanes, largest, out):  # prag
     nothing is added).
 
     Row j of the block holds frequency ``first + j`` of the t rows: its phases are
-    ``block[j] * row_scales[first + j]``, their cos and sin (or cos of phase plus offset, and
-    its square) go to two vectors of t lanes (``lanes``: float32 (2, t)), summed by a fixed
+    ``block[j] * row_scales[first + j]`` (plus the offset), their cos and sin (or cos and its
+    square) go to vectors of t lanes (``lanes``: float32 (3, t) scratch), summed by a fixed
     halving tree (vectorised, and the same for every call), then in float64.
     """
     n, t = block.shape
     width = min(n, row_scales.shape[0] - first)
     largest[:t] = 0.0
+    phases, cosines, second = lanes[0, :t], lanes[1, :t], lanes[2, :t]
+    wide = _sincos.WIDE_VECTORS and t == _TILE_ROWS
+    one = np.float32(1.0)
     for j in range(width):
         source, factor = block[j], row_scales[first + j]
-        cosines, second = lanes[0], lanes[1]
-        if offsets.shape[0]:
+        if offsets.shape[0]:  # the phases exactly as structured_features computes them
             offset = offsets[first + j]
             for r in range(t):
                 x = source[r] * factor + offset
+                phases[r] = x
                 largest[r] = max(largest[r], abs(x))
-                c = _sincos._sincos(x)[1]
-                cosines[r] = c
-                second[r] = c * c
         else:
             for r in range(t):
                 x = source[r] * factor
+                phases[r] = x
                 largest[r] = max(largest[r], abs(x))
-                s, c = _sincos._sincos(x)
+        if wide:
+            for r in range(0, t, _sincos.LANES):
+                _sincos._wide_sincos(phases, phases, r, one, cosines, second, phases, 0)
+        else:
+            for r in range(t):
+                s, c = _sincos._sincos(phases[r])
                 cosines[r] = c
                 second[r] = s
+        if offsets.shape[0]:
+            for r in range(t):
+                second[r] = cosines[r] * cosines[r]
         size = t
         if t == _TILE_ROWS:  # a full tile: fold to 16 lanes in vertical adds of 16-lane vectors
             for r in range(16):
@@ -334,7 +343,7 @@ def _feature_sums(rows, signs, permutation, gaussian, row_scales, offsets, out):
     count, d = rows.shape
     blocks, n = signs.shape[0], signs.shape[2]
     rows_t, block_buffer, scratch_buffer = _buffers(n, d)
-    lanes = np.empty((2, _TILE_ROWS), np.float32)
+    lanes = np.empty((3, _TILE_ROWS), np.float32)
     largest = np.empty(_TILE_ROWS, np.float32)
     tile_sums = np.empty((2, n))
     for start in range(0, count, _TILE_ROWS):
