@@ -203,6 +203,79 @@ def _sincos(x):  # pragma: no cover - compiled
     return (-sin_x if q & 2 else sin_x), (-cos_x if (q + 1) & 2 else cos_x)
 
 
+@intrinsic
+def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
+    """Row ``j`` of a C-contiguous float32 (n, 64) block of transposed projections: phases
+    ``x = block[j] * factor`` (mode 1) or ``block[j] * factor + offset`` (mode 3), their
+    sin/cos as :func:`_sincos`, ``largest[:64] = max(largest, |x|)``, and ``totals[0, j]``,
+    ``totals[1, j]`` = the sums over the 64 lanes of cos and sin (mode 1) or of cos and cos^2
+    (mode 3), each added as ``(v[r] + v[r + 16]) + (v[r + 32] + v[r + 48])`` then by halves
+    (lanes ``r`` and ``r + 8``, ``r + 4``, ...): the order of :func:`streamrff._structured._block_sums`'
+    loops, so the same bits. ``totals``: C-contiguous float32 (2, >= n).
+    """
+    if not isinstance(mode, types.IntegerLiteral) or mode.literal_value not in (1, 3):
+        return None
+    for array, ndim in ((block, 2), (largest, 1), (totals, 2)):
+        if not (isinstance(array, types.Array) and array.ndim == ndim and array.dtype == types.float32):
+            return None
+    if block.layout != "C" or totals.layout != "C":
+        return None
+    kind = mode.literal_value
+    signature = types.void(block, j, factor, offset, largest, totals, mode)
+
+    def codegen(context, builder, signature, args):
+        intp = context.get_value_type(types.intp)
+        i32 = ir.IntType(32)
+
+        def splat(value):
+            one_lane = builder.insert_element(ir.Constant(_vector, None), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one_lane, one_lane, ir.Constant(_int_vector, [0] * LANES))
+
+        def vector_pointer(data, index):
+            return builder.bitcast(builder.gep(data, [index]), _vector.as_pointer())
+
+        block_array = context.make_array(signature.args[0])(context, builder, args[0])
+        columns = cgutils.unpack_tuple(builder, block_array.shape, 2)[1]
+        row = context.cast(builder, args[1], signature.args[1], types.intp)
+        first = builder.mul(row, columns)
+        scale = splat(context.cast(builder, args[2], signature.args[2], types.float32))
+        shift = splat(context.cast(builder, args[3], signature.args[3], types.float32))
+        largest_data = context.make_array(signature.args[4])(context, builder, args[4]).data
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_vector, [_vector]), "llvm.fabs.v16f32")
+        firsts, seconds = [], []
+        for part in range(4):
+            lane = ir.Constant(intp, part * LANES)
+            x = builder.fmul(builder.load(vector_pointer(block_array.data, builder.add(first, lane)), align=4), scale)
+            if kind == 3:
+                x = builder.fadd(x, shift)
+            largest_pointer = vector_pointer(largest_data, lane)
+            magnitude = builder.call(fabs, [x])
+            current = builder.load(largest_pointer, align=4)
+            bigger = builder.fcmp_ordered(">", magnitude, current)
+            builder.store(builder.select(bigger, magnitude, current), largest_pointer, align=4)
+            sin_x, cos_x = _emit_sincos(builder, x)
+            firsts.append(cos_x)
+            seconds.append(sin_x if kind == 1 else builder.fmul(cos_x, cos_x))
+        totals_array = context.make_array(signature.args[5])(context, builder, args[5])
+        totals_columns = cgutils.unpack_tuple(builder, totals_array.shape, 2)[1]
+        for which, parts in enumerate((firsts, seconds)):
+            total = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+            lanes = LANES
+            while lanes > 1:  # (0..7) + (8..15), then (0..3) + (4..7), ...
+                lanes //= 2
+                low, high = (
+                    builder.shuffle_vector(total, total, ir.Constant(ir.VectorType(i32, lanes), picks))
+                    for picks in (list(range(lanes)), list(range(lanes, 2 * lanes)))
+                )
+                total = builder.fadd(low, high)
+            value = builder.extract_element(total, ir.Constant(i32, 0))
+            index = builder.add(builder.mul(ir.Constant(intp, which), totals_columns), row)
+            builder.store(value, builder.gep(totals_array.data, [index]))
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
 @_jit
 def largest_phase(phases, offsets):  # pragma: no cover - compiled
     """``max |phases + offsets|`` (``offsets`` may have length 0), to check a tile before

@@ -260,7 +260,7 @@ def structured_projection(X: np.ndarray, params: dict[str, np.ndarray], out: np.
 
 
 @_jit
-def _block_sums(block, row_scales, first, offsets, lanes, largest, out):  # pragma: no cover - compiled
+def _block_sums(block, row_scales, first, offsets, lanes, largest, totals, out):  # pragma: no cover - compiled
     """Add the column sums of the features of one transformed (n, t) block to ``out`` (float64
     (2, >= width)), in the block's own layout; False if a phase exceeds MAX_FAST_PHASE (then
     nothing is added).
@@ -268,14 +268,25 @@ def _block_sums(block, row_scales, first, offsets, lanes, largest, out):  # prag
     Row j of the block holds frequency ``first + j`` of the t rows: its phases are
     ``block[j] * row_scales[first + j]`` (plus the offset), their cos and sin (or cos and its
     square) go to vectors of t lanes (``lanes``: float32 (3, t) scratch), summed by a fixed
-    halving tree (vectorised, and the same for every call), then in float64.
+    tree (the same for every call), then in float64. On AVX-512, full tiles run
+    :func:`streamrff._sincos._wide_row_sums` (the same operations in registers, the float32
+    totals in ``totals``, float32 (2, n)).
     """
     n, t = block.shape
     width = min(n, row_scales.shape[0] - first)
     largest[:t] = 0.0
+    if _sincos.WIDE_VECTORS and t == _TILE_ROWS:
+        for j in range(width):
+            factor = row_scales[first + j]
+            if offsets.shape[0]:
+                _sincos._wide_row_sums(block, j, factor, offsets[first + j], largest, totals, 3)
+            else:
+                _sincos._wide_row_sums(block, j, factor, np.float32(0.0), largest, totals, 1)
+        for j in range(width):
+            out[0, j] += totals[0, j]
+            out[1, j] += totals[1, j]
+        return largest[:t].max() <= _sincos.MAX_FAST_PHASE
     phases, cosines, second = lanes[0, :t], lanes[1, :t], lanes[2, :t]
-    wide = _sincos.WIDE_VECTORS and t == _TILE_ROWS
-    one = np.float32(1.0)
     for j in range(width):
         source, factor = block[j], row_scales[first + j]
         if offsets.shape[0]:  # the phases exactly as structured_features computes them
@@ -289,19 +300,15 @@ def _block_sums(block, row_scales, first, offsets, lanes, largest, out):  # prag
                 x = source[r] * factor
                 phases[r] = x
                 largest[r] = max(largest[r], abs(x))
-        if wide:
-            for r in range(0, t, _sincos.LANES):
-                _sincos._wide_sincos(phases, phases, r, one, cosines, second, phases, 0)
-        else:
-            for r in range(t):
-                s, c = _sincos._sincos(phases[r])
-                cosines[r] = c
-                second[r] = s
+        for r in range(t):
+            s, c = _sincos._sincos(phases[r])
+            cosines[r] = c
+            second[r] = s
         if offsets.shape[0]:
             for r in range(t):
                 second[r] = cosines[r] * cosines[r]
         size = t
-        if t == _TILE_ROWS:  # a full tile: fold to 16 lanes in vertical adds of 16-lane vectors
+        if t == _TILE_ROWS:  # a full tile: fold to 16 lanes as the 16-lane kernel does
             for r in range(16):
                 cosines[r] = (cosines[r] + cosines[r + 16]) + (cosines[r + 32] + cosines[r + 48])
                 second[r] = (second[r] + second[r + 16]) + (second[r + 32] + second[r + 48])
@@ -344,6 +351,7 @@ def _feature_sums(rows, signs, permutation, gaussian, row_scales, offsets, out):
     blocks, n = signs.shape[0], signs.shape[2]
     rows_t, block_buffer, scratch_buffer = _buffers(n, d)
     lanes = np.empty((3, _TILE_ROWS), np.float32)
+    totals = np.empty((2, n), np.float32)
     largest = np.empty(_TILE_ROWS, np.float32)
     tile_sums = np.empty((2, n))
     for start in range(0, count, _TILE_ROWS):
@@ -354,7 +362,7 @@ def _feature_sums(rows, signs, permutation, gaussian, row_scales, offsets, out):
         for b in range(blocks):
             _project_block(columns, b, signs, permutation, gaussian, block, scratch)
             tile_sums[:] = 0.0
-            if not _block_sums(block, row_scales, b * n, offsets, lanes, largest, tile_sums):
+            if not _block_sums(block, row_scales, b * n, offsets, lanes, largest, totals, tile_sums):
                 tile_sums[:] = 0.0
                 _exact_block_sums(block, row_scales, b * n, offsets, tile_sums)
             width = min(n, row_scales.shape[0] - b * n)

@@ -1,6 +1,9 @@
 """Structured (SORF) frequencies against dense matrices built in numpy, the exact Gaussian kernel and
 the features' own float64 sums."""
 
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -203,3 +206,37 @@ def test_structured_params_regenerate_from_the_seed():
 def test_structured_params_unknown_method():
     with pytest.raises(ValueError, match="fastfood"):
         structured_params(np.random.default_rng(0), 3, 4, 1.0, method="hadamard")
+
+
+@pytest.mark.slow
+def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
+    # On AVX-512 the transforms, sin/cos and tile sums run in 16-lane vectors; a portable numba
+    # target ("generic") runs the loops. Same operations in the same order: the same bits.
+    d, m = 100, 300
+    X = rows_of(130, d, seed=9)
+    code = (
+        "import sys, numpy as np\n"
+        "from streamrff._structured import structured_feature_sums, structured_features, structured_params\n"
+        "X = np.frombuffer(bytes.fromhex(sys.argv[1]), np.float32).reshape(130, 100).copy()\n"
+        "params = structured_params(np.random.default_rng(1), 100, 300, 4.0)\n"
+        "sums = np.zeros((2, 300))\n"
+        "structured_feature_sums(X, params, np.zeros(0, np.float32), sums)\n"
+        "features = structured_features(X, params, np.zeros(0, np.float32), 0.5, np.empty((130, 600), np.float32))\n"
+        "print(sums.tobytes().hex(), features.tobytes().hex())"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_CPU")}
+    outputs = []
+    for target in ({}, {"NUMBA_CPU_NAME": "generic"}):
+        result = subprocess.run(
+            [sys.executable, "-c", code, X.tobytes().hex()],
+            env=env | target,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        outputs.append(result.stdout.split())
+    assert outputs[0] == outputs[1]
+    params = structured_params(np.random.default_rng(1), d, m, 4.0)
+    sums = np.zeros((2, m))
+    structured_feature_sums(X, params, NO_OFFSETS, sums)
+    assert np.frombuffer(bytes.fromhex(outputs[0][0])).reshape(2, m).tolist() == sums.tolist()
