@@ -205,13 +205,13 @@ def _sincos(x):  # pragma: no cover - compiled
 
 @intrinsic
 def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
-    """Row ``j`` of a C-contiguous float32 (n, 64) block of transposed projections: phases
+    """Row ``j`` of a C-contiguous float32 (n, 32) block of transposed projections: phases
     ``x = block[j] * factor`` (mode 1) or ``block[j] * factor + offset`` (mode 3), their
-    sin/cos as :func:`_sincos`, ``largest[:64] = max(largest, |x|)``, and ``totals[0, j]``,
-    ``totals[1, j]`` = the sums over the 64 lanes of cos and sin (mode 1) or of cos and cos^2
-    (mode 3), each added as ``(v[r] + v[r + 16]) + (v[r + 32] + v[r + 48])`` then by halves
-    (lanes ``r`` and ``r + 8``, ``r + 4``, ...): the order of :func:`streamrff._structured._block_sums`'
-    loops, so the same bits. ``totals``: C-contiguous float32 (2, >= n).
+    sin/cos as :func:`_sincos`, ``largest[:32] = max(largest, |x|)``, and ``totals[0, j]``,
+    ``totals[1, j]`` = the sums over the 32 lanes of cos and sin (mode 1) or of cos and cos^2
+    (mode 3), each added as ``v[r] + v[r + 16]`` then by halves (lanes ``r`` and ``r + 8``,
+    ``r + 4``, ...): the order of :func:`streamrff._structured._block_sums`' loops, so the
+    same bits. ``totals``: C-contiguous float32 (2, >= n).
     """
     if not isinstance(mode, types.IntegerLiteral) or mode.literal_value not in (1, 3):
         return None
@@ -243,7 +243,7 @@ def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
         largest_data = context.make_array(signature.args[4])(context, builder, args[4]).data
         fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_vector, [_vector]), "llvm.fabs.v16f32")
         firsts, seconds = [], []
-        for part in range(4):
+        for part in range(2):
             lane = ir.Constant(intp, part * LANES)
             x = builder.fmul(builder.load(vector_pointer(block_array.data, builder.add(first, lane)), align=4), scale)
             if kind == 3:
@@ -259,7 +259,7 @@ def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
         totals_array = context.make_array(signature.args[5])(context, builder, args[5])
         totals_columns = cgutils.unpack_tuple(builder, totals_array.shape, 2)[1]
         for which, parts in enumerate((firsts, seconds)):
-            total = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+            total = builder.fadd(parts[0], parts[1])
             lanes = LANES
             while lanes > 1:  # (0..7) + (8..15), then (0..3) + (4..7), ...
                 lanes //= 2
