@@ -62,6 +62,7 @@ import numba
 import numpy as np
 
 from . import _hadamard, _sincos
+from .errors import InputError
 
 __all__ = [
     "STRUCTURED_METHODS",
@@ -69,6 +70,7 @@ __all__ = [
     "structured_features",
     "structured_params",
     "structured_projection",
+    "structured_rff_features",
 ]
 
 #: The structures :func:`structured_params` draws.
@@ -143,7 +145,7 @@ def structured_params(
         frobenius = np.linalg.norm(gaussian.astype(np.float64), axis=1, keepdims=True)
         row_scales = (chi / (np.sqrt(n) * frobenius * bandwidth)).reshape(-1)
     else:
-        raise ValueError(f"method must be one of {STRUCTURED_METHODS}. Got {method!r}.")
+        raise InputError(f"method must be one of {STRUCTURED_METHODS}. Got {method!r}; use 'sorf'.")
     return {
         "signs": signs,
         "permutation": permutation,
@@ -415,7 +417,13 @@ def structured_feature_sums(
 
 
 @_jit
-def _features(rows, signs, permutation, gaussian, row_scales, offsets, scale, out):  # pragma: no cover - compiled
+def structured_rff_features(rows, signs, permutation, gaussian, row_scales, offsets, scale, out):  # pragma: no cover
+    """The compiled body of :func:`structured_features`, callable from other numba kernels (the
+    Lloyd step embeds its tiles with it, as it does with :func:`streamrff._sincos.rff_features`).
+
+    ``signs``, ``permutation``, ``gaussian``, ``row_scales``: the arrays of
+    :func:`structured_params`; ``scale``: float32; the rest as :func:`structured_features`.
+    """
     count = rows.shape[0]
     m = row_scales.shape[0]
     phases = np.empty((min(count, _TILE_ROWS), m), np.float32)
@@ -479,5 +487,5 @@ def structured_features(
     >>> bool(np.abs(Z @ Z.T - exact_kernel(X, X, 5.0)).max() < 0.05)
     True
     """
-    _features(X, *_kernel_args(params), offsets, np.float32(scale), out)
+    structured_rff_features(X, *_kernel_args(params), offsets, np.float32(scale), out)
     return out

@@ -204,7 +204,7 @@ def test_structured_params_regenerate_from_the_seed():
 
 
 def test_structured_params_unknown_method():
-    with pytest.raises(ValueError, match="fastfood"):
+    with pytest.raises(srf.InputError, match="fastfood"):
         structured_params(np.random.default_rng(0), 3, 4, 1.0, method="hadamard")
 
 
