@@ -5,12 +5,23 @@ range reduction, and cannot fuse them with the scaling and the column sums
 that follow, so a float32 RFF tile is read and written four or five times.
 These kernels (compiled by numba, without the GIL) evaluate both functions
 from one reduction by pi/2 and either write the scaled features
-(:func:`sincos_features`, :func:`cos_features`: 2.0x numpy's passes on a
+(:func:`sincos_features`, :func:`cos_features`: 2.9x numpy's passes on a
 256 x 512 tile) or accumulate their column sums (:func:`sincos_feature_sums`,
-:func:`cos_feature_sums`: a whole chunk in one call; 1.3x numpy's tile loop
-with the projection that both share, ``benchmarks/bench_sincos.py``). One
-call per chunk also keeps other threads' Python (zarr's reads) from stalling
-the kernel: it takes the GIL once, not a few times per tile.
+:func:`cos_feature_sums`: a whole chunk in one call; 1.5x numpy's tile loop
+with the projection that both share, ``benchmarks/bench_sincos.py``, one run
+on a loaded machine). One call per chunk also keeps other threads' Python
+(zarr's reads) from stalling the kernel: it takes the GIL once, not a few
+times per tile.
+
+Vector width. numba compiles for the host CPU, and LLVM's tuning for recent
+Intel cores prefers 256-bit vectors, so its auto-vectorised loops use half of
+an AVX-512 core (2.0x numpy's features, measured). When numba compiles for
+AVX-512 (:data:`WIDE_VECTORS`, the test of :mod:`streamrff._rowdot`), the
+loops run the sin/cos in explicit ``<16 x float>`` LLVM vectors
+(:func:`_wide_sincos`) and leave the last ``m mod 16`` columns to the
+scalar loop. The vector code is the scalar one's float32 operations in the
+same order (no fused multiply-add, no reassociation), so results are the same
+bit for bit on every target.
 
 Accuracy. The phase ``x`` is reduced as ``r = x - k pi/2`` with pi/2 split
 in three float32 parts (Cody-Waite, as in Cephes' ``sinf``), and ``sin r``,
@@ -30,6 +41,12 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._rowdot import _compiles_for_avx512
 
 __all__ = [
     "MAX_FAST_PHASE",
@@ -60,6 +77,117 @@ _C1, _C2, _C3 = np.float32(4.166664568298827e-2), np.float32(-1.388731625493765e
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 
+#: Float32 lanes of one explicit vector (512 bits).
+LANES = 16
+#: Whether the kernels evaluate sin/cos in explicit 16-lane vectors (:func:`_wide_sincos`):
+#: when numba compiles for AVX-512. Elsewhere the auto-vectorised loops run, with the same
+#: results bit for bit (the same float32 operations in the same order, lane by lane).
+WIDE_VECTORS = _compiles_for_avx512()
+
+_float = ir.FloatType()
+_vector = ir.VectorType(_float, LANES)
+_int_vector = ir.VectorType(ir.IntType(32), LANES)
+
+
+def _is_float32_vector(array: types.Type) -> bool:
+    return isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.float32
+
+
+def _emit_sincos(builder: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """LLVM IR for :func:`_sincos` on 16 lanes: the same float32 operations in the same order."""
+
+    def splat(value: np.float32) -> ir.Constant:
+        return ir.Constant(_vector, [float(value)] * LANES)
+
+    def call(name: str, *arguments: ir.Value) -> ir.Value:
+        function_type = ir.FunctionType(_vector, [_vector] * len(arguments))
+        return builder.call(cgutils.get_or_insert_function(builder.module, function_type, name), arguments)
+
+    mul, add, sub = builder.fmul, builder.fadd, builder.fsub
+    k = call("llvm.rint.v16f32", mul(x, splat(_TWO_OVER_PI)))
+    r = sub(sub(sub(x, mul(k, splat(_PIO2_1))), mul(k, splat(_PIO2_2))), mul(k, splat(_PIO2_3)))
+    r2 = mul(r, r)
+    sine = add(r, mul(mul(r, r2), add(splat(_S1), mul(r2, add(splat(_S2), mul(r2, splat(_S3)))))))
+    cosine_tail = mul(mul(r2, r2), add(splat(_C1), mul(r2, add(splat(_C2), mul(r2, splat(_C3))))))
+    cosine = add(sub(splat(np.float32(1.0)), mul(splat(np.float32(0.5)), r2)), cosine_tail)
+    q = builder.fptosi(k, _int_vector)
+    zero = ir.Constant(_int_vector, [0] * LANES)
+
+    def bit_set(value: ir.Value, bit: int) -> ir.Value:
+        return builder.icmp_signed("!=", builder.and_(value, ir.Constant(_int_vector, [bit] * LANES)), zero)
+
+    odd = bit_set(q, 1)
+    sin_x = builder.select(odd, cosine, sine)
+    cos_x = builder.select(odd, sine, cosine)
+    sin_x = builder.select(bit_set(q, 2), builder.fsub(splat(np.float32(-0.0)), sin_x), sin_x)
+    next_quadrant = builder.add(q, ir.Constant(_int_vector, [1] * LANES))
+    cos_x = builder.select(bit_set(next_quadrant, 2), builder.fsub(splat(np.float32(-0.0)), cos_x), cos_x)
+    return sin_x, cos_x
+
+
+def _vector_pointer(context, builder, array_type, array_value, index):
+    data = context.make_array(array_type)(context, builder, array_value).data
+    return builder.bitcast(builder.gep(data, [index]), _vector.as_pointer())
+
+
+@intrinsic
+def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, largest, mode):
+    """16 lanes from ``first`` of ``phases`` (plus ``offsets``, for modes 2 and 3), through
+    :func:`_sincos`, in one explicit ``<16 x float>`` vector. ``mode`` (an integer literal):
+
+    0: ``out_a = factor * cos``, ``out_b = factor * sin`` (sin/cos features);
+    1: ``out_a += cos``, ``out_b += sin``, ``largest = max(largest, |x|)`` (their sums);
+    2: ``out_a = factor * cos(x + offsets)`` (cos+phase features; ``out_b`` unused);
+    3: ``out_a += cos(x + offsets)``, ``out_b += its square``, ``largest`` as in 1.
+
+    All arrays are 1-D float32 with unit stride (the caller checks); the same lanes of each
+    are used (``largest`` too), so every lane equals the scalar loop's result bit for bit.
+    """
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    if not all(_is_float32_vector(array) for array in (phases, offsets, out_a, out_b, largest)):
+        return None
+    kind = mode.literal_value
+    signature = types.void(phases, offsets, first, factor, out_a, out_b, largest, mode)
+
+    def codegen(context, builder, signature, args):
+        array_types = signature.args
+        first_index = args[2]
+
+        def pointer(position):
+            return _vector_pointer(context, builder, array_types[position], args[position], first_index)
+
+        x = builder.load(pointer(0), align=4)
+        if kind in (2, 3):
+            x = builder.fadd(x, builder.load(pointer(1), align=4))
+        sin_x, cos_x = _emit_sincos(builder, x)
+        if kind in (0, 2):
+            factor_value = context.cast(builder, args[3], array_types[3], types.float32)
+            one_lane = builder.insert_element(ir.Constant(_vector, None), factor_value, ir.Constant(ir.IntType(32), 0))
+            scale = builder.shuffle_vector(one_lane, one_lane, ir.Constant(_int_vector, [0] * LANES))
+            builder.store(builder.fmul(scale, cos_x), pointer(4), align=4)
+            if kind == 0:
+                builder.store(builder.fmul(scale, sin_x), pointer(5), align=4)
+        else:
+            first_sum, second_sum = pointer(4), pointer(5)
+            second = sin_x if kind == 1 else builder.fmul(cos_x, cos_x)
+            builder.store(builder.fadd(builder.load(first_sum, align=4), cos_x), first_sum, align=4)
+            builder.store(builder.fadd(builder.load(second_sum, align=4), second), second_sum, align=4)
+            largest_pointer = pointer(6)
+            magnitude = builder.call(
+                cgutils.get_or_insert_function(builder.module, ir.FunctionType(_vector, [_vector]), "llvm.fabs.v16f32"),
+                [x],
+            )
+            current = builder.load(largest_pointer, align=4)
+            builder.store(
+                builder.select(builder.fcmp_ordered(">", magnitude, current), magnitude, current),
+                largest_pointer,
+                align=4,
+            )
+        return context.get_dummy_value()
+
+    return signature, codegen
+
 
 @numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", inline="always")
 def _sincos(x):  # pragma: no cover - compiled
@@ -73,6 +201,79 @@ def _sincos(x):  # pragma: no cover - compiled
     sin_x = c if q & 1 else s
     cos_x = s if q & 1 else c
     return (-sin_x if q & 2 else sin_x), (-cos_x if (q + 1) & 2 else cos_x)
+
+
+@intrinsic
+def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
+    """Row ``j`` of a C-contiguous float32 (n, 32) block of transposed projections: phases
+    ``x = block[j] * factor`` (mode 1) or ``block[j] * factor + offset`` (mode 3), their
+    sin/cos as :func:`_sincos`, ``largest[:32] = max(largest, |x|)``, and ``totals[0, j]``,
+    ``totals[1, j]`` = the sums over the 32 lanes of cos and sin (mode 1) or of cos and cos^2
+    (mode 3), each added as ``v[r] + v[r + 16]`` then by halves (lanes ``r`` and ``r + 8``,
+    ``r + 4``, ...): the order of :func:`streamrff._structured._block_sums`' loops, so the
+    same bits. ``totals``: C-contiguous float32 (2, >= n).
+    """
+    if not isinstance(mode, types.IntegerLiteral) or mode.literal_value not in (1, 3):
+        return None
+    for array, ndim in ((block, 2), (largest, 1), (totals, 2)):
+        if not (isinstance(array, types.Array) and array.ndim == ndim and array.dtype == types.float32):
+            return None
+    if block.layout != "C" or totals.layout != "C":
+        return None
+    kind = mode.literal_value
+    signature = types.void(block, j, factor, offset, largest, totals, mode)
+
+    def codegen(context, builder, signature, args):
+        intp = context.get_value_type(types.intp)
+        i32 = ir.IntType(32)
+
+        def splat(value):
+            one_lane = builder.insert_element(ir.Constant(_vector, None), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one_lane, one_lane, ir.Constant(_int_vector, [0] * LANES))
+
+        def vector_pointer(data, index):
+            return builder.bitcast(builder.gep(data, [index]), _vector.as_pointer())
+
+        block_array = context.make_array(signature.args[0])(context, builder, args[0])
+        columns = cgutils.unpack_tuple(builder, block_array.shape, 2)[1]
+        row = context.cast(builder, args[1], signature.args[1], types.intp)
+        first = builder.mul(row, columns)
+        scale = splat(context.cast(builder, args[2], signature.args[2], types.float32))
+        shift = splat(context.cast(builder, args[3], signature.args[3], types.float32))
+        largest_data = context.make_array(signature.args[4])(context, builder, args[4]).data
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_vector, [_vector]), "llvm.fabs.v16f32")
+        firsts, seconds = [], []
+        for part in range(2):
+            lane = ir.Constant(intp, part * LANES)
+            x = builder.fmul(builder.load(vector_pointer(block_array.data, builder.add(first, lane)), align=4), scale)
+            if kind == 3:
+                x = builder.fadd(x, shift)
+            largest_pointer = vector_pointer(largest_data, lane)
+            magnitude = builder.call(fabs, [x])
+            current = builder.load(largest_pointer, align=4)
+            bigger = builder.fcmp_ordered(">", magnitude, current)
+            builder.store(builder.select(bigger, magnitude, current), largest_pointer, align=4)
+            sin_x, cos_x = _emit_sincos(builder, x)
+            firsts.append(cos_x)
+            seconds.append(sin_x if kind == 1 else builder.fmul(cos_x, cos_x))
+        totals_array = context.make_array(signature.args[5])(context, builder, args[5])
+        totals_columns = cgutils.unpack_tuple(builder, totals_array.shape, 2)[1]
+        for which, parts in enumerate((firsts, seconds)):
+            total = builder.fadd(parts[0], parts[1])
+            lanes = LANES
+            while lanes > 1:  # (0..7) + (8..15), then (0..3) + (4..7), ...
+                lanes //= 2
+                low, high = (
+                    builder.shuffle_vector(total, total, ir.Constant(ir.VectorType(i32, lanes), picks))
+                    for picks in (list(range(lanes)), list(range(lanes, 2 * lanes)))
+                )
+                total = builder.fadd(low, high)
+            value = builder.extract_element(total, ir.Constant(i32, 0))
+            index = builder.add(builder.mul(ir.Constant(intp, which), totals_columns), row)
+            builder.store(value, builder.gep(totals_array.data, [index]))
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 @_jit
@@ -146,28 +347,41 @@ def _fast_sums(phases, offsets, scratch, tile):  # pragma: no cover - compiled
     sums of their squares. ``scratch``: float32 (3, m), overwritten.
     """
     rows, m = phases.shape
-    largest, segment = scratch[0], scratch[1:]
+    largest, first_sums, second_sums = scratch[0], scratch[1], scratch[2]
     largest[:] = 0.0  # per column, so that the loops vectorise
     tile[:] = 0.0
+    one = np.float32(1.0)
     for start in range(0, rows, _SEGMENT_ROWS):
-        segment[:] = 0.0
+        first_sums[:] = 0.0
+        second_sums[:] = 0.0
         for i in range(start, min(rows, start + _SEGMENT_ROWS)):
             row = phases[i]
+            wide = WIDE_VECTORS and row.strides[0] == 4 and largest.strides[0] == 4
+            first = 0
             if offsets.shape[0]:
-                for j in range(m):
+                if wide and offsets.strides[0] == 4:
+                    while first + LANES <= m:
+                        _wide_sincos(row, offsets, first, one, first_sums, second_sums, largest, 3)
+                        first += LANES
+                for j in range(first, m):
                     x = row[j] + offsets[j]
                     largest[j] = max(largest[j], abs(x))
                     c = _sincos(x)[1]
-                    segment[0, j] += c
-                    segment[1, j] += c * c
+                    first_sums[j] += c
+                    second_sums[j] += c * c
             else:
-                for j in range(m):
+                if wide:
+                    while first + LANES <= m:
+                        _wide_sincos(row, row, first, one, first_sums, second_sums, largest, 1)
+                        first += LANES
+                for j in range(first, m):
                     x = row[j]
                     largest[j] = max(largest[j], abs(x))
                     s, c = _sincos(x)
-                    segment[0, j] += c
-                    segment[1, j] += s
-        tile += segment
+                    first_sums[j] += c
+                    second_sums[j] += s
+        tile[0] += first_sums
+        tile[1] += second_sums
     return largest.max() <= MAX_FAST_PHASE
 
 
@@ -199,7 +413,12 @@ def sincos_features(phases, scale, out):  # pragma: no cover - compiled
     factor = np.float32(scale)
     for i in range(rows):
         row, cosines, sines = phases[i], out[i, :m], out[i, m:]  # 1-D views: the loop vectorises
-        for j in range(m):
+        start = 0
+        if WIDE_VECTORS and row.strides[0] == 4 and cosines.strides[0] == 4:
+            while start + LANES <= m:
+                _wide_sincos(row, row, start, factor, cosines, sines, row, 0)
+                start += LANES
+        for j in range(start, m):
             s, c = _sincos(row[j])
             cosines[j] = factor * c
             sines[j] = factor * s
@@ -216,7 +435,12 @@ def cos_features(phases, offsets, scale, out):  # pragma: no cover - compiled
     factor = np.float32(scale)
     for i in range(rows):
         row, cosines = phases[i], out[i]
-        for j in range(m):
+        start = 0
+        if WIDE_VECTORS and row.strides[0] == 4 and cosines.strides[0] == 4 and offsets.strides[0] == 4:
+            while start + LANES <= m:
+                _wide_sincos(row, offsets, start, factor, cosines, cosines, row, 2)
+                start += LANES
+        for j in range(start, m):
             cosines[j] = factor * _sincos(row[j] + offsets[j])[1]
 
 

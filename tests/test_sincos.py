@@ -1,5 +1,9 @@
 """The compiled float32 sin/cos kernels against numpy's float64 sin/cos of the same float32 phases."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -115,3 +119,53 @@ def test_feature_tiles_with_large_phases_take_float64_cos_and_sin(variant):
     features = [tile.copy() for _, tile in feature_map.embed_tiles(X, tile_rows=256)]
     assert np.abs(features[0] - expected[0]).max() < 1e-7
     np.testing.assert_array_equal(features[1], expected[1])
+
+
+def duplicated_columns(largest, rows=70, wide_columns=2 * _sincos.LANES, seed=3):
+    """Phases whose last 7 columns (left to the scalar loop) repeat the first 7 (in a 16-lane vector)."""
+    phases = phases_up_to(largest, rows=rows, columns=wide_columns, seed=seed)
+    return np.ascontiguousarray(np.hstack([phases, phases[:, :7]]))
+
+
+@pytest.mark.parametrize("largest", [3.0, 1000.0])
+def test_vector_lanes_equal_the_scalar_loop_bit_for_bit(largest):
+    # Whether the kernels run 16-lane vectors (AVX-512) or the auto-vectorised loops, every
+    # value is the same float32 operations in the same order: the same bits.
+    phases = duplicated_columns(largest)
+    m = phases.shape[1]
+    tail = slice(m - 7, m)
+    features = np.empty((phases.shape[0], 2 * m), np.float32)
+    _sincos.sincos_features(phases, 0.3, features)
+    np.testing.assert_array_equal(features[:, :7], features[:, tail])
+    np.testing.assert_array_equal(features[:, m : m + 7], features[:, m + tail.start :])
+    offsets = np.random.default_rng(4).uniform(0, 2 * np.pi, m - 7).astype(np.float32)
+    offsets = np.concatenate([offsets, offsets[:7]])
+    cosines = np.empty_like(phases)
+    _sincos.cos_features(phases, offsets, 0.3, cosines)
+    np.testing.assert_array_equal(cosines[:, :7], cosines[:, tail])
+    for column_offsets in (np.zeros(0, np.float32), offsets):
+        scratch, sums = np.empty((3, m), np.float32), np.empty((2, m))
+        assert _sincos._fast_sums(phases, column_offsets, scratch, sums)
+        np.testing.assert_array_equal(sums[:, :7], sums[:, tail])
+
+
+def test_features_do_not_depend_on_the_vector_width_numba_compiles_for():
+    # A portable target ("generic": no 16-lane vectors) gives the same features bit for bit.
+    phases = duplicated_columns(50.0, rows=8)
+    out = np.empty((8, 2 * phases.shape[1]), np.float32)
+    _sincos.sincos_features(phases, 0.5, out)
+    code = (
+        "import sys, numpy as np; from streamrff import _sincos\n"
+        "phases = np.frombuffer(bytes.fromhex(sys.argv[1]), np.float32).reshape(8, -1).copy()\n"
+        "out = np.empty((8, 2 * phases.shape[1]), np.float32)\n"
+        "_sincos.sincos_features(phases, 0.5, out)\n"
+        "print(_sincos.WIDE_VECTORS, out.tobytes().hex())"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_CPU")}
+    env["NUMBA_CPU_NAME"] = "generic"
+    result = subprocess.run(
+        [sys.executable, "-c", code, phases.tobytes().hex()], env=env, capture_output=True, text=True, check=True
+    )
+    wide, features = result.stdout.split()
+    assert wide == "False"
+    np.testing.assert_array_equal(np.frombuffer(bytes.fromhex(features), np.float32).reshape(out.shape), out)

@@ -1,0 +1,187 @@
+"""Structured (SORF) against dense random Fourier features for high-dimensional rows: pass speed and kernel error.
+
+Until ``RFF(structured=True)`` is wired into the maps, both passes are built on the compiled
+kernels directly, in one harness, so the ratio compares the kernels and not the engines:
+
+* dense      - ``streamrff._sincos.sincos_feature_sums`` with the float32 frequencies of
+               ``RFF(n_features=D)`` (what ``RFF._feature_sums`` runs per chunk today);
+* structured - ``streamrff._structured.structured_feature_sums`` with SORF parameters
+               (d padded to a power of two, D/2 frequencies);
+* read       - reading and decoding the chunks alone (zarr only): the floor a pass can reach.
+
+Each pass turns every row chunk of a dask array into its float64 (2, D/2) column sums in a task
+and adds them up (``dask.compute``, threaded scheduler, one BLAS thread per task), for rows in
+memory (``da.from_array``) and for a zarr array written by ``dask.array.to_zarr`` (zarr 3's
+default zstd codec). Prints rows/s and structured/dense ratios for every d in ``--dims`` and D in
+``--features``.
+
+Then the kernel error table: the mean squared error of the 400 x 400 Gram matrix ``Z Z^T``
+against the exact Gaussian kernel, rows N(0, I_d), bandwidth sqrt(d), sin/cos variant, mean of
+three seeds, for dense iid, dense orthogonal (``RFF(orthogonal=True)``), structured SORF,
+Fastfood (``streamrff._structured``, method "fastfood") and, where it imports, scikit-learn-extra's
+``Fastfood`` (cos+phase features, its own scaling).
+
+Timings on a shared machine are not trustworthy; run on an idle one for figures.
+
+Run: python benchmarks/bench_highdim.py [--rows 60000] [--dims 128,384,768,1024] [--features 1024,4096]
+     [--chunk-rows 10000] [--repeat 3] [--error-only] [--error-dims 768] [--error-features 4096]
+Smoke test: python benchmarks/bench_highdim.py --rows 2000 --dims 128 --features 1024 --error-dims 128
+     --error-features 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import streamrff as srf
+from streamrff import _sincos
+from streamrff._structured import structured_feature_sums, structured_features, structured_params
+
+ERROR_ROWS = 400
+SEEDS = (0, 1, 2)
+NO_OFFSETS = np.zeros(0, np.float32)
+
+
+def integers(text: str) -> list[int]:
+    return [int(float(part)) for part in text.split(",") if part.strip()]
+
+
+def dense_sums(rows: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
+    sums = np.zeros((2, frequencies.shape[1]))
+    _sincos.sincos_feature_sums(np.ascontiguousarray(rows, dtype=np.float32), frequencies, 256, sums)
+    return sums
+
+
+def structured_sums(rows: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
+    sums = np.zeros((2, params["row_scales"].shape[0]))
+    structured_feature_sums(np.ascontiguousarray(rows, dtype=np.float32), params, NO_OFFSETS, sums)
+    return sums
+
+
+def read_only(rows: np.ndarray) -> np.ndarray:
+    return np.array([[float(rows[0, 0])]])
+
+
+def timed_pass(repeat: int, array: da.Array, chunk_function, *args) -> tuple[float, np.ndarray]:
+    """Best wall time of ``sum(chunk_function(chunk, *args))`` over the chunks, and the sum."""
+    tasks = [dask.delayed(chunk_function)(block, *args) for block in array.to_delayed().ravel()]
+    dask.compute(tasks[0], scheduler="sync")  # compile (or load numba's cache) outside the timing
+    best, total = math.inf, None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        parts = dask.compute(*tasks, scheduler="threads")
+        best = min(best, time.perf_counter() - start)
+        total = sum(parts)
+    return best, total
+
+
+def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: int, repeat: int) -> None:
+    print(f"pass speed, {n_rows} rows, chunks of {chunk_rows} rows, threaded scheduler (rows/s)")
+    columns = ("dense", "structured", "ratio", "read", "struct/read")
+    print(f"{'d':>5} {'D':>5} {'source':>7} " + " ".join(f"{name:>11}" for name in columns))
+    with tempfile.TemporaryDirectory() as folder:
+        for d in dims:
+            rows = np.random.default_rng(d).standard_normal((n_rows, d), dtype=np.float32)
+            path = f"{folder}/rows_{d}.zarr"
+            da.to_zarr(da.from_array(rows, chunks=(chunk_rows, d)), path)
+            sources = {"memory": da.from_array(rows, chunks=(chunk_rows, d)), "zarr": da.from_zarr(path)}
+            for n_features in features:
+                m = n_features // 2
+                bandwidth = math.sqrt(d)
+                frequencies = (
+                    srf.RFF(n_features=n_features, bandwidth=bandwidth).fit(rows[:1])._float32_kernel_args()[0]
+                )
+                params = structured_params(np.random.default_rng(0), d, m, bandwidth)
+                for name, array in sources.items():
+                    dense_seconds, dense_total = timed_pass(repeat, array, dense_sums, frequencies)
+                    structured_seconds, structured_total = timed_pass(repeat, array, structured_sums, params)
+                    # Both estimate the kernel mean embedding's squared norm (sampling error ~ D^-1/2).
+                    dense_norm = float(np.sum(dense_total**2)) / (n_rows**2 * m)
+                    structured_norm = float(np.sum(structured_total**2)) / (n_rows**2 * m)
+                    assert abs(dense_norm - structured_norm) < 0.1, (dense_norm, structured_norm)
+                    read = ""
+                    read_ratio = ""
+                    if name == "zarr":
+                        read_seconds, _ = timed_pass(repeat, array, read_only)
+                        read = f"{n_rows / read_seconds:11.0f}"
+                        read_ratio = f"{structured_seconds / read_seconds:11.2f}"
+                    print(
+                        f"{d:5d} {n_features:5d} {name:>7} {n_rows / dense_seconds:11.0f} "
+                        f"{n_rows / structured_seconds:11.0f} {dense_seconds / structured_seconds:11.2f} "
+                        f"{read:>11} {read_ratio:>11}"
+                    )
+
+
+def gram_mse(features: np.ndarray, kernel: np.ndarray) -> float:
+    features = features.astype(np.float64)
+    return float(np.mean((features @ features.T - kernel) ** 2))
+
+
+def sklearn_extra_fastfood(rows: np.ndarray, n_features: int, bandwidth: float, seed: int) -> np.ndarray | None:
+    try:
+        from sklearn_extra.kernel_approximation import Fastfood
+    except ImportError:
+        return None
+    sampler = Fastfood(sigma=bandwidth, n_components=n_features, random_state=seed)
+    return sampler.fit(rows).transform(rows)
+
+
+def error_table(dims: list[int], features: list[int]) -> None:
+    print(f"kernel MSE of the {ERROR_ROWS} x {ERROR_ROWS} Gram matrix, rows N(0, I_d), bandwidth sqrt(d), sin/cos,")
+    print(f"mean of seeds {SEEDS}")
+    names = ("iid", "orthogonal", "SORF", "Fastfood", "sklearn-extra")
+    print(f"{'d':>5} {'D':>5} " + " ".join(f"{name:>13}" for name in names) + f" {'SORF/orth':>9}")
+    for d in dims:
+        rows = np.random.default_rng(123).standard_normal((ERROR_ROWS, d)).astype(np.float32)
+        bandwidth = math.sqrt(d)
+        kernel = srf.exact_kernel(rows, rows, bandwidth)
+        for n_features in features:
+            m = n_features // 2
+            errors: dict[str, list[float]] = {name: [] for name in names}
+            for seed in SEEDS:
+                for name, orthogonal in (("iid", False), ("orthogonal", True)):
+                    rff = srf.RFF(n_features=n_features, bandwidth=bandwidth, orthogonal=orthogonal, seed=seed)
+                    errors[name].append(gram_mse(rff.fit(rows).transform(rows), kernel))
+                for name, method in (("SORF", "sorf"), ("Fastfood", "fastfood")):
+                    params = structured_params(np.random.default_rng(seed), d, m, bandwidth, method=method)
+                    out = np.empty((ERROR_ROWS, n_features), np.float32)
+                    errors[name].append(gram_mse(structured_features(rows, params, NO_OFFSETS, m**-0.5, out), kernel))
+                theirs = sklearn_extra_fastfood(rows, n_features, bandwidth, seed)
+                if theirs is not None:
+                    errors["sklearn-extra"].append(gram_mse(theirs, kernel))
+            means = {
+                name: (f"{np.mean(values):13.3e}" if values else f"{'n/a':>13}") for name, values in errors.items()
+            }
+            ratio = np.mean(errors["SORF"]) / np.mean(errors["orthogonal"])
+            print(f"{d:5d} {n_features:5d} " + " ".join(means[name] for name in names) + f" {ratio:9.2f}")
+    print("sklearn-extra: n/a when scikit-learn-extra does not import beside this numpy")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=lambda text: int(float(text)), default=60_000)
+    parser.add_argument("--dims", type=integers, default=[128, 384, 768, 1024])
+    parser.add_argument("--features", type=integers, default=[1024, 4096])
+    parser.add_argument("--chunk-rows", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--error-only", action="store_true", help="print only the kernel error table")
+    parser.add_argument("--error-dims", type=integers, default=[768])
+    parser.add_argument("--error-features", type=integers, default=[4096])
+    args = parser.parse_args()
+    if not args.error_only:
+        with threadpool_limits(1):  # one BLAS thread per task thread, as the engine runs
+            speed_table(args.rows, args.dims, args.features, min(args.chunk_rows, args.rows), args.repeat)
+        print()
+    error_table(args.error_dims, args.error_features)
+
+
+if __name__ == "__main__":
+    main()
