@@ -58,10 +58,12 @@ def connect(client: Any) -> Iterator[Any]:
     ``None`` yields None: the embedded local default (dask's threaded
     scheduler, one thread per core). An address string is checked first
     (``host:port`` or ``tcp://``/``tls://host:port``; a malformed one fails at
-    once), then probed: the scheduler must answer within the dask config
+    once), then probed: connecting, Dask's handshake and the scheduler's first
+    answer must all fit in one deadline, the dask config
     ``streamrff.connect-timeout`` (default 20 s; environment variable
-    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), else :class:`ClusterError` names the
-    address. The Client opened is closed on exit.
+    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), and the Client gets what is left of it;
+    else :class:`ClusterError` names the address (a server that does not speak
+    Dask's protocol fails at once). The Client opened is closed on exit.
     """
     if client is None:
         yield None
@@ -81,9 +83,11 @@ def connect(client: Any) -> Iterator[Any]:
                     "(see deploy/tls/README.md)."
                 )
         timeout = connect_timeout()
-        probe_scheduler(address, timeout)
+        left = probe_scheduler(address, timeout)  # one deadline: the client gets what the probe left
         try:
-            opened = Client(address, timeout=f"{timeout}s", set_as_default=False)
+            if left <= 0:
+                raise TimeoutError("the probe used the whole deadline")
+            opened = Client(address, timeout=f"{left}s", set_as_default=False)
         except (OSError, TimeoutError) as error:
             raise ClusterError(
                 f"Cannot reach the Dask scheduler at {client} within {timeout:g} s "
