@@ -102,21 +102,34 @@ def _open_inside(root: Path, key: str) -> int:
         raise SketchFormatError(f"{root}: refused to read the store key {key!r} (not a plain relative path).")
     directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts[:-1]:
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                opened = os.open(part, flags, dir_fd=directory)
+            except OSError as error:
+                # O_NOFOLLOW met a link: ELOOP, or ENOTDIR beside O_DIRECTORY on Linux, EMLINK on the BSDs.
+                if error.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR) and _is_link(part, directory):
+                    raise SketchFormatError(
+                        f"{root / key}: a symbolic link inside the sketch ({'/'.join(parts[: depth + 1])}). A sketch, "
+                        "checkpoint partial or map holds only regular files and directories, and no link inside "
+                        "one is followed; replace the link by what it points to."
+                    ) from None
+                raise
+            if last:
+                return opened
             os.close(directory)
-            directory = inner
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a link (EMLINK on the BSDs)
-            raise SketchFormatError(
-                f"{root / key}: a symbolic link inside the sketch. A sketch, checkpoint partial or map holds "
-                "only regular files and directories, and no link inside one is followed; replace the link by "
-                "the file it points to."
-            ) from None
-        raise
+            directory = opened
+        raise AssertionError("unreachable")  # pragma: no cover
     finally:
         os.close(directory)
+
+
+def _is_link(name: str, directory: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=directory).st_mode)
+    except OSError:
+        return False
 
 
 def _read_inside(root: Path, key: str, limit: int, byte_range: ByteRequest | None) -> bytes:
@@ -162,9 +175,7 @@ class GuardedLocalStore(zarr.storage.LocalStore):
             return None
         return prototype.buffer.from_bytes(data)
 
-    async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Any
-    ) -> list[Buffer | None]:
+    async def get_partial_values(self, prototype: BufferPrototype, key_ranges: Any) -> list[Buffer | None]:
         return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
 
     async def exists(self, key: str) -> bool:
@@ -235,4 +246,3 @@ def stored_size(store: Any, key: str) -> int | None:
         return int(sync(store.getsize(key)))
     except FileNotFoundError:
         return None
-

@@ -556,7 +556,8 @@ def _chunk_header(node: Any, key: str, n_bytes: int) -> bytes:
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    value = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=RangeByteRequest(0, n_bytes)))
+    request = RangeByteRequest(0, n_bytes)
+    value = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=request))
     return b"" if value is None else value.to_bytes()
 
 
