@@ -248,7 +248,7 @@ def _kjl_map_document(tmp_path: Path) -> dict:
     [
         ([10**30, 2], "", "declares shape [1000000000000000000000000000000, 2]; a map array holds at most"),
         ([2**32, 2**32], "", "declares shape [4294967296, 4294967296]; a map array holds at most"),
-        ([6, 3], "AAAA", "(144 bytes, 192 base64 characters) but holds 4 characters"),
+        ([6, 3], "AAAA", "(144 bytes) but holds 3 bytes"),
         ([6, 3.0], "", "has shape [6, 3.0]; expected a list of at most 2 sizes"),
     ],
     ids=["1e30-rows", "2**32-squared-empty", "short-data", "float-size"],
