@@ -3,10 +3,13 @@
 Two dask config keys (also settable as environment variables, as every dask key is):
 
 ``streamrff.connect-timeout`` (``DASK_STREAMRFF__CONNECT_TIMEOUT``), default ``"20s"``
-    How long connecting to a scheduler may take, including its first answer. A
-    server that accepts the connection but never answers (a hung process, an HTTP
-    port) fails after this time instead of hanging: ``distributed.Client`` alone
-    waits forever for such a server's handshake whatever its ``timeout``.
+    One deadline for connecting to a scheduler: the TCP (and TLS) connection,
+    Dask's handshake and the scheduler's first answer. A server that accepts the
+    connection but never answers, or stops after a byte (a hung process), fails
+    after this time instead of hanging: ``distributed.Client`` alone waits forever
+    for such a server's handshake whatever its ``timeout``. A server that answers
+    in another protocol (HTTP) or declares absurd message sizes fails at once,
+    before any buffer is allocated for them.
 ``streamrff.no-workers-timeout`` (``DASK_STREAMRFF__NO_WORKERS_TIMEOUT``), default ``"120s"``
     How long a job may wait while the scheduler has no worker at all (the last
     one died) before it fails, naming the scheduler.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -128,20 +132,107 @@ def _tls_context() -> ssl.SSLContext | None:
     return Security().get_connection_args("client").get("ssl_context")
 
 
-def probe_scheduler(address: str, timeout: float) -> None:
-    """Connect to a tcp:// or tls:// ``address`` and wait for the scheduler's first bytes, within ``timeout``.
+#: Largest first message read from a server while probing it. A scheduler's handshake is
+#: about 60 bytes and its identity (asked without its worker list) a few hundred; anything
+#: declaring more is not a Dask scheduler, and is refused before a buffer is allocated.
+_MAX_PROBE_MESSAGE_BYTES = 2**20
+#: Frames in one probe message: a handshake or identity is a single msgpack frame.
+_MAX_PROBE_FRAMES = 64
 
-    A Dask server writes its handshake as soon as it accepts a connection
-    (after the TLS handshake on tls://), so silence means no scheduler there.
+
+class _NotDask(Exception):
+    """The server's bytes do not follow Dask's TCP message framing."""
+
+
+def _frame_message(message: dict[str, Any]) -> bytes:
+    """``message`` framed as Dask's TCP comm writes it: one msgpack frame, uncompressed.
+
+    Layout (distributed.comm.tcp): u64 length of what follows; u64 number of frames;
+    a u64 length per frame; the frames.
+    """
+    import msgpack
+
+    payload = msgpack.dumps(message, use_bin_type=True)
+    header = struct.pack("<QQ", 1, len(payload))
+    return struct.pack("<Q", len(header) + len(payload)) + header + payload
+
+
+def _receive_exactly(connection: socket.socket, n_bytes: int, deadline: float) -> bytes:
+    """``n_bytes`` from ``connection`` before ``deadline``; the buffer grows only with bytes received."""
+    received = bytearray()
+    while len(received) < n_bytes:
+        connection.settimeout(max(deadline - time.monotonic(), 0.001))
+        piece = connection.recv(min(n_bytes - len(received), 65536))
+        if not piece:
+            raise ConnectionResetError("the server closed the connection")
+        received += piece
+    return bytes(received)
+
+
+def _receive_message(connection: socket.socket, deadline: float) -> Any:
+    """Read and decode one Dask TCP message, refusing declared sizes above the probe's bounds."""
+    import msgpack
+
+    (total,) = struct.unpack("<Q", _receive_exactly(connection, 8, deadline))
+    if not 16 <= total <= _MAX_PROBE_MESSAGE_BYTES:
+        raise _NotDask(f"its first 8 bytes declare a message of {total:,} bytes")
+    body = _receive_exactly(connection, total, deadline)
+    (n_frames,) = struct.unpack_from("<Q", body)
+    if not 1 <= n_frames <= _MAX_PROBE_FRAMES or 8 * (1 + n_frames) > total:
+        raise _NotDask(f"its message declares {n_frames:,} frames")
+    lengths = struct.unpack_from(f"<{n_frames}Q", body, 8)
+    start = 8 * (1 + n_frames)
+    if start + sum(lengths) != total:
+        raise _NotDask("its frame lengths do not add up to the message length")
+    try:
+        # Only the first frame, plain msgpack: nothing a server sends is unpickled here.
+        return msgpack.loads(body[start : start + lengths[0]], raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException) as error:
+        raise _NotDask(f"its message is not msgpack ({type(error).__name__})") from error
+
+
+def _handshake(connection: socket.socket, deadline: float) -> Any:
+    """Exchange Dask's handshake over ``connection`` and return the server's identity."""
+    import pickle
+    import sys
+
+    # The client's half first, as distributed.comm.core.connect does; a server that is not Dask
+    # (an HTTP server) then answers with its own protocol and is told apart at once.
+    ours = {"compression": None, "python": tuple(sys.version_info)[:3], "pickle-protocol": pickle.HIGHEST_PROTOCOL}
+    connection.settimeout(max(deadline - time.monotonic(), 0.001))
+    connection.sendall(_frame_message(ours))
+    theirs = _receive_message(connection, deadline)
+    if not isinstance(theirs, dict) or "pickle-protocol" not in theirs:
+        raise _NotDask("its first message is not a Dask handshake")
+    connection.settimeout(max(deadline - time.monotonic(), 0.001))
+    connection.sendall(_frame_message({"op": "identity", "reply": True}))
+    return _receive_message(connection, deadline)
+
+
+def probe_scheduler(address: str, timeout: float) -> float:
+    """Check that a Dask scheduler answers at a tcp:// or tls:// ``address``, all within ``timeout`` seconds.
+
+    Within one deadline: connect (and the TLS handshake on tls://), exchange
+    Dask's handshake, ask the server for its identity and read the answer.
+    Every length the server declares is checked against small bounds before
+    anything is allocated, and only plain msgpack is decoded, so a port that
+    speaks another protocol (HTTP), sends garbage or a huge length, or goes
+    silent after a byte fails at once or at the deadline with one line.
+
+    Returns
+    -------
+    float
+        Seconds left of ``timeout`` for opening the client.
 
     Raises
     ------
     ClusterError
-        If the connection is refused, or nothing answers within ``timeout``.
+        Naming ``address``: refused, silent, not Dask, or a Dask server that is
+        not a scheduler (a worker's port).
     """
     parts = urlsplit(address)
     if parts.scheme not in ("tcp", "tls"):
-        return  # other transports are left to distributed
+        return timeout  # other transports are left to distributed
     deadline = time.monotonic() + timeout
     hint = "Check the address and that `dask scheduler` is running there"
     try:
@@ -159,28 +250,40 @@ def probe_scheduler(address: str, timeout: float) -> None:
         if parts.scheme == "tls":
             context = _tls_context()
             if context is None:
-                return  # connect() refuses tls:// without a certificate before probing
+                return max(deadline - time.monotonic(), 0.0)  # connect() refuses tls:// without a certificate
             raw.settimeout(max(deadline - time.monotonic(), 0.001))
             try:
                 connection = context.wrap_socket(
                     raw, server_hostname=parts.hostname if context.check_hostname else None
                 )
             except ssl.SSLError:
-                return  # a certificate problem: distributed's Client reports it
-        connection.settimeout(max(deadline - time.monotonic(), 0.001))
-        if not connection.recv(1):
-            raise ClusterError(
-                f"The server at {address} closed the connection without answering like a Dask scheduler. {hint}."
-            )
-    except TimeoutError as error:
+                return max(deadline - time.monotonic(), 0.0)  # a certificate problem: distributed's Client reports it
+        identity = _handshake(connection, deadline)
+    except _NotDask as error:
+        raise ClusterError(
+            f"The server at {address} does not speak Dask's protocol ({error}), so it is not a Dask "
+            f"scheduler. {hint}, and use the scheduler's port (8786 by default), not its dashboard's."
+        ) from None
+    except TimeoutError:
         raise ClusterError(
             f"The server at {address} accepted the connection but did not answer like a Dask scheduler within "
             f"{timeout:g} s (dask config streamrff.connect-timeout). {hint}."
-        ) from error
-    except ConnectionError as error:
-        raise ClusterError(f"The server at {address} dropped the connection: {error}. {hint}.") from error
+        ) from None
+    except (ConnectionError, ssl.SSLError, OSError) as error:
+        raise ClusterError(
+            f"The server at {address} closed the connection without answering like a Dask scheduler "
+            f"({error.strerror or error}). {hint}."
+        ) from None
     finally:
         connection.close()
+    kind = identity.get("type") if isinstance(identity, dict) else None
+    if kind != "Scheduler":
+        found = f"a Dask {kind}" if isinstance(kind, str) and kind.isidentifier() else "a Dask server"
+        raise ClusterError(
+            f"The server at {address} is {found}, not a scheduler. Pass the scheduler's address "
+            "(`dask scheduler` prints it), not a worker's or nanny's."
+        )
+    return max(deadline - time.monotonic(), 0.0)
 
 
 def wait_for_result(future: Any, client: Any, poll: float = 1.0) -> Any:
@@ -220,10 +323,12 @@ def connect(client: Any) -> Iterator[Any]:
     ``None`` yields None: the embedded local default (dask's threaded
     scheduler, one thread per core). An address string is checked first
     (``host:port`` or ``tcp://``/``tls://host:port``; a malformed one fails at
-    once), then probed: the scheduler must answer within the dask config
+    once), then probed: connecting, Dask's handshake and the scheduler's first
+    answer must all fit in one deadline, the dask config
     ``streamrff.connect-timeout`` (default 20 s; environment variable
-    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), else :class:`ClusterError` names the
-    address. The Client opened is closed on exit.
+    ``DASK_STREAMRFF__CONNECT_TIMEOUT``), and the Client gets what is left of it;
+    else :class:`ClusterError` names the address (a server that does not speak
+    Dask's protocol fails at once). The Client opened is closed on exit.
     """
     if client is None:
         yield None
@@ -243,9 +348,11 @@ def connect(client: Any) -> Iterator[Any]:
                     "(see deploy/tls/README.md)."
                 )
         timeout = connect_timeout()
-        probe_scheduler(address, timeout)
+        left = probe_scheduler(address, timeout)  # one deadline: the client gets what the probe left
         try:
-            opened = Client(address, timeout=f"{timeout}s", set_as_default=False)
+            if left <= 0:
+                raise TimeoutError("the probe used the whole deadline")
+            opened = Client(address, timeout=f"{left}s", set_as_default=False)
         except (OSError, TimeoutError) as error:
             raise ClusterError(
                 f"Cannot reach the Dask scheduler at {client} within {timeout:g} s "

@@ -11,11 +11,13 @@ threads, or this machine's memory divided by its cores).
 
 from __future__ import annotations
 
+import resource
+from pathlib import Path
 from typing import Any
 
 from .errors import InputError
 
-__all__ = ["task_bytes", "check_sizes_fit"]
+__all__ = ["task_bytes", "check_sizes_fit", "memory_available"]
 
 #: Feature tile rows the chunk kernels use at most (projection tiles; moment tiles).
 _TILE_ROWS, _MOMENT_TILE_ROWS = 256, 2048
@@ -114,3 +116,39 @@ def check_sizes_fit(
         f"thread has {_gib(memory_per_thread)}. The largest n_features that fits is {largest:,}: use that or "
         "less, or workers with more memory."
     )
+
+
+def _cgroup_headroom() -> int | None:
+    """Bytes left under this process's cgroup v2 memory limit, None without a limit."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        path = next(line[3:] for line in lines if line.startswith("0::"))  # the unified (v2) hierarchy
+        group = Path("/sys/fs/cgroup") / path.lstrip("/")
+        limit = (group / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int((group / "memory.current").read_text())
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def memory_available() -> int:
+    """Bytes this process can still allocate: the least of the machine's available memory,
+    the room left under its address-space limit (``ulimit -v``) and under its cgroup's limit.
+
+    Examples
+    --------
+    >>> import psutil
+    >>> 0 < memory_available() <= psutil.virtual_memory().total
+    True
+    """
+    import psutil
+
+    limits = [psutil.virtual_memory().available]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft - psutil.Process().memory_info().vms)
+    cgroup = _cgroup_headroom()
+    if cgroup is not None:
+        limits.append(cgroup)
+    return max(0, min(limits))

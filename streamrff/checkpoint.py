@@ -153,7 +153,9 @@ def open_checkpoint(
         for name in stored:
             if _STAGING.match(name):  # left by a job that was killed: no job holds the lock but us
                 remove_path(Path(folder) / name)
-        yield JobCheckpoint(folder, None, {name for name in stored if _PARTIAL.fullmatch(name)})
+        # A partial that is a link is never read (it could point anywhere): its chunk is recomputed.
+        partials = {name for name in stored if _PARTIAL.fullmatch(name) and not os.path.islink(f"{folder}/{name}")}
+        yield JobCheckpoint(folder, None, partials)
 
 
 @contextlib.contextmanager

@@ -51,6 +51,8 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
+from ._bounded_read import GuardedLocalStore, GuardedZipStore, _file_type, stored_size
+from ._memory import memory_available
 from ._publish import publish, remove_path, staging_path
 from .errors import SketchFormatError, SketchFormatWarning, SourceError, StreamRFFError
 from .sketches import Sketch
@@ -72,7 +74,7 @@ def _local_path(path: str) -> Path:
 
 def _checksum(array: np.ndarray) -> str:
     little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
-    return hashlib.sha256(little.tobytes()).hexdigest()
+    return hashlib.sha256(memoryview(little.reshape(-1)).cast("B")).hexdigest()  # no copy of a 2 GiB moment
 
 
 DIGEST_ATTRIBUTE = "attributes_digest"
@@ -282,6 +284,11 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
     path = _local_path(target)
     if not path.exists():
         raise SketchFormatError(f"No sketch at {path}: the path does not exist.")
+    if not path.is_file() and not path.is_dir():
+        raise SketchFormatError(
+            f"{path} is {_file_type(path.stat().st_mode)}, not a sketch directory or .zip file. Pass a "
+            "sketch written by Sketch.save or `streamrff sketch`."
+        )
     if path.is_file():
         # ZipStore opens lazily: a non-zip file would fail inside zarr and then again in
         # close(), hiding the cause behind "'ZipStore' object has no attribute '_zf'".
@@ -290,8 +297,8 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
                 f"{path} is a file but not a zip archive, so not a streamrff sketch. Expected a "
                 "sketch directory or .zip written by Sketch.save or `streamrff sketch`."
             )
-        return zarr.storage.ZipStore(path, mode="r")
-    return zarr.storage.LocalStore(path, read_only=True)
+        return GuardedZipStore(path, mode="r")
+    return GuardedLocalStore(path, read_only=True)
 
 
 def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require_digest: bool = False) -> Sketch:
@@ -537,35 +544,104 @@ def _zstd_content_size(header: bytes) -> int | None:
     return int.from_bytes(field, "little") + (256 if size_bytes == 2 else 0)
 
 
-def _check_stored_chunks(node: Any, name: str, target: str) -> None:
-    """Compare each stored chunk's declared decoded size with the array's chunk shape, before reading.
+#: Bytes a compressor may add to data it cannot shrink, at most: zstd's bound is about n/256 + 64,
+#: deflate's n/1000 + 18, blosc's a 16-32 byte header; a stored chunk beyond it was not encoded
+#: from the declared chunk shape.
+def _largest_encoding(n_bytes: int) -> int:
+    return n_bytes + n_bytes // 64 + 1024
 
-    zarr allocates the declared chunk shape before decoding, so a small chunk under a lied
-    shape would cost the lie. zstd frames (what save_sketch writes) state their decoded size
-    in their header; other compressors are left to the size bounds.
-    """
+
+def _chunk_header(node: Any, key: str, n_bytes: int) -> bytes:
     from zarr.abc.store import RangeByteRequest
-    from zarr.codecs import ZstdCodec
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    if node.size == 0 or [type(codec) for codec in node.compressors] != [ZstdCodec]:
+    request = RangeByteRequest(0, n_bytes)
+    value = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=request))
+    return b"" if value is None else value.to_bytes()
+
+
+def _decoded_size(node: Any, key: str, compressor: Any, stored: int, crc_bytes: int, expected: int) -> int | None:
+    """The size the stored chunk ``key`` decodes to, as its compressor's header says (or a bounded inflate)."""
+    if isinstance(compressor, ZstdCodec):
+        return _zstd_content_size(_chunk_header(node, key, 18))  # None: a frame that hides its size
+    if isinstance(compressor, BloscCodec):
+        header = _chunk_header(node, key, 16)  # version, versionlz, flags, typesize, nbytes (u32 LE), ...
+        return int.from_bytes(header[4:8], "little") if len(header) == 16 else None
+    import zlib  # gzip states its size only modulo 2**32, at the end: inflate, never past the expected size
+
+    member = _chunk_header(node, key, stored)[: stored - crc_bytes]
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        decoded = len(inflater.decompress(member, expected + 1))
+    except zlib.error:
+        return None
+    return decoded if inflater.eof and not inflater.unused_data else None
+
+
+def _check_stored_chunks(node: Any, name: str, target: str) -> None:
+    """Compare each stored chunk's size, and the decoded size its codec declares, with the chunk shape.
+
+    Runs before any chunk is read: zarr allocates the declared chunk shape before decoding, and
+    a decompressor believes its input, so a small chunk under a lied shape, or a chunk that
+    inflates far beyond it (a zip or zstd bomb), would cost the lie. A chunk without
+    compressor must have exactly the chunk's bytes; a compressed one at most what its codec
+    can make of them, and its zstd or blosc header must state exactly the chunk's size (gzip
+    chunks are inflated up to that size, no further). The stored size comes from the file
+    system, the zip directory (the size an entry declares, past which Python's zipfile never
+    inflates) or the object store, without reading the chunk. A missing chunk is a chunk of
+    zeros (zarr skips writing those); the declared sizes bound it.
+    """
+    if node.size == 0:
         return
     expected = int(np.prod(node.chunks)) * np.dtype(node.dtype).itemsize
+    compressors = list(node.compressors)
+    crc_bytes = 4 * sum(isinstance(codec, Crc32cCodec) for codec in compressors)
+    shrinking = [codec for codec in compressors if not isinstance(codec, Crc32cCodec)]
+    if len(shrinking) > 1 or (shrinking and compressors.index(shrinking[0]) != 0):
+        raise SketchFormatError(
+            f"{target}: array {name!r} stacks compressors {[type(codec).__name__ for codec in compressors]}; sketch "
+            "arrays have at most one, optionally followed by crc32c (tampered or not a streamrff sketch)."
+        )
+    largest = _largest_encoding(expected) + crc_bytes if shrinking else expected + crc_bytes
     grid = [range(-(-extent // step)) for extent, step in zip(node.shape, node.chunks)]
     for coords in itertools.product(*grid):
         key = node.metadata.encode_chunk_key(coords)
-        header = sync(
-            (node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=RangeByteRequest(0, 18))
-        )
-        if header is None:
-            continue  # not stored: a chunk of zeros (zarr skips writing those); bounded by the size checks
-        declared = _zstd_content_size(header.to_bytes())
-        if declared is not None and declared != expected:
+        stored = stored_size(node.store_path.store, f"{node.store_path.path}/{key}".lstrip("/"))
+        if stored is None:
+            continue
+        if stored > largest or (not shrinking and stored != largest):
             raise SketchFormatError(
-                f"{target}: array {name!r} chunk {key} decodes to {declared:,} bytes, but its declared chunk "
-                f"shape {node.chunks} of {np.dtype(node.dtype)} needs {expected:,} (tampered array metadata or chunk)."
+                f"{target}: array {name!r} chunk {key} stores {stored:,} bytes, but its declared chunk shape "
+                f"{node.chunks} of {np.dtype(node.dtype)} encodes to {'at most ' if shrinking else ''}{largest:,} "
+                "(tampered array metadata or chunk)."
             )
+        if not shrinking:
+            continue
+        declared = _decoded_size(node, key, shrinking[0], stored, crc_bytes, expected)
+        if declared != expected:
+            found = "does not state its decoded size" if declared is None else f"decodes to {declared:,} bytes"
+            raise SketchFormatError(
+                f"{target}: array {name!r} chunk {key} {found}, but its declared chunk shape {node.chunks} of "
+                f"{np.dtype(node.dtype)} needs {expected:,} (tampered array metadata or chunk)."
+            )
+
+
+def _check_memory(nodes: dict[str, Any], target: str) -> None:
+    """Refuse arrays that this process cannot hold (see :func:`streamrff._memory.memory_available`), before reading.
+
+    The declared sizes are consistent at this point (spec, attributes and shapes agree), yet a
+    file of a few kilobytes can still declare a 2 GiB moment whose chunks are missing (zeros).
+    """
+    chunks = [int(np.prod(node.chunks)) * np.dtype(node.dtype).itemsize for node in nodes.values() if node.size]
+    need = sum(int(node.nbytes) for node in nodes.values()) + max(chunks, default=0)
+    available = memory_available()
+    if need > available:
+        raise SketchFormatError(
+            f"{target} declares arrays of {need / 2**30:.2f} GiB, but this process can allocate "
+            f"{available / 2**30:.2f} GiB (free memory, ulimit -v and cgroup limit). Load it on a machine "
+            "with more memory, or check where the file came from (a few-kB file declaring this much is tampered)."
+        )
 
 
 def _read_array(node: Any) -> np.ndarray:
@@ -634,8 +710,10 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketc
         _check_array_metadata(node, name, target)  # before reading: a tampered shape costs nothing
         if isinstance(spec, dict):
             _check_declared_size(node, name, spec, attrs, target)
-        _check_stored_chunks(node, name, target)
         nodes[name] = node
+    _check_memory(nodes, target)
+    for name, node in nodes.items():
+        _check_stored_chunks(node, name, target)
     if not isinstance(spec, dict):
         raise SketchFormatError(f"{target}: missing map spec.")
     _check_spec_sizes(spec, {name: node.shape for name, node in nodes.items()}, target)

@@ -29,12 +29,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._bounded_read import read_regular_file
 from ._publish import publish_text
 from .errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
 from .maps import FeatureMap, map_from_spec
@@ -47,6 +49,8 @@ MAP_FORMAT_VERSION = 1
 #: Largest map file read (a K-JL map with 2**22 float64 landmark values is ~45 MB of base64).
 MAX_MAP_FILE_BYTES = 2**28
 _ARRAY_DTYPES = ("<f8", "<f4", "<i8", "<i4")
+#: Most elements of one map array (as for a sketch's arrays, see streamrff.fileformat).
+MAX_ARRAY_ELEMENTS = 2**28
 
 
 def _is_url(path: str) -> bool:
@@ -183,14 +187,20 @@ def _decode_array(name: str, entry: Any, target: str) -> np.ndarray:
         or len(shape) > 2
         or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape)
     ):
-        raise MapFormatError(f"{target}: array {name!r} has shape {shape!r}; expected a list of at most 2 sizes.")
+        raise MapFormatError(f"{target}: array {name!r} has shape {_short(shape)}; expected a list of at most 2 sizes.")
+    elements = math.prod(shape)  # Python integers: no int64 overflow (2**32 x 2**32 is not 0)
+    if elements > MAX_ARRAY_ELEMENTS:
+        raise MapFormatError(
+            f"{target}: array {name!r} declares shape {_short(shape)}; a map array holds at most "
+            f"{MAX_ARRAY_ELEMENTS:,} elements (tampered or not a streamrff map file)."
+        )
     if not isinstance(data, str):
         raise MapFormatError(f"{target}: array {name!r} data must be a base64 string.")
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as error:
         raise MapFormatError(f"{target}: array {name!r} data is not valid base64 ({error}).") from error
-    expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    expected = elements * np.dtype(dtype).itemsize  # the data decoded costs at most 3/4 of the file already read
     if len(raw) != expected:
         raise MapFormatError(
             f"{target}: array {name!r} declares {dtype} of shape {tuple(shape)} ({expected} bytes) but holds "
@@ -198,6 +208,12 @@ def _decode_array(name: str, entry: Any, target: str) -> np.ndarray:
         )
     value = np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape)
     return value.astype(value.dtype.newbyteorder("="))
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to 80 characters: a tampered field may be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
@@ -208,13 +224,15 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
     MapFormatError
         On anything but a complete, untampered map file of a known version.
     """
+    if len(text) > MAX_MAP_FILE_BYTES:
+        raise MapFormatError(f"{target} holds {len(text):,} bytes; a map file holds at most {MAX_MAP_FILE_BYTES:,}.")
     try:
         document = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, bad UTF-8, integers of > 4300 digits, nesting
         raise MapFormatError(
-            f"{target} is not a streamrff map file: not JSON ({error}). Expected a file written by "
-            "`streamrff map` or streamrff.save_map, or a sketch file."
-        ) from error
+            f"{target} is not a streamrff map file: not JSON ({type(error).__name__}: "
+            f"{str(error)[:200]}). Expected a file written by `streamrff map` or streamrff.save_map, or a sketch file."
+        ) from None
     if not isinstance(document, dict) or document.get("format") != MAP_FORMAT_NAME:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise MapFormatError(
@@ -245,9 +263,9 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
         feature_map = map_from_spec(spec, decoded)
     except StreamRFFError as error:
         raise MapFormatError(f"{target}: the map spec does not rebuild a map: {error}") from error
-    except (TypeError, ValueError, KeyError) as error:
+    except (TypeError, ValueError, KeyError, OverflowError, MemoryError) as error:  # spec numbers out of range
         raise MapFormatError(
-            f"{target}: the map spec does not rebuild a map: {type(error).__name__}: {error}"
+            f"{target}: the map spec does not rebuild a map: {type(error).__name__}: {str(error)[:200]}"
         ) from error
     if set(feature_map.state_arrays()) != set(decoded):
         raise MapFormatError(
@@ -282,9 +300,10 @@ def _read_map_bytes(target: str, storage_options: StorageOptions) -> bytes | Non
         raise MapFormatError(f"No map file at {path}: the path does not exist. Check the path.")
     if path.is_dir() or path.suffix == ".zip":
         return None
-    if path.stat().st_size > MAX_MAP_FILE_BYTES:
-        raise MapFormatError(f"{path} is larger than {MAX_MAP_FILE_BYTES:,} bytes: not a map file.")
-    return path.read_bytes()
+    try:  # a regular file only (not /dev/zero, not a FIFO), read up to the cap and no further
+        return read_regular_file(path, MAX_MAP_FILE_BYTES, "a map file or sketch")
+    except SketchFormatError as error:
+        raise MapFormatError(str(error)) from None
 
 
 def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> FeatureMap:

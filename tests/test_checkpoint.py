@@ -138,3 +138,17 @@ def test_s3_checkpoint_of_another_source_is_refused(s3_server, s3_bucket, tmp_za
     with pytest.raises(srf.CheckpointMismatchError, match="B.zarr"):
         srf.sketch(site_b, FEATURE_MAP, checkpoint=checkpoint, storage_options=options)
     assert_sketch_of(srf.sketch(site_a, FEATURE_MAP, checkpoint=checkpoint, storage_options=options), ROWS)
+
+
+def test_a_partial_that_is_a_link_is_never_read(tmp_zarr, tmp_path):
+    path = tmp_zarr(ROWS, 2_000)
+    checkpoint = tmp_path / "ck"
+    srf.sketch(path, FEATURE_MAP, checkpoint=checkpoint)
+    (partial,) = [p for p in checkpoint.glob("*/rows-000000002000-*.zarr")]
+    elsewhere = tmp_path / "elsewhere.zarr"
+    partial.rename(elsewhere)
+    srf.sketch_array(OTHER[:2_000], FEATURE_MAP).save(elsewhere, overwrite=True)  # a partial of other rows
+    partial.symlink_to(elsewhere)
+
+    assert_sketch_of(srf.sketch(path, FEATURE_MAP, checkpoint=checkpoint), ROWS)
+    assert not partial.is_symlink()  # recomputed in its place

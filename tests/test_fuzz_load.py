@@ -270,9 +270,7 @@ def _targeted_edits(document: dict[str, Any], is_group: bool) -> list[tuple[tupl
             junk = [*HUGE, -1, 0, "8", None, 1e308, float("nan"), "median", "unknown-kind"]
             edits += [(("attributes", "map", key), junk) for key in spec]
             edits.append((("attributes", "map", "kind"), ["unknown", "rff", "jl", "kjl", "landmark-sampler", None]))
-            edits.append(
-                (("attributes", "map"), [{k: v for k, v in spec.items() if k != missing} for missing in spec])
-            )
+            edits.append((("attributes", "map"), [{k: v for k, v in spec.items() if k != missing} for missing in spec]))
         test = attrs.get("test_matrix")  # Nystrom sketches: the identity of Omega (seed, size, scheme)
         if isinstance(test, dict):
             junk = [*HUGE, -1, 0, 1, 2, "8", None, 1e308, float("nan"), "gaussian-pcg64-v0", [], {}]
@@ -787,6 +785,102 @@ def test_load_refuses_declared_shape_lies_under_a_memory_ceiling_without_asyncio
         "Traceback",
     ):
         assert noise not in completed.stderr, completed.stderr[-3000:]
+
+
+# -- map files ----------------------------------------------------------------------------------
+
+MAP_BASES: dict[str, Callable[[], srf.FeatureMap]] = {
+    "rff": lambda: srf.RFF(n_features=8, bandwidth=1.2, seed=1).fit(ROWS),
+    "jl": lambda: srf.JL(srf.RFF(n_features=12, bandwidth=1.0, seed=2), n_components=4, seed=3).fit(ROWS),
+    "kjl": lambda: srf.KJL(n_landmarks=6, n_components=3, bandwidth=1.0, seed=4).fit(ROWS),
+}
+#: Values a map file's sizes and shapes are set to: beyond every bound, negative, of the wrong type.
+#: (Sizes a map can still be rebuilt with, like 2**26 features, cost a second of random draws each.)
+MAP_SIZE_VALUES = [2**31, 2**40, 2**62, 10**30, -1, 0, 1.5, "8", None, True, [], {"n": 1}]
+
+
+@pytest.fixture(scope="module")
+def map_originals() -> dict[str, tuple[srf.FeatureMap, dict[str, Any]]]:
+    from streamrff.mapfile import map_to_json
+
+    maps = {name: build() for name, build in MAP_BASES.items()}
+    return {name: (feature_map, json.loads(map_to_json(feature_map))) for name, feature_map in maps.items()}
+
+
+@st.composite
+def map_mutations(draw: Callable, document: dict[str, Any]) -> tuple[str, Any]:
+    kind = draw(st.sampled_from(["bytes", "json", "targeted", "targeted", "shape"]))
+    if kind == "bytes":
+        operation = draw(st.sampled_from(["flip", "truncate", "append", "replace", "empty"]))
+        return kind, (
+            operation,
+            draw(st.integers(0, 10**6)),
+            draw(st.binary(min_size=1, max_size=64)),
+            draw(st.integers(0, 7)),
+        )
+    mutated = copy.deepcopy(document)
+    if kind == "shape" and mutated["arrays"]:
+        name = draw(st.sampled_from(sorted(mutated["arrays"])))
+        shape = draw(st.lists(st.sampled_from([0, 1, 2, 3, 6, 2**32, 2**62, 10**30, -1]), min_size=0, max_size=3))
+        mutated["arrays"][name]["shape"] = shape
+        if draw(st.booleans()):
+            mutated["arrays"][name]["data"] = ""
+        return "json", mutated
+    if kind in ("targeted", "shape"):
+        paths = [path for path in _json_paths(mutated) if path and path[-1] in _SPEC_SIZE_FIELDS + ("version",)]
+        path = draw(st.sampled_from(paths))
+        return "json", _set(mutated, path, draw(st.sampled_from(MAP_SIZE_VALUES)))
+    path = draw(st.sampled_from(_json_paths(mutated)))
+    if draw(st.booleans()) and path:
+        return "json", _delete(mutated, path)
+    return "json", _set(mutated, path, draw(JUNK))
+
+
+_SPEC_SIZE_FIELDS = ("n_features_in", "n_features", "n_components", "n_landmarks")
+
+
+def _map_file_text(document: dict[str, Any], mutation: tuple[str, Any]) -> bytes:
+    kind, details = mutation
+    if kind == "json":
+        return json.dumps(details, allow_nan=True).encode()
+    operation, position, payload, bit = details
+    content = bytearray(json.dumps(document, indent=1, sort_keys=True).encode())
+    if operation == "flip":
+        content[position % len(content)] ^= 1 << bit
+    elif operation == "truncate":
+        content = content[: position % (len(content) + 1)]
+    elif operation == "append":
+        content += payload
+    elif operation == "replace":
+        content = bytearray(payload)
+    else:
+        content = bytearray()
+    return bytes(content)
+
+
+@FUZZ_SETTINGS
+@given(data=st.data(), base=st.sampled_from(sorted(MAP_BASES)))
+def test_fuzz_load_map_raises_map_format_error_or_loads_the_original(
+    map_originals: dict[str, tuple[srf.FeatureMap, dict[str, Any]]], pickle_trap: None, data: st.DataObject, base: str
+) -> None:
+    # The probe: landmark shapes of [1e30, 2] raised OverflowError, [2**32, 2**32] with empty data ValueError.
+    original, document = map_originals[base]
+    mutation = data.draw(map_mutations(document), label="mutation")
+    with tempfile.TemporaryDirectory(prefix="streamrff-fuzz-map-") as scratch:
+        path = Path(scratch) / "map.json"
+        path.write_bytes(_map_file_text(document, mutation))
+        try:
+            with memory_limit():
+                loaded = srf.load_map(path)
+        except srf.MapFormatError as error:
+            assert not any(isinstance(cause, MemoryError) for cause in _causes(error)), error
+            assert str(path) in str(error) and "\n" not in str(error), error
+            event(f"{mutation[0]} mutation: refused")
+            return
+    assert loaded.fingerprint == original.fingerprint and loaded.spec == original.spec
+    for name, value in original.state_arrays().items():
+        np.testing.assert_array_equal(loaded.state_arrays()[name], value)
+    event(f"{mutation[0]} mutation: loaded the original")
 
 
 # -- secrets ------------------------------------------------------------------------------------
