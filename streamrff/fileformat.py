@@ -33,17 +33,18 @@ written last, so an interrupted write to object storage leaves a group that
 :func:`load` rejects as incomplete; local directories and zip files are written
 under a temporary name and published in one step that never replaces an
 existing output unless asked to (:func:`publish`).
+
+The writer lives in :mod:`streamrff._sketchfile`, below :mod:`streamrff.sketches`
+(which saves through it); this module reads, and re-exports
+:func:`save_sketch` and :func:`check_writable`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import os
 import warnings
 import zipfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,49 +52,41 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
-from ._publish import publish, remove_path, staging_path
-from .errors import SketchFormatError, SketchFormatWarning, SourceError, StreamRFFError
+from ._publish import publish
+from ._sketchfile import (
+    DIGEST_ATTRIBUTE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    _attributes_digest,
+    _checksum,
+    _is_url,
+    _local_path,
+    check_writable,
+)
+from .errors import SketchFormatError, SketchFormatWarning, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish"]
 
-FORMAT_NAME = "streamrff.sketch"
-FORMAT_VERSION = 1
 
+def save_sketch(
+    sketch: Sketch, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+) -> None:
+    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`Sketch.save`.
 
-def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    The writer lives in :mod:`streamrff._sketchfile` (below the sketch classes);
+    see :func:`streamrff._sketchfile.write_sketch` for the parameters and for
+    the guarantees on concurrent saves.
 
-
-def _local_path(path: str) -> Path:
-    return Path(path[len("file://") :] if path.startswith("file://") else path)
-
-
-def _checksum(array: np.ndarray) -> str:
-    little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
-    return hashlib.sha256(little.tobytes()).hexdigest()
-
-
-DIGEST_ATTRIBUTE = "attributes_digest"
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"attribute value {value!r} of type {type(value).__name__} is not JSON")
-
-
-def _attributes_digest(attrs: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of ``attrs`` without the digest itself.
-
-    Raises ValueError for values JSON cannot hold exactly (NaN, inf).
+    Raises
+    ------
+    SketchFormatError
+        If ``sketch`` is not a :class:`Sketch`.
     """
-    covered = {key: value for key, value in attrs.items() if key != DIGEST_ATTRIBUTE}
-    text = json.dumps(
-        covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_value
-    )
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    if not isinstance(sketch, Sketch):
+        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
+    sketch.save(path_or_url, storage_options=storage_options, overwrite=overwrite)
 
 
 def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
@@ -128,152 +121,6 @@ def _digest_error(target: str) -> SketchFormatError:
         f"{target}: the group attributes do not match their digest (tampered or corrupt). Expected "
         "the attributes as saved; restore the file from its source or sketch the data again."
     )
-
-
-def _write_group(store: Any, sketch: Sketch) -> None:
-    root = zarr.open_group(store=store, mode="w", zarr_format=3)
-    arrays = dict(sketch._arrays())
-    arrays.update({f"map/{name}": value for name, value in sketch.state_arrays().items()})
-    for name, value in arrays.items():
-        value = np.ascontiguousarray(value)
-        little = value.astype(value.dtype.newbyteorder("<"), copy=False)
-        chunks = (
-            little.shape
-            if little.ndim < 2
-            else (max(1, min(little.shape[0], 2**22 // max(1, little.shape[1]))), little.shape[1])
-        )
-        target = root.create_array(
-            name,
-            shape=little.shape,
-            dtype=little.dtype,
-            chunks=chunks if all(chunks) else "auto",
-            serializer=BytesCodec(endian="little"),
-            fill_value=0,
-        )
-        if little.size:
-            target[...] = little
-    attrs = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "kind": sketch.kind,
-        "map": sketch.spec,
-        "fingerprint": sketch.fingerprint,
-        "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
-    }
-    attrs.update(sketch._attrs())
-    attrs = json.loads(json.dumps(attrs, default=_json_value))  # exactly what zarr.json will hold
-    attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
-    root.attrs.update(attrs)  # last: marks the group complete
-
-
-def save_sketch(
-    sketch: Sketch, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
-) -> None:
-    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``).
-
-    Parameters
-    ----------
-    sketch : Sketch
-    path_or_url : str or PathLike
-        Local directory, path ending in ``.zip``, ``file://`` URL or any fsspec URL.
-    storage_options : dict, optional
-        Passed to fsspec for URLs (credentials, ``endpoint_url``). Never logged.
-    overwrite : bool, default=False
-        Replace an existing sketch at that place (the last writer wins whole).
-
-    Raises
-    ------
-    FileExistsError
-        If something exists at the target and ``overwrite`` is False: checked
-        before writing and again, atomically, when the finished sketch is
-        published (:func:`streamrff._publish.publish`), so of two concurrent
-        saves to one local path exactly one succeeds. On object storage
-        (``s3://``...) there is no no-replace rename: the existence check runs
-        before the job and again just before writing, and an existing output
-        is never deleted without ``overwrite``; two writers that pass the second
-        check together can still both succeed, the last complete attributes
-        winning.
-    SourceError
-        If the target cannot be written (e.g. a bucket that does not exist).
-    """
-    if not isinstance(sketch, Sketch):
-        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
-    target = os.fspath(path_or_url)
-    check_writable(target, storage_options, overwrite)
-    if _is_url(target):
-        _save_remote(sketch, target, storage_options, overwrite)
-        return
-    path = _local_path(target)
-    staging = staging_path(path)
-    try:
-        _write_group(zarr.storage.LocalStore(staging), sketch)
-        if path.suffix == ".zip":
-            # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
-            # entry, so build the group as a directory and pack it once.
-            packed = staging.with_name(staging.name + ".zip")
-            try:
-                _zip_directory(staging, packed)
-                publish(packed, path, overwrite)
-            finally:
-                packed.unlink(missing_ok=True)
-            return
-        publish(staging, path, overwrite)
-    finally:
-        remove_path(staging)
-
-
-def _zip_directory(directory: Path, archive: Path) -> None:
-    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as packed:
-        for file in sorted(directory.rglob("*")):
-            if file.is_file():
-                packed.write(file, file.relative_to(directory).as_posix())
-
-
-def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False) -> None:
-    """Fail early if a sketch cannot be written at ``path_or_url`` (exists, or no parent directory).
-
-    Call it before a long job so that nothing is computed for an output that
-    would be refused.
-    """
-    target = os.fspath(path_or_url)
-    if _is_url(target):
-        import fsspec
-
-        try:
-            fs, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
-            exists = fs.exists(root.rstrip("/") + "/zarr.json")
-        except Exception as error:  # fsspec backends raise many types
-            raise SourceError(f"Cannot reach {target}: {type(error).__name__}: {error}") from error
-        if exists and not overwrite:
-            raise FileExistsError(
-                f"{target} already holds a sketch. Choose another URL or pass overwrite=True (CLI: --overwrite)."
-            )
-        return
-    path = _local_path(target)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists. Choose another path or pass overwrite=True (CLI: --overwrite).")
-    if not path.parent.exists():
-        raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
-
-
-def _save_remote(sketch: Sketch, url: str, storage_options: StorageOptions, overwrite: bool) -> None:
-    import fsspec
-
-    try:
-        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        if fs.exists(root):
-            if not overwrite:  # another writer got there since check_writable: never delete its output
-                raise FileExistsError(
-                    f"{url} already exists: another process wrote it while this job ran. Choose another "
-                    "URL or pass overwrite=True (CLI: --overwrite)."
-                )
-            fs.rm(root, recursive=True)
-        store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
-        _write_group(store, sketch)
-    except (StreamRFFError, FileExistsError):
-        raise
-    except Exception as error:
-        raise SourceError(f"Cannot write the sketch to {url}: {type(error).__name__}: {error}") from error
 
 
 def _open_store(target: str, storage_options: StorageOptions) -> Any:
