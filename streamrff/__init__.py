@@ -14,14 +14,16 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         InputError,
         MapFormatError,
         NotFittedMapError,
+        OutputError,
         SketchFormatError,
         SketchFormatWarning,
         SketchMismatchError,
+        SketchSignatureError,
         SourceError,
         StreamRFFError,
         VarianceWarning,
     )
-    from .fileformat import load
+    from .fileformat import load, read_signing_key
     from .kmeans import ClusterSketch, KernelKMeans
     from .kpca import KernelPCA
     from .mapfile import load_map, save_map
@@ -44,10 +46,11 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
 _LOCATIONS = {
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
-        "ClusterError", "InputError", "MapFormatError", "NotFittedMapError", "SketchFormatError",
-        "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError", "VarianceWarning",
+        "ClusterError", "InputError", "MapFormatError", "NotFittedMapError", "OutputError", "SketchFormatError",
+        "SketchFormatWarning", "SketchMismatchError", "SketchSignatureError", "SourceError", "StreamRFFError",
+        "VarianceWarning",
     ),
-    "fileformat": ("load",),
+    "fileformat": ("load", "read_signing_key"),
     "kmeans": ("ClusterSketch", "KernelKMeans"),
     "kpca": ("KernelPCA",),
     "mapfile": ("load_map", "save_map"),
@@ -136,6 +139,9 @@ __all__ = [
     "SketchFormatError",
     "MapFormatError",
     "SourceError",
+    "OutputError",
+    "SketchSignatureError",
+    "read_signing_key",
     "ClusterError",
     "VarianceWarning",
     "SketchFormatWarning",

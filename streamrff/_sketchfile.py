@@ -11,8 +11,10 @@ fileformat).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +24,14 @@ import numpy as np
 import zarr
 from zarr.codecs import BytesCodec
 
-from ._publish import publish, remove_path, staging_path
-from .errors import SourceError, StreamRFFError
+from ._publish import check_output_location, output_errors, publish, remove_path, staging_path
+from .errors import InputError, SourceError, StreamRFFError
 from .typing import MapSpec, PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "DIGEST_ATTRIBUTE", "SketchParts", "write_sketch", "check_writable"]
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "DIGEST_ATTRIBUTE", "SIGNATURE_ATTRIBUTE", "SketchParts", "write_sketch",
+    "check_writable", "check_signing_key", "read_signing_key", "signature_value",
+]  # fmt: skip
 
 FORMAT_NAME = "streamrff.sketch"
 FORMAT_VERSION = 1
@@ -91,7 +96,117 @@ def _attributes_digest(attrs: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def _write_group(store: Any, parts: SketchParts) -> None:
+SIGNATURE_ATTRIBUTE = "signature"
+SIGNATURE_ALGORITHM = "hmac-sha256"
+#: Shortest signing key accepted (128 bits); HMAC-SHA256 keys up to 64 bytes are used as they are.
+MIN_KEY_BYTES = 16
+#: Largest key file read (a key is a few dozen bytes; this refuses /dev/zero and data files).
+MAX_KEY_FILE_BYTES = 4096
+#: The environment variable that holds a signing key when no key file is given (CLI).
+SIGNING_KEY_ENVIRONMENT = "STREAMRFF_SIGNING_KEY"
+#: Domain separation: a streamrff sketch signature is never valid as any other HMAC of the same key.
+_SIGNATURE_CONTEXT = b"streamrff.sketch signature v1\n"
+
+
+def check_signing_key(key: Any, name: str) -> bytes:
+    """``key`` as bytes, if it is bytes of at least :data:`MIN_KEY_BYTES`; errors never show the key.
+
+    Examples
+    --------
+    >>> len(check_signing_key(b"0123456789abcdef", "signing_key"))
+    16
+    >>> check_signing_key(b"short", "signing_key")
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: signing_key must be at least 16 bytes. Got 5 bytes; use a longer random key ...
+    """
+    if not isinstance(key, (bytes, bytearray, memoryview)):
+        raise InputError(
+            f"{name} must be bytes. Got {type(key).__name__}; read the key file in binary mode, or use "
+            "streamrff.read_signing_key(path)."
+        )
+    key = bytes(key)
+    if len(key) < MIN_KEY_BYTES:
+        raise InputError(
+            f"{name} must be at least {MIN_KEY_BYTES} bytes. Got {len(key)} bytes; use a longer random key "
+            "(e.g. `head -c 32 /dev/urandom > sketch.key`)."
+        )
+    return key
+
+
+def read_signing_key(path: str | os.PathLike[str] | None = None) -> bytes | None:
+    """Read a sketch signing key from a file, or from ``STREAMRFF_SIGNING_KEY`` when ``path`` is None.
+
+    A key file is read as bytes, with trailing line breaks removed (so
+    ``echo SECRET > key`` and ``STREAMRFF_SIGNING_KEY=SECRET`` give the same
+    key); it must be a regular file of at most 4 KiB. Keys never come from the
+    command line, where other users could read them in the process list.
+
+    Parameters
+    ----------
+    path : str or PathLike, optional
+        The key file. None: the environment variable, or None if it is unset or empty.
+
+    Returns
+    -------
+    bytes or None
+
+    Raises
+    ------
+    InputError
+        If the file cannot be read, is not a small regular file, or the key is
+        shorter than 16 bytes. Messages name the file, never the key.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "site.key")
+    >>> with open(path, "wb") as handle:
+    ...     _ = handle.write(b"a shared secret of 32 bytes.....\\n")
+    >>> read_signing_key(path)
+    b'a shared secret of 32 bytes.....'
+    """
+    if path is None:
+        text = os.environ.get(SIGNING_KEY_ENVIRONMENT, "")
+        if not text:
+            return None
+        return check_signing_key(os.fsencode(text).rstrip(b"\r\n"), f"the key in ${SIGNING_KEY_ENVIRONMENT}")
+    name = os.fspath(path)
+    try:
+        # Symlinks are followed (mounted secrets are symlinks); O_NONBLOCK keeps a FIFO from hanging the open.
+        descriptor = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise InputError(
+                    f"The signing key file {name} is not a regular file. Expected a small file holding the key."
+                )
+            data = os.read(descriptor, MAX_KEY_FILE_BYTES + 1)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        raise InputError(f"Cannot read the signing key file {name}: {error.strerror}. Check the path.") from None
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise InputError(
+            f"The signing key file {name} is over {MAX_KEY_FILE_BYTES} bytes. Expected a small file holding the key."
+        )
+    return check_signing_key(data.rstrip(b"\r\n"), f"the key in {name}")
+
+
+def signature_value(attrs: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 (hex) of a sketch's attributes digest and array checksums under ``key``.
+
+    The digest is taken over every attribute except the stored digest and the
+    signature itself, so it covers the format, kind, map spec, fingerprint,
+    count, scalars and the checksums of every array: the signature vouches for
+    every value in the file.
+    """
+    covered = {name: value for name, value in attrs.items() if name not in (DIGEST_ATTRIBUTE, SIGNATURE_ATTRIBUTE)}
+    checksums = json.dumps(covered.get("checksums"), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    message = _SIGNATURE_CONTEXT + _attributes_digest(covered).encode("ascii") + b"\n" + checksums.encode("ascii")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _write_group(store: Any, parts: SketchParts, signing_key: bytes | None = None) -> None:
     root = zarr.open_group(store=store, mode="w", zarr_format=3)
     arrays = parts.arrays
     for name, value in arrays.items():
@@ -122,12 +237,19 @@ def _write_group(store: Any, parts: SketchParts) -> None:
     }
     attrs.update(parts.attrs)
     attrs = json.loads(json.dumps(attrs, default=_json_value))  # exactly what zarr.json will hold
+    if signing_key is not None:
+        # Inside the digest, so readers that do not know signatures still verify the file.
+        attrs[SIGNATURE_ATTRIBUTE] = {"algorithm": SIGNATURE_ALGORITHM, "value": signature_value(attrs, signing_key)}
     attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
     root.attrs.update(attrs)  # last: marks the group complete
 
 
 def write_sketch(
-    parts: SketchParts, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+    parts: SketchParts,
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    overwrite: bool = False,
+    signing_key: bytes | None = None,
 ) -> None:
     """Write a sketch's parts to a directory, a ``.zip`` file or an fsspec URL (``s3://...``).
 
@@ -141,6 +263,11 @@ def write_sketch(
         Passed to fsspec for URLs (credentials, ``endpoint_url``). Never logged.
     overwrite : bool, default=False
         Replace an existing sketch at that place (the last writer wins whole).
+    signing_key : bytes, optional
+        Sign the sketch: an HMAC-SHA256 of its attributes digest and array
+        checksums under this key (at least 16 bytes) is stored as the
+        ``signature`` attribute; ``load(..., verify_key=key)`` checks it. The key
+        itself is never written.
 
     Raises
     ------
@@ -156,29 +283,46 @@ def write_sketch(
         winning.
     SourceError
         If the target cannot be written (e.g. a bucket that does not exist).
+    OutputError
+        If a local target's file system is read-only, forbids writing, or lacks
+        room for the arrays (checked before the first byte where ``statvfs``
+        tells), or fills up during the write; the staging copy is removed first.
     """
+    if signing_key is not None:
+        signing_key = check_signing_key(signing_key, "signing_key")
     target = os.fspath(path_or_url)
-    check_writable(target, storage_options, overwrite)
+    check_writable(target, storage_options, overwrite, required_bytes=sketch_file_bytes(parts, target))
     if _is_url(target):
-        _save_remote(parts, target, storage_options, overwrite)
+        _save_remote(parts, target, storage_options, overwrite, signing_key)
         return
     path = _local_path(target)
     staging = staging_path(path)
     try:
-        _write_group(zarr.storage.LocalStore(staging), parts)
-        if path.suffix == ".zip":
-            # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
-            # entry, so build the group as a directory and pack it once.
-            packed = staging.with_name(staging.name + ".zip")
-            try:
-                _zip_directory(staging, packed)
-                publish(packed, path, overwrite)
-            finally:
-                packed.unlink(missing_ok=True)
-            return
-        publish(staging, path, overwrite)
+        with output_errors(path):
+            _write_local(parts, path, staging, overwrite, signing_key)
     finally:
         remove_path(staging)
+
+
+def sketch_file_bytes(parts: SketchParts, target: str = "") -> int:
+    """Bytes the arrays of ``parts`` take on disk (twice for a ``.zip``, packed from a staging directory)."""
+    data = sum(np.asarray(value).nbytes for value in parts.arrays.values())
+    return 2 * data if target.endswith(".zip") else data
+
+
+def _write_local(parts: SketchParts, path: Path, staging: Path, overwrite: bool, signing_key: bytes | None) -> None:
+    _write_group(zarr.storage.LocalStore(staging), parts, signing_key)
+    if path.suffix == ".zip":
+        # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
+        # entry, so build the group as a directory and pack it once.
+        packed = staging.with_name(staging.name + ".zip")
+        try:
+            _zip_directory(staging, packed)
+            publish(packed, path, overwrite)
+        finally:
+            packed.unlink(missing_ok=True)
+        return
+    publish(staging, path, overwrite)
 
 
 def _zip_directory(directory: Path, archive: Path) -> None:
@@ -188,11 +332,21 @@ def _zip_directory(directory: Path, archive: Path) -> None:
                 packed.write(file, file.relative_to(directory).as_posix())
 
 
-def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False) -> None:
-    """Fail early if a sketch cannot be written at ``path_or_url`` (exists, or no parent directory).
+def check_writable(
+    path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False, required_bytes: int = 0
+) -> None:
+    """Fail early if a sketch cannot be written at ``path_or_url``.
 
+    Refuses an existing output (unless ``overwrite``), a missing parent
+    directory, and, for local paths, a folder that cannot take a new file
+    (read-only, no permission) or lacks ``required_bytes`` of free space where
+    the file system reports it (:func:`streamrff._publish.check_output_location`).
     Call it before a long job so that nothing is computed for an output that
     would be refused.
+
+    Raises
+    ------
+    FileExistsError, SourceError, OutputError
     """
     target = os.fspath(path_or_url)
     if _is_url(target):
@@ -213,9 +367,12 @@ def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = Non
         raise FileExistsError(f"{path} already exists. Choose another path or pass overwrite=True (CLI: --overwrite).")
     if not path.parent.exists():
         raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
+    check_output_location(path, required_bytes)
 
 
-def _save_remote(parts: SketchParts, url: str, storage_options: StorageOptions, overwrite: bool) -> None:
+def _save_remote(
+    parts: SketchParts, url: str, storage_options: StorageOptions, overwrite: bool, signing_key: bytes | None
+) -> None:
     import fsspec
 
     try:
@@ -228,7 +385,7 @@ def _save_remote(parts: SketchParts, url: str, storage_options: StorageOptions, 
                 )
             fs.rm(root, recursive=True)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
-        _write_group(store, parts)
+        _write_group(store, parts, signing_key)
     except (StreamRFFError, FileExistsError):
         raise
     except Exception as error:

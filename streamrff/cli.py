@@ -183,7 +183,15 @@ def _load_map_option(args: argparse.Namespace, options: dict[str, Any] | None) -
 
 
 def _check_output_free(path: str, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
-    """Refuse an existing output unless --overwrite (exit 2, one message for every command)."""
+    """Refuse an existing output unless --overwrite (exit 2, one message for every command).
+
+    A local output's folder must also take a new file now, before the job runs
+    (read-only, forbidden, no inode left: OutputError, exit 1).
+    """
+    if "://" not in path or path.startswith("file://"):
+        from ._publish import check_output_location
+
+        check_output_location(path[len("file://") :] if path.startswith("file://") else path)
     if overwrite:
         return
     if "://" in path and not path.startswith("file://"):
@@ -328,7 +336,6 @@ def _cmd_sketch(args: argparse.Namespace) -> int:
     map_options = ["features", "bandwidth", "variant", "orthogonal", "seed"]
     _resolve_map_options(args, map_options, map_options, "they define the map")
     _check_output_free(args.output, options, args.overwrite)
-    check_writable(args.output, options, args.overwrite)
     feature_map = _load_map_option(args, options)
     if feature_map is None:
         feature_map = RFF(
@@ -339,6 +346,11 @@ def _cmd_sketch(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
         feature_map._check_params()
+    # The sketch's declared size (float64 sums of D features, D x D moments), checked against free space now.
+    width = next((w for w in (getattr(feature_map, name, None) for name in ("n_components", "n_features")) if w), 0)
+    declared_bytes = 8 * width * (1 + (width if args.moments else 0))
+    check_writable(args.output, options, args.overwrite, required_bytes=declared_bytes)
+    signing_key = _signing_key(args)
     result = sketch(
         args.source,
         feature_map,
@@ -352,7 +364,7 @@ def _cmd_sketch(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         method=args.method,
     )
-    result.save(args.output, storage_options=options, overwrite=args.overwrite)
+    result.save(args.output, storage_options=options, overwrite=args.overwrite, signing_key=signing_key)
     summary = sketch_summary(args.output, result)
     _emit(args, summary, [f"wrote {args.output}", *_summary_lines(summary)[1:]])
     return EXIT_OK
@@ -387,7 +399,11 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     options = _storage_options(args.storage_options)
     _check_output_free(args.output, options, args.overwrite)
     check_writable(args.output, options, args.overwrite)
-    sketches = [load(path, storage_options=options) for path in args.sketches]
+    signing_key = _signing_key(args)
+    if args.require_signed and signing_key is None:
+        raise _UsageError("--require-signed needs the key: pass --sign-key FILE or set STREAMRFF_SIGNING_KEY.")
+    verify_key = signing_key if args.require_signed else None
+    sketches = [load(path, storage_options=options, verify_key=verify_key) for path in args.sketches]
     _same_map_or_explain(args.sketches, sketches)
     for path, part in zip(args.sketches[1:], sketches[1:]):
         if getattr(part, "has_moments", None) != getattr(sketches[0], "has_moments", None):
@@ -395,7 +411,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 f"{args.sketches[0]} and {path} differ in second moments: sketch every part with --moments, or none."
             )
     merged = merge(*sketches)
-    merged.save(args.output, storage_options=options, overwrite=args.overwrite)
+    merged.save(args.output, storage_options=options, overwrite=args.overwrite, signing_key=signing_key)
     summary = sketch_summary(args.output, merged)
     summary["inputs"] = list(args.sketches)
     _emit(args, summary, [f"merged {len(sketches)} sketches into {args.output}", *_summary_lines(summary)[1:]])
@@ -414,8 +430,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         lines = [f"{args.sketch}: map file", _map_line(feature_map.spec), f"  fingerprint: {feature_map.fingerprint}"]
         _emit(args, payload, lines)
         return EXIT_OK
-    summary = sketch_summary(args.sketch, load(args.sketch, storage_options=options))
-    _emit(args, summary, _summary_lines(summary))
+    from .fileformat import is_signed
+
+    signing_key = _signing_key(args)
+    summary = sketch_summary(args.sketch, load(args.sketch, storage_options=options, verify_key=signing_key))
+    signed = signing_key is not None or is_signed(args.sketch, options)
+    summary["signature"] = "verified" if signing_key is not None else "not verified" if signed else "none"
+    _emit(args, summary, [*_summary_lines(summary), f"  signature: {summary['signature']}"])
     return EXIT_OK
 
 
@@ -767,6 +788,18 @@ def _add_common(parser: argparse.ArgumentParser, storage: bool = True) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does to stderr")
 
 
+def _add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
+    # Sketch signing (docs/security.rst): a key file or the environment, never the key on the command line.
+    parser.add_argument("--sign-key", metavar="FILE", default=None, help=purpose)
+
+
+def _signing_key(args: argparse.Namespace) -> bytes | None:
+    """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key)."""
+    from .fileformat import read_signing_key
+
+    return read_signing_key(args.sign_key)
+
+
 def _add_overwrite(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing output (otherwise refused, exit 2)"
@@ -867,6 +900,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sketch.add_argument("--on-invalid", choices=["raise", "skip"], default="raise", help="what to do with NaN/inf rows")
     _add_overwrite(sketch)
+    _add_sign_key(sketch, "sign the sketch with the key in FILE (HMAC-SHA256; default: $STREAMRFF_SIGNING_KEY)")
     _add_common(sketch)
     sketch.set_defaults(handler=_cmd_sketch)
 
@@ -881,6 +915,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("sketches", nargs="+", metavar="SKETCH", help="sketch files or URLs")
     merge.add_argument("-o", "--output", required=True, help="where to write the merged sketch")
     _add_overwrite(merge)
+    _add_sign_key(merge, "sign the merged sketch with the key in FILE (default: $STREAMRFF_SIGNING_KEY)")
+    merge.add_argument(
+        "--require-signed", action="store_true", help="refuse any input not signed with the --sign-key key (exit 1)"
+    )
     _add_common(merge)
     merge.set_defaults(handler=_cmd_merge)
 
@@ -893,6 +931,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     info.add_argument("sketch", metavar="FILE", help="sketch file, map file, or URL")
+    _add_sign_key(info, "verify the sketch's signature with the key in FILE (default: $STREAMRFF_SIGNING_KEY)")
     _add_common(info)
     info.set_defaults(handler=_cmd_info)
 

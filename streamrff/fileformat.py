@@ -41,6 +41,7 @@ The writer lives in :mod:`streamrff._sketchfile`, below :mod:`streamrff.sketches
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import os
 import warnings
@@ -57,21 +58,33 @@ from ._sketchfile import (
     DIGEST_ATTRIBUTE,
     FORMAT_NAME,
     FORMAT_VERSION,
+    SIGNATURE_ALGORITHM,
+    SIGNATURE_ATTRIBUTE,
     _attributes_digest,
     _checksum,
     _is_url,
     _local_path,
+    check_signing_key,
     check_writable,
+    read_signing_key,
+    signature_value,
 )
-from .errors import SketchFormatError, SketchFormatWarning, StreamRFFError
+from .errors import SketchFormatError, SketchFormatWarning, SketchSignatureError, StreamRFFError
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish"]
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish",
+    "read_signing_key", "is_signed",
+]  # fmt: skip
 
 
 def save_sketch(
-    sketch: Sketch, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+    sketch: Sketch,
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    overwrite: bool = False,
+    signing_key: bytes | None = None,
 ) -> None:
     """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`Sketch.save`.
 
@@ -86,7 +99,7 @@ def save_sketch(
     """
     if not isinstance(sketch, Sketch):
         raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
-    sketch.save(path_or_url, storage_options=storage_options, overwrite=overwrite)
+    sketch.save(path_or_url, storage_options=storage_options, overwrite=overwrite, signing_key=signing_key)
 
 
 def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
@@ -141,7 +154,12 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
     return zarr.storage.LocalStore(path, read_only=True)
 
 
-def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require_digest: bool = False) -> Sketch:
+def load(
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    require_digest: bool = False,
+    verify_key: bytes | None = None,
+) -> Sketch:
     """Read a sketch written by :meth:`Sketch.save`, validating everything.
 
     Checks the format name and version, the kind, the map spec (rebuilt and
@@ -168,6 +186,10 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     require_digest : bool, default=False
         Refuse a file without an attributes digest (written by an older streamrff)
         instead of loading it with a :class:`SketchFormatWarning`.
+    verify_key : bytes, optional
+        Accept only a sketch signed with this key (``save(..., signing_key=key)``):
+        an unsigned sketch, or one signed with another key or edited after
+        signing, raises :class:`SketchSignatureError`. See docs/security.
 
     Returns
     -------
@@ -178,6 +200,8 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     SketchFormatError
         If the place is missing, unreadable, not a sketch, incomplete, tampered
         with, or written by a newer format version.
+    SketchSignatureError
+        If ``verify_key`` is given and the sketch is not signed with it.
 
     Examples
     --------
@@ -191,10 +215,12 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     target = os.fspath(path_or_url)
     if not isinstance(require_digest, (bool, np.bool_)):
         raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
+    if verify_key is not None:
+        verify_key = check_signing_key(verify_key, "verify_key")
     for _ in range(_CONCURRENT_SAVE_ATTEMPTS):
         before = _directory_identity(target)
         try:
-            return _load_once(target, storage_options, bool(require_digest))
+            return _load_once(target, storage_options, bool(require_digest), verify_key)
         except SketchFormatError:
             # A save with overwrite=True swapped the directory while it was read, so the
             # files read may mix both versions: read the new one again. A failure on a
@@ -228,11 +254,13 @@ def _directory_identity(target: str) -> tuple[int, int, int] | None:
     return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
-def _load_once(target: str, storage_options: StorageOptions, require_digest: bool) -> Sketch:
+def _load_once(
+    target: str, storage_options: StorageOptions, require_digest: bool, verify_key: bytes | None = None
+) -> Sketch:
     try:
         store = _open_store(target, storage_options)
         try:
-            return _read_sketch(store, target, require_digest)
+            return _read_sketch(store, target, require_digest, verify_key)
         finally:
             if isinstance(store, zarr.storage.ZipStore):
                 store.close()
@@ -439,7 +467,7 @@ def _describe_sizes(level: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
 
 
-def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketch:
+def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_key: bytes | None = None) -> Sketch:
     try:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
     except FileNotFoundError as error:
@@ -529,7 +557,49 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketc
     # Last, so that the specific checks above name what is wrong; this one catches the edits
     # that leave a valid-looking sketch (a count off by one).
     _check_attributes_digest(attrs, target, require_digest)
+    if verify_key is not None:
+        _check_signature(attrs, verify_key, target)
     return sketch
+
+
+def _check_signature(attrs: dict[str, Any], verify_key: bytes, target: str) -> None:
+    """Refuse a sketch not signed with ``verify_key`` (after the digest verified every value it covers)."""
+    stored = attrs.get(SIGNATURE_ATTRIBUTE)
+    if stored is None:
+        raise SketchSignatureError(
+            f"{target} is not signed. Expected a sketch signed with the verify key (Sketch.save(..., "
+            "signing_key=...) or `streamrff sketch/merge --sign-key FILE`); ask its sender to sign it."
+        )
+    value = stored.get("value") if isinstance(stored, dict) else None
+    if (
+        not isinstance(value, str)
+        or stored.get("algorithm") != SIGNATURE_ALGORITHM
+        or not hmac.compare_digest(value.encode("utf-8"), signature_value(attrs, verify_key).encode("ascii"))
+    ):
+        raise SketchSignatureError(
+            f"{target}: the signature does not match the verify key (signed with another key, or edited after "
+            "signing). Expected a sketch signed with this key; check that both sites use the same key file."
+        )
+
+
+def is_signed(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> bool:
+    """Whether the sketch file carries a signature (not verified: use ``load(..., verify_key=)`` for that).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, streamrff as srf
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+    >>> srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8)).save(path, signing_key=b"k" * 32)
+    >>> is_signed(path), srf.load(path, verify_key=b"k" * 32).count
+    (True, 3)
+    """
+    target = os.fspath(path_or_url)
+    store = _open_store(target, storage_options)
+    try:
+        return isinstance(zarr.open_group(store=store, mode="r", zarr_format=3).attrs.get(SIGNATURE_ATTRIBUTE), dict)
+    finally:
+        if isinstance(store, zarr.storage.ZipStore):
+            store.close()
 
 
 def _same_value(expected: Any, stored: Any) -> bool:

@@ -162,13 +162,26 @@ class Sketch(ABC):
         return merged
 
     def save(
-        self, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+        self,
+        path_or_url: PathOrURL,
+        storage_options: StorageOptions = None,
+        overwrite: bool = False,
+        signing_key: bytes | None = None,
     ) -> None:
         """Write the sketch as a zarr group (directory, ``.zip`` file or fsspec URL), atomically.
 
-        See :func:`streamrff._sketchfile.write_sketch` (also :func:`streamrff.fileformat.save_sketch`).
+        ``signing_key`` (bytes, at least 16) signs it: ``streamrff.load(path,
+        verify_key=key)`` then proves it came from a holder of the key (see
+        docs/security). See :func:`streamrff._sketchfile.write_sketch` (also
+        :func:`streamrff.fileformat.save_sketch`).
         """
-        write_sketch(self._file_parts(), path_or_url, storage_options=storage_options, overwrite=overwrite)
+        write_sketch(
+            self._file_parts(),
+            path_or_url,
+            storage_options=storage_options,
+            overwrite=overwrite,
+            signing_key=signing_key,
+        )
 
     def _file_parts(self) -> SketchParts:
         """What the sketch file holds: kind, map identity, arrays (map state under ``map/``), attributes."""
