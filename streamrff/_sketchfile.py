@@ -15,6 +15,7 @@ import hmac
 import json
 import os
 import stat
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -370,6 +371,17 @@ def check_writable(
     check_output_location(path, required_bytes)
 
 
+#: Name of the small object, beside a sketch group on object storage, that says which save last
+#: touched it and whether that save finished: ``{"write": id, "state": "writing" | "complete"}``.
+WRITE_STATE_SUFFIX = ".streamrff-write"
+
+
+def write_state_path(root: str) -> str:
+    """``bucket/dir/.name.streamrff-write`` for the group ``bucket/dir/name`` (outside the group's prefix)."""
+    parent, _, name = root.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}{WRITE_STATE_SUFFIX}" if parent else f".{name}{WRITE_STATE_SUFFIX}"
+
+
 def _save_remote(
     parts: SketchParts, url: str, storage_options: StorageOptions, overwrite: bool, signing_key: bytes | None
 ) -> None:
@@ -377,15 +389,21 @@ def _save_remote(
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        if fs.exists(root):
-            if not overwrite:  # another writer got there since check_writable: never delete its output
-                raise FileExistsError(
-                    f"{url} already exists: another process wrote it while this job ran. Choose another "
-                    "URL or pass overwrite=True (CLI: --overwrite)."
-                )
+        exists = fs.exists(root)
+        if exists and not overwrite:  # another writer got there since check_writable: never delete its output
+            raise FileExistsError(
+                f"{url} already exists: another process wrote it while this job ran. Choose another "
+                "URL or pass overwrite=True (CLI: --overwrite)."
+            )
+        # Object stores have no rename: announce the write before touching the group, so that a
+        # reader that meets the half-written group (or sees it change under it) can tell.
+        state_path, write_id = write_state_path(root), uuid.uuid4().hex
+        fs.pipe_file(state_path, json.dumps({"write": write_id, "state": "writing"}).encode("ascii"))
+        if exists:
             fs.rm(root, recursive=True)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
         _write_group(store, parts, signing_key)
+        fs.pipe_file(state_path, json.dumps({"write": write_id, "state": "complete"}).encode("ascii"))
     except (StreamRFFError, FileExistsError):
         raise
     except Exception as error:

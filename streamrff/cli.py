@@ -434,9 +434,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     signing_key = _signing_key(args)
     summary = sketch_summary(args.sketch, load(args.sketch, storage_options=options, verify_key=signing_key))
-    signed = signing_key is not None or is_signed(args.sketch, options)
-    summary["signature"] = "verified" if signing_key is not None else "not verified" if signed else "none"
-    _emit(args, summary, [*_summary_lines(summary), f"  signature: {summary['signature']}"])
+    lines = _summary_lines(summary)
+    if signing_key is not None or is_signed(args.sketch, options):  # unsigned sketches: reported as before
+        summary["signature"] = "verified" if signing_key is not None else "not verified"
+        lines.append(f"  signature: {summary['signature']}" + ("" if signing_key else " (pass --sign-key FILE)"))
+    _emit(args, summary, lines)
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "SketchFormatError",
     "MapFormatError",
     "SketchSignatureError",
+    "SketchBeingWrittenError",
     "SourceError",
     "OutputError",
     "ClusterError",
@@ -146,6 +147,24 @@ class SketchSignatureError(SketchFormatError):
     ...     except srf.SketchSignatureError as error:
     ...         print(str(error).split(": ", 1)[1].split(" (")[0])
     the signature does not match the verify key
+    """
+
+
+class SketchBeingWrittenError(SketchFormatError):
+    """A sketch was being written by another process while it was read: retry when the save has finished.
+
+    :func:`streamrff.load` reads again while a concurrent save replaces a local
+    directory or rewrites a group on object storage (where saves announce
+    themselves in a small write-state object beside the group), and raises this
+    only if the sketch kept changing, or a save stayed under way, for a few
+    seconds. A subclass of :class:`SketchFormatError`; it never means the file
+    is corrupt.
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> issubclass(srf.SketchBeingWrittenError, srf.SketchFormatError)
+    True
     """
 
 

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import hmac
 import itertools
+import json
 import os
+import time
 import warnings
 import zipfile
 from typing import Any
@@ -68,8 +70,15 @@ from ._sketchfile import (
     check_writable,
     read_signing_key,
     signature_value,
+    write_state_path,
 )
-from .errors import SketchFormatError, SketchFormatWarning, SketchSignatureError, StreamRFFError
+from .errors import (
+    SketchBeingWrittenError,
+    SketchFormatError,
+    SketchFormatWarning,
+    SketchSignatureError,
+    StreamRFFError,
+)
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
@@ -202,6 +211,8 @@ def load(
         with, or written by a newer format version.
     SketchSignatureError
         If ``verify_key`` is given and the sketch is not signed with it.
+    SketchBeingWrittenError
+        If another process kept writing the sketch while it was read (retry later).
 
     Examples
     --------
@@ -217,24 +228,58 @@ def load(
         raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
     if verify_key is not None:
         verify_key = check_signing_key(verify_key, "verify_key")
-    for _ in range(_CONCURRENT_SAVE_ATTEMPTS):
-        before = _directory_identity(target)
+    for attempt in range(_CONCURRENT_SAVE_ATTEMPTS):
+        before = _publication_identity(target, storage_options)
         try:
             return _load_once(target, storage_options, bool(require_digest), verify_key)
         except SketchFormatError:
-            # A save with overwrite=True swapped the directory while it was read, so the
-            # files read may mix both versions: read the new one again. A failure on a
-            # directory that stayed in place is the file's own.
-            if before is None or _directory_identity(target) == before:
+            # A save with overwrite=True swapped the directory (or, on object storage, rewrote
+            # the group) while it was read, so the files read may mix both versions: read
+            # again. A failure on a place that stayed as it was, with no save under way, is
+            # the file's own.
+            after = _publication_identity(target, storage_options)
+            if (before is None and after is None) or (after == before and not _being_written(after)):
                 raise
-    raise SketchFormatError(
-        f"{target} is being written by another process: it was replaced {_CONCURRENT_SAVE_ATTEMPTS} times "
-        "while being read. Retry when the save has finished."
+        if _is_url(target):
+            time.sleep(min(0.02 * 2**attempt, 0.25))  # let the writer finish (about 4 s in all)
+    raise SketchBeingWrittenError(
+        f"{target} is being written by another process: it changed {_CONCURRENT_SAVE_ATTEMPTS} times while "
+        "being read, or a save is still under way. Retry when the save has finished (if none is running, "
+        "an interrupted save left it: write the sketch again)."
     )
 
 
 #: Reads of a local sketch directory that another process replaced meanwhile, before giving up.
 _CONCURRENT_SAVE_ATTEMPTS = 20
+
+
+def _publication_identity(target: str, storage_options: StorageOptions) -> Any:
+    """What changes when a save publishes a sketch: the directory's identity, or the object store's write state."""
+    return _write_state(target, storage_options) if _is_url(target) else _directory_identity(target)
+
+
+def _being_written(identity: Any) -> bool:
+    return isinstance(identity, dict) and identity.get("state") != "complete"
+
+
+def _write_state(url: str, storage_options: StorageOptions) -> dict[str, Any] | None:
+    """The write-state object a save keeps beside a sketch on object storage; None if absent (older files)."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        data = fs.cat_file(write_state_path(root), start=0, end=_WRITE_STATE_BYTES)
+    except Exception:  # absent (written before write states), or unreachable: the load itself reports that
+        return None
+    try:
+        state = json.loads(data)
+    except ValueError:
+        state = None
+    return state if isinstance(state, dict) else {"state": "unreadable", "bytes": data.hex()}
+
+
+#: Bytes of a write-state object read at most (it holds a short JSON document).
+_WRITE_STATE_BYTES = 1024
 
 
 def _directory_identity(target: str) -> tuple[int, int, int] | None:

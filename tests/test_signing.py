@@ -216,11 +216,13 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
     )  # fmt: skip
     runs["info verified"] = run_cli("info", f"{out}/ab.sketch", "--sign-key", str(key_file), "--json")
     runs["info unverified"] = run_cli("info", f"{out}/ab.sketch")
+    runs["info unsigned"] = run_cli("info", f"{out}/u.sketch")
     for name, completed in runs.items():
         assert completed.returncode == 0, (name, completed.stderr)
     assert json.loads(runs["info verified"].stdout)["signature"] == "verified"
     assert json.loads(runs["info verified"].stdout)["count"] == 2 * len(ROWS)
-    assert "  signature: not verified" in runs["info unverified"].stdout
+    assert "  signature: not verified (pass --sign-key FILE)" in runs["info unverified"].stdout
+    assert "signature" not in runs["info unsigned"].stdout
     assert srf.load(out / "ab.sketch", verify_key=KEY).count == 2 * len(ROWS)
 
     refused = {
