@@ -15,14 +15,17 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         InputError,
         MapFormatError,
         NotFittedMapError,
+        OutputError,
+        SketchBeingWrittenError,
         SketchFormatError,
         SketchFormatWarning,
         SketchMismatchError,
+        SketchSignatureError,
         SourceError,
         StreamRFFError,
         VarianceWarning,
     )
-    from .fileformat import load
+    from .fileformat import load, read_signing_key
     from .io import RowSource, open_source
     from .kmeans import ClusterSketch, KernelKMeans
     from .kpca import KernelPCA
@@ -49,10 +52,10 @@ _LOCATIONS = {
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
         "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "NotFittedMapError",
-        "SketchFormatError", "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError",
-        "VarianceWarning",
+        "OutputError", "SketchBeingWrittenError", "SketchFormatError", "SketchFormatWarning", "SketchMismatchError",
+        "SketchSignatureError", "SourceError", "StreamRFFError", "VarianceWarning",
     ),
-    "fileformat": ("load",),
+    "fileformat": ("load", "read_signing_key"),
     "io": ("open_source", "RowSource"),
     "kmeans": ("ClusterSketch", "KernelKMeans"),
     "kpca": ("KernelPCA",),
@@ -152,6 +155,10 @@ __all__ = [
     "SketchFormatError",
     "MapFormatError",
     "SourceError",
+    "OutputError",
+    "SketchSignatureError",
+    "SketchBeingWrittenError",
+    "read_signing_key",
     "ClusterError",
     "VarianceWarning",
     "SketchFormatWarning",

@@ -14,8 +14,14 @@ silently replace each other's result:
   directory is swapped with the old one by ``renameat2(RENAME_EXCHANGE)`` (the target
   name never goes missing), or else the old one is renamed aside first.
 
-Object stores have no rename: see :func:`streamrff.fileformat.save_sketch` for the
+Object stores have no rename: see :func:`streamrff._sketchfile.write_sketch` for the
 guarantee given there.
+
+A full, read-only or forbidden output place is found before a job starts
+(:func:`check_output_location`: a probe file, and the free space ``statvfs``
+reports against the output's declared size) and, if it still happens during a
+write, reported as one :class:`~streamrff.errors.OutputError` line
+(:func:`output_errors`) after the staging copy is removed.
 """
 
 from __future__ import annotations
@@ -26,9 +32,25 @@ import os
 import shutil
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["publish", "publish_text", "staging_path", "remove_path"]
+from .errors import OutputError
+
+__all__ = [
+    "publish", "publish_text", "staging_path", "remove_path", "check_output_location", "output_errors",
+    "OUTPUT_ERRNOS",
+]  # fmt: skip
+
+#: What each OS error that means "this place cannot take the output" tells the user to do.
+OUTPUT_ERRNOS = {
+    errno.ENOSPC: "the file system is full. Free space there or choose an output on another file system.",
+    errno.EDQUOT: "the disk quota is exhausted. Free space there or choose an output on another file system.",
+    errno.EROFS: "the file system is read-only. Choose an output on a writable file system.",
+    errno.EACCES: "permission denied. Choose an output in a folder you may write to.",
+    errno.EPERM: "operation not permitted. Choose an output in a folder you may write to.",
+}
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -47,6 +69,99 @@ def remove_path(path: str | os.PathLike[str]) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def as_output_error(error: OSError, target: str | os.PathLike[str]) -> OutputError | None:
+    """The one-line :class:`OutputError` for a full, read-only or forbidden place; None for other errors."""
+    if isinstance(error, OutputError):
+        return error
+    advice = OUTPUT_ERRNOS.get(error.errno)  # type: ignore[arg-type]
+    return None if advice is None else OutputError(f"Cannot write {os.fspath(target)}: {advice}", error.errno)
+
+
+@contextmanager
+def output_errors(target: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn ENOSPC, EDQUOT, EROFS, EACCES and EPERM raised inside the block into one :class:`OutputError`.
+
+    Examples
+    --------
+    >>> try:
+    ...     with output_errors("/sys/out.txt"):
+    ...         open("/sys/out.txt", "w")
+    ... except OutputError as error:
+    ...     print(error)
+    Cannot write /sys/out.txt: permission denied. Choose an output in a folder you may write to.
+    """
+    try:
+        yield
+    except OSError as error:
+        mapped = as_output_error(error, target)
+        if mapped is None or mapped is error:
+            raise
+        raise mapped from error
+
+
+def check_output_location(target: str | os.PathLike[str], required_bytes: int = 0) -> None:
+    """Before a job starts: the folder of ``target`` takes a new file and, where it says, has room.
+
+    A probe file is created beside ``target`` and removed (so a read-only file
+    system, a folder without write permission or a file system with no inode left
+    fails now, not after the job). If the file system reports its size
+    (``statvfs``), fewer free bytes than ``required_bytes`` fail too. A missing
+    folder is left to the writer, which reports it.
+
+    Raises
+    ------
+    OutputError
+        With ``errno`` ENOSPC, EDQUOT, EROFS, EACCES or EPERM.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> check_output_location(os.path.join(tempfile.mkdtemp(), "out.sketch"), required_bytes=1024)
+    >>> try:
+    ...     check_output_location("/sys/out.sketch")
+    ... except OutputError as error:
+    ...     print(errno.errorcode[error.errno])
+    EACCES
+    >>> try:
+    ...     check_output_location(os.path.join(tempfile.mkdtemp(), "huge.sketch"), required_bytes=2**60)
+    ... except OutputError as error:
+    ...     print(errno.errorcode[error.errno], str(error).split(": ")[1].split(" but")[0])
+    ENOSPC it needs about 1 EiB
+    """
+    path = Path(os.path.abspath(target))
+    folder = path.parent
+    if not folder.is_dir():
+        return
+    probe = staging_path(path, suffix=".probe")
+    with output_errors(path):
+        descriptor = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(descriptor)
+        os.unlink(probe)
+    if required_bytes <= 0:
+        return
+    try:
+        status = os.statvfs(folder)
+    except (OSError, AttributeError):  # no statvfs (Windows) or the file system will not say
+        return
+    if status.f_blocks == 0:  # pseudo file systems report no size: nothing to compare with
+        return
+    free = status.f_bavail * status.f_frsize
+    if free < required_bytes:
+        raise OutputError(
+            f"Cannot write {path}: it needs about {_size(required_bytes)} but {folder} has {_size(free)} free. "
+            "Free space there or choose an output on another file system.",
+            errno.ENOSPC,
+        )
+
+
+def _size(n_bytes: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n_bytes < 1024:
+            return f"{n_bytes:.3g} {unit}"
+        n_bytes /= 1024
+    return f"{n_bytes:.3g} EiB"
 
 
 def _renameat2(source: Path, target: Path, flags: int) -> bool:
@@ -165,7 +280,8 @@ def publish_text(target: str | os.PathLike[str], text: str, overwrite: bool = Fa
     """
     staging = staging_path(target)
     try:
-        staging.write_text(text)
-        publish(staging, target, overwrite)
+        with output_errors(target):
+            staging.write_text(text)
+            publish(staging, target, overwrite)
     finally:
         remove_path(staging)

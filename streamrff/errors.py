@@ -18,7 +18,10 @@ __all__ = [
     "SketchMismatchError",
     "SketchFormatError",
     "MapFormatError",
+    "SketchSignatureError",
+    "SketchBeingWrittenError",
     "SourceError",
+    "OutputError",
     "ClusterError",
     "VarianceWarning",
     "SketchFormatWarning",
@@ -142,6 +145,45 @@ class MapFormatError(SketchFormatError):
     """
 
 
+class SketchSignatureError(SketchFormatError):
+    """A sketch loaded with a verify key is unsigned, signed with another key, or edited after signing.
+
+    A subclass of :class:`SketchFormatError`. See the threat model in the
+    documentation (Security): the attribute digest proves a file is intact, the
+    signature that a holder of the key wrote it.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, streamrff as srf
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "s.zarr")
+    ...     srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8)).save(path, signing_key=b"site A key......")
+    ...     try:
+    ...         srf.load(path, verify_key=b"another site key")
+    ...     except srf.SketchSignatureError as error:
+    ...         print(str(error).split(": ", 1)[1].split(" (")[0])
+    the signature does not match the verify key
+    """
+
+
+class SketchBeingWrittenError(SketchFormatError):
+    """A sketch was being written by another process while it was read: retry when the save has finished.
+
+    :func:`streamrff.load` reads again while a concurrent save replaces a local
+    directory or rewrites a group on object storage (where saves announce
+    themselves in a small write-state object beside the group), and raises this
+    only if the sketch kept changing, or a save stayed under way, for a few
+    seconds. A subclass of :class:`SketchFormatError`; it never means the file
+    is corrupt.
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> issubclass(srf.SketchBeingWrittenError, srf.SketchFormatError)
+    True
+    """
+
+
 class SourceError(StreamRFFError, OSError):
     """A data source (path, zarr array, bucket) cannot be read.
 
@@ -155,6 +197,36 @@ class SourceError(StreamRFFError, OSError):
     ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
     SourceError - the path does not exist. Check the path.
     """
+
+
+class OutputError(StreamRFFError, OSError):
+    """An output cannot be written: its file system is full, read-only, or refuses permission.
+
+    Raised before a job starts when the output's folder cannot take a file (or,
+    where the file system says, lacks room for the declared size), and for
+    ``ENOSPC``, ``EDQUOT``, ``EROFS``, ``EACCES`` and ``EPERM`` met anywhere in a
+    write; the partly written output is removed first. ``errno`` holds the
+    operating system's code; the message is one line.
+
+    Examples
+    --------
+    >>> import errno, streamrff as srf
+
+    A folder no one may write to (Linux's ``/sys``, even for root):
+
+    >>> try:
+    ...     srf.sketch_array([[0.0, 1.0]], srf.RFF(n_features=8)).save("/sys/streamrff.sketch")
+    ... except srf.OutputError as error:
+    ...     print(errno.errorcode[error.errno], "-", error)
+    EACCES - Cannot write /sys/streamrff.sketch: permission denied. Choose an output in a folder you may write to.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = code
+
+    def __reduce__(self) -> tuple[type, tuple[str, int | None]]:  # keep errno across processes (Dask workers)
+        return type(self), (str(self), self.errno)
 
 
 class ClusterError(StreamRFFError, ConnectionError):

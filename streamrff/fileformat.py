@@ -33,17 +33,21 @@ written last, so an interrupted write to object storage leaves a group that
 :func:`load` rejects as incomplete; local directories and zip files are written
 under a temporary name and published in one step that never replaces an
 existing output unless asked to (:func:`publish`).
+
+The writer lives in :mod:`streamrff._sketchfile`, below :mod:`streamrff.sketches`
+(which saves through it); this module reads, and re-exports
+:func:`save_sketch` and :func:`check_writable`.
 """
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import itertools
 import json
 import os
+import time
 import warnings
 import zipfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,49 +57,60 @@ from zarr.errors import ContainsArrayError
 
 from ._bounded_read import GuardedLocalStore, GuardedZipStore, _file_type, stored_size
 from ._memory import memory_available
-from ._publish import publish, remove_path, staging_path
-from .errors import SketchFormatError, SketchFormatWarning, SourceError, StreamRFFError
+from ._publish import publish
+from ._sketchfile import (
+    DIGEST_ATTRIBUTE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SIGNATURE_ALGORITHM,
+    SIGNATURE_ATTRIBUTE,
+    _attributes_digest,
+    _checksum,
+    _is_url,
+    _local_path,
+    check_signing_key,
+    check_writable,
+    read_signing_key,
+    signature_value,
+    write_state_path,
+)
+from .errors import (
+    SketchBeingWrittenError,
+    SketchFormatError,
+    SketchFormatWarning,
+    SketchSignatureError,
+    StreamRFFError,
+)
 from .sketches import Sketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish"]
-
-FORMAT_NAME = "streamrff.sketch"
-FORMAT_VERSION = 1
-
-
-def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish",
+    "read_signing_key", "is_signed",
+]  # fmt: skip
 
 
-def _local_path(path: str) -> Path:
-    return Path(path[len("file://") :] if path.startswith("file://") else path)
+def save_sketch(
+    sketch: Sketch,
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    overwrite: bool = False,
+    signing_key: bytes | None = None,
+) -> None:
+    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`Sketch.save`.
 
+    The writer lives in :mod:`streamrff._sketchfile` (below the sketch classes);
+    see :func:`streamrff._sketchfile.write_sketch` for the parameters and for
+    the guarantees on concurrent saves.
 
-def _checksum(array: np.ndarray) -> str:
-    little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
-    return hashlib.sha256(memoryview(little.reshape(-1)).cast("B")).hexdigest()  # no copy of a 2 GiB moment
-
-
-DIGEST_ATTRIBUTE = "attributes_digest"
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"attribute value {value!r} of type {type(value).__name__} is not JSON")
-
-
-def _attributes_digest(attrs: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of ``attrs`` without the digest itself.
-
-    Raises ValueError for values JSON cannot hold exactly (NaN, inf).
+    Raises
+    ------
+    SketchFormatError
+        If ``sketch`` is not a :class:`Sketch`.
     """
-    covered = {key: value for key, value in attrs.items() if key != DIGEST_ATTRIBUTE}
-    text = json.dumps(
-        covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=_json_value
-    )
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    if not isinstance(sketch, Sketch):
+        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
+    sketch.save(path_or_url, storage_options=storage_options, overwrite=overwrite, signing_key=signing_key)
 
 
 def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
@@ -132,152 +147,6 @@ def _digest_error(target: str) -> SketchFormatError:
     )
 
 
-def _write_group(store: Any, sketch: Sketch) -> None:
-    root = zarr.open_group(store=store, mode="w", zarr_format=3)
-    arrays = dict(sketch._arrays())
-    arrays.update({f"map/{name}": value for name, value in sketch.state_arrays().items()})
-    for name, value in arrays.items():
-        value = np.ascontiguousarray(value)
-        little = value.astype(value.dtype.newbyteorder("<"), copy=False)
-        chunks = (
-            little.shape
-            if little.ndim < 2
-            else (max(1, min(little.shape[0], 2**22 // max(1, little.shape[1]))), little.shape[1])
-        )
-        target = root.create_array(
-            name,
-            shape=little.shape,
-            dtype=little.dtype,
-            chunks=chunks if all(chunks) else "auto",
-            serializer=BytesCodec(endian="little"),
-            fill_value=0,
-        )
-        if little.size:
-            target[...] = little
-    attrs = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "kind": sketch.kind,
-        "map": sketch.spec,
-        "fingerprint": sketch.fingerprint,
-        "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
-    }
-    attrs.update(sketch._attrs())
-    attrs = json.loads(json.dumps(attrs, default=_json_value))  # exactly what zarr.json will hold
-    attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
-    root.attrs.update(attrs)  # last: marks the group complete
-
-
-def save_sketch(
-    sketch: Sketch, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
-) -> None:
-    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``).
-
-    Parameters
-    ----------
-    sketch : Sketch
-    path_or_url : str or PathLike
-        Local directory, path ending in ``.zip``, ``file://`` URL or any fsspec URL.
-    storage_options : dict, optional
-        Passed to fsspec for URLs (credentials, ``endpoint_url``). Never logged.
-    overwrite : bool, default=False
-        Replace an existing sketch at that place (the last writer wins whole).
-
-    Raises
-    ------
-    FileExistsError
-        If something exists at the target and ``overwrite`` is False: checked
-        before writing and again, atomically, when the finished sketch is
-        published (:func:`streamrff._publish.publish`), so of two concurrent
-        saves to one local path exactly one succeeds. On object storage
-        (``s3://``...) there is no no-replace rename: the existence check runs
-        before the job and again just before writing, and an existing output
-        is never deleted without ``overwrite``; two writers that pass the second
-        check together can still both succeed, the last complete attributes
-        winning.
-    SourceError
-        If the target cannot be written (e.g. a bucket that does not exist).
-    """
-    if not isinstance(sketch, Sketch):
-        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
-    target = os.fspath(path_or_url)
-    check_writable(target, storage_options, overwrite)
-    if _is_url(target):
-        _save_remote(sketch, target, storage_options, overwrite)
-        return
-    path = _local_path(target)
-    staging = staging_path(path)
-    try:
-        _write_group(zarr.storage.LocalStore(staging), sketch)
-        if path.suffix == ".zip":
-            # zarr rewrites zarr.json when the attrs land last; a zip cannot replace an
-            # entry, so build the group as a directory and pack it once.
-            packed = staging.with_name(staging.name + ".zip")
-            try:
-                _zip_directory(staging, packed)
-                publish(packed, path, overwrite)
-            finally:
-                packed.unlink(missing_ok=True)
-            return
-        publish(staging, path, overwrite)
-    finally:
-        remove_path(staging)
-
-
-def _zip_directory(directory: Path, archive: Path) -> None:
-    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as packed:
-        for file in sorted(directory.rglob("*")):
-            if file.is_file():
-                packed.write(file, file.relative_to(directory).as_posix())
-
-
-def check_writable(path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False) -> None:
-    """Fail early if a sketch cannot be written at ``path_or_url`` (exists, or no parent directory).
-
-    Call it before a long job so that nothing is computed for an output that
-    would be refused.
-    """
-    target = os.fspath(path_or_url)
-    if _is_url(target):
-        import fsspec
-
-        try:
-            fs, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
-            exists = fs.exists(root.rstrip("/") + "/zarr.json")
-        except Exception as error:  # fsspec backends raise many types
-            raise SourceError(f"Cannot reach {target}: {type(error).__name__}: {error}") from error
-        if exists and not overwrite:
-            raise FileExistsError(
-                f"{target} already holds a sketch. Choose another URL or pass overwrite=True (CLI: --overwrite)."
-            )
-        return
-    path = _local_path(target)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists. Choose another path or pass overwrite=True (CLI: --overwrite).")
-    if not path.parent.exists():
-        raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
-
-
-def _save_remote(sketch: Sketch, url: str, storage_options: StorageOptions, overwrite: bool) -> None:
-    import fsspec
-
-    try:
-        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        if fs.exists(root):
-            if not overwrite:  # another writer got there since check_writable: never delete its output
-                raise FileExistsError(
-                    f"{url} already exists: another process wrote it while this job ran. Choose another "
-                    "URL or pass overwrite=True (CLI: --overwrite)."
-                )
-            fs.rm(root, recursive=True)
-        store = zarr.storage.FsspecStore.from_url(url, storage_options=storage_options, read_only=False)
-        _write_group(store, sketch)
-    except (StreamRFFError, FileExistsError):
-        raise
-    except Exception as error:
-        raise SourceError(f"Cannot write the sketch to {url}: {type(error).__name__}: {error}") from error
-
-
 def _open_store(target: str, storage_options: StorageOptions) -> Any:
     if _is_url(target):
         return zarr.storage.FsspecStore.from_url(target, storage_options=storage_options, read_only=True)
@@ -301,7 +170,12 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
     return GuardedLocalStore(path, read_only=True)
 
 
-def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require_digest: bool = False) -> Sketch:
+def load(
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    require_digest: bool = False,
+    verify_key: bytes | None = None,
+) -> Sketch:
     """Read a sketch written by :meth:`Sketch.save`, validating everything.
 
     Checks the format name and version, the kind, the map spec (rebuilt and
@@ -328,6 +202,10 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     require_digest : bool, default=False
         Refuse a file without an attributes digest (written by an older streamrff)
         instead of loading it with a :class:`SketchFormatWarning`.
+    verify_key : bytes, optional
+        Accept only a sketch signed with this key (``save(..., signing_key=key)``):
+        an unsigned sketch, or one signed with another key or edited after
+        signing, raises :class:`SketchSignatureError`. See docs/security.
 
     Returns
     -------
@@ -338,6 +216,10 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     SketchFormatError
         If the place is missing, unreadable, not a sketch, incomplete, tampered
         with, or written by a newer format version.
+    SketchSignatureError
+        If ``verify_key`` is given and the sketch is not signed with it.
+    SketchBeingWrittenError
+        If another process kept writing the sketch while it was read (retry later).
 
     Examples
     --------
@@ -351,24 +233,60 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     target = os.fspath(path_or_url)
     if not isinstance(require_digest, (bool, np.bool_)):
         raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
-    for _ in range(_CONCURRENT_SAVE_ATTEMPTS):
-        before = _directory_identity(target)
+    if verify_key is not None:
+        verify_key = check_signing_key(verify_key, "verify_key")
+    for attempt in range(_CONCURRENT_SAVE_ATTEMPTS):
+        before = _publication_identity(target, storage_options)
         try:
-            return _load_once(target, storage_options, bool(require_digest))
+            return _load_once(target, storage_options, bool(require_digest), verify_key)
         except SketchFormatError:
-            # A save with overwrite=True swapped the directory while it was read, so the
-            # files read may mix both versions: read the new one again. A failure on a
-            # directory that stayed in place is the file's own.
-            if before is None or _directory_identity(target) == before:
+            # A save with overwrite=True swapped the directory (or, on object storage, rewrote
+            # the group) while it was read, so the files read may mix both versions: read
+            # again. A failure on a place that stayed as it was, with no save under way, is
+            # the file's own.
+            after = _publication_identity(target, storage_options)
+            if (before is None and after is None) or (after == before and not _being_written(after)):
                 raise
-    raise SketchFormatError(
-        f"{target} is being written by another process: it was replaced {_CONCURRENT_SAVE_ATTEMPTS} times "
-        "while being read. Retry when the save has finished."
+        if _is_url(target):
+            time.sleep(min(0.02 * 2**attempt, 0.25))  # let the writer finish (about 4 s in all)
+    raise SketchBeingWrittenError(
+        f"{target} is being written by another process: it changed {_CONCURRENT_SAVE_ATTEMPTS} times while "
+        "being read, or a save is still under way. Retry when the save has finished (if none is running, "
+        "an interrupted save left it: write the sketch again)."
     )
 
 
 #: Reads of a local sketch directory that another process replaced meanwhile, before giving up.
 _CONCURRENT_SAVE_ATTEMPTS = 20
+
+
+def _publication_identity(target: str, storage_options: StorageOptions) -> Any:
+    """What changes when a save publishes a sketch: the directory's identity, or the object store's write state."""
+    return _write_state(target, storage_options) if _is_url(target) else _directory_identity(target)
+
+
+def _being_written(identity: Any) -> bool:
+    return isinstance(identity, dict) and identity.get("state") != "complete"
+
+
+def _write_state(url: str, storage_options: StorageOptions) -> dict[str, Any] | None:
+    """The write-state object a save keeps beside a sketch on object storage; None if absent (older files)."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        data = fs.cat_file(write_state_path(root), start=0, end=_WRITE_STATE_BYTES)
+    except Exception:  # absent (written before write states), or unreachable: the load itself reports that
+        return None
+    try:
+        state = json.loads(data)
+    except ValueError:
+        state = None
+    return state if isinstance(state, dict) else {"state": "unreadable", "bytes": data.hex()}
+
+
+#: Bytes of a write-state object read at most (it holds a short JSON document).
+_WRITE_STATE_BYTES = 1024
 
 
 def _directory_identity(target: str) -> tuple[int, int, int] | None:
@@ -388,11 +306,13 @@ def _directory_identity(target: str) -> tuple[int, int, int] | None:
     return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
-def _load_once(target: str, storage_options: StorageOptions, require_digest: bool) -> Sketch:
+def _load_once(
+    target: str, storage_options: StorageOptions, require_digest: bool, verify_key: bytes | None = None
+) -> Sketch:
     try:
         store = _open_store(target, storage_options)
         try:
-            return _read_sketch(store, target, require_digest)
+            return _read_sketch(store, target, require_digest, verify_key)
         finally:
             if isinstance(store, zarr.storage.ZipStore):
                 store.close()
@@ -668,7 +588,7 @@ def _describe_sizes(level: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
 
 
-def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketch:
+def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_key: bytes | None = None) -> Sketch:
     try:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
     except FileNotFoundError as error:
@@ -760,7 +680,49 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False) -> Sketc
     # Last, so that the specific checks above name what is wrong; this one catches the edits
     # that leave a valid-looking sketch (a count off by one).
     _check_attributes_digest(attrs, target, require_digest)
+    if verify_key is not None:
+        _check_signature(attrs, verify_key, target)
     return sketch
+
+
+def _check_signature(attrs: dict[str, Any], verify_key: bytes, target: str) -> None:
+    """Refuse a sketch not signed with ``verify_key`` (after the digest verified every value it covers)."""
+    stored = attrs.get(SIGNATURE_ATTRIBUTE)
+    if stored is None:
+        raise SketchSignatureError(
+            f"{target} is not signed. Expected a sketch signed with the verify key (Sketch.save(..., "
+            "signing_key=...) or `streamrff sketch/merge --sign-key FILE`); ask its sender to sign it."
+        )
+    value = stored.get("value") if isinstance(stored, dict) else None
+    if (
+        not isinstance(value, str)
+        or stored.get("algorithm") != SIGNATURE_ALGORITHM
+        or not hmac.compare_digest(value.encode("utf-8"), signature_value(attrs, verify_key).encode("ascii"))
+    ):
+        raise SketchSignatureError(
+            f"{target}: the signature does not match the verify key (signed with another key, or edited after "
+            "signing). Expected a sketch signed with this key; check that both sites use the same key file."
+        )
+
+
+def is_signed(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> bool:
+    """Whether the sketch file carries a signature (not verified: use ``load(..., verify_key=)`` for that).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, streamrff as srf
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+    >>> srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8)).save(path, signing_key=b"k" * 32)
+    >>> is_signed(path), srf.load(path, verify_key=b"k" * 32).count
+    (True, 3)
+    """
+    target = os.fspath(path_or_url)
+    store = _open_store(target, storage_options)
+    try:
+        return isinstance(zarr.open_group(store=store, mode="r", zarr_format=3).attrs.get(SIGNATURE_ATTRIBUTE), dict)
+    finally:
+        if isinstance(store, zarr.storage.ZipStore):
+            store.close()
 
 
 def _same_value(expected: Any, stored: Any) -> bool:

@@ -495,8 +495,11 @@ def write_zarr(
     FileExistsError
         If the target exists and ``overwrite`` is False: checked before any work
         and, for a local target, again atomically when publishing.
+    OutputError
+        If the local file system is read-only or forbids writing (checked
+        before computing), or fills up while writing; the staging copy is removed.
     """
-    from ._publish import publish, remove_path, staging_path
+    from ._publish import check_output_location, output_errors, publish, remove_path, staging_path
 
     target = os.fspath(path_or_url)
     remote = _is_remote(target)
@@ -515,15 +518,19 @@ def write_zarr(
         if not os.path.isdir(parent):
             raise SourceError(f"Cannot write {local}: directory {parent} does not exist. Create it first.")
         staging = os.fspath(staging_path(os.path.join(parent, os.path.basename(local))))
-    stored = array.to_zarr(staging, storage_options=storage_options if remote else None, overwrite=True, compute=False)
+        check_output_location(local)  # read-only or forbidden: fail before the compute (compressed size unknown)
     try:
-        with connect(client) as active:
-            if active is None:
-                stored.compute(scheduler="threads")
-            else:
-                active.compute(stored).result()
-        if not remote:
-            publish(staging, local, overwrite)  # never replaces an output that appeared meanwhile
+        with output_errors(target):
+            stored = array.to_zarr(
+                staging, storage_options=storage_options if remote else None, overwrite=True, compute=False
+            )
+            with connect(client) as active:
+                if active is None:
+                    stored.compute(scheduler="threads")
+                else:
+                    active.compute(stored).result()
+            if not remote:
+                publish(staging, local, overwrite)  # never replaces an output that appeared meanwhile
     finally:
         if not remote:
             remove_path(staging)

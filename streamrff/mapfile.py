@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ._bounded_read import read_regular_file
-from ._publish import publish_text
+from ._publish import check_output_location, publish_text
 from .errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
 from .maps import FeatureMap, map_from_spec
 from .typing import PathOrURL, StorageOptions
@@ -131,6 +131,7 @@ def _publish(data: bytes, target: str, storage_options: StorageOptions, overwrit
         raise SourceError(f"Cannot write {path}: directory {path.parent} does not exist. Create it first.")
     if path.is_dir():
         raise FileExistsError(f"{path} is a directory. Choose a file name for the map, e.g. {path / 'map.json'}.")
+    check_output_location(path, len(data))  # read-only, forbidden or full: one OutputError line
     publish_text(path, data.decode("utf-8"), overwrite)  # never replaces without overwrite, also in a race
 
 
@@ -162,6 +163,8 @@ def save_map(
         If the target exists and ``overwrite`` is False.
     SourceError
         If the target cannot be written.
+    OutputError
+        If the local file system is read-only, forbids writing or is full.
 
     Examples
     --------

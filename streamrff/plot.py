@@ -203,12 +203,13 @@ def save_report_figure(
     figure.tight_layout()
     from pathlib import Path
 
-    from ._publish import publish, remove_path, staging_path
+    from ._publish import output_errors, publish, remove_path, staging_path
 
     staging = staging_path(path)
     try:
-        figure.savefig(staging, dpi=110, format=Path(path).suffix[1:].lower() or "png")
-        publish(staging, path, overwrite)
+        with output_errors(path):
+            figure.savefig(staging, dpi=110, format=Path(path).suffix[1:].lower() or "png")
+            publish(staging, path, overwrite)
     finally:
         plt.close(figure)
         remove_path(staging)

@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import single_blas_thread
+from ._sketchfile import SketchParts, write_sketch
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap, tile_column_sums
@@ -161,15 +162,32 @@ class Sketch(ABC):
         return merged
 
     def save(
-        self, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+        self,
+        path_or_url: PathOrURL,
+        storage_options: StorageOptions = None,
+        overwrite: bool = False,
+        signing_key: bytes | None = None,
     ) -> None:
         """Write the sketch as a zarr group (directory, ``.zip`` file or fsspec URL), atomically.
 
-        See :func:`streamrff.fileformat.save_sketch`.
+        ``signing_key`` (bytes, at least 16) signs it: ``streamrff.load(path,
+        verify_key=key)`` then proves it came from a holder of the key (see
+        docs/security). See :func:`streamrff._sketchfile.write_sketch` (also
+        :func:`streamrff.fileformat.save_sketch`).
         """
-        from .fileformat import save_sketch
+        write_sketch(
+            self._file_parts(),
+            path_or_url,
+            storage_options=storage_options,
+            overwrite=overwrite,
+            signing_key=signing_key,
+        )
 
-        save_sketch(self, path_or_url, storage_options=storage_options, overwrite=overwrite)
+    def _file_parts(self) -> SketchParts:
+        """What the sketch file holds: kind, map identity, arrays (map state under ``map/``), attributes."""
+        arrays = dict(self._arrays())
+        arrays.update({f"map/{name}": value for name, value in self.state_arrays().items()})
+        return SketchParts(self.kind, self.spec, self.fingerprint, arrays, self._attrs())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sketch) or other.kind != self.kind:

@@ -18,8 +18,10 @@ import pytest
 import zarr
 
 import streamrff as srf
+import streamrff._sketchfile as sketchfile
+from streamrff._sketchfile import _write_group
 from streamrff.errors import SketchFormatError, SourceError
-from streamrff.fileformat import _write_group, save_sketch
+from streamrff.fileformat import save_sketch
 
 DATA = Path(__file__).parent / "data"
 ROWS = np.random.default_rng(11).normal(size=(40, 3))
@@ -371,7 +373,7 @@ _SAVE_SCRIPT = """
 import sys
 import numpy as np
 import streamrff as srf
-import streamrff.fileformat as fileformat
+import streamrff._sketchfile as sketchfile
 
 target, mode = sys.argv[1], sys.argv[2]
 feature_map = srf.RFF(n_features=4096, seed=0).fit(np.zeros((1, 3)))
@@ -381,7 +383,7 @@ if mode == "block":
     def announce_and_block(array):
         print("arrays-written", flush=True)
         sys.stdin.read()
-    fileformat._checksum = announce_and_block
+    sketchfile._checksum = announce_and_block
 print("saving", flush=True)
 sketch.save(target)
 print("saved", flush=True)
@@ -454,24 +456,25 @@ def test_sketch_save_killed_before_attributes_leaves_no_loadable_target(tmp_path
     shutil.rmtree(staging[0])  # 128 MB
 
 
-def test_write_group_stopped_before_attributes_loads_as_incomplete(tmp_path):
-    # Object-store style (no rename): the arrays land, the attributes never do.
+def test_write_group_stopped_before_attributes_loads_as_incomplete(tmp_path, monkeypatch):
+    # Object-store style (no rename): the arrays land, the attributes never do (the
+    # checksums are taken after the arrays are written, just before the attributes).
     sketch = SKETCHES["rff-sincos-moments"]()
 
-    def interrupted() -> dict:
+    def interrupted(array: np.ndarray) -> str:
         raise KeyboardInterrupt
 
-    sketch._attrs = interrupted
+    monkeypatch.setattr(sketchfile, "_checksum", interrupted)
     path = tmp_path / "object-store.zarr"
     with pytest.raises(KeyboardInterrupt):
-        _write_group(zarr.storage.LocalStore(path), sketch)
+        _write_group(zarr.storage.LocalStore(path), sketch._file_parts())
     assert (path / "feature_sum" / "zarr.json").exists()
     assert_not_a_sketch(path, "incomplete", "format='streamrff.sketch'")
 
 
 def test_write_group_without_format_attributes_loads_as_incomplete(tmp_path):
     path = tmp_path / "object-store.zarr"
-    _write_group(zarr.storage.LocalStore(path), SKETCHES["rff-sincos-moments"]())
+    _write_group(zarr.storage.LocalStore(path), SKETCHES["rff-sincos-moments"]()._file_parts())
     assert srf.load(path) == SKETCHES["rff-sincos-moments"]()
     edit_attrs(path, format=None, version=None)
     assert_not_a_sketch(path, "incomplete")

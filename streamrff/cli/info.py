@@ -22,11 +22,13 @@ example: streamrff info all.sketch --json
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "info", HELP, run)
     parser.add_argument("sketch", metavar="FILE", help="sketch file, map file, or URL")
+    options.add_sign_key(parser, "verify the sketch's signature with the key in FILE")
     options.add_common(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import load  # here, not at the top: start-up time
+    from ..fileformat import is_signed
     from ..mapfile import _read_map_bytes, map_from_json
 
     data = _read_map_bytes(args.sketch, args.storage_options)
@@ -36,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
         lines = [f"{args.sketch}: map file", map_line(feature_map.spec), f"  fingerprint: {feature_map.fingerprint}"]
         emit(args, payload, lines)
         return options.EXIT_OK
-    summary = sketch_summary(args.sketch, load(args.sketch, storage_options=args.storage_options))
-    emit(args, summary, summary_lines(summary))
+    key = options.signing_key(args)
+    summary = sketch_summary(args.sketch, load(args.sketch, storage_options=args.storage_options, verify_key=key))
+    lines = summary_lines(summary)
+    if key is not None or is_signed(args.sketch, args.storage_options):  # unsigned sketches: reported as before
+        summary["signature"] = "verified" if key is not None else "not verified"
+        lines.append(f"  signature: {summary['signature']}" + ("" if key else " (pass --sign-key FILE)"))
+    emit(args, summary, lines)
     return options.EXIT_OK

@@ -24,6 +24,10 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("sketches", nargs="+", metavar="SKETCH", help="sketch files or URLs")
     options.add_output(parser, "where to write the merged sketch")
     options.add_overwrite(parser)
+    options.add_sign_key(parser, "sign the merged sketch with the key in FILE")
+    parser.add_argument(
+        "--require-signed", action="store_true", help="refuse any input not signed with the --sign-key key (exit 1)"
+    )
     options.add_common(parser)
 
 
@@ -33,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
 
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     check_writable(args.output, args.storage_options, args.overwrite)
-    sketches = load_sketches(args.sketches, args.storage_options)
+    key = options.signing_key(args)
+    if args.require_signed and key is None:
+        raise options.UsageError("--require-signed needs the key: pass --sign-key FILE or set STREAMRFF_SIGNING_KEY.")
+    sketches = load_sketches(args.sketches, args.storage_options, verify_key=key if args.require_signed else None)
     same_map_or_explain(args.sketches, sketches)
     for path, part in zip(args.sketches[1:], sketches[1:]):
         if getattr(part, "has_moments", None) != getattr(sketches[0], "has_moments", None):
@@ -41,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.sketches[0]} and {path} differ in second moments: sketch every part with --moments, or none."
             )
     merged = merge(*sketches)
-    merged.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    merged.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     title = f"merged {len(sketches)} sketches into {args.output}"
     emit_sketch(args, args.output, merged, title, inputs=list(args.sketches))
     return options.EXIT_OK

@@ -159,6 +159,18 @@ def add_overwrite(
     parser.add_argument("--overwrite", action="store_true", help=help)
 
 
+def add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
+    """``--sign-key FILE`` (docs/security.rst): a key file or the environment, never the key on the command line."""
+    parser.add_argument("--sign-key", metavar="FILE", default=None, help=f"{purpose} (default: $STREAMRFF_SIGNING_KEY)")
+
+
+def signing_key(args: argparse.Namespace) -> bytes | None:
+    """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key)."""
+    from ..fileformat import read_signing_key  # here, not at the top: start-up time
+
+    return read_signing_key(args.sign_key)
+
+
 def add_plot(parser: argparse.ArgumentParser, help: str) -> None:
     """``--plot PNG``: a figure, refused when it exists unless ``--overwrite`` (:func:`check_plot_free`)."""
     parser.add_argument("--plot", metavar="PNG", help=help)
@@ -333,7 +345,15 @@ def rff_of_options(args: argparse.Namespace) -> Any:
 
 
 def check_output_free(path: str, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
-    """Refuse an existing output unless --overwrite (exit 2, one message for every command)."""
+    """Refuse an existing output unless --overwrite (exit 2, one message for every command).
+
+    A local output's folder must also take a new file now, before the job runs
+    (read-only, forbidden, no inode left: OutputError, exit 1).
+    """
+    if "://" not in path or path.startswith("file://"):
+        from .._publish import check_output_location  # here, not at the top: start-up time
+
+        check_output_location(path[len("file://") :] if path.startswith("file://") else path)
     if overwrite:
         return
     if "://" in path and not path.startswith("file://"):

@@ -52,6 +52,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--on-invalid", choices=["raise", "skip"], default="raise", help="what to do with NaN/inf rows")
     options.add_overwrite(parser)
+    options.add_sign_key(parser, "sign the sketch with the key in FILE (HMAC-SHA256)")
     options.add_common(parser)
 
 
@@ -61,11 +62,17 @@ def run(args: argparse.Namespace) -> int:
 
     options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
     options.check_output_free(args.output, args.storage_options, args.overwrite)
-    check_writable(args.output, args.storage_options, args.overwrite)
     feature_map = options.load_map_option(args)
+    if feature_map is None:
+        feature_map = options.rff_of_options(args)
+    # The sketch's declared size (float64 sums of D features, D x D moments), checked against free space now.
+    width = next((w for w in (getattr(feature_map, name, None) for name in ("n_components", "n_features")) if w), 0)
+    declared_bytes = 8 * width * (1 + (width if args.moments else 0))
+    check_writable(args.output, args.storage_options, args.overwrite, required_bytes=declared_bytes)
+    key = options.signing_key(args)
     result = sketch(
         args.source,
-        options.rff_of_options(args) if feature_map is None else feature_map,
+        feature_map,
         moments=args.moments,
         **options.dask_options(args),
         chunk_rows=args.chunk_rows,
@@ -75,6 +82,6 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         method=args.method,
     )
-    result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     emit_sketch(args, args.output, result, f"wrote {args.output}")
     return options.EXIT_OK

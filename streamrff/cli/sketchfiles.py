@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def load_sketches(paths: Sequence[str], storage_options: dict[str, Any] | None) -> list[Any]:
-    """Every sketch file of ``paths``, of any kind."""
+def load_sketches(
+    paths: Sequence[str], storage_options: dict[str, Any] | None, verify_key: bytes | None = None
+) -> list[Any]:
+    """Every sketch file of ``paths``, of any kind (each signed with ``verify_key``, if given)."""
     from .. import load  # here, not at the top: start-up time; the package's load knows every sketch kind
 
-    return [load(path, storage_options=storage_options) for path in paths]
+    return [load(path, storage_options=storage_options, verify_key=verify_key) for path in paths]
 
 
 def same_map_or_explain(paths: Sequence[str], sketches: Sequence[Any]) -> None:
