@@ -170,7 +170,7 @@ def jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     ...     for value in values:
     ...         result += value
     ...     return result
-    >>> total(np.arange(5.0)) == np.arange(5.0).sum()
+    >>> bool(total(np.arange(5.0)) == np.arange(5.0).sum())
     True
     """
     if "cache" in options:
