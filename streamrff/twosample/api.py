@@ -367,9 +367,12 @@ def mmd_test(
         n_draws = check_positive_int(n_draws, "n_draws")
         rng = np.random.default_rng(normalize_seed(seed))
         p_value, null = _spectral_test(sketch_x, sketch_y, statistic, rng, n_draws)
+        log10_p_value = None
     else:
-        p_value, null = _hotelling_test(sketch_x, sketch_y)
-    return _result(method, statistic, p_value, sketch_x.count, sketch_y.count, sketch_x.feature_map, null)
+        p_value, null, log10_p_value = _hotelling_test(sketch_x, sketch_y)
+    return _result(
+        method, statistic, p_value, sketch_x.count, sketch_y.count, sketch_x.feature_map, null, log10_p_value
+    )
 
 
 def _two_sample_kernel(
