@@ -39,9 +39,18 @@ power 0.80 / 0.04 (periodic-1d), 0.42 / 0.08 (periodic-2d), 0.92 / 0.08 (mixture
 (mean-shift); exact aggregated 0.84, 0.50, 0.95, 0.76. Ours took 0.17-0.22 s per aggregated test
 and 0.04-0.06 s per median test (10 bandwidths: 3.7-4.3x), the exact aggregated test 0.67-0.98 s.
 
+Part 4 (``--ratio``): the cost of the aggregated test over the single-bandwidth test at equal B, on
+``--ratio-rows`` rows per sample (default 200 000) of the part-1 data in d = ``--dim``: both
+``streamrff.two_sample_test`` calls with their defaults (``bandwidths="auto"``, 10 widths, against
+``bandwidth="median"``), best of ``--ratio-repeats`` interleaved runs. The 10 bandwidths' maps are
+scaled copies of one Gaussian draw, so each row tile is projected once for all of them and the
+permutation membership is evaluated once; what stays per bandwidth is the sin/cos evaluation and
+the B x D permutation GEMM. Target: ratio <= 5.
+
 Run: python benchmarks/bench_two_sample.py [--sizes 2000 5000 10000 20000] [--permutations 200]
      [--big-rows 1e6] [--features 1024]
      python benchmarks/bench_two_sample.py --power [--power-reps 100] [--power-rows 500]
+     python benchmarks/bench_two_sample.py --ratio [--ratio-rows 200000] [--permutations 200]
 """
 
 from __future__ import annotations
@@ -242,6 +251,25 @@ def power_table(args: argparse.Namespace) -> None:
               f"{seconds['ours agg'] / seconds['ours median']:>10.2f} | {seconds['exact agg']:>9.3f}")  # fmt: skip
 
 
+def cost_ratio(args: argparse.Namespace) -> None:
+    """Part 4: wall time of the aggregated test (10 bandwidths) over the single-bandwidth test, equal B."""
+    n, B = args.ratio_rows, args.permutations
+    X, Y = sample_problem(np.random.default_rng([args.seed, n, 4]), n, args.dim)
+    print(f"Part 4: aggregated (bandwidths='auto', 10 widths) / single-bandwidth (median) permutation test, "
+          f"n = {n} rows per sample, d = {args.dim}, D = {args.features} per bandwidth, B = {B}, best of "
+          f"{args.ratio_repeats}")  # fmt: skip
+    srf.two_sample_test(X[:500], Y[:500], n_features=args.features, n_permutations=B, method="aggregated")  # compile
+    seconds: dict[str, float] = {}
+    for _ in range(args.ratio_repeats):  # interleaved, so that a change of load hits both
+        for method in ("permutation", "aggregated"):
+            started = time.perf_counter()
+            srf.two_sample_test(X, Y, n_features=args.features, n_permutations=B, seed=args.seed, method=method)
+            seconds[method] = min(seconds.get(method, np.inf), time.perf_counter() - started)
+    ratio = seconds["aggregated"] / seconds["permutation"]
+    print(f"{'single s':>9} {'aggregated s':>12} {'ratio':>6}")
+    print(f"{seconds['permutation']:>9.2f} {seconds['aggregated']:>12.2f} {ratio:>6.2f}   (target <= 5)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 5000, 10_000, 20_000], help="rows per sample")
@@ -260,9 +288,15 @@ def main() -> None:
     parser.add_argument("--power-features", type=int, default=512, help="D per bandwidth in part 3")
     parser.add_argument("--power-permutations", type=int, default=199, help="B in part 3")
     parser.add_argument("--alternatives", nargs="+", default=list(ALTERNATIVES), choices=list(ALTERNATIVES))
+    parser.add_argument("--ratio", action="store_true", help="run part 4 (aggregated / single-bandwidth cost) only")
+    parser.add_argument("--ratio-rows", type=int, default=200_000, help="rows per sample in part 4")
+    parser.add_argument("--ratio-repeats", type=int, default=3, help="runs of each test in part 4 (best kept)")
     args = parser.parse_args()
     if args.power:
         power_table(args)
+        return
+    if args.ratio:
+        cost_ratio(args)
         return
     B = args.permutations
 

@@ -45,18 +45,18 @@ expansions in loglinear time. ICML. Sec. 3, eq. (7).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ._compiled import jit
 from ._rowdot import _compiles_for_avx512
 
 __all__ = ["fastfood_block", "padded_width", "sorf_block", "walsh_hadamard", "walsh_hadamard_columns"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+_jit = jit(nogil=True, boundscheck=False, error_model="numpy")  # cached in the per-user folder (_compiled)
 
 #: Float32 lanes of one explicit vector (512 bits).
 LANES = 16

@@ -38,6 +38,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ._compiled import jit
+
 __all__ = ["MAX_COLUMNS", "row_dots"]
 
 #: Lanes of one vector accumulator (512 bits of float32).
@@ -146,7 +148,7 @@ def _dot_block(typingctx, rows, centres, out, row, centre, n_rows, n_centres):
     return signature, codegen
 
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+_jit = jit(nogil=True, boundscheck=False, error_model="numpy")
 
 
 @_jit

@@ -39,13 +39,13 @@ Every kernel takes C-contiguous float32 arrays; outputs never overlap inputs.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ._compiled import jit
 from ._rowdot import _compiles_for_avx512
 
 __all__ = [
@@ -75,7 +75,7 @@ _PIO2_3 = np.float32(7.54978995489188216e-8)
 _S1, _S2, _S3 = np.float32(-1.6666654611e-1), np.float32(8.3321608736e-3), np.float32(-1.9515295891e-4)
 _C1, _C2, _C3 = np.float32(4.166664568298827e-2), np.float32(-1.388731625493765e-3), np.float32(2.443315711809948e-5)
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+_jit = jit(nogil=True, boundscheck=False, error_model="numpy")
 
 #: Float32 lanes of one explicit vector (512 bits).
 LANES = 16
@@ -189,7 +189,7 @@ def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, larges
     return signature, codegen
 
 
-@numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", inline="always")
+@jit(nogil=True, boundscheck=False, error_model="numpy", inline="always")
 def _sincos(x):  # pragma: no cover - compiled
     """(sin x, cos x) in float32, exact reduction for |x| <= MAX_FAST_PHASE."""
     k = np.rint(x * _TWO_OVER_PI)

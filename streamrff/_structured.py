@@ -58,10 +58,10 @@ expansions in loglinear time. ICML. Sec. 3, eq. (7).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from . import _hadamard, _sincos
+from ._compiled import jit
 from .errors import InputError
 
 __all__ = [
@@ -81,7 +81,7 @@ STRUCTURED_METHODS = ("sorf", "fastfood")
 #: (n, t) block is 128 KiB against 256 KiB; one core, one run).
 _TILE_ROWS = 32
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+_jit = jit(nogil=True, boundscheck=False, error_model="numpy")  # cached in the per-user folder (_compiled)
 
 
 def structured_params(

@@ -215,7 +215,7 @@ def run_demo(
     publish_text(out_dir / "report.json", json.dumps(report, indent=2), overwrite=True)  # whole or not at all
     echo(f"MMD^2 (unbiased) between the sites: {report['mmd2_unbiased']:.3e}")
     for name, result in (("spectral", spectral), ("hotelling", hotelling), ("permutation", permutation)):
-        echo(f"  {name:12s} p = {result.p_value:.4g}")
+        echo(f"  {name:12s} p = {result.p_value_text}")
     echo(f"kernel PCA explained variance ratio (pooled sketch): {np.round(kpca.explained_variance_ratio_, 3).tolist()}")
     echo(
         f"kernel k-means (k = 3) on {sample.shape[0]:,} sample rows: {clusters.n_iter_} iterations "

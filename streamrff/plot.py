@@ -55,7 +55,7 @@ def plot_null(result: Any, ax: Any = None) -> Any:
         _null_histogram(ax, null, result)
     # Two short lines: one long line is clipped in a 5-inch panel.
     ax.set_title(
-        f"{result.method} two-sample test: p = {result.p_value:.3g}\nn_x = {result.n_x:,}, n_y = {result.n_y:,}",
+        f"{result.method} two-sample test: p = {result.p_value_text}\nn_x = {result.n_x:,}, n_y = {result.n_y:,}",
         fontsize="medium",
     )
     ax.set_ylabel("density" if result.method == "hotelling" else "count")

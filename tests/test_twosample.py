@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.integrate import quad
 from scipy.spatial.distance import cdist, pdist
+from scipy.special import gammaln, log_ndtr, logsumexp
 
 from streamrff.errors import InputError, SketchFormatError, SketchMismatchError
 from streamrff.fileformat import load
@@ -31,6 +33,7 @@ from streamrff.twosample import (
     two_sample_sketch_of_chunk,
     two_sample_test,
 )
+from streamrff.twosample.nulls import chi2_log_survival
 
 ALPHA = 0.05
 
@@ -648,3 +651,87 @@ def test_rff_mmd2_mean_absolute_error_falls_like_inverse_sqrt_d():
     slope = np.polyfit(np.log(sizes), np.log(mean_abs_errors), 1)[0]
     print(f"log-log slope of the mean absolute MMD^2 error vs D: {slope:.3f}")
     assert -0.6 <= slope <= -0.4
+
+
+# -- p-values below float64's range ----------------------------------------------------------------
+
+
+def _log_chi2_survival_by_quadrature(statistic: float, dof: int) -> float:
+    """Independent reference: ``Q(a, x) = x^(a-1) e^(-x) / Gamma(a) * int_0^inf (1 + u/x)^(a-1) e^(-u) du``
+    (a = dof / 2, x = statistic / 2; the substitution t = x + u in the upper incomplete gamma integral)."""
+    a, x = dof / 2.0, statistic / 2.0
+    integral, _ = quad(lambda u: (1.0 + u / x) ** (a - 1.0) * np.exp(-u), 0.0, np.inf, epsabs=0.0, epsrel=1e-13)
+    return (a - 1.0) * np.log(x) - x - gammaln(a) + np.log(integral)
+
+
+@pytest.mark.parametrize(
+    ("statistic", "dof"),
+    # The reference's integrand is well conditioned for x > a (statistic > dof): the upper tail.
+    [(t, k) for t in (3.0, 60.0, 1300.0, 1500.0, 4_000.0, 1e5, 1e9) for k in (1, 2, 3, 7, 40, 255) if t > k],
+)
+def test_chi2_log_survival_matches_the_incomplete_gamma_integral(statistic, dof):
+    expected = _log_chi2_survival_by_quadrature(statistic, dof)
+    assert chi2_log_survival(statistic, dof) == pytest.approx(expected, rel=1e-10, abs=1e-12)
+
+
+def test_chi2_log_survival_matches_closed_forms_far_beyond_float64():
+    # Even dof 2m: Q = e^(-x) sum_{j<m} x^j / j!; one dof: P(|N(0,1)| >= sqrt(t)) = 2 Phi(-sqrt(t)).
+    for statistic in (2_000.0, 5e4, 1e8):
+        x = statistic / 2.0
+        for m in (1, 3, 10):
+            terms = [j * np.log(x) - gammaln(j + 1.0) for j in range(m)]
+            assert chi2_log_survival(statistic, 2 * m) == pytest.approx(-x + logsumexp(terms), rel=1e-12)
+        assert chi2_log_survival(statistic, 1) == pytest.approx(np.log(2.0) + log_ndtr(-np.sqrt(statistic)), rel=1e-12)
+    assert chi2_log_survival(np.inf, 4) == -np.inf
+    assert chi2_log_survival(0.0, 4) == 0.0
+
+
+def test_hotelling_reports_a_p_value_below_float64_from_log_space():
+    # Far-apart samples: T^2 ~ 1e4, p ~ 1e-2000, which float64 rounds to 0.
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(3000, 2)), rng.normal(3.0, 1.0, size=(3000, 2))
+    result = two_sample_test(X, Y, n_features=64, bandwidth=2.0, method="hotelling")
+    t_squared, dof = result.null
+    assert result.degrees_of_freedom == int(dof) >= 1 and t_squared > 3_000
+    expected = _log_chi2_survival_by_quadrature(t_squared, int(dof)) / np.log(10.0)
+    assert result.log10_p_value == pytest.approx(expected, rel=1e-10)
+    assert result.p_value == 0.0
+    exponent = int(np.floor(expected))
+    mantissa = 10.0 ** (expected - exponent)
+    text = result.p_value_text
+    assert text.endswith(f"e{exponent}") or (mantissa >= 9.95 and text == f"1.0e{exponent + 1}")
+    assert float(text.split("e")[0]) == pytest.approx(mantissa, abs=0.051)
+    assert f"p-value:                    {text}" in repr(result)
+    payload = json.loads(json.dumps(result.to_dict()))
+    assert payload["log10_p_value"] == pytest.approx(expected, rel=1e-10) and payload["p_value_text"] == text
+    assert payload["dof"] == int(dof)
+    from streamrff.cli.test import _test_lines
+
+    lines = _test_lines(result)
+    assert lines[0].startswith(f"two-sample test: p = {text} (differ")
+    assert f"on {int(dof)} degrees of freedom" in lines[2]
+
+
+def test_two_sample_p_values_of_every_method_are_never_printed_as_zero():
+    # Permutation and spectral p-values have the floor 1 / (1 + len(null)): far-apart samples reach it.
+    rng = np.random.default_rng(1)
+    X, Y = rng.normal(size=(400, 2)), rng.normal(4.0, 1.0, size=(400, 2))
+    permutation = two_sample_test(X, Y, n_features=64, bandwidth=2.0, n_permutations=49)
+    spectral = two_sample_test(X, Y, n_features=64, bandwidth=2.0, method="spectral")
+    hotelling = two_sample_test(X, Y, n_features=64, bandwidth=2.0, method="hotelling")
+    assert permutation.p_value == 1 / 50 and permutation.p_value_text == "0.02"
+    assert spectral.p_value == 1 / (1 + spectral.null.shape[0]) and spectral.p_value_text == "9.999e-05"
+    assert permutation.degrees_of_freedom is None and spectral.log10_p_value == pytest.approx(-4.0, abs=1e-4)
+    for result in (permutation, spectral, hotelling):
+        assert result.p_value_text != "0" and not result.p_value_text.startswith("0e")
+        assert float(result.p_value_text.lstrip("< ").split("e")[0]) > 0
+
+
+def test_p_value_text_rounds_and_bounds():
+    from streamrff.twosample.result import _format_p_value
+
+    assert _format_p_value(0.5) == "0.5" and _format_p_value(1e-300) == "1e-300"
+    assert _format_p_value(0.0, -1000.0) == "1.0e-1000"
+    assert _format_p_value(0.0, np.log10(9.97) - 500) == "1.0e-499"
+    assert _format_p_value(0.0, np.log10(3.24) - 305) == "3.2e-305"
+    assert _format_p_value(0.0, -np.inf) == "< 1e-300" and _format_p_value(0.0) == "< 1e-300"

@@ -102,7 +102,7 @@ def _test_lines(result: Any) -> list[str]:
     bandwidth = "n/a" if result.bandwidth is None else f"{result.bandwidth:.4g}"
     verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
     return [
-        f"two-sample test: p = {result.p_value:.4g} ({verdict} at level 0.05)",
+        f"two-sample test: p = {result.p_value_text} ({verdict} at level 0.05)",
         f"  statistic (unbiased MMD^2): {result.statistic:.6g}",
         f"  null:                       {_NULLS[result.method](result.null)}",
         f"  samples:                    n_x = {result.n_x:,}, n_y = {result.n_y:,}",

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
+from .._compiled import jit
 from .._rowdot import MAX_COLUMNS, row_dots
 from .._sincos import rff_features
 
 __all__ = ["exact_labels", "lloyd_chunk", "lloyd_step"]
 
-_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+_jit = jit(nogil=True, boundscheck=False, error_model="numpy")
 
 #: Once more than this fraction of a tile's rows may have changed cluster, the chunk's later tiles
 #: are scored against the current and the previous centres in one product.

@@ -41,7 +41,7 @@ p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
 from __future__ import annotations
 
 from . import nulls, permutations
-from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, bandwidth_seed
+from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, shared_map_seed
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .permutations import FEISTEL_ROUNDS, permutation_indices
 from .result import AggregatedTwoSampleResult, TwoSampleResult
@@ -63,7 +63,7 @@ __all__ = [
     "aggregated_permutation_test",
     "auto_bandwidths",
     "bandwidth_maps",
-    "bandwidth_seed",
+    "shared_map_seed",
     "aggregate",
     "AGGREGATIONS",
     "AUTO_BANDWIDTHS",

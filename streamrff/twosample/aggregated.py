@@ -8,8 +8,9 @@ is a fixed function of that vector is again an exact permutation test
 
 - :func:`auto_bandwidths`: the default grid of bandwidths, from the seeded
   pooled landmark sample (the rows of the median heuristic);
-- :func:`bandwidth_seed`: the seed of each bandwidth's map, derived from the
-  test's seed;
+- :func:`shared_map_seed`: the seed of the bandwidths' maps, derived from the
+  test's seed: one Gaussian draw G, scaled per bandwidth (``W_l = G / sigma_l``),
+  so that one projection of each row tile serves every bandwidth;
 - :func:`standardise` and :func:`aggregate`: the aggregated statistics
   (``"max"``, ``"fuse"``, ``"mmdagg"``) of the observed split and of each
   permutation, and :func:`aggregated_p_value`.
@@ -31,7 +32,7 @@ __all__ = [
     "DEFAULT_AGGREGATION",
     "AUTO_BANDWIDTHS",
     "auto_bandwidths",
-    "bandwidth_seed",
+    "shared_map_seed",
     "check_bandwidths",
     "check_aggregated_accumulator_size",
     "standardise",
@@ -115,19 +116,23 @@ def auto_bandwidths(sample: np.ndarray, n_bandwidths: int = AUTO_BANDWIDTHS) -> 
     return np.geomspace(low, high, n_bandwidths)
 
 
-def bandwidth_seed(seed: int, index: int) -> int:
-    """Seed of the ``index``-th bandwidth's feature map, in ``[0, 2**63)``, derived from the test's seed.
+def shared_map_seed(seed: int) -> int:
+    """Seed of every bandwidth's feature map, in ``[0, 2**63)``, derived from the test's seed.
 
-    Each bandwidth gets its own independent frequencies (a NumPy
-    ``SeedSequence`` keyed by ``(seed, stream, index)``), the same on every
-    worker and every run.
+    All the maps of the aggregated test draw the same standard Gaussian
+    frequencies G (and, for ``"cosphase"``, the same phases) and divide them by
+    their bandwidth, ``W_l = G / sigma_l``: each map is still an unbiased random
+    Fourier feature map of its Gaussian kernel, rebuilt from its own spec, and
+    the chunk kernel projects each row tile once, ``X G``, for all of them. The
+    seed is a NumPy ``SeedSequence`` keyed by ``(seed, stream)``, so it is
+    unrelated to the test's permutation and sampling streams.
 
     Examples
     --------
-    >>> bandwidth_seed(0, 0) == bandwidth_seed(0, 0) != bandwidth_seed(0, 1)
+    >>> shared_map_seed(0) == shared_map_seed(0) != shared_map_seed(1)
     True
     """
-    state = np.random.SeedSequence([int(seed), _MAP_SEED_STREAM, int(index)]).generate_state(1, np.uint64)
+    state = np.random.SeedSequence([int(seed), _MAP_SEED_STREAM]).generate_state(1, np.uint64)
     return int(state[0] >> np.uint64(1))
 
 

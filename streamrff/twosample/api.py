@@ -31,9 +31,9 @@ from .aggregated import (
     DEFAULT_AGGREGATION,
     aggregated_p_value,
     auto_bandwidths,
-    bandwidth_seed,
     check_aggregated_accumulator_size,
     check_bandwidths,
+    shared_map_seed,
     standardise,
 )
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
@@ -210,9 +210,11 @@ def bandwidth_maps(
 ) -> list[RFF]:
     """The fitted RFF map of each bandwidth of the aggregated test, seeded from the test's seed.
 
-    Map l has bandwidth ``bandwidths[l]`` and seed
-    :func:`~streamrff.twosample.bandwidth_seed` ``(seed, l)``: independent
-    frequencies per bandwidth, the same on every worker and every run.
+    Map l has bandwidth ``bandwidths[l]``; every map has the seed
+    :func:`~streamrff.twosample.shared_map_seed` ``(seed)``, so their
+    frequencies are scaled copies of one Gaussian draw (``W_l = G / sigma_l``),
+    the same on every worker and every run, and one projection of each row
+    tile serves every bandwidth.
 
     Parameters
     ----------
@@ -231,8 +233,12 @@ def bandwidth_maps(
     Examples
     --------
     >>> from streamrff.twosample import bandwidth_maps
-    >>> [m.bandwidth_ for m in bandwidth_maps([0.5, 2.0], n_features_in=3, n_features=64)]
+    >>> import numpy as np
+    >>> maps = bandwidth_maps([0.5, 2.0], n_features_in=3, n_features=64)
+    >>> [m.bandwidth_ for m in maps]
     [0.5, 2.0]
+    >>> bool(np.allclose(0.5 * maps[0]._params()["frequencies"], 2.0 * maps[1]._params()["frequencies"]))
+    True
     """
     values = check_bandwidths(bandwidths)
     if values == "auto":
@@ -242,8 +248,8 @@ def bandwidth_maps(
     seed = normalize_seed(seed)
     n_features_in = check_positive_int(n_features_in, "n_features_in")
     maps = []
-    for index, bandwidth in enumerate(values):
-        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=bandwidth_seed(seed, index))
+    for bandwidth in values:
+        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=shared_map_seed(seed))
         feature_map._begin_fit(n_features_in)
         maps.append(feature_map._finish_fit(np.empty((0, n_features_in))))
     return maps
@@ -371,9 +377,12 @@ def mmd_test(
         n_draws = check_positive_int(n_draws, "n_draws")
         rng = np.random.default_rng(normalize_seed(seed))
         p_value, null = _spectral_test(sketch_x, sketch_y, statistic, rng, n_draws)
+        log10_p_value = None
     else:
-        p_value, null = _hotelling_test(sketch_x, sketch_y)
-    return _result(method, statistic, p_value, sketch_x.count, sketch_y.count, sketch_x.feature_map, null)
+        p_value, null, log10_p_value = _hotelling_test(sketch_x, sketch_y)
+    return _result(
+        method, statistic, p_value, sketch_x.count, sketch_y.count, sketch_x.feature_map, null, log10_p_value
+    )
 
 
 def _two_sample_kernel(
@@ -571,10 +580,12 @@ def two_sample_test(
     Notes
     -----
     **Aggregated test.** One pass embeds every chunk with L RFF maps (map l:
-    bandwidth ``sigma_l``, its own seed derived from ``seed``) and adds, per
-    map, the X and Y feature sums and the B permutation sums; the permutations'
-    membership of a row tile is computed once and shared by the L maps. Cost:
-    L times the single-bandwidth work, L x (B + 2) x D float64 sums per
+    bandwidth ``sigma_l``, frequencies ``G / sigma_l`` for one Gaussian draw G
+    seeded by :func:`~streamrff.twosample.shared_map_seed`) and adds, per map,
+    the X and Y feature sums and the B permutation sums; the projection ``X G``
+    and the permutations' membership of a row tile are computed once and shared
+    by the L maps. Cost: the shared work once, plus per bandwidth the sin/cos
+    of the tile and one B x D GEMM; L x (B + 2) x D float64 sums per
     partial sketch (10 x 502 x 1024 x 8 bytes = 39 MiB at the defaults). Since
     all bandwidths see the same permutations, a statistic built from the L
     MMD^2 values of the observed split, compared with the same statistic of

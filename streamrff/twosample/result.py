@@ -12,6 +12,43 @@ from ..typing import MapSpec
 
 __all__ = ["TwoSampleResult", "AggregatedTwoSampleResult"]
 
+#: Below this, a p-value is written from its log10 (float64 would round it to 0 or a subnormal).
+_SMALLEST_PRINTED_P = 1e-300
+
+
+def _format_p_value(p_value: float, log10_p_value: float | None = None) -> str:
+    """A p-value as text: ``"0.0123"``, or from its log10 when float64 cannot hold it (``"3.2e-412"``).
+
+    Parameters
+    ----------
+    p_value : float
+        The p-value as a float64 (0.0 once it underflows).
+    log10_p_value : float, optional
+        Its base-10 logarithm, when known more precisely than ``log10(p_value)``.
+
+    Returns
+    -------
+    str
+        ``p_value`` to 4 significant digits when it is at least 1e-300; below, two significant
+        digits and the exponent of ``10 ** log10_p_value``; ``"< 1e-300"`` when only an
+        upper bound is known (no or an infinite log10).
+
+    Examples
+    --------
+    >>> from streamrff.twosample.result import _format_p_value
+    >>> _format_p_value(0.012345), _format_p_value(0.0, -411.49485002168), _format_p_value(0.0)
+    ('0.01235', '3.2e-412', '< 1e-300')
+    """
+    if p_value >= _SMALLEST_PRINTED_P:
+        return f"{p_value:.4g}"
+    if log10_p_value is None or not np.isfinite(log10_p_value):
+        return f"< {_SMALLEST_PRINTED_P:g}"
+    exponent = int(np.floor(log10_p_value))
+    mantissa = round(10.0 ** (log10_p_value - exponent), 1)
+    if mantissa >= 10.0:  # 9.96 rounds up to the next power of ten
+        mantissa, exponent = mantissa / 10.0, exponent + 1
+    return f"{mantissa:.1f}e{exponent}"
+
 
 @dataclass(frozen=True, eq=False)
 class TwoSampleResult:
@@ -22,7 +59,8 @@ class TwoSampleResult:
     statistic : float
         Unbiased MMD^2 estimate (Sutherland & Schneider 2015, sec. 3.3).
     p_value : float
-        p-value for H0: X and Y come from the same distribution.
+        p-value for H0: X and Y come from the same distribution (float64: 0.0 once it
+        falls below ~1e-308; ``log10_p_value`` then still holds it).
     method : str
         ``"permutation"``, ``"spectral"`` or ``"hotelling"``.
     n_x, n_y : int
@@ -37,6 +75,16 @@ class TwoSampleResult:
         ``[T^2, dof]`` (chi-square statistic and its degrees of freedom).
     map_spec : dict
         Spec of the feature map used.
+    log10_p_value : float
+        Base-10 log of the p-value, computed in log space for ``"hotelling"``
+        (``-inf`` only when T^2 is infinite); ``log10(p_value)`` otherwise. The
+        permutation and spectral p-values are at least ``1 / (1 + len(null))``.
+    p_value_text : str
+        The p-value as printed: 4 significant digits, or ``"3.2e-412"`` (from
+        ``log10_p_value``) where ``p_value`` is below 1e-300.
+    degrees_of_freedom : int or None
+        ``"hotelling"``: the chi-square null's degrees of freedom (the number of
+        principal directions kept); None for the other methods.
 
     Examples
     --------
@@ -65,11 +113,27 @@ class TwoSampleResult:
     n_features: int
     null: np.ndarray = field(repr=False)
     map_spec: MapSpec = field(default_factory=dict, repr=False)
+    log10_p_value: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         null = np.array(self.null, dtype=np.float64)
         null.setflags(write=False)
         object.__setattr__(self, "null", null)
+        if self.log10_p_value is None:
+            with np.errstate(divide="ignore"):
+                object.__setattr__(self, "log10_p_value", float(np.log10(self.p_value)))
+        else:
+            object.__setattr__(self, "log10_p_value", float(self.log10_p_value))
+
+    @property
+    def p_value_text(self) -> str:
+        """The p-value as printed: ``"0.01235"``, or ``"3.2e-412"`` below float64's range."""
+        return _format_p_value(self.p_value, self.log10_p_value)
+
+    @property
+    def degrees_of_freedom(self) -> int | None:
+        """The Hotelling test's chi-square degrees of freedom; None for the other methods."""
+        return int(self.null[1]) if self.method == "hotelling" else None
 
     def __repr__(self) -> str:
         if self.method == "permutation":
@@ -82,7 +146,7 @@ class TwoSampleResult:
         return (
             f"TwoSampleResult(method={self.method!r})\n"
             f"  statistic (unbiased MMD^2): {self.statistic:.6g}\n"
-            f"  p-value:                    {self.p_value:.4g}\n"
+            f"  p-value:                    {self.p_value_text}\n"
             f"  null:                       {null}\n"
             f"  samples:                    n_x={self.n_x}, n_y={self.n_y}\n"
             f"  kernel:                     Gaussian, bandwidth={bandwidth}, n_features={self.n_features}"
@@ -93,6 +157,9 @@ class TwoSampleResult:
         out: dict[str, Any] = {
             "statistic": float(self.statistic),
             "p_value": float(self.p_value),
+            # JSON has no -inf; null means the p-value is exactly 0 (an infinite T^2).
+            "log10_p_value": float(self.log10_p_value) if np.isfinite(self.log10_p_value) else None,
+            "p_value_text": self.p_value_text,
             "method": self.method,
             "n_x": int(self.n_x),
             "n_y": int(self.n_y),
@@ -116,7 +183,14 @@ def _bandwidth_of(spec: MapSpec) -> float | None:
 
 
 def _result(
-    method: str, statistic: float, p_value: float, n_x: int, n_y: int, feature_map: FeatureMap, null: np.ndarray
+    method: str,
+    statistic: float,
+    p_value: float,
+    n_x: int,
+    n_y: int,
+    feature_map: FeatureMap,
+    null: np.ndarray,
+    log10_p_value: float | None = None,
 ) -> TwoSampleResult:
     spec = feature_map.spec
     return TwoSampleResult(
@@ -129,8 +203,8 @@ def _result(
         n_features=int(feature_map.n_features_out_),
         null=null,
         map_spec=spec,
+        log10_p_value=log10_p_value,
     )
-
 
 
 def _frozen(values: Any) -> np.ndarray:

@@ -8,15 +8,18 @@ and reduces the partial :class:`TwoSampleSketch` objects with ``merge``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._blas import single_blas_thread
+from .._sincos import MAX_FAST_PHASE, cos_features, largest_phase, sincos_features
 from .._validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
-from ..maps import FeatureMap
+from ..maps import RFF, FeatureMap, map_from_spec
+from ..maps.base import _spec_key
+from ..maps.fourier import _projection_params
 from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
 from .permutations import PERMUTATION_SCHEME, _permute, _round_keys
 
@@ -220,7 +223,6 @@ class TwoSampleSketch(MappedSketch):
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> TwoSampleSketch:
-        from ..maps import map_from_spec
 
         if attrs.get("permutation_scheme") != PERMUTATION_SCHEME:
             raise InputError(
@@ -346,9 +348,13 @@ def two_sample_sketches_of_chunk(
 
     For each row tile the membership ``mask[b, i] = [pi_b(i) < n_x]`` of the
     B permutations (the Feistel network, :func:`permutation_indices`) is
-    computed once and applied to every map's features (one GEMM per map), so
-    L maps cost L embeddings and GEMMs but one evaluation of the permutations.
-    :func:`two_sample_sketch_of_chunk` is this kernel with one map.
+    computed once, stacked with the X and Y indicators, and applied to every
+    map's features (one float64 GEMM per map gives its permutation, X and Y
+    sums) and to their squared norms, so L maps cost L embeddings and GEMMs
+    but one evaluation of the permutations. RFF maps that differ only in bandwidth (the maps of
+    :func:`~streamrff.twosample.bandwidth_maps`) also share one projection
+    ``X G`` of each tile. :func:`two_sample_sketch_of_chunk` is this kernel
+    with one map.
 
     Parameters
     ----------
@@ -386,47 +392,102 @@ def two_sample_sketches_of_chunk(
         )
     widths = [feature_map.n_features_out_ for feature_map in feature_maps]
     step = min(feature_map._tile_rows(width) for feature_map, width in zip(feature_maps, widths))
-    buffers = [np.empty((min(step, rows.shape[0]), width), dtype=np.float32) for width in widths]
+    tile_rows = min(step, rows.shape[0])
+    embed = _shared_draw_embedder(feature_maps, tile_rows) or _separate_embedder(feature_maps, tile_rows)
     keys = _round_keys(seed, np.arange(n_permutations))
-    sums = [np.zeros((2, width)) for width in widths]  # X, Y
-    squared_norms = [np.zeros(2) for _ in widths]
-    permutation_sums = [np.zeros((n_permutations, width)) for width in widths]
-    permutation_squared_norms = [np.zeros(n_permutations) for _ in widths]
+    # Rows 0..B-1: the permutations' membership of X; rows B and B + 1: the X and Y indicators, so
+    # that one GEMM per map gives its permutation sums and its X and Y sums.
+    indicators = np.empty((n_permutations + 2, tile_rows))
+    # One float64 tile and one product, reused map after map: they stay in cache.
+    wide = np.empty((tile_rows, max(widths)))
+    norms = np.empty(tile_rows)
+    product = np.empty((n_permutations + 2, max(widths)))
+    sums = [np.zeros((n_permutations + 2, width)) for width in widths]
+    squared_norms = np.zeros((n_permutations + 2, len(feature_maps)))
     for start in range(0, rows.shape[0], step):
         tile = rows[start : start + step]
-        first = row_offset + start
-        index = np.arange(first, first + tile.shape[0], dtype=np.uint64)
-        split = int(np.clip(n_x - first, 0, tile.shape[0]))  # tile rows [0, split) are in X
-        mask = (_permute(keys, n_total, index) < n_x).astype(np.float64)
-        for m, feature_map in enumerate(feature_maps):
-            features = buffers[m][: tile.shape[0]]
-            feature_map._embed_tile(tile, features)
-            wide = features.astype(np.float64)
-            norms = np.einsum("ij,ij->i", wide, wide)
-            sums[m][0] += wide[:split].sum(axis=0)
-            sums[m][1] += wide[split:].sum(axis=0)
-            squared_norms[m] += (norms[:split].sum(), norms[split:].sum())
-            permutation_sums[m] += mask @ wide
-            permutation_squared_norms[m] += mask @ norms
+        first, size = row_offset + start, tile.shape[0]
+        index = np.arange(first, first + size, dtype=np.uint64)
+        split = int(np.clip(n_x - first, 0, size))  # tile rows [0, split) are in X
+        mask = indicators[:, :size]
+        np.less(_permute(keys, n_total, index), n_x, out=mask[:n_permutations])
+        mask[n_permutations:] = 0.0
+        mask[n_permutations, :split] = 1.0
+        mask[n_permutations + 1, split:] = 1.0
+        for m, features in enumerate(embed(tile)):
+            block, result = wide[:size, : widths[m]], product[:, : widths[m]]
+            np.copyto(block, features)
+            np.einsum("ij,ij->i", block, block, out=norms[:size])
+            np.matmul(mask, block, out=result)
+            sums[m] += result
+            # Map by map, as for one map alone: a map's sums never depend on the others (bit for bit).
+            squared_norms[:, m] += mask @ norms[:size]
     in_x = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
     return [
         TwoSampleSketch(
-            feature_map,
-            n_x,
-            n_y,
-            n_permutations,
-            seed,
-            in_x,
-            rows.shape[0] - in_x,
-            sums[m][0],
-            sums[m][1],
-            squared_norms[m][0],
-            squared_norms[m][1],
-            permutation_sums[m],
-            permutation_squared_norms[m],
+            feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
+            sums[m][n_permutations].copy(), sums[m][n_permutations + 1].copy(),
+            float(squared_norms[n_permutations, m]), float(squared_norms[n_permutations + 1, m]),
+            sums[m][:n_permutations].copy(), squared_norms[:n_permutations, m].copy(),
         )  # fmt: skip
         for m, feature_map in enumerate(feature_maps)
     ]
+
+
+def _separate_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
+    """``tile -> float32 features of each map in turn`` (a generator: each map's features are summed
+    while they are in cache), each map embedding the tile on its own."""
+    # One C-contiguous float32 tile per width, reused map after map.
+    buffers = {width: np.empty((tile_rows, width), np.float32) for width in {m.n_features_out_ for m in feature_maps}}
+
+    def embed(tile: np.ndarray) -> Iterator[np.ndarray]:
+        for feature_map in feature_maps:
+            features = buffers[feature_map.n_features_out_][: tile.shape[0]]
+            feature_map._embed_tile(tile, features)
+            yield features
+
+    return embed
+
+
+def _shared_draw_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
+    """For RFF maps that differ only in bandwidth, ``tile -> float32 features of each map`` from ONE projection.
+
+    Such maps share the seeded Gaussian draw G (``W_l = G / sigma_l``, see
+    :func:`~streamrff.twosample.bandwidth_maps`), so the phases of map l are the tile's
+    projection ``X G`` divided by ``sigma_l``: one GEMM serves every bandwidth. The
+    features equal each map's own embedding up to float32 rounding of the phase
+    (``|phase| * 6e-8``). Returns None for any other list of maps (or one map).
+    """
+    if len(feature_maps) < 2 or any(type(feature_map) is not RFF for feature_map in feature_maps):
+        return None
+    specs = [dict(feature_map.spec) for feature_map in feature_maps]
+    bandwidths = [spec.pop("bandwidth") for spec in specs]
+    if any(spec != specs[0] for spec in specs[1:]):
+        return None
+    base = _projection_params("rff", _spec_key({**specs[0], "bandwidth": 1.0}), "f")[0]  # float32 G^T (d, m)
+    _, offsets, scale = feature_maps[0]._float32_kernel_args()  # offsets and scale do not depend on sigma
+    inverse_bandwidths = [np.float32(1.0 / bandwidth) for bandwidth in bandwidths]
+    projection = np.empty((tile_rows, base.shape[1]), dtype=np.float32)
+    phases = np.empty_like(projection)
+    buffer = np.empty((tile_rows, feature_maps[0].n_features_out_), dtype=np.float32)
+
+    def embed(tile: np.ndarray) -> Iterator[np.ndarray]:
+        size = tile.shape[0]
+        rows32 = np.ascontiguousarray(tile, dtype=np.float32)
+        shared = projection[:size]
+        np.matmul(rows32, base, out=shared)
+        for feature_map, inverse in zip(feature_maps, inverse_bandwidths):
+            features, scaled = buffer[:size], phases[:size]
+            np.multiply(shared, inverse, out=scaled)
+            if largest_phase(scaled, offsets) > MAX_FAST_PHASE:
+                feature_map._embed_tile(tile, features)  # a tiny bandwidth: the map's own careful path
+            elif offsets.shape[0]:
+                cos_features(scaled, offsets, scale, features)
+            else:
+                sincos_features(scaled, scale, features)
+            yield features
+
+    return embed
 
 
 class AggregatedTwoSampleSketch:
