@@ -138,7 +138,8 @@ def _simulation_kernel() -> Any:
                             total_squared += total[j] * total[j]
                             cross += total[j] * mean[j]
                         statistics[stream, step] = (
-                            (total_squared - squared_norm_sum) / (size * (size - 1.0)) - 2.0 * cross / size
+                            (total_squared - squared_norm_sum) / (size * (size - 1.0))
+                            - 2.0 * cross / size
                             + mean_squared
                         )
             return statistics
@@ -257,7 +258,9 @@ def calibrate_thresholds(
         thresholds[step] = _upper_quantile(values, 1.0 / ert)
         alive &= statistics[:, step] <= thresholds[step]
     if alive.sum() < 2:
-        raise InputError(f"Expected streams that survive the window's fill. Got {int(alive.sum())}; increase n_streams.")
+        raise InputError(
+            f"Expected streams that survive the window's fill. Got {int(alive.sum())}; increase n_streams."
+        )
     thresholds[window] = _steady_threshold(statistics[alive, window:], ert)
     return thresholds
 
@@ -622,8 +625,10 @@ class DriftMonitor(BaseEstimator):
         from_batch = leaving_run_rows >= start
         leaving[from_batch] = features[leaving_run_rows[from_batch] - start]
         leaving_norms[from_batch] = squared_norms[leaving_run_rows[from_batch] - start]
-        sums = self.window_sum_ + np.cumsum(features, axis=0, dtype=np.float64) - np.cumsum(
-            leaving, axis=0, dtype=np.float64
+        sums = (
+            self.window_sum_
+            + np.cumsum(features, axis=0, dtype=np.float64)
+            - np.cumsum(leaving, axis=0, dtype=np.float64)
         )
         norm_sums = self.window_squared_norm_sum_ + np.cumsum(squared_norms) - np.cumsum(leaving_norms)
         sizes = np.minimum(steps + 1, window).astype(np.float64)
@@ -852,7 +857,9 @@ def load_monitor(path: PathOrURL) -> DriftMonitor:
         }
         for name, (shape, dtype) in expected_shapes.items():
             if name not in arrays or arrays[name].shape != shape or arrays[name].dtype != dtype:
-                raise SketchFormatError(f"{target}: array {name!r} must have shape {shape} and dtype {np.dtype(dtype)}.")
+                raise SketchFormatError(
+                    f"{target}: array {name!r} must have shape {shape} and dtype {np.dtype(dtype)}."
+                )
         monitor.feature_map_ = feature_map
         monitor.n_features_in_ = int(attrs["n_features_in"])
         monitor.simulation_ = str(attrs["simulation"])
