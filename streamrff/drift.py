@@ -610,8 +610,7 @@ class DriftMonitor(BaseEstimator):
         check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
         window, width = self.window_features_.shape
         n_new = rows.shape[0]
-        features = self.feature_map_.transform(rows).astype(np.float32, copy=False) if n_new else np.zeros((0, width))
-        features = np.asarray(features, dtype=np.float32)
+        features = self.feature_map_._embed(rows)  # rows checked above: the trusted path of transform
         squared_norms = np.einsum("ij,ij->i", features, features, dtype=np.float64)
         start = self.run_length_  # rows in this run before the batch; row k of the batch is run row start + k
         steps = start + np.arange(n_new)
