@@ -163,7 +163,7 @@ def _upper_quantile(values: np.ndarray, probability: float) -> float:
         return -math.inf
     if n * probability >= _MIN_EXCEEDANCES:
         return float(np.quantile(values, 1.0 - probability, method="higher"))
-    k = max(min(200, n // 10), 10)
+    k = min(max(min(200, n // 10), 10), n - 1)
     largest = np.sort(values)[n - k - 1 :]
     floor, top = largest[0], largest[1:]
     beta = max(float(np.mean(top - floor)), np.finfo(float).tiny)
