@@ -53,6 +53,8 @@ _SIMULATIONS = ("auto", "resample", "gaussian")
 #: (about 2-4 s of one core in the compiled kernel); rarer tails are extrapolated (see calibrate_thresholds).
 _SIMULATION_BUDGET = 4e9
 _MIN_STREAMS = 2000
+#: Rows per vectorised step of update (its cumulative sums stay in cache).
+_TILE_ROWS = 1024
 #: Below this many expected exceedances an upper quantile is extrapolated from an exponential tail.
 _MIN_EXCEEDANCES = 5
 #: Streams wanted per 1/ERT: enough for a per-step quantile among survivors without extrapolation.
@@ -80,6 +82,17 @@ class DriftUpdate:
         Rows passed to ``update`` since ``fit``, this batch included.
     run_length : int
         Rows since the start of the current run (``fit`` or ``reset``).
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> monitor = srf.DriftMonitor(window=10, ert=100, n_features=64, n_streams=1000).fit(rng.normal(size=(500, 2)))
+    >>> update = monitor.update(rng.normal(size=(15, 2)))
+    >>> update.statistic.shape, update.n_rows_seen, update.run_length
+    ((15,), 15, 15)
+    >>> bool(np.isnan(update.statistic[0])), bool(np.all(update.threshold[10:] == monitor.thresholds_[10]))
+    (True, True)
     """
 
     statistic: np.ndarray
@@ -587,9 +600,10 @@ class DriftMonitor(BaseEstimator):
 
         Vectorised over the batch: the window sums after each row are the sums
         before the batch plus the cumulative sum of the entering rows' features
-        minus that of the leaving rows' (from the ring buffer, or from the
-        batch itself when it is longer than the window): O(D) per row, equal
-        to row-by-row updates to float64 rounding.
+        minus the leaving rows' (from the ring buffer, or from the batch itself
+        when it is longer than the window), summed in the order of row-by-row
+        updates: O(D) per row, and the same result however the stream is split
+        into batches.
 
         Parameters
         ----------
@@ -608,6 +622,21 @@ class DriftMonitor(BaseEstimator):
         self._check_fitted()
         rows = check_rows(rows, "rows", allow_empty=True)
         check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
+        # Tiles of rows keep the cumulative sums in cache; the ring buffer carries the window between them.
+        parts = [self._slide(rows[start : start + _TILE_ROWS]) for start in range(0, rows.shape[0], _TILE_ROWS)]
+        statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
+        threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
+        return DriftUpdate(
+            statistic=statistic,
+            threshold=threshold,
+            drift=self.drift_at_ is not None,
+            drift_at=self.drift_at_,
+            n_rows_seen=self.n_rows_seen_,
+            run_length=self.run_length_,
+        )
+
+    def _slide(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slide the window over checked ``rows``; the statistic and threshold of each."""
         window, width = self.window_features_.shape
         n_new = rows.shape[0]
         features = self.feature_map_._embed(rows)  # rows checked above: the trusted path of transform
@@ -624,12 +653,14 @@ class DriftMonitor(BaseEstimator):
         from_batch = leaving_run_rows >= start
         leaving[from_batch] = features[leaving_run_rows[from_batch] - start]
         leaving_norms[from_batch] = squared_norms[leaving_run_rows[from_batch] - start]
-        sums = (
-            self.window_sum_
-            + np.cumsum(features, axis=0, dtype=np.float64)
-            - np.cumsum(leaving, axis=0, dtype=np.float64)
-        )
-        norm_sums = self.window_squared_norm_sum_ + np.cumsum(squared_norms) - np.cumsum(leaving_norms)
+        # S_k = (((S_0 + d_1) + d_2) + ... + d_k) with d the entering minus the leaving row's features:
+        # a sequential cumulative sum in the order of row-by-row updates, so any split of the batch agrees.
+        sums = np.subtract(features, leaving, dtype=np.float64)
+        sums[0] += self.window_sum_
+        np.cumsum(sums, axis=0, out=sums)
+        norm_sums = squared_norms - leaving_norms
+        norm_sums[0] += self.window_squared_norm_sum_
+        np.cumsum(norm_sums, out=norm_sums)
         sizes = np.minimum(steps + 1, window).astype(np.float64)
         statistic = self._statistic(sums, norm_sums, sizes)
         threshold = self.thresholds_[np.minimum(steps, window)]
@@ -637,7 +668,7 @@ class DriftMonitor(BaseEstimator):
             crossed = np.flatnonzero(statistic > threshold)
             if crossed.size:
                 self.drift_at_ = int(self.n_rows_seen_ + crossed[0])
-        if n_new:
+        if n_new:  # the last rows enter the ring buffer, the sums move to the end of the tile
             kept = np.arange(max(0, n_new - window), n_new)
             self.window_features_[(start + kept) % window] = features[kept]
             self.window_squared_norms_[(start + kept) % window] = squared_norms[kept]
@@ -645,14 +676,7 @@ class DriftMonitor(BaseEstimator):
             self.window_squared_norm_sum_ = float(norm_sums[-1])
         self.run_length_ = start + n_new
         self.n_rows_seen_ += n_new
-        return DriftUpdate(
-            statistic=statistic,
-            threshold=threshold,
-            drift=self.drift_at_ is not None,
-            drift_at=self.drift_at_,
-            n_rows_seen=self.n_rows_seen_,
-            run_length=self.run_length_,
-        )
+        return statistic, threshold
 
     def _statistic(self, sums: np.ndarray, norm_sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         n = float(self.reference_count_)

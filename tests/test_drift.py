@@ -79,7 +79,9 @@ def test_drift_monitor_batch_update_equals_row_by_row(fitted):
     assert whole.drift and 70 <= whole.drift_at < 130
     assert singles[-1].drift_at == pieces[-1].drift_at == whole.drift_at
     assert singles[whole.drift_at - 1].drift is False and singles[whole.drift_at].drift is True
-    np.testing.assert_allclose(one_by_one.window_sum_, uneven.window_sum_, rtol=0, atol=1e-12)
+    # the sums are accumulated in row order whatever the batches: bit for bit
+    assert np.array_equal(one_by_one.window_sum_, uneven.window_sum_)
+    assert one_by_one.window_squared_norm_sum_ == uneven.window_squared_norm_sum_
     assert np.array_equal(one_by_one.window_features_, uneven.window_features_)
     # the window sum is the float64 sum of the last 20 rows' features (independent recomputation)
     last = fitted.feature_map_.transform(stream[-20:]).astype(np.float64)
@@ -232,3 +234,13 @@ def test_drift_monitor_reset_starts_a_new_run_with_the_same_thresholds(fitted):
     assert not monitor.window_sum_.any() and np.array_equal(monitor.thresholds_, thresholds)
     after = monitor.update(np.random.default_rng(8).normal(size=(5, 3)))
     assert np.isnan(after.statistic[0]) and after.run_length == 5 and after.n_rows_seen == 65
+
+
+def test_drift_monitor_batch_longer_than_a_tile_equals_small_batches(fitted):
+    stream = np.random.default_rng(9).normal(size=(2600, 3))  # three of update's 1024-row tiles
+    whole = fresh(fitted).update(stream)
+    pieces = fresh(fitted)
+    statistics = np.concatenate([pieces.update(stream[a : a + 97]).statistic for a in range(0, 2600, 97)])
+    np.testing.assert_allclose(statistics, whole.statistic, rtol=0, atol=1e-12, equal_nan=True)
+    last = fitted.feature_map_.transform(stream[-20:]).astype(np.float64)
+    np.testing.assert_allclose(pieces.window_sum_, last.sum(axis=0), rtol=0, atol=1e-11)
