@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import zarr
 from sklearn.base import clone
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import streamrff as srf
 from streamrff.drift import DriftMonitor, load_monitor
@@ -244,3 +245,8 @@ def test_drift_monitor_batch_longer_than_a_tile_equals_small_batches(fitted):
     np.testing.assert_allclose(statistics, whole.statistic, rtol=0, atol=1e-12, equal_nan=True)
     last = fitted.feature_map_.transform(stream[-20:]).astype(np.float64)
     np.testing.assert_allclose(pieces.window_sum_, last.sum(axis=0), rtol=0, atol=1e-11)
+
+
+@parametrize_with_checks([DriftMonitor(window=5, ert=20, n_features=16, n_streams=200, n_reference_rows=64)])
+def test_drift_monitor_passes_sklearn_estimator_checks(estimator, check):
+    check(estimator)

@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from .._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed
+from .._validation import (
+    check_bandwidth,
+    check_positive_int,
+    check_rows,
+    check_width,
+    is_in_memory,
+    normalize_seed,
+    validate_estimator_input,
+)
 from ..errors import InputError, NotFittedMapError
 from ..maps import RFF, FeatureMap
 from ..sketches import MeanSketch
@@ -306,7 +314,7 @@ class DriftMonitor(BaseEstimator):
                 "moments; sketch the reference with moments=True (CLI: --moments)."
             )
         if summary.count < 2:
-            raise InputError(f"The reference must hold at least 2 rows. Got {summary.count}.")
+            raise InputError(f"Expected a reference of at least 2 rows. Got n_samples = {summary.count}; add rows.")
         feature_map = summary.feature_map
         if simulation == "gaussian":
             bank = gaussian_bank(summary, int(self.n_reference_rows), seed)
@@ -332,7 +340,7 @@ class DriftMonitor(BaseEstimator):
         from ..io import as_row_chunked
 
         if is_in_memory(reference):
-            reference = check_rows(reference, "reference")
+            reference = validate_estimator_input(self, reference, reset=True)
         initial = self.feature_map or RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=seed)
         with connect(client) as active:
             rows = as_row_chunked(reference, storage_options=storage_options)
