@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import zarr
@@ -250,3 +252,22 @@ def test_drift_monitor_batch_longer_than_a_tile_equals_small_batches(fitted):
 @parametrize_with_checks([DriftMonitor(window=5, ert=20, n_features=16, n_streams=200, n_reference_rows=64)])
 def test_drift_monitor_passes_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_drift_monitor_golden_v1_file_loads_and_continues_like_numpy():
+    # tests/data/make_golden_v1_drift_monitor.py: reference golden_rows(), then 7 rows arange(21) / 8
+    data = Path(__file__).parent / "data"
+    reference = ((np.arange(36.0).reshape(12, 3) * 5) % 7 - 3) / 2
+    seen = np.arange(21.0).reshape(7, 3) / 8
+    monitor = load_monitor(data / "golden_v1_drift_monitor.zarr")
+    assert (monitor.window_features_.shape, monitor.run_length_, monitor.n_rows_seen_) == ((5, 16), 7, 7)
+    feature_map = monitor.feature_map_
+    assert feature_map.spec["bandwidth"] == 1.5 and monitor.reference_count_ == 12
+    ring = feature_map.transform(seen[2:])[[3, 4, 0, 1, 2]]  # run row g sits at g % 5
+    np.testing.assert_array_equal(monitor.window_features_, ring)
+    following = np.array([[0.5, -1.0, 0.25], [1.5, 0.0, -0.5]])
+    statistic = monitor.update(following).statistic
+    stream = np.vstack([seen, following])
+    for row in range(2):
+        window = feature_map.transform(stream[row + 3 : row + 8])
+        assert statistic[row] == pytest.approx(exact_unbiased_mmd2(feature_map.transform(reference), window), abs=1e-6)

@@ -64,7 +64,7 @@ def monitor_state(monitor: DriftMonitor) -> tuple[dict[str, Any], dict[str, np.n
         "window_sum": monitor.window_sum_,
     }
     arrays.update({f"map/{name}": value for name, value in monitor.feature_map_.state_arrays().items()})
-    params = monitor.get_params()
+    params = monitor.get_params(deep=False)
     params["feature_map"] = None  # the fitted map is stored as the map spec
     params["seed"] = normalize_seed(monitor.seed) if isinstance(monitor.seed, numbers.Integral) else None
     attrs = {
