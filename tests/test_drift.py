@@ -271,3 +271,10 @@ def test_drift_monitor_golden_v1_file_loads_and_continues_like_numpy():
     for row in range(2):
         window = feature_map.transform(stream[row + 3 : row + 8])
         assert statistic[row] == pytest.approx(exact_unbiased_mmd2(feature_map.transform(reference), window), abs=1e-6)
+
+
+def test_drift_monitor_float32_and_float64_rows_agree(fitted):
+    rows = np.random.default_rng(10).normal(size=(40, 3))
+    as_float64 = fresh(fitted).update(rows).statistic
+    as_float32 = fresh(fitted).update(rows.astype(np.float32)).statistic
+    np.testing.assert_allclose(as_float32, as_float64, rtol=0, atol=1e-6, equal_nan=True)
