@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and IDEs
+    from .drift import DriftMonitor, DriftUpdate, load_monitor
     from .engine import fit_map, nystrom_sketch, sketch
     from .errors import (
         CheckpointMismatchError,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
 
 #: Where each public name lives (imported on first use, see _load_public_api).
 _LOCATIONS = {
+    "drift": ("DriftMonitor", "DriftUpdate", "load_monitor"),
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
         "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "NotFittedMapError",
@@ -169,4 +171,7 @@ __all__ = [
     "mmd_test",
     "permutation_test",
     "permutation_indices",
+    "DriftMonitor",
+    "DriftUpdate",
+    "load_monitor",
 ]

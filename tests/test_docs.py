@@ -26,6 +26,7 @@ API = DOCS / "api.rst"
 DOCUMENTED_MODULES = [
     "streamrff.twosample",
     "streamrff.kmeans",
+    "streamrff.drift",
     "streamrff.engine",
     "streamrff.testing",
     "streamrff.plot",

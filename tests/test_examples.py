@@ -60,6 +60,14 @@ def test_example_kernel_pca_merged_fit_equals_whole():
     assert "merged fit equals whole fit: True" in out
 
 
+def test_example_drift_monitor_alarms_after_the_change_and_reloads_identically():
+    out = run_example("drift_monitor.py", "--features", "128", "--ert", "1000")
+    assert "loaded monitor continues identically: True" in out
+    assert "alarm before the change: False" in out
+    alarm = next(line for line in out.splitlines() if line.startswith("alarm at row"))
+    assert 300 <= int(alarm.split()[3]) < 300 + 100  # within one window of the change at row 300
+
+
 def test_example_submit_to_cluster(dask_cluster):
     out = run_example("submit_to_cluster.py", dask_cluster.address, "--rows", "4000")
     assert "workers: 2" in out

@@ -1,0 +1,27 @@
+"""Streaming drift monitoring: a reference kernel-mean sketch against a sliding window of the last rows.
+
+A :class:`DriftMonitor` holds the reference as sums of features (count, feature
+sum, sum of squared norms: any number of rows, sketched out of core and merged
+across sites) and the last ``window`` rows of the stream as a ring buffer of
+their features. Each new row costs O(D): its features enter the window sums,
+the features of the row that leaves are subtracted, and the unbiased MMD^2 of
+the window against the reference is read off the sums. The alarm thresholds
+are calibrated, from the reference alone, to an expected run time under no
+change (Cobb, Van Looveren & Klaise 2022; :mod:`streamrff.drift.calibration`).
+The monitor saves to a zarr group (:mod:`streamrff.drift.fileformat`).
+"""
+
+from __future__ import annotations
+
+from .calibration import calibrate_thresholds
+from .fileformat import MONITOR_FORMAT_NAME, MONITOR_FORMAT_VERSION
+from .monitor import DriftMonitor, DriftUpdate, load_monitor
+
+__all__ = [
+    "DriftMonitor",
+    "DriftUpdate",
+    "load_monitor",
+    "calibrate_thresholds",
+    "MONITOR_FORMAT_NAME",
+    "MONITOR_FORMAT_VERSION",
+]

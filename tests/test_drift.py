@@ -1,0 +1,280 @@
+"""DriftMonitor against independent references: exact MMD^2 from features, row-by-row updates, files, run lengths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from sklearn.base import clone
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import streamrff as srf
+from streamrff.drift import DriftMonitor, load_monitor
+from streamrff.errors import InputError, NotFittedMapError, SketchFormatError
+
+
+def exact_unbiased_mmd2(reference_features: np.ndarray, window_features: np.ndarray) -> float:
+    """Unbiased MMD^2 from Gram matrices of float64 features (plain numpy, Gretton et al. 2012 eq. 3)."""
+    zr, zw = reference_features.astype(np.float64), window_features.astype(np.float64)
+    n, m = zr.shape[0], zw.shape[0]
+    krr, kww, krw = zr @ zr.T, zw @ zw.T, zr @ zw.T
+    return float(
+        (krr.sum() - np.trace(krr)) / (n * (n - 1))
+        + (kww.sum() - np.trace(kww)) / (m * (m - 1))
+        - 2.0 * krw.sum() / (n * m)
+    )
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return np.random.default_rng(0).normal(size=(600, 3))
+
+
+@pytest.fixture(scope="module")
+def fitted(reference):
+    return DriftMonitor(window=20, ert=100, n_features=64, seed=3, n_streams=400).fit(reference)
+
+
+def fresh(monitor: DriftMonitor) -> DriftMonitor:
+    """An independent copy at the start of a run (same reference and thresholds)."""
+    copy = clone(monitor)
+    for name, value in vars(monitor).items():
+        if name.endswith("_"):
+            setattr(copy, name, value.copy() if isinstance(value, np.ndarray) else value)
+    return copy.reset()
+
+
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+def test_drift_monitor_statistic_equals_exact_mmd2_of_window_features(reference, variant):
+    rff = srf.RFF(n_features=64, bandwidth=1.3, variant=variant, seed=1)
+    monitor = DriftMonitor(window=15, ert=100, feature_map=rff, n_streams=300).fit(reference)
+    rng = np.random.default_rng(1)
+    stream = np.vstack([rng.normal(size=(25, 3)), rng.normal(size=(25, 3)) + [0.8, 0.0, 0.0]])
+    update = monitor.update(stream)
+    feature_map = monitor.feature_map_
+    reference_features = feature_map.transform(reference)
+    stream_features = feature_map.transform(stream)
+    assert np.isnan(update.statistic[0]) and update.threshold[0] == np.inf
+    for row in range(1, stream.shape[0]):
+        window = stream_features[max(0, row + 1 - 15) : row + 1]
+        exact = exact_unbiased_mmd2(reference_features, window)
+        # features are float32 in both (the sketch's and transform's may differ by float32 rounding)
+        assert update.statistic[row] == pytest.approx(exact, abs=1e-6), row
+    assert np.array_equal(update.threshold[1:15], monitor.thresholds_[1:15])
+    assert np.all(update.threshold[15:] == monitor.thresholds_[15])
+
+
+def test_drift_monitor_batch_update_equals_row_by_row(fitted):
+    rng = np.random.default_rng(2)
+    stream = np.vstack([rng.normal(size=(70, 3)), rng.normal(size=(60, 3)) + [1.5, 0.0, 0.0]])
+    whole = fresh(fitted).update(stream)
+    one_by_one = fresh(fitted)
+    singles = [one_by_one.update(stream[row : row + 1]) for row in range(stream.shape[0])]
+    uneven = fresh(fitted)
+    cuts = [0, 1, 3, 30, 31, 77, 130]  # a batch longer than the window, single rows, an empty batch
+    pieces = [uneven.update(stream[a:b]) for a, b in zip(cuts[:-1], cuts[1:])] + [uneven.update(stream[:0])]
+    row_statistics = np.concatenate([update.statistic for update in singles])
+    piece_statistics = np.concatenate([update.statistic for update in pieces])
+    np.testing.assert_allclose(row_statistics, whole.statistic, rtol=0, atol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(piece_statistics, whole.statistic, rtol=0, atol=1e-12, equal_nan=True)
+    assert whole.drift and 70 <= whole.drift_at < 130
+    assert singles[-1].drift_at == pieces[-1].drift_at == whole.drift_at
+    assert singles[whole.drift_at - 1].drift is False and singles[whole.drift_at].drift is True
+    # the sums are accumulated in row order whatever the batches: bit for bit
+    assert np.array_equal(one_by_one.window_sum_, uneven.window_sum_)
+    assert one_by_one.window_squared_norm_sum_ == uneven.window_squared_norm_sum_
+    assert np.array_equal(one_by_one.window_features_, uneven.window_features_)
+    # the window sum is the float64 sum of the last 20 rows' features (independent recomputation)
+    last = fitted.feature_map_.transform(stream[-20:]).astype(np.float64)
+    np.testing.assert_allclose(uneven.window_sum_, last.sum(axis=0), rtol=0, atol=1e-12)
+
+
+def test_drift_monitor_saved_and_loaded_continues_identically(fitted, tmp_path):
+    rng = np.random.default_rng(3)
+    monitor = fresh(fitted)
+    monitor.update(rng.normal(size=(33, 3)))
+    monitor.save(tmp_path / "monitor")
+    loaded = DriftMonitor.load(tmp_path / "monitor")
+    assert loaded.get_params() == {**monitor.get_params(), "seed": 3}
+    following = rng.normal(size=(45, 3)) + [1.0, 0.0, 0.0]
+    expected, got = monitor.update(following), loaded.update(following)
+    assert np.array_equal(expected.statistic, got.statistic)
+    assert np.array_equal(expected.threshold, got.threshold)
+    assert (expected.drift, expected.drift_at, expected.n_rows_seen) == (got.drift, got.drift_at, got.n_rows_seen)
+    with pytest.raises(FileExistsError):
+        loaded.save(tmp_path / "monitor")
+    loaded.save(tmp_path / "monitor", overwrite=True)
+    assert srf.load_monitor(tmp_path / "monitor").n_rows_seen_ == 78
+
+
+def test_drift_monitor_load_rejects_corrupt_and_foreign_files(fitted, tmp_path):
+    fitted.save(tmp_path / "monitor")
+    features = zarr.open_array(tmp_path / "monitor" / "window_features", mode="r+")
+    features[0, 0] = 0.5
+    with pytest.raises(SketchFormatError, match="checksum"):
+        load_monitor(tmp_path / "monitor")
+    root = zarr.open_group(tmp_path / "monitor", mode="r+")
+    root.attrs["run_length"] = 7
+    with pytest.raises(SketchFormatError, match="digest"):
+        load_monitor(tmp_path / "monitor")
+    sketch = srf.sketch_array(np.ones((3, 3)), fitted.feature_map_)
+    sketch.save(tmp_path / "sketch")
+    with pytest.raises(SketchFormatError, match="streamrff.drift-monitor"):
+        load_monitor(tmp_path / "sketch")
+    with pytest.raises(SketchFormatError, match="No drift monitor"):
+        load_monitor(tmp_path / "absent")
+    with pytest.raises(InputError, match="local path"):
+        fitted.save("s3://bucket/monitor")
+
+
+def test_drift_monitor_detects_one_sd_shift_in_one_coordinate():
+    rng = np.random.default_rng(4)
+    monitor = DriftMonitor(window=100, ert=1000, n_features=256, seed=0).fit(rng.normal(size=(5000, 8)))
+    delays = []
+    for _ in range(5):
+        calm = rng.normal(size=(300, 8))
+        while monitor.reset().update(calm).drift:  # a false alarm before the change (~26% at ERT 1000): rerun
+            calm = rng.normal(size=(300, 8))
+        shifted = rng.normal(size=(600, 8))
+        shifted[:, 0] += 1.0
+        update = monitor.update(shifted)
+        assert update.drift and update.drift_at >= monitor.n_rows_seen_ - 600
+        delays.append(update.drift_at - (monitor.n_rows_seen_ - 600))
+    assert np.median(delays) < 200
+
+
+def run_lengths_under_no_change(monitor: DriftMonitor, rows: np.ndarray, batch: int) -> np.ndarray:
+    """Run lengths to each false alarm, restarting the run at the row after each alarm."""
+    lengths, position = [], 0
+    monitor.reset()
+    while position < rows.shape[0]:
+        start_seen = monitor.n_rows_seen_
+        update = monitor.update(rows[position : position + batch])
+        if not update.drift:
+            position += batch
+            continue
+        lengths.append(update.drift_at - (start_seen - monitor.run_length_ + update.statistic.shape[0]) + 1)
+        position += update.drift_at + 1 - start_seen
+        monitor.n_rows_seen_ = update.drift_at + 1  # the rows after the alarm are fed again to the new run
+        monitor.reset()
+    return np.array(lengths)
+
+
+@pytest.mark.parametrize("draw", ["normal", "student_t3"])
+def test_drift_monitor_mean_run_length_under_no_change_matches_ert(draw):
+    rng = np.random.default_rng(5)
+
+    def sample(n):
+        return rng.normal(size=(n, 4)) if draw == "normal" else rng.standard_t(3, size=(n, 4))
+
+    monitor = DriftMonitor(window=50, ert=200, n_features=128, seed=1).fit(sample(5000))
+    lengths = run_lengths_under_no_change(monitor, sample(80_000), batch=100)
+    # ~400 runs: the mean of a geometric(1/200) has a standard error of ~5%
+    assert len(lengths) > 250
+    assert 0.75 * 200 < lengths.mean() < 1.33 * 200
+    # memoryless: alarms in the window's fill (steps 2..50) as often as a geometric run length predicts
+    assert abs(np.mean(lengths <= 50) - (1 - (1 - 1 / 200) ** 49)) < 0.06
+
+
+def test_drift_monitor_from_sketch_with_moments_and_from_zarr_source(tmp_path, reference):
+    path = str(tmp_path / "reference.zarr")
+    zarr.create_array(path, shape=reference.shape, chunks=(150, 3), dtype="float64")[...] = reference
+    from_zarr = DriftMonitor(window=20, ert=100, n_features=64, seed=3, n_streams=400).fit(path)
+    from_memory = DriftMonitor(window=20, ert=100, n_features=64, seed=3, n_streams=400).fit(reference)
+    assert from_zarr.feature_map_.fingerprint == from_memory.feature_map_.fingerprint
+    np.testing.assert_allclose(from_zarr.reference_sum_, from_memory.reference_sum_, rtol=1e-6)  # float32 chunking
+    np.testing.assert_allclose(from_zarr.thresholds_, from_memory.thresholds_, rtol=1e-6)
+    summary = srf.sketch(reference, from_memory.feature_map_, moments=True)
+    from_sketch = DriftMonitor(window=20, ert=100, n_streams=400).fit(summary)
+    assert from_sketch.simulation_ == "gaussian" and from_sketch.feature_map_ is summary.feature_map
+    np.testing.assert_array_equal(from_sketch.reference_sum_, summary.feature_sum)
+    rows = np.random.default_rng(6).normal(size=(40, 3))
+    np.testing.assert_allclose(
+        from_sketch.update(rows).statistic, fresh(from_memory).update(rows).statistic, atol=1e-9, equal_nan=True
+    )
+    with pytest.raises(InputError, match="moments=True"):
+        DriftMonitor(window=20, ert=100).fit(srf.sketch(reference, from_memory.feature_map_))
+    with pytest.raises(InputError, match="reference rows"):
+        DriftMonitor(window=20, ert=100, simulation="resample").fit(summary)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"window": 1}, "window must be an integer >= 2"),
+        ({"ert": 1}, "ert must be a finite number"),
+        ({"simulation": "bootstrap"}, "simulation must be"),
+        ({"n_streams": 3}, "n_streams must be an integer >= 10"),
+        ({"bandwidth": -1.0}, "bandwidth must be"),
+        ({"feature_map": "rff"}, "feature_map must be"),
+    ],
+)
+def test_drift_monitor_rejects_bad_parameters(reference, params, message):
+    with pytest.raises(InputError, match=message):
+        DriftMonitor(**params).fit(reference)
+
+
+def test_drift_monitor_rejects_bad_rows_and_unfitted_use(fitted):
+    monitor = fresh(fitted)
+    with pytest.raises(InputError, match="expecting 3 features"):
+        monitor.update(np.zeros((4, 2)))
+    with pytest.raises(InputError, match="NaN or inf"):
+        monitor.update(np.array([[0.0, np.nan, 1.0]]))
+    assert monitor.run_length_ == 0 and monitor.n_rows_seen_ == 0
+    with pytest.raises(NotFittedMapError, match="not fitted"):
+        DriftMonitor().update(np.zeros((1, 3)))
+
+
+def test_drift_monitor_reset_starts_a_new_run_with_the_same_thresholds(fitted):
+    monitor = fresh(fitted)
+    update = monitor.update(np.random.default_rng(7).normal(size=(60, 3)) + 2.0)
+    assert update.drift
+    thresholds = monitor.thresholds_.copy()
+    monitor.reset()
+    assert monitor.drift_at_ is None and monitor.run_length_ == 0 and monitor.n_rows_seen_ == 60
+    assert not monitor.window_sum_.any() and np.array_equal(monitor.thresholds_, thresholds)
+    after = monitor.update(np.random.default_rng(8).normal(size=(5, 3)))
+    assert np.isnan(after.statistic[0]) and after.run_length == 5 and after.n_rows_seen == 65
+
+
+def test_drift_monitor_batch_longer_than_a_tile_equals_small_batches(fitted):
+    stream = np.random.default_rng(9).normal(size=(2600, 3))  # three of update's 1024-row tiles
+    whole = fresh(fitted).update(stream)
+    pieces = fresh(fitted)
+    statistics = np.concatenate([pieces.update(stream[a : a + 97]).statistic for a in range(0, 2600, 97)])
+    np.testing.assert_allclose(statistics, whole.statistic, rtol=0, atol=1e-12, equal_nan=True)
+    last = fitted.feature_map_.transform(stream[-20:]).astype(np.float64)
+    np.testing.assert_allclose(pieces.window_sum_, last.sum(axis=0), rtol=0, atol=1e-11)
+
+
+@parametrize_with_checks([DriftMonitor(window=5, ert=20, n_features=16, n_streams=200, n_reference_rows=64)])
+def test_drift_monitor_passes_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_drift_monitor_golden_v1_file_loads_and_continues_like_numpy():
+    # tests/data/make_golden_v1_drift_monitor.py: reference golden_rows(), then 7 rows arange(21) / 8
+    data = Path(__file__).parent / "data"
+    reference = ((np.arange(36.0).reshape(12, 3) * 5) % 7 - 3) / 2
+    seen = np.arange(21.0).reshape(7, 3) / 8
+    monitor = load_monitor(data / "golden_v1_drift_monitor.zarr")
+    assert (monitor.window_features_.shape, monitor.run_length_, monitor.n_rows_seen_) == ((5, 16), 7, 7)
+    feature_map = monitor.feature_map_
+    assert feature_map.spec["bandwidth"] == 1.5 and monitor.reference_count_ == 12
+    ring = feature_map.transform(seen[2:])[[3, 4, 0, 1, 2]]  # run row g sits at g % 5
+    np.testing.assert_array_equal(monitor.window_features_, ring)
+    following = np.array([[0.5, -1.0, 0.25], [1.5, 0.0, -0.5]])
+    statistic = monitor.update(following).statistic
+    stream = np.vstack([seen, following])
+    for row in range(2):
+        window = feature_map.transform(stream[row + 3 : row + 8])
+        assert statistic[row] == pytest.approx(exact_unbiased_mmd2(feature_map.transform(reference), window), abs=1e-6)
+
+
+def test_drift_monitor_float32_and_float64_rows_agree(fitted):
+    rows = np.random.default_rng(10).normal(size=(40, 3))
+    as_float64 = fresh(fitted).update(rows).statistic
+    as_float32 = fresh(fitted).update(rows.astype(np.float32)).statistic
+    np.testing.assert_allclose(as_float32, as_float64, rtol=0, atol=1e-6, equal_nan=True)
