@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         ClusterError,
         InputError,
         MapFormatError,
+        ModelFormatError,
         NotFittedMapError,
         SketchFormatError,
         SketchFormatWarning,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .kpca import KernelPCA
     from .mapfile import load_map, save_map
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
+    from .modelfile import load_model, save_model
     from .nystrom import NystromSketch
     from .pointsets import SketchIndex, kernel_distance
     from .regression import RegressionSketch, regression_sketch_array
@@ -48,7 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
 _LOCATIONS = {
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
-        "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "NotFittedMapError",
+        "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "ModelFormatError",
+        "NotFittedMapError",
         "SketchFormatError", "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError",
         "VarianceWarning",
     ),
@@ -57,6 +60,7 @@ _LOCATIONS = {
     "kmeans": ("ClusterSketch", "KernelKMeans"),
     "kpca": ("KernelPCA",),
     "mapfile": ("load_map", "save_map"),
+    "modelfile": ("load_model", "save_model"),
     "nystrom": ("NystromSketch",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
     "pointsets": ("SketchIndex", "kernel_distance"),
@@ -144,6 +148,8 @@ __all__ = [
     "load",
     "save_map",
     "load_map",
+    "save_model",
+    "load_model",
     "StreamRFFError",
     "InputError",
     "CheckpointMismatchError",
@@ -151,6 +157,7 @@ __all__ = [
     "SketchMismatchError",
     "SketchFormatError",
     "MapFormatError",
+    "ModelFormatError",
     "SourceError",
     "ClusterError",
     "VarianceWarning",

@@ -18,6 +18,7 @@ __all__ = [
     "SketchMismatchError",
     "SketchFormatError",
     "MapFormatError",
+    "ModelFormatError",
     "SourceError",
     "ClusterError",
     "VarianceWarning",
@@ -139,6 +140,24 @@ class MapFormatError(SketchFormatError):
     ...     except srf.SketchFormatError as error:
     ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
     MapFormatError - the path does not exist. Check the path.
+    """
+
+
+class ModelFormatError(MapFormatError):
+    """A model file is missing, not a model file, tampered with or of an unknown version.
+
+    A subclass of :class:`MapFormatError`: a model file is a map file plus the
+    fitted coefficients (:func:`streamrff.save_model`).
+
+    Examples
+    --------
+    >>> import os, tempfile, streamrff as srf
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     try:
+    ...         srf.load_model(os.path.join(folder, "missing.json"))
+    ...     except srf.MapFormatError as error:
+    ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
+    ModelFormatError - the path does not exist. Check the path.
     """
 
 
