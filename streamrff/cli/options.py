@@ -195,8 +195,8 @@ def add_map_file(parser: argparse.ArgumentParser, refused: str) -> None:
     """``--map FILE``: a fitted map; ``refused`` names the map options it contradicts (:func:`resolve_map_options`)."""
     parser.add_argument(
         "--map", metavar="FILE", default=None,
-        help=f"use this map instead of fitting one: a map file from 'streamrff map', or any sketch file (its map); "
-        f"refused with {refused}",
+        help=f"use this map instead of fitting one: a map file from 'streamrff map', or any sketch or model file "
+        f"(its map); refused with {refused}",
     )  # fmt: skip
 
 
