@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         ClusterError,
         InputError,
         MapFormatError,
+        ModelFormatError,
         NotFittedMapError,
         OutputError,
         SketchBeingWrittenError,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .kpca import KernelPCA
     from .mapfile import load_map, save_map
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
+    from .modelfile import load_model, save_model
     from .nystrom import NystromSketch
     from .pointsets import SketchIndex, kernel_distance
     from .regression import RegressionSketch, regression_sketch_array
@@ -53,15 +55,16 @@ _LOCATIONS = {
     "drift": ("DriftMonitor", "DriftUpdate", "load_monitor"),
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
-        "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "NotFittedMapError",
-        "OutputError", "SketchBeingWrittenError", "SketchFormatError", "SketchFormatWarning", "SketchMismatchError",
-        "SketchSignatureError", "SourceError", "StreamRFFError", "VarianceWarning",
+        "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "ModelFormatError",
+        "NotFittedMapError", "OutputError", "SketchBeingWrittenError", "SketchFormatError", "SketchFormatWarning",
+        "SketchMismatchError", "SketchSignatureError", "SourceError", "StreamRFFError", "VarianceWarning",
     ),
     "fileformat": ("load", "read_signing_key"),
     "io": ("open_source", "RowSource"),
     "kmeans": ("ClusterSketch", "KernelKMeans"),
     "kpca": ("KernelPCA",),
     "mapfile": ("load_map", "save_map"),
+    "modelfile": ("load_model", "save_model"),
     "nystrom": ("NystromSketch",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
     "pointsets": ("SketchIndex", "kernel_distance"),
@@ -149,6 +152,8 @@ __all__ = [
     "load",
     "save_map",
     "load_map",
+    "save_model",
+    "load_model",
     "StreamRFFError",
     "InputError",
     "CheckpointMismatchError",
@@ -156,6 +161,7 @@ __all__ = [
     "SketchMismatchError",
     "SketchFormatError",
     "MapFormatError",
+    "ModelFormatError",
     "SourceError",
     "OutputError",
     "SketchSignatureError",

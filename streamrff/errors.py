@@ -20,6 +20,7 @@ __all__ = [
     "MapFormatError",
     "SketchSignatureError",
     "SketchBeingWrittenError",
+    "ModelFormatError",
     "SourceError",
     "OutputError",
     "ClusterError",
@@ -181,6 +182,24 @@ class SketchBeingWrittenError(SketchFormatError):
     >>> import streamrff as srf
     >>> issubclass(srf.SketchBeingWrittenError, srf.SketchFormatError)
     True
+    """
+
+
+class ModelFormatError(MapFormatError):
+    """A model file is missing, not a model file, tampered with or of an unknown version.
+
+    A subclass of :class:`MapFormatError`: a model file is a map file plus the
+    fitted coefficients (:func:`streamrff.save_model`).
+
+    Examples
+    --------
+    >>> import os, tempfile, streamrff as srf
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     try:
+    ...         srf.load_model(os.path.join(folder, "missing.json"))
+    ...     except srf.MapFormatError as error:
+    ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
+    ModelFormatError - the path does not exist. Check the path.
     """
 
 

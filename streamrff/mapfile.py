@@ -16,8 +16,9 @@ Floats in the spec are written with Python's shortest round-trip repr, so the
 bandwidth reads back bit for bit; arrays are stored losslessly as base64 of
 their bytes with an explicit dtype and shape. :func:`load_map` rebuilds the map
 from the spec and arrays and checks that its fingerprint equals the stored one.
-Any sketch file (directory, ``.zip`` or URL) is also accepted by
-:func:`load_map`: its map is returned.
+Any sketch file (directory, ``.zip`` or URL) and any model file
+(:mod:`streamrff.modelfile`) is also accepted by :func:`load_map`: its map is
+returned.
 
 A module of its own rather than part of :mod:`streamrff.fileformat`: a map
 file is plain JSON and needs neither zarr nor a sketch, and the command line
@@ -236,6 +237,10 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
             f"{target} is not a streamrff map file: not JSON ({type(error).__name__}: "
             f"{str(error)[:200]}). Expected a file written by `streamrff map` or streamrff.save_map, or a sketch file."
         ) from None
+    is_model = isinstance(document, dict) and document.get("format") == "streamrff.model"
+    if is_model and isinstance(document.get("map"), dict):
+        # A model file (streamrff.modelfile) embeds its map file's document: its map serves as a map file too.
+        document, target = document["map"], f"{target} (the model's map)"
     if not isinstance(document, dict) or document.get("format") != MAP_FORMAT_NAME:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise MapFormatError(
@@ -315,8 +320,9 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
     Parameters
     ----------
     path_or_url : str or PathLike
-        A map file written by :func:`save_map` / ``streamrff map``, or a sketch
-        (directory, ``.zip``, ``file://`` or fsspec URL): its map is returned.
+        A map file written by :func:`save_map` / ``streamrff map``, a model file
+        (:func:`streamrff.save_model`), or a sketch (directory, ``.zip``,
+        ``file://`` or fsspec URL): its map is returned.
     storage_options : dict, optional
         fsspec options for URLs. Never logged.
 

@@ -5,7 +5,7 @@ unreachable scheduler or bucket), 2 bad command-line usage (an existing output
 without ``--overwrite`` included).
 
 One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``,
-``kmeans``, ``kpca``, ``demo``: its options, its help and what it runs); the
+``kmeans``, ``kpca``, ``ridge``, ``predict``, ``demo``: its options, its help and what it runs); the
 options several commands share are declared and checked once, in
 :mod:`streamrff.cli.options`; what commands print is in
 :mod:`streamrff.cli.output`.
@@ -31,7 +31,7 @@ from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_sum
 __all__ = ["main", "build_parser"]
 
 #: The commands in the order ``streamrff --help`` lists them; each is the module of that name.
-COMMANDS = ("map", "sketch", "merge", "info", "test", "kmeans", "kpca", "demo")
+COMMANDS = ("map", "sketch", "merge", "info", "test", "kmeans", "kpca", "ridge", "predict", "demo")
 
 
 def _version() -> str:

@@ -116,6 +116,16 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def class_list(text: str) -> list[str]:
+    """``--classes``: at least 2 distinct comma-separated labels (typed by :func:`streamrff.cli.labels.classes_of`)."""
+    labels = [label.strip() for label in text.split(",")]
+    if len(labels) < 2 or "" in labels or len(set(labels)) != len(labels):
+        raise argparse.ArgumentTypeError(
+            f"expected at least 2 distinct comma-separated class labels like 0,1,2 or cat,dog, got {text!r}"
+        )
+    return labels
+
+
 # Declaring options.
 
 
@@ -176,6 +186,16 @@ def add_plot(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--plot", metavar="PNG", help=help)
 
 
+def add_target(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--target TARGET``: a zarr array of targets or labels, one row per row of the source."""
+    parser.add_argument("--target", metavar="TARGET", default=None, help=help)
+
+
+def add_classes(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--classes a,b,c``: the labels of a one-vs-rest encoding; every site and ``ridge`` pass the same list."""
+    parser.add_argument("--classes", type=class_list, default=None, metavar="LABELS", help=help)
+
+
 def add_scheduler(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduler", metavar="ADDRESS", default=None,
@@ -187,8 +207,8 @@ def add_map_file(parser: argparse.ArgumentParser, refused: str) -> None:
     """``--map FILE``: a fitted map; ``refused`` names the map options it contradicts (:func:`resolve_map_options`)."""
     parser.add_argument(
         "--map", metavar="FILE", default=None,
-        help=f"use this map instead of fitting one: a map file from 'streamrff map', or any sketch file (its map); "
-        f"refused with {refused}",
+        help=f"use this map instead of fitting one: a map file from 'streamrff map', or any sketch or model file "
+        f"(its map); refused with {refused}",
     )  # fmt: skip
 
 

@@ -58,6 +58,8 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
     for name in ("n_invalid", "has_moments"):
         if hasattr(sketch, name):
             summary[name] = getattr(sketch, name)
+    if hasattr(sketch, "n_targets"):  # a regression sketch
+        summary["n_targets"] = sketch.n_targets
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
     if hasattr(sketch, "sketch_size"):  # a Nystrom sketch: the second moment's range sketch
@@ -84,6 +86,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}"
         )
+    if "n_targets" in summary:
+        lines.append(f"  target columns: {summary['n_targets']} (Z^T y, sum y, y^T y)")
     if summary.get("explained_variance_ratio"):
         ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
         lines.append(f"  explained variance ratio of the top kernel PCs: {ratios}")

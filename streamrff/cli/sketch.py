@@ -17,10 +17,14 @@ sketch a zarr array (local or object storage) into a sketch file
 
 Embed every row of a zarr array with random Fourier features on Dask and save the mergeable sketch
 (count, feature sum, optional second moment). Sketches merge and test against each other only if
-made with the same map: pass --map (a map file or another site's sketch).
+made with the same map: pass --map (a map file or another site's sketch). With --target, a
+regression sketch (the second moment plus Z^T y, sum y, y^T y) for 'streamrff ridge --sketches';
+with --classes, the target holds class labels, encoded one vs rest as +-1 columns.
 
 example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
          streamrff sketch data.zarr -o data.sketch --features 1024 --bandwidth median
+         streamrff sketch site.zarr/X --target site.zarr/y --map map.json -o site.sketch
+         streamrff sketch site.zarr/X --target site.zarr/labels --classes 0,1,2 --map map.json -o site.sketch
 """
 
 
@@ -33,6 +37,17 @@ def add_parser(commands: Any) -> None:
     options.add_orthogonal(parser)
     parser.add_argument(
         "--moments", action="store_true", help="also sketch the D x D second moment (for test --sketches, kpca)"
+    )
+    options.add_target(
+        parser,
+        "zarr array of regression targets, shape (n,) or (n, t), one row per row of SOURCE: makes a regression "
+        "sketch (implies --moments) for 'streamrff ridge --sketches'",
+    )
+    options.add_classes(
+        parser,
+        "with --target: the target holds class labels; encode them one vs rest (+1 for the row's class, -1 "
+        "elsewhere) over these comma-separated classes. Give every site and 'ridge --classify' the same list; "
+        "numbers if every class is a number, else text",
     )
     parser.add_argument(
         "--chunk-rows", type=options.positive_int, default=None, help="rows per task (default: the zarr chunks)"
@@ -61,15 +76,22 @@ def run(args: argparse.Namespace) -> int:
     from ..fileformat import check_writable
 
     options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
+    if args.classes is not None and args.target is None:
+        raise options.UsageError("--classes encodes the labels of --target; pass --target LABELS, or drop --classes.")
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     feature_map = options.load_map_option(args)
     if feature_map is None:
         feature_map = options.rff_of_options(args)
     # The sketch's declared size (float64 sums of D features, D x D moments), checked against free space now.
     width = next((w for w in (getattr(feature_map, name, None) for name in ("n_components", "n_features")) if w), 0)
-    declared_bytes = 8 * width * (1 + (width if args.moments else 0))
+    declared_bytes = 8 * width * (1 + (width if args.moments or args.target is not None else 0))
     check_writable(args.output, args.storage_options, args.overwrite, required_bytes=declared_bytes)
     key = options.signing_key(args)
+    target = args.target
+    if args.classes is not None:
+        from .labels import one_vs_rest_targets
+
+        target = one_vs_rest_targets(args.target, args.classes, args.storage_options)
     result = sketch(
         args.source,
         feature_map,
@@ -81,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         progress=show_progress(args),
         dtype=args.dtype,
         method=args.method,
+        target=target,
     )
     result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     emit_sketch(args, args.output, result, f"wrote {args.output}")

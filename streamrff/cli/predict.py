@@ -1,0 +1,56 @@
+"""The ``streamrff predict`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import options
+from .output import emit
+
+#: ``streamrff predict --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+predict with a model file from 'streamrff ridge'; predictions written to zarr
+
+Read a model file (kernel ridge regression or classification) and write the prediction of every row of
+SOURCE to a zarr array, chunk by chunk on Dask (no chunk's features are ever held twice): shape (n,) or
+(n, t) float64 targets, or (n,) class labels (text labels as zarr strings).
+
+example: streamrff predict model.json new.zarr -o predictions.zarr
+"""
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "predict", HELP, run)
+    parser.add_argument("model", metavar="MODEL", help="model file from 'streamrff ridge' (path or URL)")
+    options.add_source(parser, "zarr array of rows (path or URL), as wide as the model's training rows")
+    options.add_output(parser, "zarr array for the predictions")
+    options.add_job_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np  # here, not at the top: start-up time
+
+    from ..engine import connect
+    from ..io import write_zarr
+    from ..modelfile import load_model
+
+    model = load_model(args.model, storage_options=args.storage_options)
+    options.check_output_free(args.output, args.storage_options, args.overwrite)
+    predictions = model.predict(args.source, storage_options=args.storage_options)
+    if predictions.dtype.kind == "U":  # zarr's stable text type is the variable-width string
+        predictions = predictions.astype(np.dtypes.StringDType())
+    with connect(args.scheduler) as client:
+        write_zarr(predictions, args.output, storage_options=args.storage_options, client=client,
+                   overwrite=args.overwrite)  # fmt: skip
+    kind = "class labels" if hasattr(model, "classes_") else "predictions"
+    payload = {
+        "output": args.output,
+        "model": args.model,
+        "source": args.source,
+        "kind": type(model).__name__,
+        "shape": list(predictions.shape),
+        "dtype": str(predictions.dtype),
+    }
+    emit(args, payload, [f"wrote {kind} of {predictions.shape[0]:,} rows to {args.output}"])
+    return options.EXIT_OK

@@ -1,0 +1,252 @@
+"""The ``streamrff ridge`` command: its options, in the order ``--help`` lists them, and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from . import options
+from .output import emit, map_line, show_progress
+from .sketchfiles import load_sketches, same_map_or_explain
+
+_MAP_OPTIONS = ["features", "bandwidth", "seed"]
+
+#: ``streamrff ridge --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+fit kernel ridge regression or classification; save the model file
+
+Kernel ridge regression in random-feature space, from one pass over SOURCE and TARGET (zarr arrays of
+the same rows), or from regression sketches of several sites (--sketches, merged: the fit on all their
+rows). alpha is chosen by generalized cross-validation unless given. Prints alpha and the training R^2
+(computed from the sketch's sums); with --classify, the training accuracy (a second, cheaper pass over
+SOURCE). From --sketches, classification prints the R^2 of the +-1 scores instead: the sketches hold
+sums, not rows, so the accuracy needs the labels ('streamrff predict' at a site). The model file is the
+map file plus the coefficients (JSON, no pickle): 'streamrff predict MODEL SOURCE -o out.zarr'.
+
+example: streamrff ridge X.zarr --target y.zarr -o model.json --features 2048
+         streamrff ridge X.zarr --target labels.zarr --classify -o model.json
+         streamrff ridge --sketches site-a.sketch site-b.sketch -o model.json
+         streamrff ridge --sketches a.sketch b.sketch --classify --classes 0,1,2 -o model.json
+"""
+
+
+def alpha_value(text: str) -> float | str:
+    """``--alpha``: 'auto' or a positive number."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive number, got {text!r}")
+    return value
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "ridge", HELP, run)
+    parser.add_argument(
+        "source", nargs="?", default=None, metavar="SOURCE",
+        help="zarr array of rows (path or URL); or give --sketches instead",
+    )  # fmt: skip
+    options.add_target(
+        parser, "with SOURCE: zarr array of targets, shape (n,) or (n, t), or of class labels with --classify"
+    )
+    parser.add_argument(
+        "--sketches", nargs="+", metavar="SKETCH", default=None,
+        help="regression sketches ('streamrff sketch --target') of one map, merged, instead of SOURCE",
+    )  # fmt: skip
+    options.add_output(parser, "where to write the model file (path or URL, e.g. model.json)")
+    parser.add_argument(
+        "--classify", action="store_true",
+        help="classification: one vs rest on +-1 targets (like scikit-learn's RidgeClassifier)",
+    )  # fmt: skip
+    options.add_classes(
+        parser,
+        "with --sketches --classify: the comma-separated classes the sites encoded their labels with "
+        "('streamrff sketch --classes'), the same list",
+    )
+    parser.add_argument(
+        "--alpha", type=alpha_value, default="auto",
+        help="ridge penalty, or 'auto': chosen by generalized cross-validation from the sketch (default: auto)",
+    )  # fmt: skip
+    options.add_map_file(parser, "--features, --bandwidth and --seed, and with --sketches (they fix the map)")
+    options.add_features(parser)
+    options.add_bandwidth(parser)
+    options.add_seed(parser, "seed of the map and of its row sample")
+    options.add_job_options(parser)
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    """SOURCE with --target, or --sketches without map options: refuse every other combination (exit 2)."""
+    if (args.source is None) == (args.sketches is None):
+        raise options.UsageError(
+            "Expected SOURCE --target TARGET, or --sketches SKETCH [SKETCH ...]. Got "
+            + ("both." if args.source is not None else "neither.")
+        )
+    if args.sketches is not None:
+        clash = options.given(args, ["target", "map", *_MAP_OPTIONS, "scheduler"])
+        if clash:
+            flags = ", ".join(options.flag(name) for name in clash)
+            raise options.UsageError(
+                f"--sketches fixes the data and the map (the sketches hold both), so {flags} would be ignored. "
+                f"Drop {flags}."
+            )
+        if args.classify and args.classes is None:
+            raise options.UsageError(
+                "--sketches --classify needs --classes: the classes every site encoded its labels with "
+                "('streamrff sketch --target LABELS --classes ...'), in the same list."
+            )
+    else:
+        if args.target is None:
+            raise options.UsageError("SOURCE needs --target TARGET: the targets (or labels) of its rows.")
+        if args.classes is not None:
+            raise options.UsageError(
+                "--classes is for --sketches: with SOURCE the classes are read from the labels. Drop --classes."
+            )
+        options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
+    if args.classes is not None and not args.classify:
+        raise options.UsageError("--classes applies to --classify; add --classify, or drop --classes.")
+
+
+def training_r2(sketch: Any, coef: Any) -> Any:
+    """Per-target training R^2 of coefficients ``coef`` (D, t) from a regression sketch's sums alone.
+
+    With centred moment ``C``, cross moment ``c`` and ``||y_c||^2`` (module
+    notes of :mod:`streamrff.ridge`), the residual sum of squares of
+    ``beta`` with its intercept is ``||y_c||^2 - 2 beta^T c + beta^T C beta``;
+    R^2 is ``1 - RSS / ||y_c||^2`` (NaN for a constant target).
+    """
+    import numpy as np  # here, not at the top: start-up time
+
+    n = sketch.count
+    mean, target_mean = sketch.feature_sum / n, sketch.target_sum / n
+    centred = sketch.moment - n * np.outer(mean, mean)
+    cross = sketch.cross_moment - n * np.outer(mean, target_mean)
+    total = np.diag(sketch.target_moment) - n * target_mean**2
+    residual = total - 2.0 * np.sum(coef * cross, axis=0) + np.sum(coef * (centred @ coef), axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, 1.0 - residual / total, np.nan)
+
+
+def _finite_or_none(values: Any) -> list[float | None]:
+    return [float(value) if math.isfinite(value) else None for value in values]
+
+
+def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
+    """The fitted model, and what to report of its training data."""
+    import numpy as np  # here, not at the top: start-up time
+
+    from .. import KernelRidge, KernelRidgeClassifier, merge, sketch
+    from ..engine import connect
+    from ..maps import RFF
+
+    estimator = KernelRidgeClassifier if args.classify else KernelRidge
+    if args.sketches is not None:
+        sketches = load_sketches(args.sketches, args.storage_options)
+        same_map_or_explain(args.sketches, sketches)
+        for path, part in zip(args.sketches, sketches):
+            if part.kind != "regression":
+                from ..errors import InputError
+
+                raise InputError(
+                    f"{path} is a {part.kind!r} sketch; ridge needs regression sketches. Sketch each site with "
+                    "`streamrff sketch SOURCE --target TARGET --map MAP -o SITE.sketch`."
+                )
+        merged = merge(*sketches)
+        if args.classify:
+            from ..errors import InputError
+            from .labels import classes_of
+
+            if not np.array_equal(np.diag(merged.target_moment), np.full(merged.n_targets, float(merged.count))):
+                raise InputError(
+                    "The sketches' targets are not +-1 class encodings (every y^2 would be 1). Sketch each site "
+                    "with `streamrff sketch SOURCE --target LABELS --classes ...`."
+                )
+            model = estimator(alpha=args.alpha).fit_from_sketch(merged, classes=classes_of(args.classes))
+        else:
+            model = estimator(alpha=args.alpha).fit_from_sketch(merged)
+        r2 = training_r2(merged, np.atleast_2d(model.coef_).T)
+        data = {"sketches": list(args.sketches), "training_r2": _finite_or_none(r2)}
+        what = " of the +-1 scores" if args.classify else ""
+        lines = [f"  training R^2{what} (from the sketches' sums): {_r2_text(r2)}"]
+        if args.classify:
+            lines.append(
+                "  training accuracy: not computable from sketches (they hold sums, not rows); run "
+                f"`streamrff predict {args.output} SOURCE -o labels.zarr` at a site and compare with its labels"
+            )
+        return model, data, lines
+
+    feature_map = options.load_map_option(args)
+    if feature_map is None:
+        map_options = {"n_features": args.features, "bandwidth": args.bandwidth, "seed": args.seed}
+    else:
+        map_options = {"feature_map": feature_map}
+    with connect(args.scheduler) as client:
+        job = {"client": client, "storage_options": args.storage_options, "progress": show_progress(args)}
+        if args.classify:
+            from .labels import open_labels
+
+            model = estimator(alpha=args.alpha, **map_options)
+            model.fit(args.source, args.target, **job)
+            predicted = model.predict(args.source, storage_options=args.storage_options)
+            labels = open_labels(args.target, args.storage_options).rechunk((predicted.chunks[0],))
+            correct = (predicted == labels).sum()
+            accuracy = int(correct.compute() if client is None else client.compute(correct).result()) / model.n_samples_
+            data = {"source": args.source, "target": args.target, "training_accuracy": accuracy}
+            return model, data, [f"  training accuracy: {accuracy:.4f} (a second pass over {args.source})"]
+        # The sketch is kept for the training R^2: the same pass as KernelRidge.fit (map, target, engine).
+        if feature_map is None:
+            feature_map = RFF(**map_options)  # KernelRidge's default map
+        regression = sketch(args.source, feature_map, target=args.target, **job)
+    model = estimator(alpha=args.alpha).fit_from_sketch(regression)
+    r2 = training_r2(regression, np.atleast_2d(model.coef_).T)
+    data = {"source": args.source, "target": args.target, "training_r2": _finite_or_none(r2)}
+    return model, data, [f"  training R^2 (from the sketch's sums): {_r2_text(r2)}"]
+
+
+def _r2_text(r2: Any) -> str:
+    import numpy as np  # here, not at the top: start-up time
+
+    mean = float(np.nanmean(r2)) if np.isfinite(r2).any() else math.nan
+    if len(r2) == 1:
+        return f"{mean:.4f}"
+    return f"{mean:.4f} (mean over {len(r2)} targets: " + ", ".join(f"{value:.4f}" for value in r2) + ")"
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np  # here, not at the top: start-up time
+
+    from ..modelfile import save_model
+
+    _check_inputs(args)
+    options.check_output_free(args.output, args.storage_options, args.overwrite)
+    model, data, lines = _fit(args)
+    save_model(model, args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    gcv = model.gcv_
+    chosen = "given" if args.alpha != "auto" else f"chosen by generalized cross-validation over {len(gcv['alphas'])}"
+    kind = "classifier" if args.classify else "regression"
+    n_targets = int(np.atleast_2d(model.coef_).shape[0])
+    payload = {
+        "output": args.output,
+        "kind": "kernel_ridge_classifier" if args.classify else "kernel_ridge",
+        "alpha": model.alpha_,
+        "n_samples": model.n_samples_,
+        "n_targets": n_targets,
+        **({"classes": model.classes_.tolist()} if args.classify else {}),
+        **data,
+        "gcv": {"alphas": gcv["alphas"].tolist(), "scores": _finite_or_none(gcv["scores"]), "df": gcv["df"].tolist()},
+        "map": model.feature_map_.spec,
+        "fingerprint": model.feature_map_.fingerprint,
+    }
+    header = [
+        f"wrote {args.output} (kernel ridge {kind}, {model.n_samples_:,} rows, {n_targets} target column(s))",
+        f"  alpha: {model.alpha_:.6g} ({chosen}{' alphas' if args.alpha == 'auto' else ''})",
+    ]
+    footer = [
+        map_line(model.feature_map_.spec),
+        f"  predict: streamrff predict {args.output} SOURCE -o predictions.zarr",
+    ]
+    emit(args, payload, header + lines + footer)
+    return options.EXIT_OK
