@@ -392,7 +392,7 @@ class DriftMonitor(BaseEstimator):
 
         Parameters
         ----------
-        rows : array-like of shape (n_rows, n_features_in_)
+        rows : array-like of shape (n_rows, n_features_in)
             The next rows of the stream, in order; finite.
 
         Returns
