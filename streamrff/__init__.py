@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and IDEs
     from .engine import fit_map, nystrom_sketch, sketch
     from .errors import (
+        BiasWarning,
         CheckpointMismatchError,
         ClusterError,
         InputError,
@@ -50,7 +51,7 @@ _LOCATIONS = {
     "errors": (
         "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "NotFittedMapError",
         "SketchFormatError", "SketchFormatWarning", "SketchMismatchError", "SourceError", "StreamRFFError",
-        "VarianceWarning",
+        "VarianceWarning", "BiasWarning",
     ),
     "fileformat": ("load",),
     "io": ("open_source", "RowSource"),
@@ -99,8 +100,10 @@ def __getattr__(name: str) -> Any:
     if name == "__version__":
         globals()["__version__"] = value = _version()
         return value
-    if not name.startswith("__"):
+    if not name.startswith("_"):
         # A public name, or a submodule that the eager import used to bind (streamrff.maps, .io, ...).
+        # Not for private names: ``from . import _sincos`` asks for one before importing the submodule,
+        # and loading the public API from there would import the half-initialised importer again.
         _load_public_api()
         if name in globals():
             return globals()[name]
@@ -154,6 +157,7 @@ __all__ = [
     "SourceError",
     "ClusterError",
     "VarianceWarning",
+    "BiasWarning",
     "SketchFormatWarning",
     "TwoSampleSketch",
     "TwoSampleResult",
