@@ -21,9 +21,11 @@ X = np.random.default_rng(0).normal(size=(60, 4))
     [
         srf.RFF(),
         srf.RFF(variant="cosphase", bandwidth="median"),
+        srf.RFF(n_features=256, bandwidth="median", structured=True),
         srf.JL(srf.RFF(n_features=64), n_components=16),
     ]
 )
+@pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")  # the checks' data have few columns
 def test_feature_map_passes_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -69,6 +71,7 @@ def test_rff_get_params_and_set_params():
         "bandwidth": "median",
         "variant": "cosphase",
         "orthogonal": True,
+        "structured": False,
         "seed": 5,
     }
     assert rff.set_params(n_features=32, bandwidth=1.5) is rff
