@@ -502,4 +502,3 @@ class RFF(FourierFeatureMap):
         if self.variant == "sincos":
             return sums.reshape(-1) * scale, squares * scale * scale
         return sums[0] * scale, squares * scale * scale
-
