@@ -117,10 +117,12 @@ def test_feature_map_clone_gives_unfitted_equal_params(estimator):
     [
         srf.RFF(n_features=32, seed=4),
         srf.RFF(n_features=33, variant="cosphase", bandwidth="median", orthogonal=True, seed=4),
+        srf.RFF(n_features=64, structured=True, seed=4),
         srf.JL(srf.RFF(n_features=64, seed=1), n_components=16, seed=2),
     ],
-    ids=["rff", "rff-cosphase-median", "jl"],
+    ids=["rff", "rff-cosphase-median", "rff-structured", "jl"],
 )
+@pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")  # X has 4 columns
 def test_feature_map_pickle_round_trip(estimator):
     fitted = estimator.fit(X)
     restored = pickle.loads(pickle.dumps(fitted))

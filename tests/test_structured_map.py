@@ -338,3 +338,22 @@ def test_cli_map_and_sketch_structured(capsys, tmp_zarr, tmp_path):
     code, out, err = run_cli(capsys, "sketch", source, "-o", str(tmp_path / "t.zarr"),
                              "--map", str(tmp_path / "m.json"), "--structured")  # fmt: skip
     assert code == 2 and "--structured would contradict it" in err
+
+
+def test_kernel_pca_and_ridge_with_a_structured_map_equal_numpy_on_its_features():
+    rff = srf.RFF(n_features=128, bandwidth=SIGMA, structured=True, seed=5).fit(X)
+    Z = rff.transform(X).astype(np.float64)
+    centred = Z - Z.mean(axis=0)
+    eigenvalues, eigenvectors = np.linalg.eigh(centred.T @ centred / len(Z))
+    kpca = srf.KernelPCA(n_components=3, feature_map=rff).fit(X)
+    np.testing.assert_allclose(kpca.explained_variance_, eigenvalues[::-1][:3], rtol=1e-5)
+    for component, expected in zip(kpca.components_, eigenvectors[:, ::-1][:, :3].T):
+        assert abs(abs(component @ expected) - 1.0) < 1e-5  # the same axis, up to sign
+
+    target = np.sin(X[:, 0]) + 0.1 * X[:, 1]
+    ridge = srf.KernelRidge(alpha=0.5, feature_map=rff).fit(X, target)
+    # Ridge with an unpenalised intercept: centre the features and the target (numpy's solve).
+    coef = np.linalg.solve(centred.T @ centred + 0.5 * np.eye(Z.shape[1]), centred.T @ (target - target.mean()))
+    np.testing.assert_allclose(ridge.coef_, coef, rtol=0, atol=1e-6 * np.abs(coef).max())
+    prediction = Z @ coef + target.mean() - Z.mean(axis=0) @ coef
+    np.testing.assert_allclose(ridge.predict(X), prediction, rtol=0, atol=1e-5)

@@ -127,11 +127,11 @@ def structured_frequency_matrix(params: dict[str, np.ndarray], n_features_in: in
     --------
     >>> import numpy as np
     >>> from streamrff.maps.structured import draw_structured_params, structured_frequency_matrix
-    >>> params = draw_structured_params(np.random.default_rng(0), 24, 64, bandwidth=2.0)
-    >>> W = structured_frequency_matrix(params, 24)
-    >>> gram = W[:32] @ W[:32].T  # the first block: orthogonal rows
+    >>> params = draw_structured_params(np.random.default_rng(0), 32, 64, bandwidth=2.0)
+    >>> W = structured_frequency_matrix(params, 32)
+    >>> gram = W[:32] @ W[:32].T  # the first block (d = n = 32, no padding): orthogonal rows
     >>> W.shape, bool(np.allclose(gram, np.diag(np.diag(gram)), rtol=0, atol=1e-12))
-    ((64, 24), True)
+    ((64, 32), True)
     """
     signs = params["signs"].astype(np.float64)  # (blocks, 3, n): D3, D2, D1 of each block
     row_scales = params["row_scales"].astype(np.float64)
