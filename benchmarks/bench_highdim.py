@@ -1,25 +1,24 @@
 """Structured (SORF) against dense random Fourier features for high-dimensional rows: pass speed and kernel error.
 
-Until ``RFF(structured=True)`` is wired into the maps, both passes are built on the compiled
-kernels directly, in one harness, so the ratio compares the kernels and not the engines:
+Both passes are ``srf.sketch`` calls with the same options, one after the other in one run:
 
-* dense      - ``streamrff._sincos.sincos_feature_sums`` with the float32 frequencies of
-               ``RFF(n_features=D)`` (what ``RFF._feature_sums`` runs per chunk today);
-* structured - ``streamrff._structured.structured_feature_sums`` with SORF parameters
-               (d padded to a power of two, D/2 frequencies);
-* read       - reading and decoding the chunks alone (zarr only): the floor a pass can reach.
+* dense      - ``srf.sketch(source, RFF(n_features=D, bandwidth=sqrt(d)))``;
+* structured - ``srf.sketch(source, RFF(n_features=D, bandwidth=sqrt(d), structured=True))``
+               (d padded to a power of two, D/2 frequencies in SORF blocks);
+* read       - reading and decoding the chunks alone (zarr only, a dask pass that touches every
+               chunk): the floor a pass can reach.
 
-Each pass turns every row chunk of a dask array into its float64 (2, D/2) column sums in a task
-and adds them up (``dask.compute``, threaded scheduler, one BLAS thread per task), for rows in
-memory (``da.from_array``) and for a zarr array written by ``dask.array.to_zarr`` (zarr 3's
-default zstd codec). Prints rows/s and structured/dense ratios for every d in ``--dims`` and D in
-``--features``.
+for rows in memory (a numpy array, chunked by ``--chunk-rows``) and for a zarr array written by
+``dask.array.to_zarr`` (zarr 3's default zstd codec). Prints rows/s and structured/dense ratios for
+every d in ``--dims`` and D in ``--features``, and checks that both sketches estimate the same
+squared norm of the kernel mean embedding.
 
 Then the kernel error table: the mean squared error of the 400 x 400 Gram matrix ``Z Z^T``
 against the exact Gaussian kernel, rows N(0, I_d), bandwidth sqrt(d), sin/cos variant, mean of
-three seeds, for dense iid, dense orthogonal (``RFF(orthogonal=True)``), structured SORF,
-Fastfood (``streamrff._structured``, method "fastfood") and, where it imports, scikit-learn-extra's
-``Fastfood`` (cos+phase features, its own scaling).
+three seeds, for dense iid, dense orthogonal (``RFF(orthogonal=True)``), structured
+(``RFF(structured=True)``), Fastfood (``streamrff._structured``, method "fastfood", not an option
+of the map) and, where it imports, scikit-learn-extra's ``Fastfood`` (cos+phase features, its own
+scaling).
 
 Timings on a shared machine are not trustworthy; run on an idle one for figures.
 
@@ -42,8 +41,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import streamrff as srf
-from streamrff import _sincos
-from streamrff._structured import structured_feature_sums, structured_features, structured_params
+from streamrff._structured import structured_features, structured_params
 
 ERROR_ROWS = 400
 SEEDS = (0, 1, 2)
@@ -54,37 +52,34 @@ def integers(text: str) -> list[int]:
     return [int(float(part)) for part in text.split(",") if part.strip()]
 
 
-def dense_sums(rows: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
-    sums = np.zeros((2, frequencies.shape[1]))
-    _sincos.sincos_feature_sums(np.ascontiguousarray(rows, dtype=np.float32), frequencies, 256, sums)
-    return sums
-
-
-def structured_sums(rows: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
-    sums = np.zeros((2, params["row_scales"].shape[0]))
-    structured_feature_sums(np.ascontiguousarray(rows, dtype=np.float32), params, NO_OFFSETS, sums)
-    return sums
-
-
 def read_only(rows: np.ndarray) -> np.ndarray:
     return np.array([[float(rows[0, 0])]])
 
 
-def timed_pass(repeat: int, array: da.Array, chunk_function, *args) -> tuple[float, np.ndarray]:
-    """Best wall time of ``sum(chunk_function(chunk, *args))`` over the chunks, and the sum."""
-    tasks = [dask.delayed(chunk_function)(block, *args) for block in array.to_delayed().ravel()]
-    dask.compute(tasks[0], scheduler="sync")  # compile (or load numba's cache) outside the timing
-    best, total = math.inf, None
+def timed_read(repeat: int, array: da.Array) -> float:
+    """Best wall time of a dask pass that reads and decodes every chunk and does nothing else."""
+    tasks = [dask.delayed(read_only)(block) for block in array.to_delayed().ravel()]
+    best = math.inf
     for _ in range(repeat):
         start = time.perf_counter()
-        parts = dask.compute(*tasks, scheduler="threads")
+        dask.compute(*tasks, scheduler="threads")
         best = min(best, time.perf_counter() - start)
-        total = sum(parts)
-    return best, total
+    return best
+
+
+def timed_sketch(repeat: int, source, feature_map: srf.RFF, chunk_rows: int | None) -> tuple[float, srf.MeanSketch]:
+    """Best wall time of ``srf.sketch(source, feature_map)`` (fitted map: no sample pass), and the sketch."""
+    srf.sketch(source, feature_map, chunk_rows=chunk_rows)  # compile (or load numba's cache) outside the timing
+    best, sketch = math.inf, None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        sketch = srf.sketch(source, feature_map, chunk_rows=chunk_rows)
+        best = min(best, time.perf_counter() - start)
+    return best, sketch
 
 
 def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: int, repeat: int) -> None:
-    print(f"pass speed, {n_rows} rows, chunks of {chunk_rows} rows, threaded scheduler (rows/s)")
+    print(f"srf.sketch pass, {n_rows} rows, chunks of {chunk_rows} rows (rows/s)")
     columns = ("dense", "structured", "ratio", "read", "struct/read")
     print(f"{'d':>5} {'D':>5} {'source':>7} " + " ".join(f"{name:>11}" for name in columns))
     with tempfile.TemporaryDirectory() as folder:
@@ -92,25 +87,22 @@ def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: i
             rows = np.random.default_rng(d).standard_normal((n_rows, d), dtype=np.float32)
             path = f"{folder}/rows_{d}.zarr"
             da.to_zarr(da.from_array(rows, chunks=(chunk_rows, d)), path)
-            sources = {"memory": da.from_array(rows, chunks=(chunk_rows, d)), "zarr": da.from_zarr(path)}
+            sources = {"memory": (rows, chunk_rows), "zarr": (path, None)}  # zarr: its own chunks
             for n_features in features:
-                m = n_features // 2
                 bandwidth = math.sqrt(d)
-                frequencies = (
-                    srf.RFF(n_features=n_features, bandwidth=bandwidth).fit(rows[:1])._float32_kernel_args()[0]
-                )
-                params = structured_params(np.random.default_rng(0), d, m, bandwidth)
-                for name, array in sources.items():
-                    dense_seconds, dense_total = timed_pass(repeat, array, dense_sums, frequencies)
-                    structured_seconds, structured_total = timed_pass(repeat, array, structured_sums, params)
+                dense = srf.RFF(n_features=n_features, bandwidth=bandwidth).fit(rows[:1])
+                structured = srf.RFF(n_features=n_features, bandwidth=bandwidth, structured=True).fit(rows[:1])
+                for name, (source, source_chunks) in sources.items():
+                    dense_seconds, dense_sketch = timed_sketch(repeat, source, dense, source_chunks)
+                    structured_seconds, structured_sketch = timed_sketch(repeat, source, structured, source_chunks)
                     # Both estimate the kernel mean embedding's squared norm (sampling error ~ D^-1/2).
-                    dense_norm = float(np.sum(dense_total**2)) / (n_rows**2 * m)
-                    structured_norm = float(np.sum(structured_total**2)) / (n_rows**2 * m)
+                    dense_norm = float(np.sum(dense_sketch.feature_sum**2)) / n_rows**2
+                    structured_norm = float(np.sum(structured_sketch.feature_sum**2)) / n_rows**2
                     assert abs(dense_norm - structured_norm) < 0.1, (dense_norm, structured_norm)
                     read = ""
                     read_ratio = ""
                     if name == "zarr":
-                        read_seconds, _ = timed_pass(repeat, array, read_only)
+                        read_seconds = timed_read(repeat, da.from_zarr(path))
                         read = f"{n_rows / read_seconds:11.0f}"
                         read_ratio = f"{structured_seconds / read_seconds:11.2f}"
                     print(
@@ -150,10 +142,11 @@ def error_table(dims: list[int], features: list[int]) -> None:
                 for name, orthogonal in (("iid", False), ("orthogonal", True)):
                     rff = srf.RFF(n_features=n_features, bandwidth=bandwidth, orthogonal=orthogonal, seed=seed)
                     errors[name].append(gram_mse(rff.fit(rows).transform(rows), kernel))
-                for name, method in (("SORF", "sorf"), ("Fastfood", "fastfood")):
-                    params = structured_params(np.random.default_rng(seed), d, m, bandwidth, method=method)
-                    out = np.empty((ERROR_ROWS, n_features), np.float32)
-                    errors[name].append(gram_mse(structured_features(rows, params, NO_OFFSETS, m**-0.5, out), kernel))
+                rff = srf.RFF(n_features=n_features, bandwidth=bandwidth, structured=True, seed=seed)
+                errors["SORF"].append(gram_mse(rff.fit(rows).transform(rows), kernel))
+                params = structured_params(np.random.default_rng(seed), d, m, bandwidth, method="fastfood")
+                out = np.empty((ERROR_ROWS, n_features), np.float32)
+                errors["Fastfood"].append(gram_mse(structured_features(rows, params, NO_OFFSETS, m**-0.5, out), kernel))
                 theirs = sklearn_extra_fastfood(rows, n_features, bandwidth, seed)
                 if theirs is not None:
                     errors["sklearn-extra"].append(gram_mse(theirs, kernel))
@@ -177,7 +170,7 @@ def main() -> None:
     parser.add_argument("--error-features", type=integers, default=[4096])
     args = parser.parse_args()
     if not args.error_only:
-        with threadpool_limits(1):  # one BLAS thread per task thread, as the engine runs
+        with threadpool_limits(1):  # one BLAS thread per task thread, as the engine runs its chunk kernels
             speed_table(args.rows, args.dims, args.features, min(args.chunk_rows, args.rows), args.repeat)
         print()
     error_table(args.error_dims, args.error_features)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .drift import DriftMonitor, DriftUpdate, load_monitor
     from .engine import fit_map, nystrom_sketch, sketch
     from .errors import (
+        BiasWarning,
         CheckpointMismatchError,
         ClusterError,
         InputError,
@@ -55,7 +56,7 @@ _LOCATIONS = {
     "drift": ("DriftMonitor", "DriftUpdate", "load_monitor"),
     "engine": ("sketch", "fit_map", "nystrom_sketch"),
     "errors": (
-        "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "ModelFormatError",
+        "BiasWarning", "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "ModelFormatError",
         "NotFittedMapError", "OutputError", "SketchBeingWrittenError", "SketchFormatError", "SketchFormatWarning",
         "SketchMismatchError", "SketchSignatureError", "SourceError", "StreamRFFError", "VarianceWarning",
     ),
@@ -107,8 +108,10 @@ def __getattr__(name: str) -> Any:
     if name == "__version__":
         globals()["__version__"] = value = _version()
         return value
-    if not name.startswith("__"):
+    if not name.startswith("_"):
         # A public name, or a submodule that the eager import used to bind (streamrff.maps, .io, ...).
+        # Not for private names: ``from . import _sincos`` asks for one before importing the submodule,
+        # and loading the public API from there would import the half-initialised importer again.
         _load_public_api()
         if name in globals():
             return globals()[name]
@@ -169,6 +172,7 @@ __all__ = [
     "read_signing_key",
     "ClusterError",
     "VarianceWarning",
+    "BiasWarning",
     "SketchFormatWarning",
     "TwoSampleSketch",
     "TwoSampleResult",

@@ -25,6 +25,7 @@ __all__ = [
     "OutputError",
     "ClusterError",
     "VarianceWarning",
+    "BiasWarning",
     "SketchFormatWarning",
 ]
 
@@ -278,6 +279,26 @@ class VarianceWarning(UserWarning):
     >>> [warning.category.__name__ for warning in caught]
     ['VarianceWarning']
     >>> "10-dimensional input" in str(caught[0].message)
+    True
+    """
+
+
+class BiasWarning(UserWarning):
+    """A feature map's kernel estimate is biased at this input width (``RFF(structured=True)`` on <= 16 columns).
+
+    Structured orthogonal (SORF) blocks of a small padded width are far from
+    random rotations; see :mod:`streamrff.maps.structured` for the measured bias.
+
+    Examples
+    --------
+    >>> import warnings, numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(20, 6))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = srf.RFF(n_features=64, structured=True).fit(X)
+    >>> [warning.category.__name__ for warning in caught]
+    ['BiasWarning']
+    >>> "6-dimensional input" in str(caught[0].message)
     True
     """
 

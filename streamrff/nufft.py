@@ -25,7 +25,8 @@ Maps served (everything else, and moment sketches, take the direct path):
 * :class:`~streamrff.RelativeErrorRFF` (``z = [a_j cos v_j.x, a_j sin v_j.x]``
   with weights ``a``): ``feature_sum = [a Re F(V), a Im F(V)]`` and
   ``squared_norm_sum = n sum_j a_j^2``.
-* Orthogonal frequencies (``RFF(orthogonal=True)``) are just another ``W``.
+* Orthogonal frequencies (``RFF(orthogonal=True)``) are just another ``W``, and so are
+  structured ones (``RFF(structured=True)``, formed once).
 
 Not served: :class:`~streamrff.JL` after an RFF. Its feature sum would be
 cheap (``sum_i P^T z_i = P^T sum_i z_i``), but a mean sketch also needs
@@ -191,7 +192,7 @@ def nufft_supports(feature_map: FeatureMap) -> bool:
 
 def _targets(feature_map: FeatureMap) -> np.ndarray:
     """The (M, d) float64 frequencies at which ``F`` is needed: W, or [W; 2W] for cosphase."""
-    frequencies = feature_map._params()["frequencies"]
+    frequencies = feature_map._frequencies()  # formed once per process for a structured RFF
     if isinstance(feature_map, RFF) and feature_map.variant == "cosphase":
         return np.concatenate([frequencies, 2.0 * frequencies])
     return frequencies

@@ -21,9 +21,11 @@ X = np.random.default_rng(0).normal(size=(60, 4))
     [
         srf.RFF(),
         srf.RFF(variant="cosphase", bandwidth="median"),
+        srf.RFF(n_features=256, bandwidth="median", structured=True),
         srf.JL(srf.RFF(n_features=64), n_components=16),
     ]
 )
+@pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")  # the checks' data have few columns
 def test_feature_map_passes_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -69,6 +71,7 @@ def test_rff_get_params_and_set_params():
         "bandwidth": "median",
         "variant": "cosphase",
         "orthogonal": True,
+        "structured": False,
         "seed": 5,
     }
     assert rff.set_params(n_features=32, bandwidth=1.5) is rff
@@ -114,10 +117,12 @@ def test_feature_map_clone_gives_unfitted_equal_params(estimator):
     [
         srf.RFF(n_features=32, seed=4),
         srf.RFF(n_features=33, variant="cosphase", bandwidth="median", orthogonal=True, seed=4),
+        srf.RFF(n_features=64, structured=True, seed=4),
         srf.JL(srf.RFF(n_features=64, seed=1), n_components=16, seed=2),
     ],
-    ids=["rff", "rff-cosphase-median", "jl"],
+    ids=["rff", "rff-cosphase-median", "rff-structured", "jl"],
 )
+@pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")  # X has 4 columns
 def test_feature_map_pickle_round_trip(estimator):
     fitted = estimator.fit(X)
     restored = pickle.loads(pickle.dumps(fitted))

@@ -215,6 +215,17 @@ def test_kernel_kmeans_rand_index_matches_exact_kernel_kmeans_on_digits(digits, 
     assert rand_score(y, model.labels_) > 0.9
 
 
+def test_structured_rff_kernel_kmeans_rand_index_matches_exact_kernel_kmeans_on_digits(digits):
+    # Digits have 64 columns: RFF(structured=True) runs its SORF blocks unpadded, in the compiled Lloyd step.
+    X, y, sigma, gram = digits
+    feature_map = srf.RFF(n_features=1024, bandwidth=sigma, structured=True, seed=0).fit(X)
+    model = KernelKMeans(n_clusters=10, feature_map=feature_map, seed=0).fit(X)
+    sample = bottom_k(row_keys(model.seed_, 0, len(X)), model.init_sample_labels_.shape[0])
+    exact = exact_from_sample(gram, sample, model.init_sample_labels_, 10)
+    assert abs(rand_score(y, model.labels_) - rand_score(y, exact)) <= 0.03
+    assert rand_score(y, model.labels_) > 0.9
+
+
 # -- K-JL -----------------------------------------------------------------------------------------
 
 

@@ -197,12 +197,16 @@ MAPS = {
     "rff-sincos": lambda: RFF(n_features=128, bandwidth=1.5, seed=4),
     "rff-cosphase": lambda: RFF(n_features=100, bandwidth=1.5, variant="cosphase", seed=4),
     "jl": lambda: JL(RFF(n_features=256, bandwidth=1.5, seed=4), n_components=64, seed=2),
+    # On 20 columns (structured blocks pay off, and are unbiased, on wide rows).
+    "rff-structured": lambda: RFF(n_features=128, bandwidth=6.0, structured=True, seed=4),
 }
+#: Columns of the data of each map (default 3).
+MAP_WIDTHS = {"rff-structured": 20}
 
 
 @pytest.mark.parametrize("map_name", sorted(MAPS))
 def test_two_sample_sketch_null_statistics_equal_explicit_permutations(map_name):
-    X, Y = _data()
+    X, Y = _data(d=MAP_WIDTHS.get(map_name, 3))
     n_x, n_y, n_permutations, seed = len(X), len(Y), 40, 9
     feature_map = MAPS[map_name]().fit(np.vstack([X, Y]))
     sketch = merge(sketch_in_chunks(X, Y, feature_map, n_permutations, seed, [30, 90]))

@@ -34,6 +34,7 @@ def add_parser(commands: Any) -> None:
     options.add_bandwidth(parser)
     options.add_variant(parser)
     options.add_orthogonal(parser, "orthogonal random features (rff)")
+    options.add_structured(parser, "structured orthogonal features, O(D log d) per row (rff; for wide rows)")
     options.add_landmarks(parser, "K-JL landmarks n (kjl; default: 1000)")
     options.add_seed(parser, "seed of the map and of the pooled row sample")
     options.add_job_options(parser)
@@ -44,7 +45,7 @@ def _unfitted_map(args: argparse.Namespace) -> Any:
     from ..maps import KJL  # here, not at the top: start-up time
 
     if args.method == "kjl":
-        clash = options.given(args, ["variant", "orthogonal"])
+        clash = options.given(args, ["variant", "orthogonal", "structured"])
         if clash:
             flags = " and ".join(options.flag(name) for name in clash)
             raise options.UsageError(f"{flags} only apply to --method rff; drop them for kjl.")
@@ -54,7 +55,7 @@ def _unfitted_map(args: argparse.Namespace) -> Any:
         )
     if args.landmarks is not None:
         raise options.UsageError("--landmarks applies to --method kjl only; drop it, or pass --method kjl.")
-    options.resolve_map_options(args, ["features", "bandwidth", "variant", "orthogonal", "seed"], [], "")
+    options.resolve_map_options(args, ["features", "bandwidth", "variant", "orthogonal", "structured", "seed"], [], "")
     return options.rff_of_options(args)
 
 

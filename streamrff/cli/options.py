@@ -29,6 +29,7 @@ MAP_DEFAULTS: dict[str, Any] = {
     "bandwidth": "median",
     "variant": "sincos",
     "orthogonal": False,
+    "structured": False,
     "seed": 0,
 }
 
@@ -243,6 +244,13 @@ def add_orthogonal(parser: argparse.ArgumentParser, help: str = "orthogonal rand
     parser.add_argument("--orthogonal", action="store_true", default=None, help=help)
 
 
+def add_structured(
+    parser: argparse.ArgumentParser,
+    help: str = "structured orthogonal features (SORF): O(D log d) per row, for rows of hundreds of columns",
+) -> None:
+    parser.add_argument("--structured", action="store_true", default=None, help=help)
+
+
 def add_seed(parser: argparse.ArgumentParser, seeds: str) -> None:
     """``--seed``; ``seeds`` says what it seeds in this command."""
     parser.add_argument("--seed", type=int, default=None, help=f"{seeds} (default: {MAP_DEFAULTS['seed']})")
@@ -350,7 +358,8 @@ def load_map_option(args: argparse.Namespace) -> Any:
 
 
 def rff_of_options(args: argparse.Namespace) -> Any:
-    """The unfitted, checked RFF map of ``--features``, ``--bandwidth``, ``--variant``, ``--orthogonal``, ``--seed``."""
+    """The unfitted, checked RFF map of ``--features``, ``--bandwidth``, ``--variant``, ``--orthogonal``,
+    ``--structured``, ``--seed``."""
     from ..maps import RFF  # here, not at the top: start-up time
 
     feature_map = RFF(
@@ -358,6 +367,7 @@ def rff_of_options(args: argparse.Namespace) -> Any:
         bandwidth=args.bandwidth,
         variant=args.variant,
         orthogonal=args.orthogonal,
+        structured=args.structured,
         seed=args.seed,
     )
     feature_map._check_params()

@@ -8,7 +8,7 @@ from typing import Any
 from . import options
 from .output import emit_sketch, show_progress
 
-_MAP_OPTIONS = ["features", "bandwidth", "variant", "orthogonal", "seed"]
+_MAP_OPTIONS = ["features", "bandwidth", "variant", "orthogonal", "structured", "seed"]
 
 
 #: ``streamrff sketch --help``: the line ``streamrff --help`` shows, the description, the example.
@@ -32,9 +32,10 @@ def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "sketch", HELP, run)
     options.add_source(parser, "zarr array path or URL (plain path, file://, s3://...), or group path + '/array'")
     options.add_output(parser, "where to write the sketch (directory, .zip, or URL)")
-    options.add_map_file(parser, "--features, --bandwidth, --variant, --orthogonal and --seed")
+    options.add_map_file(parser, "--features, --bandwidth, --variant, --orthogonal, --structured and --seed")
     options.add_rff_options(parser, "seed of the map and of its row sample")
     options.add_orthogonal(parser)
+    options.add_structured(parser)
     parser.add_argument(
         "--moments", action="store_true", help="also sketch the D x D second moment (for test --sketches, kpca)"
     )

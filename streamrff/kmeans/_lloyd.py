@@ -1,6 +1,7 @@
 """One compiled call per chunk for a Lloyd step of RFF kernel k-means (float32 features).
 
 Per row tile, :func:`lloyd_chunk` embeds the rows (:func:`streamrff._sincos.rff_features`,
+or :func:`streamrff._structured.structured_rff_features` for ``RFF(structured=True)``:
 the features :meth:`RFF.transform` returns, bit for bit), scores them against
 the k centres (``s_j = ||c_j||^2 - 2 z.c_j``; the float32 products by
 :func:`streamrff._rowdot.row_dots` up to ``MAX_COLUMNS`` centres, 2x
@@ -31,6 +32,7 @@ import numpy as np
 from .._compiled import jit
 from .._rowdot import MAX_COLUMNS, row_dots
 from .._sincos import rff_features
+from .._structured import structured_rff_features
 
 __all__ = ["exact_labels", "lloyd_chunk", "lloyd_step"]
 
@@ -101,9 +103,22 @@ def _score(block, scaled, scaled_rows, norms, scores):  # pragma: no cover - com
 
 
 @_jit
+def _embed_rows(rows, frequencies, signs, permutation, gaussian, row_scales, offsets, scale, projection, out):
+    """``out`` = the float32 features of ``rows``: structured when ``row_scales`` is not empty."""
+    if row_scales.shape[0]:
+        structured_rff_features(rows, signs, permutation, gaussian, row_scales, offsets, scale, out)
+    else:
+        rff_features(rows, frequencies, offsets, scale, projection, out)
+
+
+@_jit
 def lloyd_chunk(
     rows,
     frequencies,
+    signs,
+    permutation,
+    gaussian,
+    row_scales,
     offsets,
     scale,
     tile_rows,
@@ -130,8 +145,10 @@ def lloyd_chunk(
     """Label ``rows`` and add them to ``counts`` and ``sums``; return
     ``(sum of ||z||^2, rows moved since the previous centres, rows rescored in float64)``.
 
-    ``rows``: float32 (n, d) C-contiguous; ``frequencies``: float32 (d, m);
-    ``offsets``: float32 (m,) for the cosphase variant, length 0 for sincos;
+    ``rows``: float32 (n, d) C-contiguous; ``frequencies``: float32 (d, m), or (0, m) for a
+    structured map, whose ``signs``, ``permutation``, ``gaussian`` and ``row_scales`` (the
+    arrays of :func:`streamrff._structured.structured_params`; all empty for a dense map)
+    give its frequencies instead; ``offsets``: float32 (m,) for the cosphase variant, length 0 for sincos;
     ``scaled``: float32 (D, k), ``-2 c`` rounded; ``norms32``: float32 (k,);
     ``centers``: float64 (k, D); ``center_norms``: float64 (k,). The margin
     bound of a row is ``bound_slope * L + bound_offset`` with ``L`` its tile's
@@ -152,7 +169,7 @@ def lloyd_chunk(
     k = centers.shape[0]
     k_previous = previous_scaled.shape[1]
     tile = min(tile_rows, n)
-    projection = np.empty((tile, m), np.float32)
+    projection = np.empty((0 if row_scales.shape[0] else tile, m), np.float32)
     features = np.empty((tile, width), np.float32)
     single_scores = np.empty((tile, k), np.float32)
     both_scores = np.empty((tile, 2 * k if k_previous else 1), np.float32)
@@ -176,7 +193,10 @@ def lloyd_chunk(
     for start in range(0, n, tile):
         t = min(n, start + tile) - start
         block = features[:t]
-        rff_features(rows[start : start + t], frequencies, offsets, scale, projection[:t], block)
+        _embed_rows(
+            rows[start : start + t], frequencies, signs, permutation, gaussian, row_scales, offsets, scale,
+            projection[:t], block,
+        )  # fmt: skip
         if sincos:
             # cos^2 + sin^2 = 1: every row's ||z||^2 is m scale^2, up to float32 rounding of the
             # features (relative 2^-22 at most, covered by the 1e-5 margin on the length).
@@ -312,9 +332,13 @@ def lloyd_step(
     labels = np.empty(rows.shape[0], np.int64)
     counts = np.zeros(k, np.int64)
     sums = np.zeros((k, width))
+    frequencies, offsets, scale = feature_map._float32_kernel_args()
     squared_norm_sum, n_moved, n_rescored = lloyd_chunk(
         _kernel_array(rows, np.float32, copy=False),
-        *feature_map._float32_kernel_args(),
+        frequencies,
+        *feature_map._structure_args(),
+        offsets,
+        scale,
         int(tile_rows),
         _kernel_array(current.scaled, dtype=np.float32),
         _kernel_array(current.norms32, dtype=np.float32),

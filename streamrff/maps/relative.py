@@ -81,6 +81,12 @@ class RelativeErrorRFF(FourierFeatureMap):
     :class:`~streamrff.errors.VarianceWarning` when the factor exceeds
     ``RELATIVE_RFF_VARIANCE_LIMIT`` (50).
 
+    There is no structured variant: ``structured=True`` is an option of
+    :class:`RFF` only. Structured (SORF) blocks give Gaussian-like rows, not
+    uniform ones on the box, and they pay off for hundreds of columns, where
+    this map's variance factor is astronomical; at the 1-3 columns it is made
+    for, a dense projection costs next to nothing.
+
     Parameters
     ----------
     n_features : int, default=1024
