@@ -1031,3 +1031,96 @@ def test_secrets_stay_out_of_sketch_and_info_on_s3(
     filesystem = s3fs.S3FileSystem(**s3_server.storage_options)
     for name in filesystem.find(output):
         _assert_no_secret(filesystem.cat_file(name).decode(errors="replace"))
+
+
+# -- signed sketches and checkpoint folders (issue 27) -------------------------------------------
+
+SIGNING_KEY = b"fuzz signing key, 32 bytes long!"
+SIGNED_FUZZ_SETTINGS = settings(FUZZ_SETTINGS, max_examples=max(10, N_EXAMPLES // 3))
+
+
+@pytest.fixture(scope="module")
+def signed_original(tmp_path_factory: pytest.TempPathFactory) -> tuple[srf.Sketch, Path]:
+    sketch = BASES["rff-moments"]()
+    path = tmp_path_factory.mktemp("fuzz-signed") / "signed.sketch"
+    sketch.save(path, signing_key=SIGNING_KEY)
+    assert srf.load(path, verify_key=SIGNING_KEY) == sketch
+    return sketch, path
+
+
+@SIGNED_FUZZ_SETTINGS
+@given(data=st.data())
+def test_fuzz_load_signed_sketch_with_its_key_refuses_every_edit_or_loads_the_original(
+    signed_original: tuple[srf.Sketch, Path], pickle_trap: None, data: st.DataObject
+) -> None:
+    original, template = signed_original
+    mutation = data.draw(mutations(_files(template), _documents(template)), label="mutation")
+    with tempfile.TemporaryDirectory(prefix="streamrff-fuzz-") as scratch:
+        directory = Path(scratch) / "mutated.sketch"
+        shutil.copytree(template, directory)
+        apply_mutation(directory, mutation)
+        try:
+            with memory_limit():
+                loaded = srf.load(directory, verify_key=SIGNING_KEY)
+        except SketchFormatError as error:  # SketchSignatureError is one
+            assert str(error).strip() and SIGNING_KEY.decode() not in str(error)
+            event(f"{mutation[0]} mutation: refused")
+            return
+        # With the key, nothing may differ from what was signed: not even an unverified scalar.
+        assert loaded == original and loaded._attrs() == original._attrs()
+        event(f"{mutation[0]} mutation: loaded")
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, srf.MeanSketch, srf.FeatureMap]:
+    import zarr
+
+    root = tmp_path_factory.mktemp("fuzz-checkpoint")
+    rows = np.random.default_rng(8).normal(size=(60, 3)).astype(np.float32)
+    source = root / "rows.zarr"
+    zarr.create_array(str(source), shape=rows.shape, chunks=(20, 3), dtype=rows.dtype)[...] = rows
+    feature_map = srf.RFF(n_features=8, bandwidth=1.0, seed=2).fit(rows)
+    checkpoint = root / "checkpoint"
+    clean = srf.sketch(str(source), feature_map, checkpoint=checkpoint)
+    assert len(list(checkpoint.glob("*/rows-*.zarr"))) == 3
+    return source, checkpoint, clean, feature_map
+
+
+@SIGNED_FUZZ_SETTINGS
+@given(data=st.data())
+def test_fuzz_checkpoint_folder_refuses_or_gives_the_clean_sketch(
+    checkpointed: tuple[Path, Path, srf.MeanSketch, srf.FeatureMap], data: st.DataObject
+) -> None:
+    # A mutated partial or source record: the rerun fails with our error naming what to delete, or
+    # recomputes and returns exactly the sketch of the rows; it never returns other rows' sums.
+    # (No pickle trap here: dask pickles zarr's dtype objects to tokenize the graph; the partials
+    # themselves load through srf.load, which the fuzzers above run under the trap.)
+    source, template, clean, feature_map = checkpointed
+    with tempfile.TemporaryDirectory(prefix="streamrff-fuzz-") as scratch:
+        checkpoint = Path(scratch) / "checkpoint"
+        shutil.copytree(template, checkpoint)
+        (job,) = checkpoint.iterdir()
+        target = data.draw(st.sampled_from(sorted(p.name for p in job.iterdir())), label="entry")
+        if target == "source.json":
+            junk = data.draw(
+                JUNK
+                | st.fixed_dictionaries(
+                    {"format": st.just("streamrff.checkpoint")},
+                    optional={"identity": st.text(max_size=20), "source": st.text(max_size=20), "version": JUNK},
+                ),
+                label="record",
+            )
+            (job / target).write_text(json.dumps(junk, allow_nan=True))
+            event("source record")
+        else:
+            partial = job / target
+            mutation = data.draw(mutations(_files(partial), _documents(partial)), label="mutation")
+            apply_mutation(partial, mutation)
+            event(f"partial, {mutation[0]} mutation")
+        try:
+            with memory_limit():
+                result = srf.sketch(str(source), feature_map, checkpoint=checkpoint)
+        except (SketchFormatError, srf.InputError) as error:
+            assert str(error).strip()
+            return
+        assert result == clean
