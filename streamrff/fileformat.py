@@ -335,7 +335,7 @@ def load(path_or_url: PathOrURL, storage_options: StorageOptions = None, require
     Examples
     --------
     >>> import numpy as np, tempfile, os, streamrff as srf
-    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8))
+    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0))
     >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
     >>> s.save(path)
     >>> srf.load(path) == s

@@ -57,7 +57,7 @@ class Sketch(ABC):
 
     >>> import os, tempfile, numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(100, 2))
-    >>> rff = srf.RFF(n_features=64, seed=0).fit(X)
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0, seed=0).fit(X)
     >>> parts = srf.sketch_array(X[:30], rff).merge(srf.sketch_array(X[30:], rff))
     >>> isinstance(parts, srf.Sketch), parts.count
     (True, 100)
@@ -268,7 +268,7 @@ class MeanSketch(MappedSketch):
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(100, 2))
-    >>> rff = srf.RFF(n_features=256).fit(X)
+    >>> rff = srf.RFF(n_features=256, bandwidth=1.0).fit(X)
     >>> a, b = srf.sketch_array(X[:60], rff), srf.sketch_array(X[60:], rff)
     >>> whole = srf.sketch_array(X, rff)
     >>> merged = a.merge(b)
@@ -526,7 +526,7 @@ def merge(*sketches: Sketch) -> Sketch:
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(1).normal(size=(30, 2))
-    >>> rff = srf.RFF(n_features=64).fit(X)
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(X)
     >>> merged = srf.merge(*(srf.sketch_array(part, rff) for part in np.array_split(X, 3)))
     >>> merged.count, bool(np.allclose(merged.feature_sum, srf.sketch_array(X, rff).feature_sum))
     (30, True)

@@ -331,7 +331,7 @@ def test_unreachable_scheduler_fails_naming_address_in_api_and_cli(data_zarr, tm
     command = [*cli_command(), "sketch", data_zarr, "-o", str(tmp_path / "out.sketch"), "--scheduler", address]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            job = pool.submit(srf.sketch, X[:100], srf.RFF(n_features=32), client=address)
+            job = pool.submit(srf.sketch, X[:100], srf.RFF(n_features=32, bandwidth=1.0), client=address)
             with pytest.raises(srf.ClusterError, match=re.escape(address)):
                 job.result(timeout=30)
         _, stderr = process.communicate(timeout=60)

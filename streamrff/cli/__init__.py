@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     path = os.path.join(folder, "x.sketch")
-    ...     srf.sketch_array(X, srf.RFF(n_features=32)).save(path)
+    ...     srf.sketch_array(X, srf.RFF(n_features=32, bandwidth=1.0)).save(path)
     ...     output = io.StringIO()
     ...     with contextlib.redirect_stdout(output):
     ...         status = main(["info", path, "--json"])
