@@ -129,11 +129,14 @@ class Sketch(ABC):
                 "sketch both inputs with the same kind."
             )
         if other.fingerprint != self.fingerprint:
+            advice = _input_width_advice(self.spec, other.spec) or (
+                "Sketch every part with one fitted map: pass feature_map=first.feature_map, or "
+                "streamrff.load_map(path) of a map file or of a sketch."
+            )
             raise SketchMismatchError(
                 "Cannot merge sketches of different feature maps: "
                 f"{describe_map_differences(self.spec, other.spec)} (fingerprint {self.fingerprint[:16]} vs "
-                f"{other.fingerprint[:16]}). Sketch every part with one fitted map: pass "
-                "feature_map=first.feature_map, or streamrff.load_map(path) of a map file or of a sketch."
+                f"{other.fingerprint[:16]}). {advice}"
             )
 
     def merge(self, other: Sketch) -> Sketch:
@@ -232,6 +235,23 @@ def describe_map_differences(spec_a: MapSpec, spec_b: MapSpec) -> str:
             short_a, short_b = repr(a), repr(b)
         parts.append(f"{key} {short_a} vs {short_b}")
     return ", ".join(parts)
+
+
+def _input_width_advice(spec_a: MapSpec, spec_b: MapSpec) -> str | None:
+    """The fix for maps fitted on inputs of different widths, or None when the widths agree.
+
+    Rows of different widths are different data: no shared map makes their
+    sketches comparable (a map fits one input width), so the fix is in the
+    data, not in the map.
+    """
+    width_a, width_b = spec_a.get("n_features_in"), spec_b.get("n_features_in")
+    if width_a == width_b:
+        return None
+    return (
+        f"The sketched data have different widths ({width_a} vs {width_b} columns), so they are different data "
+        "and no common map can make them comparable: sketch data with the same columns, in the same order, "
+        "at every site."
+    )
 
 
 def _short(value: Any) -> str:

@@ -69,7 +69,7 @@ def test_cli_map_then_sketch_map_at_each_site_merges_and_tests(capsys, sites, tm
         assert json.loads(out)["fingerprint"] == fingerprint
     code, _, err = run(capsys, "merge", sa, sb, "-o", both)
     assert code == 0, err
-    code, out, err = run(capsys, "test", "--sketches", sa, sb, "--method", "spectral", "--json")
+    code, out, err = run(capsys, "test", "--sketches", sa, sb, "--null", "spectral", "--json")
     assert code == 0, err
 
     feature_map = srf.load_map(map_path)
@@ -104,7 +104,7 @@ def test_cli_sketch_with_map_of_another_sketch_and_text_of_map(capsys, sites, tm
         ("sketch", ["--bandwidth", "2.0", "--seed", "3"], "--bandwidth, --seed would contradict it"),
         ("sketch", ["--features", "64"], "--features would contradict it"),
         ("test", ["--variant", "cosphase"], "--variant would contradict it"),
-        ("kmeans", ["--clusters", "2", "--method", "kjl"], "--method would contradict it"),
+        ("kmeans", ["--clusters", "2", "--map-kind", "kjl"], "--map-kind would contradict it"),
         ("kpca", ["--components", "2", "--landmarks", "50"], "--landmarks would contradict it"),
     ],
 )

@@ -97,7 +97,10 @@ def test_jl_fit_does_not_modify_inner_map():
 
 @pytest.mark.parametrize(
     "estimator",
-    [srf.RFF(n_features=32, bandwidth=1.0, seed=4), srf.JL(srf.RFF(n_features=64, bandwidth=1.0, seed=1), n_components=16, seed=2)],
+    [
+        srf.RFF(n_features=32, bandwidth=1.0, seed=4),
+        srf.JL(srf.RFF(n_features=64, bandwidth=1.0, seed=1), n_components=16, seed=2),
+    ],
     ids=["rff", "jl"],
 )
 def test_feature_map_clone_gives_unfitted_equal_params(estimator):

@@ -266,9 +266,7 @@ def test_map_from_spec_reproduces_features_bit_for_bit_in_fresh_process(rows, tm
     (tmp_path / "specs.json").write_text(json.dumps({name: m.spec for name, m in fitted.items()}))
     X = rows.astype(np.float32)
     np.save(tmp_path / "X.npy", X)
-    subprocess.run(
-        [sys.executable, "-c", _REBUILD_SCRIPT, str(tmp_path)], check=True, timeout=120, capture_output=True
-    )
+    subprocess.run([sys.executable, "-c", _REBUILD_SCRIPT, str(tmp_path)], check=True, timeout=120, capture_output=True)
     fingerprints = json.loads((tmp_path / "fingerprints.json").read_text())
     for name, feature_map in fitted.items():
         np.save(tmp_path / f"{name}.parent.npy", feature_map.transform(X))
@@ -344,9 +342,11 @@ def test_rff_different_seeds_different_fingerprints(rows, variant, orthogonal):
 
 def test_jl_different_seeds_different_fingerprints(rows):
     fingerprints = {
-        srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=0), n_components=8, seed=seed).fit(rows).fingerprint for seed in range(5)
+        srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=0), n_components=8, seed=seed).fit(rows).fingerprint
+        for seed in range(5)
     } | {
-        srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=seed), n_components=8, seed=0).fit(rows).fingerprint for seed in range(1, 5)
+        srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=seed), n_components=8, seed=0).fit(rows).fingerprint
+        for seed in range(1, 5)
     }
     assert len(fingerprints) == 9
 
@@ -383,6 +383,22 @@ def test_rff_median_bandwidth_is_median_pairwise_distance(dtype, n_rows):
     expected = np.median(pdist(X.astype(np.float64)))
     assert rff.bandwidth_ == pytest.approx(expected, rel=1e-12)
     assert rff.spec["bandwidth"] == rff.bandwidth_
+
+
+@pytest.mark.parametrize("make", [srf.RFF, srf.RelativeErrorRFF, srf.KJL], ids=["rff", "relative", "kjl"])
+def test_map_default_bandwidth_is_the_median_heuristic(make):
+    # One default everywhere (issue 29): the maps, like KernelPCA, two_sample_test and the CLI.
+    X = np.random.default_rng(7).normal(size=(200, 2)) * 3.0
+    kwargs = {"n_landmarks": 200, "n_components": 8} if make is srf.KJL else {"n_features": 16}
+    fitted = make(**kwargs).fit(X)
+    assert fitted.spec["bandwidth"] == pytest.approx(np.median(pdist(X)), rel=1e-12)  # every row is sampled
+
+
+def test_rff_default_bandwidth_unfitted_transform_says_why_fit_is_needed(rows):
+    with pytest.raises(NotFittedMapError, match=r"bandwidth='median' is chosen from a sample of the data.*fit\(X\)"):
+        srf.RFF().transform(rows)
+    with pytest.raises(NotFittedMapError, match=r"bandwidth='median'"):
+        srf.JL().transform(rows)
 
 
 def test_rff_median_bandwidth_uses_keyed_bottom_k_sample():

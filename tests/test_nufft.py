@@ -353,7 +353,7 @@ def test_cli_sketch_method_nufft(tmp_path, tmp_zarr, capsys):
     X = rows_for(2, n=20_000)
     output = tmp_path / "points.sketch"
     code = main(["sketch", tmp_zarr(X, chunk_rows=5_000), "-o", str(output), "--features", "512",
-                 "--bandwidth", "0.5", "--method", "nufft"])
+                 "--bandwidth", "0.5", "--sum-method", "nufft"])
     assert code == 0, capsys.readouterr().err
     loaded = srf.load(output)
     assert relative_error(loaded.feature_sum, float64_sums(X, loaded.feature_map)[0]) < 1e-5

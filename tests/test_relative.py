@@ -42,7 +42,9 @@ X2 = np.random.default_rng(0).normal(size=(40, 2))
 # -- scikit-learn contract -----------------------------------------------------------
 
 
-@parametrize_with_checks([srf.RelativeErrorRFF(n_features=64, bandwidth=1.0), srf.RelativeErrorRFF(n_features=64, bandwidth="median")])
+@parametrize_with_checks(
+    [srf.RelativeErrorRFF(n_features=64, bandwidth=1.0), srf.RelativeErrorRFF(n_features=64, bandwidth="median")]
+)
 def test_relative_rff_passes_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", srf.VarianceWarning)  # some checks use d >= 4
