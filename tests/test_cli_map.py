@@ -172,7 +172,7 @@ def test_cli_test_sketches_without_moments_names_the_cli_fix(capsys, sites, tmp_
 
     code, _, err = run(capsys, "test", "--sketches", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"))
 
-    assert code == 2
+    assert code == 1  # the data lack what the test needs: exit 1 by the table of docs/cli.rst (was 2)
     assert "was sketched without second moments" in err and "--moments" in err
     assert "moments=True" not in err and "sketch_x" not in err
 
@@ -277,7 +277,7 @@ def test_cli_help_shows_each_default_once_and_imports_no_heavy_module(capsys):
         assert code == 0
         assert "(default: None)" not in out and "(default: False)" not in out, command
         assert all(line.count("(default") <= 1 for line in out.split("\n  -")), command
-    assert "permutations B (permutation and aggregated methods) (default: 500)" in " ".join(
+    assert "permutations B (--null permutation and aggregated) (default: 500)" in " ".join(
         run(capsys, "test", "--help")[1].split()
     )
     seed_help = " ".join(run(capsys, "kmeans", "--help")[1].split())

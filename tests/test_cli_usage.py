@@ -58,8 +58,7 @@ def test_cli_test_null_option_and_deprecated_method_alias_give_the_same_result(s
     assert new.returncode == 0 and new.stderr == "", new.stderr
     assert old.returncode == 0, old.stderr
     assert old.stderr.splitlines() == [
-        "streamrff test: warning: --method is deprecated and will be removed in the next release; "
-        "use --null hotelling."
+        "streamrff test: warning: --method is deprecated and will be removed in the next release; use --null hotelling."
     ]
     assert json.loads(old.stdout) == json.loads(new.stdout)
     assert json.loads(new.stdout)["method"] == "hotelling"

@@ -14,7 +14,8 @@ from .output import show_progress
 HELP = """\
 generate two samples, fit one map, sketch them as two sites, merge, test, cluster
 
-Write two generated zarr arrays (one with a subtle shift), fit one map on a sample pooled across
+Write two generated zarr arrays of three clusters (the second site with a subtle shift: two clusters
+trade 5% of the rows), fit one map on a sample pooled across
 both (saved as map.json), sketch each on Dask with it, merge the sketches, run the kernel two-sample
 tests, kernel PCA and kernel k-means, and write report.json and report.png.
 

@@ -372,7 +372,7 @@ def rff_of_options(args: argparse.Namespace) -> Any:
         n_features=args.features,
         bandwidth=args.bandwidth,
         variant=args.variant,
-        orthogonal=args.orthogonal,
+        orthogonal=getattr(args, "orthogonal", MAP_DEFAULTS["orthogonal"]),  # test has no --orthogonal
         seed=args.seed,
     )
     try:
