@@ -164,6 +164,16 @@ def test_cli_contradicting_options_exit_2_before_reading_the_data(tmp_path, args
     assert not output.exists()
 
 
+def test_cli_demo_refuses_an_odd_feature_count_before_writing_data(tmp_path):
+    out = tmp_path / "demo"
+
+    result = run_cli("demo", "--rows", "1000", "--features", "255", "--out", str(out))
+
+    assert result.returncode == 2
+    assert "--features must be even" in result.stderr
+    assert not out.exists()
+
+
 def test_cli_kpca_components_beyond_the_width_of_a_map_file_exit_2(sketch_files, tmp_path):
     paths, _ = sketch_files
 

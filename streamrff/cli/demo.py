@@ -23,6 +23,10 @@ example: streamrff demo --rows 200000 --out /tmp/streamrff-demo
 """
 
 
+#: The smallest --rows and --features the demo's steps work with.
+MIN_ROWS, MIN_FEATURES = 100, 6
+
+
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "demo", HELP, run)
     parser.add_argument("--rows", type=options.positive_int, default=2_000_000, help="rows per site")
@@ -36,6 +40,16 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..demo import run_demo  # here, not at the top: start-up time
 
+    problems = []
+    if args.rows < MIN_ROWS:
+        problems.append(f"--rows must be at least {MIN_ROWS} (k-means and the tests run on a sample of both sites). "
+                        f"Got {args.rows}.")  # fmt: skip
+    if args.features % 2 or args.features < MIN_FEATURES:
+        problems.append(
+            f"--features must be even (a cosine and a sine per frequency) and at least {MIN_FEATURES} (kernel PCA "
+            f"keeps 5 components). Got {args.features}."
+        )
+    options.refuse(problems)  # before any data is written
     if os.path.exists(args.out) and not args.overwrite:
         raise options.UsageError(options.EXISTS.format(path=args.out))
     quiet = args.json
