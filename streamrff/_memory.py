@@ -83,8 +83,8 @@ def check_sizes_fit(
     Examples
     --------
     >>> import streamrff as srf
-    >>> check_sizes_fit(srf.RFF(n_features=1024), 8, memory_per_thread=2**30)
-    >>> check_sizes_fit(srf.RFF(n_features=10**9), 8, memory_per_thread=2**30)
+    >>> check_sizes_fit(srf.RFF(n_features=1024, bandwidth=1.0), 8, memory_per_thread=2**30)
+    >>> check_sizes_fit(srf.RFF(n_features=10**9, bandwidth=1.0), 8, memory_per_thread=2**30)
     Traceback (most recent call last):
     ...
     streamrff.errors.InputError: n_features (CLI --features) = 1,000,000,000 needs about 2041.5 GiB per task

@@ -1,6 +1,7 @@
 """``streamrff demo``: generated data on two "sites", sketched, merged and compared.
 
-Writes two zarr arrays (one with a subtle distribution shift), fits one map
+Writes two zarr arrays of the same three clusters, whose shares differ a
+little between the sites (a subtle distribution shift), fits one map
 on a row sample pooled across both and saves it as ``map.json``, sketches each
 array as if on a separate site with that map (what ``streamrff map`` and
 ``streamrff sketch --map`` do), merges the sketches, and reports the kernel
@@ -22,19 +23,40 @@ import numpy as np
 from ._publish import publish_text
 from .typing import PathOrURL
 
-__all__ = ["write_demo_data", "run_demo"]
+__all__ = ["write_demo_data", "demo_cluster_centres", "run_demo"]
+
+
+#: The demo's clusters: their share of a site's rows, without and with the shift (cluster 1 gives 5% of the
+#: rows to cluster 2), and the seed of their centres (the same at both sites).
+DEMO_SHARES = {False: (0.45, 0.35, 0.20), True: (0.45, 0.30, 0.25)}
+_CENTRES_SEED = 29
+#: Distance of each cluster centre from the origin, in units of the clusters' standard deviation (1).
+_CENTRE_NORM = 4.0
+
+
+def demo_cluster_centres(n_columns: int) -> np.ndarray:
+    """The three cluster centres of the demo data, shape (3, n_columns): seeded, the same at every site."""
+    directions = np.random.default_rng(_CENTRES_SEED).standard_normal((len(DEMO_SHARES[False]), n_columns))
+    return _CENTRE_NORM * directions / np.linalg.norm(directions, axis=1, keepdims=True)
 
 
 def write_demo_data(
     path: PathOrURL, n_rows: int, n_columns: int, shifted: bool, seed: int, chunk_rows: int = 250_000
 ) -> str:
-    """Write a float32 zarr array of standard normal rows; ``shifted`` mixes in 5% of narrower rows.
+    """Write a float32 zarr array of rows from three Gaussian clusters; ``shifted`` moves 5% of rows between two.
 
-    The shift is the alternative of Sutherland & Schneider (2015, sec. 4.2):
-    ``0.95 N(0, I) + 0.05 N(0, I/4)``, subtle enough that the mean and the
-    per-column variances barely move.
+    Each row is ``c_j + N(0, I)`` for one of the centres ``c_j`` of
+    :func:`demo_cluster_centres` (4 standard deviations from the origin, so
+    kernel k-means finds them), drawn with the shares ``DEMO_SHARES[shifted]``:
+    the shifted site has 30% of its rows in cluster 1 and 25% in cluster 2
+    instead of 35% and 20%. The mean moves by about 0.05 of a standard
+    deviation per column; the kernel two-sample tests detect the shift, and the
+    k-means panel of the demo shows which cluster's share differs.
     """
     import zarr
+
+    centres = demo_cluster_centres(n_columns).astype(np.float32)
+    shares = np.asarray(DEMO_SHARES[shifted])
 
     target = os.fspath(path)
     array = zarr.create_array(
@@ -44,11 +66,16 @@ def write_demo_data(
         stop = min(n_rows, start + chunk_rows)
         rng = np.random.default_rng([seed, index])
         block = rng.standard_normal((stop - start, n_columns), dtype=np.float32)
-        if shifted:
-            narrow = rng.random(stop - start) < 0.05
-            block[narrow] *= np.float32(0.5)
+        block += centres[rng.choice(len(shares), size=stop - start, p=shares)]
         array[start:stop] = block
     return target
+
+
+def _refer_to_shared_map(test: dict[str, Any], shared_map: dict[str, Any]) -> dict[str, Any]:
+    """A test's JSON with the report's one map replaced by its fingerprint (any other map is kept)."""
+    if test.get("map") != shared_map["spec"]:
+        return test
+    return {**{key: value for key, value in test.items() if key != "map"}, "map_fingerprint": shared_map["fingerprint"]}
 
 
 def _demo_client(scheduler: str | None, echo: Any) -> contextlib.AbstractContextManager:
@@ -160,7 +187,8 @@ def run_demo(
 
         step = time.perf_counter()
         sample_rows = min(n_rows, 20_000)
-        sample = np.vstack([site.array[: sample_rows // 2].compute() for site in (site_a, site_b)])
+        per_site = sample_rows // 2
+        sample = np.vstack([site.array[:per_site].compute() for site in (site_a, site_b)])
         clusters = KernelKMeans(n_clusters=3, feature_map=feature_map).fit(sample)
         timings["kmeans_s"] = time.perf_counter() - step
 
@@ -171,19 +199,27 @@ def run_demo(
     kpca = KernelPCA(n_components=5).fit_from_sketch(pooled)
     scores = kpca.transform(sample)
     cluster_sizes = [int(v) for v in np.bincount(clusters.labels_, minlength=3)]
+    # Each cluster's share of each site's sample rows: where the sites differ.
+    site_shares = {
+        name: [float(v) for v in np.bincount(labels, minlength=3) / max(labels.size, 1)]
+        for name, labels in (("site_a", clusters.labels_[:per_site]), ("site_b", clusters.labels_[per_site:]))
+    }
     total_variance = pooled.count * kpca.total_variance_
 
+    # The map is written once, at the top; each test names it by its fingerprint.
+    shared_map = {"spec": feature_map.spec, "fingerprint": feature_map.fingerprint}
     report = {
         "rows_per_site": n_rows,
         "columns": n_columns,
-        "map": feature_map.spec,
+        "map": shared_map["spec"],
+        "map_fingerprint": shared_map["fingerprint"],
         "pooled_count": pooled.count,
         "mmd2_unbiased": mmd2(sketches["site_a"], sketches["site_b"]),
         "mmd2_biased": mmd2(sketches["site_a"], sketches["site_b"], unbiased=False),
         "tests": {
-            "spectral": spectral.to_dict(include_null=False),
-            "hotelling": hotelling.to_dict(include_null=False),
-            "permutation_first_rows": permutation.to_dict(include_null=False),
+            "spectral": _refer_to_shared_map(spectral.to_dict(include_null=False), shared_map),
+            "hotelling": _refer_to_shared_map(hotelling.to_dict(include_null=False), shared_map),
+            "permutation_first_rows": _refer_to_shared_map(permutation.to_dict(include_null=False), shared_map),
         },
         "kpca": {
             "explained_variance_ratio": [float(v) for v in kpca.explained_variance_ratio_],
@@ -201,13 +237,18 @@ def run_demo(
             "n_iter": int(clusters.n_iter_),
             "stop_reason": clusters.stop_reason_,
             "cluster_sizes": cluster_sizes,
+            "cluster_shares_by_site": site_shares,
         },
     }
     figure = out_dir / "report.png"
     try:
         from .plot import save_report_figure
 
-        save_report_figure(str(figure), result=permutation, scores=scores, labels=clusters.labels_)
+        names = [
+            f"{j}: {100 * site_shares['site_a'][j]:.0f}% of site A, {100 * site_shares['site_b'][j]:.0f}% of site B"
+            for j in range(3)
+        ]
+        save_report_figure(str(figure), result=permutation, scores=scores, labels=clusters.labels_, label_names=names)
         report["figure"] = str(figure)
     except ImportError:
         echo("matplotlib is not installed: no report.png (pip install 'streamrff[plot]')")
@@ -221,6 +262,10 @@ def run_demo(
         f"kernel k-means (k = 3) on {sample.shape[0]:,} sample rows: {clusters.n_iter_} iterations "
         f"({clusters.stop_reason_}), inertia {clusters.inertia_:.4g}, cluster sizes {cluster_sizes}"
     )
+    shares = ", ".join(
+        f"{j}: {100 * site_shares['site_a'][j]:.1f}% vs {100 * site_shares['site_b'][j]:.1f}%" for j in range(3)
+    )
+    echo(f"  cluster shares, site A vs site B: {shares}")
     echo(f"wrote {out_dir / 'report.json'}{' and ' + str(figure) if 'figure' in report else ''} "
          f"in {report['timings']['total_s']:.1f} s")  # fmt: skip
     return report

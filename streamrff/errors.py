@@ -37,7 +37,7 @@ class StreamRFFError(Exception):
     --------
     >>> import numpy as np, streamrff as srf
     >>> try:
-    ...     srf.RFF(n_features=3).fit(np.zeros((4, 2)))
+    ...     srf.RFF(n_features=3, bandwidth=1.0).fit(np.zeros((4, 2)))
     ... except srf.StreamRFFError as error:
     ...     print(type(error).__name__)
     InputError
@@ -52,13 +52,13 @@ class InputError(StreamRFFError, ValueError):
     Examples
     --------
     >>> import numpy as np, streamrff as srf
-    >>> srf.RFF(n_features=3).fit(np.zeros((4, 2)))
+    >>> srf.RFF(n_features=3, bandwidth=1.0).fit(np.zeros((4, 2)))
     Traceback (most recent call last):
     ...
     streamrff.errors.InputError: n_features must be even and >= 2 for the sincos variant (got 3);
     use 4 or variant='cosphase'.
     >>> try:
-    ...     srf.sketch_array(np.array([[0.0, np.nan]]), srf.RFF(n_features=8))
+    ...     srf.sketch_array(np.array([[0.0, np.nan]]), srf.RFF(n_features=8, bandwidth=1.0))
     ... except ValueError as error:  # also a ValueError
     ...     print(isinstance(error, srf.InputError))
     True
@@ -94,7 +94,7 @@ class NotFittedMapError(StreamRFFError, NotFittedError, ValueError, AttributeErr
     >>> srf.RFF().transform(np.zeros((2, 3)))
     Traceback (most recent call last):
     ...
-    streamrff.errors.NotFittedMapError: This RFF is not fitted yet. Call fit(X) first, ...
+    streamrff.errors.NotFittedMapError: This RFF is not fitted yet (bandwidth='median' is chosen from a sample ...
     >>> issubclass(srf.NotFittedMapError, NotFittedError)
     True
     """
@@ -107,8 +107,8 @@ class SketchMismatchError(StreamRFFError, ValueError):
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(20, 3))
-    >>> a = srf.sketch_array(X, srf.RFF(n_features=8, seed=0))
-    >>> b = srf.sketch_array(X, srf.RFF(n_features=8, seed=1))
+    >>> a = srf.sketch_array(X, srf.RFF(n_features=8, bandwidth=1.0, seed=0))
+    >>> b = srf.sketch_array(X, srf.RFF(n_features=8, bandwidth=1.0, seed=1))
     >>> srf.merge(a, b)
     Traceback (most recent call last):
     ...
@@ -212,7 +212,7 @@ class SourceError(StreamRFFError, OSError):
     >>> import os, tempfile, streamrff as srf
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     try:
-    ...         srf.sketch(os.path.join(folder, "data.zarr"), srf.RFF(n_features=8))
+    ...         srf.sketch(os.path.join(folder, "data.zarr"), srf.RFF(n_features=8, bandwidth=1.0))
     ...     except OSError as error:  # also an OSError
     ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
     SourceError - the path does not exist. Check the path.
@@ -257,7 +257,7 @@ class ClusterError(StreamRFFError, ConnectionError):
     Port 9 (discard) has no scheduler, so the connection is refused at once:
 
     >>> import numpy as np, streamrff as srf
-    >>> srf.sketch(np.zeros((4, 2)), srf.RFF(n_features=8), client="tcp://127.0.0.1:9")
+    >>> srf.sketch(np.zeros((4, 2)), srf.RFF(n_features=8, bandwidth=1.0), client="tcp://127.0.0.1:9")
     Traceback (most recent call last):
     ...
     streamrff.errors.ClusterError: Cannot reach the Dask scheduler at tcp://127.0.0.1:9: ...
@@ -275,7 +275,7 @@ class VarianceWarning(UserWarning):
     >>> X = np.random.default_rng(0).normal(size=(20, 10))
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     _ = srf.RelativeErrorRFF(n_features=64).fit(X)
+    ...     _ = srf.RelativeErrorRFF(n_features=64, bandwidth=1.0).fit(X)
     >>> [warning.category.__name__ for warning in caught]
     ['VarianceWarning']
     >>> "10-dimensional input" in str(caught[0].message)
@@ -314,7 +314,7 @@ class SketchFormatWarning(UserWarning):
     >>> X = np.random.default_rng(0).normal(size=(20, 3))
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     path = os.path.join(folder, "old.zarr")
-    ...     srf.sketch_array(X, srf.RFF(n_features=8)).save(path)
+    ...     srf.sketch_array(X, srf.RFF(n_features=8, bandwidth=1.0)).save(path)
     ...     del zarr.open_group(path, mode="r+").attrs["attributes_digest"]
     ...     with warnings.catch_warnings(record=True) as caught:
     ...         warnings.simplefilter("always")

@@ -224,7 +224,7 @@ def load(
     Examples
     --------
     >>> import numpy as np, tempfile, os, streamrff as srf
-    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8))
+    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0))
     >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
     >>> s.save(path)
     >>> srf.load(path) == s

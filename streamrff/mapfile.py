@@ -345,7 +345,7 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
     --------
     >>> import numpy as np, tempfile, os, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(50, 2))
-    >>> s = srf.sketch_array(X, srf.RFF(n_features=16).fit(X))
+    >>> s = srf.sketch_array(X, srf.RFF(n_features=16, bandwidth=1.0).fit(X))
     >>> path = os.path.join(tempfile.mkdtemp(), "x.sketch")
     >>> s.save(path)
     >>> srf.load_map(path).fingerprint == s.fingerprint

@@ -180,7 +180,7 @@ def nufft_supports(feature_map: FeatureMap) -> bool:
     >>> import numpy as np, streamrff as srf
     >>> from streamrff.nufft import nufft_supports
     >>> X = np.zeros((1, 2))
-    >>> nufft_supports(srf.RFF(64).fit(X)), nufft_supports(srf.JL(srf.RFF(64), 8).fit(X))
+    >>> nufft_supports(srf.RFF(64, bandwidth=1.0).fit(X)), nufft_supports(srf.JL(srf.RFF(64, bandwidth=1.0), 8).fit(X))
     (True, False)
     """
     return (

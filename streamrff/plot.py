@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ def plot_null(result: Any, ax: Any = None) -> Any:
     return ax
 
 
-#: The observed statistic counts as far from the null when it lies this many null ranges beyond it.
+#: The observed statistic counts as far from the null when it lies this many times the null's range beyond it.
 _FAR = 3.0
 
 
@@ -85,28 +86,41 @@ def _null_histogram(ax: Any, null: np.ndarray, result: Any) -> None:
     if not far:
         ax.axvline(result.statistic, color="C3", label=label)
         return
-    beyond = (result.statistic - (high if result.statistic > high else low)) / spread
-    ax.plot(
-        [],
-        [],
-        color="C3",
-        label=f"{label}\n({beyond:.0f} null ranges {'right' if result.statistic > high else 'left'}, see inset)",
-    )
-    edge = 0.98 if result.statistic > high else 0.02
+    right = result.statistic > high
+    side = "right" if right else "left"
+    ax.plot([], [], color="C3", label=f"{label}\n(far {side}, off this axis: see the inset)")
+    edge = 0.98 if right else 0.02
+    # The arrow, named in words, points to where the statistic lies; it sits below the inset, whose tick
+    # labels carry no offset text ("1e-2") that could run into it.
     ax.annotate(
-        "", xy=(edge, 0.1), xytext=(0.5 + (edge - 0.5) * 0.7, 0.1), xycoords="axes fraction",
-        arrowprops={"arrowstyle": "->", "color": "C3"},
+        f"observed: far to the {side}", xy=(edge, 0.06), xytext=(0.5 + (edge - 0.5) * 0.35, 0.06),
+        xycoords="axes fraction", textcoords="axes fraction", ha="right" if right else "left", va="center",
+        fontsize="small", color="C3", arrowprops={"arrowstyle": "->", "color": "C3"},
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
     )  # fmt: skip
-    inset = ax.inset_axes([0.55, 0.22, 0.42, 0.35])
+    inset = ax.inset_axes([0.52, 0.3, 0.45, 0.3] if right else [0.03, 0.3, 0.45, 0.3])
     inset.hist(null, bins=bins, color="0.5")
     inset.axvline(result.statistic, color="C3")
-    left, right = min(low, result.statistic), max(high, result.statistic)
-    inset.set_xlim(left - 0.05 * (right - left), right + 0.05 * (right - left))
+    left, right_end = min(low, result.statistic), max(high, result.statistic)
+    inset.set_xlim(left - 0.05 * (right_end - left), right_end + 0.05 * (right_end - left))
     inset.set_yticks([])
     inset.tick_params(labelsize="x-small")
-    inset.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-    inset.xaxis.get_offset_text().set_fontsize("x-small")
-    inset.set_title("whole range", fontsize="x-small")
+    inset.xaxis.set_major_locator(_max_ticks(3))
+    inset.xaxis.set_major_formatter(_plain_ticks())
+    inset.set_title("null (grey) and observed (red), whole range", fontsize="x-small")
+
+
+def _max_ticks(n_ticks: int) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(n_ticks)
+
+
+def _plain_ticks() -> Any:
+    """Tick labels like 0, 0.01, 3e-05: each label whole, no offset text beside the axis."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda value, _: f"{value:.2g}")
 
 
 def plot_bandwidths(result: Any, ax: Any = None) -> Any:
@@ -150,10 +164,19 @@ def plot_bandwidths(result: Any, ax: Any = None) -> Any:
     return ax
 
 
-def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int = 20_000, seed: int = 0) -> Any:
+def plot_scores(
+    scores: Any,
+    labels: Any = None,
+    ax: Any = None,
+    max_points: int = 20_000,
+    seed: int = 0,
+    label_names: Sequence[str] | None = None,
+) -> Any:
     """Scatter of the first two kernel PCA scores, coloured by cluster label.
 
-    At most ``max_points`` rows (a seeded subsample) are drawn.
+    At most ``max_points`` rows (a seeded subsample) are drawn. ``label_names``
+    gives the legend entry of each label 0, 1, ... (e.g. each cluster's share
+    of each site's rows); by default the labels themselves.
     """
     plt = _pyplot()
     scores = np.asarray(scores)
@@ -166,12 +189,21 @@ def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int
     if labels is None:
         ax.scatter(scores[chosen, 0], scores[chosen, 1], s=3, alpha=0.6)
     else:
+        labels = np.asarray(labels)
+        n_labels = int(labels.max()) + 1 if labels.size else 0
+        if label_names is not None and len(label_names) != n_labels:
+            raise InputError(
+                f"label_names must name each of the {n_labels} labels 0..{n_labels - 1}. Got {len(label_names)} names."
+            )
         points = ax.scatter(
-            scores[chosen, 0], scores[chosen, 1], c=np.asarray(labels)[chosen], s=3, cmap="tab10", alpha=0.6
-        )
+            scores[chosen, 0], scores[chosen, 1], c=labels[chosen], s=3, cmap="tab10", alpha=0.6,
+            vmin=0, vmax=max(n_labels - 1, 1),
+        )  # fmt: skip
         handles, names = points.legend_elements()
-        ax.legend(handles, [name.replace("$\\mathdefault{", "").replace("}$", "") for name in names],
-                  title="cluster", fontsize="small", markerscale=1.5)  # fmt: skip
+        names = [name.replace("$\\mathdefault{", "").replace("}$", "") for name in names]
+        if label_names is not None:
+            names = [label_names[int(name)] for name in names]
+        ax.legend(handles, names, title="cluster", fontsize="small", markerscale=1.5)
     ax.set_xlabel("kernel PC 1")
     ax.set_ylabel("kernel PC 2")
     ax.set_title(
@@ -181,10 +213,16 @@ def plot_scores(scores: Any, labels: Any = None, ax: Any = None, max_points: int
 
 
 def save_report_figure(
-    path: str, result: Any = None, scores: Any = None, labels: Any = None, overwrite: bool = True
+    path: str,
+    result: Any = None,
+    scores: Any = None,
+    labels: Any = None,
+    overwrite: bool = True,
+    label_names: Sequence[str] | None = None,
 ) -> None:
     """Write a figure with the null histogram and/or the KPCA scatter side by side to ``path`` (PNG).
 
+    ``label_names`` name the cluster labels in the scatter's legend (see :func:`plot_scores`).
     The figure is drawn to a temporary file and published in one step; with
     ``overwrite=False`` an existing ``path`` (even one that appeared while
     drawing) raises FileExistsError and is left as it was.
@@ -199,7 +237,7 @@ def save_report_figure(
         (plot_bandwidths if getattr(result, "method", None) == "aggregated" else plot_null)(result, axes[0, column])
         column += 1
     if scores is not None:
-        plot_scores(scores, labels, axes[0, column])
+        plot_scores(scores, labels, axes[0, column], label_names=label_names)
     figure.tight_layout()
     from pathlib import Path
 

@@ -58,7 +58,7 @@ class Sketch(ABC):
 
     >>> import os, tempfile, numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(100, 2))
-    >>> rff = srf.RFF(n_features=64, seed=0).fit(X)
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0, seed=0).fit(X)
     >>> parts = srf.sketch_array(X[:30], rff).merge(srf.sketch_array(X[30:], rff))
     >>> isinstance(parts, srf.Sketch), parts.count
     (True, 100)
@@ -130,11 +130,14 @@ class Sketch(ABC):
                 "sketch both inputs with the same kind."
             )
         if other.fingerprint != self.fingerprint:
+            advice = _input_width_advice(self.spec, other.spec) or (
+                "Sketch every part with one fitted map: pass feature_map=first.feature_map, or "
+                "streamrff.load_map(path) of a map file or of a sketch."
+            )
             raise SketchMismatchError(
                 "Cannot merge sketches of different feature maps: "
                 f"{describe_map_differences(self.spec, other.spec)} (fingerprint {self.fingerprint[:16]} vs "
-                f"{other.fingerprint[:16]}). Sketch every part with one fitted map: pass "
-                "feature_map=first.feature_map, or streamrff.load_map(path) of a map file or of a sketch."
+                f"{other.fingerprint[:16]}). {advice}"
             )
 
     def merge(self, other: Sketch) -> Sketch:
@@ -252,6 +255,23 @@ def describe_map_differences(spec_a: MapSpec, spec_b: MapSpec) -> str:
     return ", ".join(parts)
 
 
+def _input_width_advice(spec_a: MapSpec, spec_b: MapSpec) -> str | None:
+    """The fix for maps fitted on inputs of different widths, or None when the widths agree.
+
+    Rows of different widths are different data: no shared map makes their
+    sketches comparable (a map fits one input width), so the fix is in the
+    data, not in the map.
+    """
+    width_a, width_b = spec_a.get("n_features_in"), spec_b.get("n_features_in")
+    if width_a == width_b:
+        return None
+    return (
+        f"The sketched data have different widths ({width_a} vs {width_b} columns), so they are different data "
+        "and no common map can make them comparable: sketch data with the same columns, in the same order, "
+        "at every site."
+    )
+
+
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
 
@@ -286,7 +306,7 @@ class MeanSketch(MappedSketch):
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(100, 2))
-    >>> rff = srf.RFF(n_features=256).fit(X)
+    >>> rff = srf.RFF(n_features=256, bandwidth=1.0).fit(X)
     >>> a, b = srf.sketch_array(X[:60], rff), srf.sketch_array(X[60:], rff)
     >>> whole = srf.sketch_array(X, rff)
     >>> merged = a.merge(b)
@@ -544,7 +564,7 @@ def merge(*sketches: Sketch) -> Sketch:
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(1).normal(size=(30, 2))
-    >>> rff = srf.RFF(n_features=64).fit(X)
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(X)
     >>> merged = srf.merge(*(srf.sketch_array(part, rff) for part in np.array_split(X, 3)))
     >>> merged.count, bool(np.allclose(merged.feature_sum, srf.sketch_array(X, rff).feature_sum))
     (30, True)

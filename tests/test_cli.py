@@ -331,7 +331,7 @@ def test_unreachable_scheduler_fails_naming_address_in_api_and_cli(data_zarr, tm
     command = [*cli_command(), "sketch", data_zarr, "-o", str(tmp_path / "out.sketch"), "--scheduler", address]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            job = pool.submit(srf.sketch, X[:100], srf.RFF(n_features=32), client=address)
+            job = pool.submit(srf.sketch, X[:100], srf.RFF(n_features=32, bandwidth=1.0), client=address)
             with pytest.raises(srf.ClusterError, match=re.escape(address)):
                 job.result(timeout=30)
         _, stderr = process.communicate(timeout=60)
@@ -445,6 +445,16 @@ def test_cli_demo_writes_report_with_finite_mmd(tmp_path):
     assert 0 < kpca["residual_fraction"] < 1 and "R_k" in kpca["residual_meaning"]
     shared = srf.load_map(out / "map.json")  # one map pooled across both sites, as `streamrff map` writes
     assert shared.spec == report["map"]
+    # The map is written once; each test refers to it by fingerprint (issue 29: it was repeated 4 times).
+    assert json.dumps(report).count('"n_features_in"') == 1
+    for name, test in report["tests"].items():
+        assert "map" not in test and test["map_fingerprint"] == shared.fingerprint, name
+    # The sites differ in the share of rows of one cluster (clusters 1 and 2 trade 5%): k-means shows it.
+    shares = report["kmeans_on_sample"]["cluster_shares_by_site"]
+    gaps = sorted(abs(a - b) for a, b in zip(shares["site_a"], shares["site_b"]))
+    assert gaps[0] < 0.02 and gaps[1] > 0.02 and gaps[2] > 0.02
+    assert "cluster shares, site A vs site B" in result.stdout
+    assert all(test["p_value"] < 0.05 for test in report["tests"].values())  # the tests detect the shift
     assert report["rows_per_site"] == 20_000 and report["pooled_count"] == 40_000
     assert math.isfinite(report["mmd2_unbiased"]) and math.isfinite(report["mmd2_biased"])
     assert report["mmd2_biased"] >= 0

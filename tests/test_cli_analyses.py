@@ -62,7 +62,7 @@ def test_cli_test_from_sketches(capsys, two_samples, tmp_path, method):
                          "--bandwidth", "1.5", "--moments")  # fmt: skip
         assert code == 0
     code, out, _ = run(capsys, "test", "--sketches", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"),
-                       "--method", method, "--json")  # fmt: skip
+                       "--null", method, "--json")  # fmt: skip
     assert code == 0
     payload = json.loads(out)
     feature_map = srf.map_from_spec(payload["map"])
@@ -77,7 +77,7 @@ def test_cli_test_usage_errors_exit_2(capsys, two_samples, tmp_path):
         main(["test", x_path])
     assert raised.value.code == 2
     with pytest.raises(SystemExit) as raised:
-        main(["test", "--sketches", x_path, y_path, "--method", "permutation"])
+        main(["test", "--sketches", x_path, y_path, "--null", "permutation"])
     assert raised.value.code == 2
     assert "needs the data" in capsys.readouterr().err
 

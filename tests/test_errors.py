@@ -41,11 +41,11 @@ def test_not_fitted_map_error_is_sklearn_not_fitted_error():
 @pytest.mark.parametrize(
     ("estimator", "method", "argument"),
     [
-        pytest.param(srf.RFF(n_features=16), "transform", ROWS, id="RFF-sincos"),
-        pytest.param(srf.RFF(n_features=16, variant="cosphase"), "transform", ROWS, id="RFF-cosphase"),
-        pytest.param(srf.JL(srf.RFF(n_features=16), n_components=4), "transform", ROWS, id="JL"),
+        pytest.param(srf.RFF(n_features=16, bandwidth=1.0), "transform", ROWS, id="RFF-sincos"),
+        pytest.param(srf.RFF(n_features=16, bandwidth=1.0, variant="cosphase"), "transform", ROWS, id="RFF-cosphase"),
+        pytest.param(srf.JL(srf.RFF(n_features=16, bandwidth=1.0), n_components=4), "transform", ROWS, id="JL"),
         pytest.param(srf.KJL(n_landmarks=8), "transform", ROWS, id="KJL"),
-        pytest.param(srf.RelativeErrorRFF(n_features=16), "transform", ROWS, id="RelativeErrorRFF"),
+        pytest.param(srf.RelativeErrorRFF(n_features=16, bandwidth=1.0), "transform", ROWS, id="RelativeErrorRFF"),
         pytest.param(srf.KernelPCA(n_features=16), "transform", ROWS, id="KernelPCA-transform"),
         pytest.param(srf.KernelPCA(n_features=16), "residual", 1, id="KernelPCA-residual"),
         pytest.param(srf.KernelKMeans(n_clusters=2, n_features=16), "predict", ROWS, id="KernelKMeans-predict"),

@@ -22,7 +22,7 @@ X = np.random.default_rng(0).normal(size=(60, 4))
         srf.RFF(),
         srf.RFF(variant="cosphase", bandwidth="median"),
         srf.RFF(n_features=256, bandwidth="median", structured=True),
-        srf.JL(srf.RFF(n_features=64), n_components=16),
+        srf.JL(srf.RFF(n_features=64, bandwidth=1.0), n_components=16),
     ]
 )
 @pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")  # the checks' data have few columns
@@ -31,7 +31,7 @@ def test_feature_map_passes_sklearn_estimator_checks(estimator, check):
 
 
 def test_feature_map_declares_float32_output():
-    for estimator in (srf.RFF(), srf.JL(srf.RFF(n_features=64), n_components=16)):
+    for estimator in (srf.RFF(bandwidth=1.0), srf.JL(srf.RFF(n_features=64, bandwidth=1.0), n_components=16)):
         tags = estimator.__sklearn_tags__()
         assert tags.transformer_tags.preserves_dtype == ["float32"]
         assert tags.input_tags.allow_nan is False
@@ -58,7 +58,7 @@ def test_feature_map_pipeline_with_regressor_fits_a_smooth_function():
 
 
 def test_feature_map_pipeline_grid_parameters_reach_nested_maps():
-    pipeline = make_pipeline(srf.JL(srf.RFF(n_features=64), n_components=16))
+    pipeline = make_pipeline(srf.JL(srf.RFF(n_features=64, bandwidth=1.0), n_components=16))
     pipeline.set_params(jl__inner_map__n_features=32, jl__n_components=8)
     assert pipeline.fit_transform(X).shape == (len(X), 8)
     assert pipeline[-1].inner_map_.n_features_out_ == 32
@@ -80,7 +80,7 @@ def test_rff_get_params_and_set_params():
 
 
 def test_jl_get_params_and_set_params_nested():
-    jl = srf.JL(srf.RFF(n_features=64, seed=2), n_components=16, seed=1)
+    jl = srf.JL(srf.RFF(n_features=64, bandwidth=1.0, seed=2), n_components=16, seed=1)
     params = jl.get_params(deep=True)
     assert params["n_components"] == 16 and params["seed"] == 1
     assert params["inner_map__n_features"] == 64 and params["inner_map__seed"] == 2
@@ -100,7 +100,10 @@ def test_jl_fit_does_not_modify_inner_map():
 
 @pytest.mark.parametrize(
     "estimator",
-    [srf.RFF(n_features=32, seed=4), srf.JL(srf.RFF(n_features=64, seed=1), n_components=16, seed=2)],
+    [
+        srf.RFF(n_features=32, bandwidth=1.0, seed=4),
+        srf.JL(srf.RFF(n_features=64, bandwidth=1.0, seed=1), n_components=16, seed=2),
+    ],
     ids=["rff", "jl"],
 )
 def test_feature_map_clone_gives_unfitted_equal_params(estimator):
@@ -115,10 +118,10 @@ def test_feature_map_clone_gives_unfitted_equal_params(estimator):
 @pytest.mark.parametrize(
     "estimator",
     [
-        srf.RFF(n_features=32, seed=4),
+        srf.RFF(n_features=32, bandwidth=1.0, seed=4),
         srf.RFF(n_features=33, variant="cosphase", bandwidth="median", orthogonal=True, seed=4),
         srf.RFF(n_features=64, structured=True, seed=4),
-        srf.JL(srf.RFF(n_features=64, seed=1), n_components=16, seed=2),
+        srf.JL(srf.RFF(n_features=64, bandwidth=1.0, seed=1), n_components=16, seed=2),
     ],
     ids=["rff", "rff-cosphase-median", "rff-structured", "jl"],
 )
@@ -131,7 +134,7 @@ def test_feature_map_pickle_round_trip(estimator):
 
 
 def test_feature_map_feature_names_out():
-    rff = srf.RFF(n_features=4).fit(X)
+    rff = srf.RFF(n_features=4, bandwidth=1.0).fit(X)
     assert list(rff.get_feature_names_out()) == ["rff0", "rff1", "rff2", "rff3"]
 
 

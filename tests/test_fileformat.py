@@ -28,13 +28,13 @@ ROWS = np.random.default_rng(11).normal(size=(40, 3))
 
 SKETCHES = {
     "rff-sincos-moments": lambda: srf.sketch_array(ROWS, srf.RFF(n_features=16, bandwidth=1.5, seed=0), moments=True),
-    "rff-cosphase": lambda: srf.sketch_array(ROWS, srf.RFF(n_features=15, variant="cosphase", seed=3)),
+    "rff-cosphase": lambda: srf.sketch_array(ROWS, srf.RFF(n_features=15, bandwidth=1.0, variant="cosphase", seed=3)),
     "rff-orthogonal-median": lambda: srf.sketch_array(
         ROWS, srf.RFF(n_features=16, bandwidth="median", orthogonal=True, seed=4), moments=True
     ),
-    "jl": lambda: srf.sketch_array(ROWS, srf.JL(srf.RFF(n_features=32, seed=1), n_components=8, seed=2)),
+    "jl": lambda: srf.sketch_array(ROWS, srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=1), n_components=8, seed=2)),
     "landmark": lambda: srf.LandmarkSketch.from_rows(ROWS, k=10, seed=5),
-    "empty-mean": lambda: srf.MeanSketch.empty(srf.RFF(n_features=8).fit(ROWS), moments=True),
+    "empty-mean": lambda: srf.MeanSketch.empty(srf.RFF(n_features=8, bandwidth=1.0).fit(ROWS), moments=True),
 }
 
 SUFFIXES = ["zarr", "zip"]
@@ -376,7 +376,7 @@ import streamrff as srf
 import streamrff._sketchfile as sketchfile
 
 target, mode = sys.argv[1], sys.argv[2]
-feature_map = srf.RFF(n_features=4096, seed=0).fit(np.zeros((1, 3)))
+feature_map = srf.RFF(n_features=4096, bandwidth=1.0, seed=0).fit(np.zeros((1, 3)))
 rng = np.random.default_rng(0)
 sketch = srf.MeanSketch(feature_map, 10, rng.random(4096), 10.0, rng.random((4096, 4096)))
 if mode == "block":

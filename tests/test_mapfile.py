@@ -76,7 +76,7 @@ def test_save_map_refuses_existing_target_unless_overwrite(tmp_path):
 
 def test_save_map_refuses_unfitted_maps_and_other_objects(tmp_path):
     with pytest.raises(srf.InputError, match="fitted before it is saved"):
-        srf.save_map(srf.RFF(), tmp_path / "m.json")
+        srf.save_map(srf.RFF(bandwidth=1.0), tmp_path / "m.json")
     with pytest.raises(srf.InputError, match="Got dict"):
         srf.save_map({"kind": "rff"}, tmp_path / "m.json")
     assert not list(tmp_path.iterdir())
@@ -144,9 +144,9 @@ def test_fit_map_pooled_median_equals_numpy_median_of_the_pooled_seeded_sample(t
 
 def test_fit_map_refuses_sources_of_different_widths():
     with pytest.raises(srf.InputError, match="same number of columns"):
-        srf.fit_map(srf.RFF(n_features=8), [X, X[:, :2]])
+        srf.fit_map(srf.RFF(n_features=8, bandwidth=1.0), [X, X[:, :2]])
     with pytest.raises(srf.InputError, match="non-empty list of sources"):
-        srf.fit_map(srf.RFF(n_features=8), "a.zarr")
+        srf.fit_map(srf.RFF(n_features=8, bandwidth=1.0), "a.zarr")
 
 
 def test_merge_of_two_maps_names_the_differing_parameters():
@@ -174,7 +174,7 @@ def test_two_sample_test_with_a_shared_map_uses_its_features():
     assert result.statistic == pytest.approx(expected, rel=1e-6)
     assert result.map_spec == shared.spec
     with pytest.raises(srf.InputError, match="an unfitted RFF"):
-        srf.two_sample_test(X[:50], Y[:50], feature_map=srf.RFF())
+        srf.two_sample_test(X[:50], Y[:50], feature_map=srf.RFF(bandwidth=1.0))
 
 
 def test_kernel_kmeans_with_a_shared_map_clusters_in_it_and_refuses_overridden_parameters():
@@ -194,4 +194,4 @@ def test_kernel_kmeans_with_a_shared_map_clusters_in_it_and_refuses_overridden_p
     with pytest.raises(srf.InputError, match="n_features=64 would be ignored"):
         srf.KernelKMeans(n_clusters=2, feature_map=shared, n_features=64).fit(rows)
     with pytest.raises(srf.InputError, match="an unfitted RFF"):
-        srf.KernelKMeans(n_clusters=2, feature_map=srf.RFF()).fit(rows)
+        srf.KernelKMeans(n_clusters=2, feature_map=srf.RFF(bandwidth=1.0)).fit(rows)

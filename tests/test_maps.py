@@ -266,9 +266,7 @@ def test_map_from_spec_reproduces_features_bit_for_bit_in_fresh_process(rows, tm
     (tmp_path / "specs.json").write_text(json.dumps({name: m.spec for name, m in fitted.items()}))
     X = rows.astype(np.float32)
     np.save(tmp_path / "X.npy", X)
-    subprocess.run(
-        [sys.executable, "-c", _REBUILD_SCRIPT, str(tmp_path)], check=True, timeout=120, capture_output=True
-    )
+    subprocess.run([sys.executable, "-c", _REBUILD_SCRIPT, str(tmp_path)], check=True, timeout=120, capture_output=True)
     fingerprints = json.loads((tmp_path / "fingerprints.json").read_text())
     for name, feature_map in fitted.items():
         np.save(tmp_path / f"{name}.parent.npy", feature_map.transform(X))
@@ -288,7 +286,7 @@ def test_map_spec_is_json_and_rebuilds_same_fingerprint(rows, name):
 
 
 def test_map_from_spec_rejects_unfitted_median_bandwidth(rows):
-    spec = dict(srf.RFF(n_features=8).fit(rows).spec, bandwidth="median")
+    spec = dict(srf.RFF(n_features=8, bandwidth=1.0).fit(rows).spec, bandwidth="median")
     with pytest.raises(InputError, match="median"):
         srf.map_from_spec(spec)
 
@@ -336,7 +334,7 @@ def test_map_same_seed_same_map(rows, name):
 @pytest.mark.parametrize("orthogonal", [False, True])
 def test_rff_different_seeds_different_fingerprints(rows, variant, orthogonal):
     fingerprints = {
-        srf.RFF(n_features=32, variant=variant, orthogonal=orthogonal, seed=seed).fit(rows).fingerprint
+        srf.RFF(n_features=32, bandwidth=1.0, variant=variant, orthogonal=orthogonal, seed=seed).fit(rows).fingerprint
         for seed in range(10)
     }
     assert len(fingerprints) == 10
@@ -344,9 +342,11 @@ def test_rff_different_seeds_different_fingerprints(rows, variant, orthogonal):
 
 def test_jl_different_seeds_different_fingerprints(rows):
     fingerprints = {
-        srf.JL(srf.RFF(n_features=32, seed=0), n_components=8, seed=seed).fit(rows).fingerprint for seed in range(5)
+        srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=0), n_components=8, seed=seed).fit(rows).fingerprint
+        for seed in range(5)
     } | {
-        srf.JL(srf.RFF(n_features=32, seed=seed), n_components=8, seed=0).fit(rows).fingerprint for seed in range(1, 5)
+        srf.JL(srf.RFF(n_features=32, bandwidth=1.0, seed=seed), n_components=8, seed=0).fit(rows).fingerprint
+        for seed in range(1, 5)
     }
     assert len(fingerprints) == 9
 
@@ -359,17 +359,17 @@ def test_rff_parameters_change_fingerprint(rows):
 
 
 def test_rff_accepts_generator_seed(rows):
-    rff = srf.RFF(n_features=32, seed=np.random.default_rng(123)).fit(rows)
+    rff = srf.RFF(n_features=32, bandwidth=1.0, seed=np.random.default_rng(123)).fit(rows)
     assert isinstance(rff.spec["seed"], int) and rff.spec["seed"] >= 0
     expected = rff_reference(rows, 32, 1.0, "sincos", rff.spec["seed"])
     np.testing.assert_allclose(rff.transform(rows), expected, rtol=0, atol=5e-6)
-    twin = srf.RFF(n_features=32, seed=np.random.default_rng(123)).fit(rows)
+    twin = srf.RFF(n_features=32, bandwidth=1.0, seed=np.random.default_rng(123)).fit(rows)
     assert twin.fingerprint == rff.fingerprint  # the same generator state gives the same map
     assert srf.map_from_spec(rff.spec).fingerprint == rff.fingerprint
 
 
 def test_jl_accepts_generator_seed(rows):
-    jl = srf.JL(srf.RFF(n_features=32), n_components=8, seed=np.random.default_rng(9)).fit(rows)
+    jl = srf.JL(srf.RFF(n_features=32, bandwidth=1.0), n_components=8, seed=np.random.default_rng(9)).fit(rows)
     assert isinstance(jl.spec["seed"], int)
     assert srf.map_from_spec(jl.spec).transform(rows).tobytes() == jl.transform(rows).tobytes()
 
@@ -383,6 +383,22 @@ def test_rff_median_bandwidth_is_median_pairwise_distance(dtype, n_rows):
     expected = np.median(pdist(X.astype(np.float64)))
     assert rff.bandwidth_ == pytest.approx(expected, rel=1e-12)
     assert rff.spec["bandwidth"] == rff.bandwidth_
+
+
+@pytest.mark.parametrize("make", [srf.RFF, srf.RelativeErrorRFF, srf.KJL], ids=["rff", "relative", "kjl"])
+def test_map_default_bandwidth_is_the_median_heuristic(make):
+    # One default everywhere (issue 29): the maps, like KernelPCA, two_sample_test and the CLI.
+    X = np.random.default_rng(7).normal(size=(200, 2)) * 3.0
+    kwargs = {"n_landmarks": 200, "n_components": 8} if make is srf.KJL else {"n_features": 16}
+    fitted = make(**kwargs).fit(X)
+    assert fitted.spec["bandwidth"] == pytest.approx(np.median(pdist(X)), rel=1e-12)  # every row is sampled
+
+
+def test_rff_default_bandwidth_unfitted_transform_says_why_fit_is_needed(rows):
+    with pytest.raises(NotFittedMapError, match=r"bandwidth='median' is chosen from a sample of the data.*fit\(X\)"):
+        srf.RFF().transform(rows)
+    with pytest.raises(NotFittedMapError, match=r"bandwidth='median'"):
+        srf.JL().transform(rows)
 
 
 def test_rff_median_bandwidth_uses_keyed_bottom_k_sample():
@@ -464,7 +480,7 @@ def test_map_rejects_wrong_width(rows, name, width):
 @pytest.mark.parametrize("n_features", [1, 3, 1023])
 def test_rff_rejects_odd_n_features_for_sincos(rows, n_features):
     with pytest.raises(InputError) as raised:
-        srf.RFF(n_features=n_features).fit(rows)
+        srf.RFF(n_features=n_features, bandwidth=1.0).fit(rows)
     message = str(raised.value)
     assert "n_features must be even" in message
     assert f"(got {n_features})" in message
@@ -475,11 +491,11 @@ def test_rff_rejects_odd_n_features_for_sincos(rows, n_features):
 @pytest.mark.parametrize("n_features", [0, -2, 2.5, "64"])
 def test_rff_rejects_non_positive_or_non_integer_n_features(rows, variant, n_features):
     with pytest.raises(InputError, match="n_features must be"):
-        srf.RFF(n_features=n_features, variant=variant).fit(rows)
+        srf.RFF(n_features=n_features, bandwidth=1.0, variant=variant).fit(rows)
 
 
 def test_rff_cosphase_accepts_odd_n_features(rows):
-    assert srf.RFF(n_features=3, variant="cosphase").fit(rows).transform(rows).shape == (len(rows), 3)
+    assert srf.RFF(n_features=3, bandwidth=1.0, variant="cosphase").fit(rows).transform(rows).shape == (len(rows), 3)
 
 
 @pytest.mark.parametrize("bandwidth", [0, 0.0, -1.0, np.nan, np.inf, "mean", None, True])
@@ -494,7 +510,7 @@ def test_rff_rejects_bad_bandwidth(rows, bandwidth):
 
 def test_rff_rejects_unknown_variant(rows):
     with pytest.raises(InputError, match="variant must be 'sincos' or 'cosphase'. Got 'cos'"):
-        srf.RFF(variant="cos").fit(rows)
+        srf.RFF(bandwidth=1.0, variant="cos").fit(rows)
 
 
 @pytest.mark.parametrize("bandwidth", [0.0, -1.0])
@@ -509,13 +525,13 @@ def test_jl_rejects_non_map_inner(rows):
 
 
 def test_map_failed_fit_leaves_map_unfitted(rows):
-    rff = srf.RFF(n_features=3)
+    rff = srf.RFF(n_features=3, bandwidth=1.0)
     with pytest.raises(InputError):
         rff.fit(rows)
     assert not rff.is_fitted()
     with pytest.raises(NotFittedMapError):
         rff.transform(rows)
-    fresh = srf.RFF(n_features=8)
+    fresh = srf.RFF(n_features=8, bandwidth=1.0)
     with pytest.raises(InputError):
         fresh.fit(_with_bad_value(rows, np.nan))
     assert not fresh.is_fitted()
@@ -530,4 +546,4 @@ def test_map_transform_before_fit_raises_not_fitted(rows, name):
 @pytest.mark.parametrize("seed", [-1, 2**63, 1.5, "0"])
 def test_rff_rejects_bad_seed(rows, seed):
     with pytest.raises(InputError, match="seed must be an int"):
-        srf.RFF(seed=seed).fit(rows)
+        srf.RFF(bandwidth=1.0, seed=seed).fit(rows)

@@ -181,14 +181,14 @@ def test_nufft_mean_sums_from_threads_and_with_several_finufft_threads_agree():
 def test_nufft_supports_low_dimensional_fourier_maps_only():
     for d in (1, 2, 3):
         X = np.zeros((2, d))
-        assert nufft_supports(srf.RFF(64).fit(X))
-        assert nufft_supports(srf.RFF(64, variant="cosphase", orthogonal=True).fit(X))
-        assert nufft_supports(srf.RelativeErrorRFF(64).fit(X))
+        assert nufft_supports(srf.RFF(64, bandwidth=1.0).fit(X))
+        assert nufft_supports(srf.RFF(64, bandwidth=1.0, variant="cosphase", orthogonal=True).fit(X))
+        assert nufft_supports(srf.RelativeErrorRFF(64, bandwidth=1.0).fit(X))
     X4 = np.random.default_rng(0).normal(size=(50, 4))
-    assert not nufft_supports(srf.RFF(64).fit(X4))
+    assert not nufft_supports(srf.RFF(64, bandwidth=1.0).fit(X4))
     X2 = X4[:, :2]
-    assert not nufft_supports(srf.RFF(64))  # not fitted
-    assert not nufft_supports(srf.JL(srf.RFF(64), n_components=8).fit(X2))
+    assert not nufft_supports(srf.RFF(64, bandwidth=1.0))  # not fitted
+    assert not nufft_supports(srf.JL(srf.RFF(64, bandwidth=1.0), n_components=8).fit(X2))
     assert not nufft_supports(srf.KJL(n_landmarks=10, n_components=4).fit(X2))
 
 
@@ -249,12 +249,12 @@ def test_nufft_cost_grid_grows_with_extent_over_bandwidth():
 def test_nufft_mean_sums_rejects_unsupported_maps():
     X = rows_for(2, n=100)
     with pytest.raises(InputError, match="JL"):
-        nufft_mean_sums(X, srf.JL(srf.RFF(64), n_components=8).fit(X))
+        nufft_mean_sums(X, srf.JL(srf.RFF(64, bandwidth=1.0), n_components=8).fit(X))
     with pytest.raises(InputError, match="4 input dimensions"):
         X4 = np.random.default_rng(0).normal(size=(10, 4))
-        nufft_mean_sums(X4, srf.RFF(64).fit(X4))
+        nufft_mean_sums(X4, srf.RFF(64, bandwidth=1.0).fit(X4))
     with pytest.raises(NotFittedMapError):
-        nufft_mean_sums(X, srf.RFF(64))
+        nufft_mean_sums(X, srf.RFF(64, bandwidth=1.0))
     with pytest.raises(InputError, match="FeatureMap"):
         nufft_mean_sums(X, "rff")
 
@@ -291,7 +291,7 @@ def test_nufft_mean_sums_refuses_grids_beyond_the_memory_cap():
 def test_nufft_mean_sums_without_finufft_names_the_extra(without_finufft):
     X = rows_for(2, n=10)
     with pytest.raises(ImportError, match=r"streamrff\[nufft\]"):
-        nufft_mean_sums(X, srf.RFF(64).fit(X))
+        nufft_mean_sums(X, srf.RFF(64, bandwidth=1.0).fit(X))
 
 
 @needs_finufft
@@ -353,7 +353,7 @@ def test_cli_sketch_method_nufft(tmp_path, tmp_zarr, capsys):
     X = rows_for(2, n=20_000)
     output = tmp_path / "points.sketch"
     code = main(["sketch", tmp_zarr(X, chunk_rows=5_000), "-o", str(output), "--features", "512",
-                 "--bandwidth", "0.5", "--method", "nufft"])
+                 "--bandwidth", "0.5", "--sum-method", "nufft"])
     assert code == 0, capsys.readouterr().err
     loaded = srf.load(output)
     assert relative_error(loaded.feature_sum, float64_sums(X, loaded.feature_map)[0]) < 1e-5

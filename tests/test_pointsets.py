@@ -142,8 +142,8 @@ def test_kernel_distance_counts_each_point_with_weight_one_over_the_set_size():
 
 
 def test_kernel_distance_refuses_mismatched_or_bad_sketches():
-    one = srf.sketch_array(CLOUD_A, srf.RFF(n_features=64, seed=1).fit(CLOUD_A))
-    other = srf.sketch_array(CLOUD_B, srf.RFF(n_features=64, seed=2).fit(CLOUD_A))
+    one = srf.sketch_array(CLOUD_A, srf.RFF(n_features=64, bandwidth=1.0, seed=1).fit(CLOUD_A))
+    other = srf.sketch_array(CLOUD_B, srf.RFF(n_features=64, bandwidth=1.0, seed=2).fit(CLOUD_A))
     with pytest.raises(srf.SketchMismatchError, match=f"{one.fingerprint[:16]}.*{other.fingerprint[:16]}"):
         srf.kernel_distance(one, other)
     with pytest.raises(srf.InputError, match="must be a MeanSketch"):
@@ -339,6 +339,6 @@ def test_sketch_index_merge_is_a_union_of_disjoint_names(small_index):
     with pytest.raises(srf.InputError, match="both hold point sets named \\['set0', 'set1'"):
         index.merge(union)
     stranger = srf.SketchIndex()
-    stranger.add("x", srf.sketch_array(CLOUD_A, srf.RFF(n_features=64, seed=5).fit(CLOUD_A)))
+    stranger.add("x", srf.sketch_array(CLOUD_A, srf.RFF(n_features=64, bandwidth=1.0, seed=5).fit(CLOUD_A)))
     with pytest.raises(srf.SketchMismatchError):
         index.merge(stranger)

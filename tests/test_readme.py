@@ -57,3 +57,13 @@ def test_readme_two_sites_commands_run_as_written(tmp_path):
         both.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max()
     )
     assert outputs[-1].startswith("two-sample test: p = ")
+
+    # The spelling of the previous release, `--method spectral`, still works for one release, with a warning.
+    old_spelling = [word.replace("--null", "--method") for word in commands[-1]]
+    assert old_spelling != commands[-1]
+    result = subprocess.run([script, *old_spelling[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == outputs[-1]
+    assert result.stderr.splitlines() == [
+        "streamrff test: warning: --method is deprecated and will be removed in the next release; use --null spectral."
+    ]

@@ -42,7 +42,9 @@ X2 = np.random.default_rng(0).normal(size=(40, 2))
 # -- scikit-learn contract -----------------------------------------------------------
 
 
-@parametrize_with_checks([srf.RelativeErrorRFF(n_features=64), srf.RelativeErrorRFF(n_features=64, bandwidth="median")])
+@parametrize_with_checks(
+    [srf.RelativeErrorRFF(n_features=64, bandwidth=1.0), srf.RelativeErrorRFF(n_features=64, bandwidth="median")]
+)
 def test_relative_rff_passes_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", srf.VarianceWarning)  # some checks use d >= 4
@@ -59,7 +61,7 @@ def test_relative_rff_declares_float32_output_and_float32_agrees_with_float64():
 
 
 def test_relative_rff_attributes_follow_the_paper():
-    rel = srf.RelativeErrorRFF(n_features=256, alpha=1e-3, eps=0.1).fit(X2)
+    rel = srf.RelativeErrorRFF(n_features=256, bandwidth=1.0, alpha=1e-3, eps=0.1).fit(X2)
     assert rel.gamma_ == pytest.approx(paper_gamma(2, 1e-3, 0.1), rel=1e-12)
     assert rel.variance_factor_ == pytest.approx((rel.gamma_ / np.sqrt(2 * np.pi)) ** 2, rel=1e-12)
     assert rel.n_features_out_ == 256
@@ -93,15 +95,15 @@ def test_relative_rff_rejects_bad_parameters(params, match):
 
 
 def test_relative_rff_accepts_eps_one_half():
-    assert srf.RelativeErrorRFF(n_features=8, eps=0.5).fit(X2).is_fitted()
+    assert srf.RelativeErrorRFF(n_features=8, bandwidth=1.0, eps=0.5).fit(X2).is_fitted()
 
 
 def test_relative_rff_warns_when_variance_explodes_but_not_in_low_dimensions():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        srf.RelativeErrorRFF(n_features=8).fit(np.zeros((3, 3)))  # factor ~22: no warning
+        srf.RelativeErrorRFF(n_features=8, bandwidth=1.0).fit(np.zeros((3, 3)))  # factor ~22: no warning
     with pytest.warns(srf.VarianceWarning, match="4-dimensional input.*66.4 times"):
-        fitted = srf.RelativeErrorRFF(n_features=8).fit(np.zeros((3, 4)))
+        fitted = srf.RelativeErrorRFF(n_features=8, bandwidth=1.0).fit(np.zeros((3, 4)))
     assert issubclass(srf.VarianceWarning, UserWarning)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -116,7 +118,7 @@ def test_relative_rff_spec_round_trip_is_bit_for_bit():
     twin = srf.map_from_spec(rel.spec)
     assert twin.spec == rel.spec and twin.fingerprint == rel.fingerprint
     assert twin.transform(X2).tobytes() == rel.transform(X2).tobytes()
-    assert srf.RelativeErrorRFF(n_features=128, seed=8).fit(X2).fingerprint != rel.fingerprint
+    assert srf.RelativeErrorRFF(n_features=128, bandwidth=1.0, seed=8).fit(X2).fingerprint != rel.fingerprint
     restored = pickle.loads(pickle.dumps(rel))
     assert restored.transform(X2).tobytes() == rel.transform(X2).tobytes()
 

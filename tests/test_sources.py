@@ -53,7 +53,9 @@ def metadata_reads(opened: list[str], path: str) -> int:
             lambda path: srf.KernelKMeans(n_clusters=2, n_features=32, max_iter=2, seed=0).fit(path),
             id="KernelKMeans.fit",
         ),
-        pytest.param(lambda path: srf.nystrom_sketch(path, srf.RFF(n_features=32), sketch_size=8), id="nystrom"),
+        pytest.param(
+            lambda path: srf.nystrom_sketch(path, srf.RFF(n_features=32, bandwidth=1.0), sketch_size=8), id="nystrom"
+        ),
     ],
 )
 def test_zarr_source_metadata_is_read_once_per_job(tmp_zarr, job):

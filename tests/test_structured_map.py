@@ -333,7 +333,7 @@ def test_cli_map_and_sketch_structured(capsys, tmp_zarr, tmp_path):
     np.testing.assert_allclose(sketch.feature_sum, reference, rtol=0, atol=1e-6 * np.abs(reference).max())
 
     code, out, err = run_cli(capsys, "sketch", source, "-o", str(tmp_path / "t.zarr"), "--structured", "--orthogonal")
-    assert code == 1 and "orthogonal=True and structured=True cannot be combined" in err  # as any InputError
+    assert code == 2 and "orthogonal=True and structured=True cannot be combined" in err  # the command line is wrong
     assert not (tmp_path / "t.zarr").exists()
     code, out, err = run_cli(capsys, "sketch", source, "-o", str(tmp_path / "t.zarr"),
                              "--map", str(tmp_path / "m.json"), "--structured")  # fmt: skip

@@ -300,8 +300,8 @@ def test_two_sample_sketch_merge_refuses_other_designs(change, name):
 
 def test_two_sample_sketch_merge_refuses_other_maps():
     X, Y = _data()
-    a = two_sample_sketch_of_chunk(X, RFF(n_features=32, seed=1).fit(X), 0, 70, 55, 8, 0)
-    b = two_sample_sketch_of_chunk(Y, RFF(n_features=32, seed=2).fit(X), 70, 70, 55, 8, 0)
+    a = two_sample_sketch_of_chunk(X, RFF(n_features=32, bandwidth=1.0, seed=1).fit(X), 0, 70, 55, 8, 0)
+    b = two_sample_sketch_of_chunk(Y, RFF(n_features=32, bandwidth=1.0, seed=2).fit(X), 70, 70, 55, 8, 0)
     with pytest.raises(SketchMismatchError, match="different feature maps") as error:
         a.merge(b)
     assert a.fingerprint[:16] in str(error.value) and b.fingerprint[:16] in str(error.value)
@@ -352,7 +352,7 @@ def test_two_sample_sketch_load_rejects_tampered_file(tmp_path):
     import zarr
 
     X, _ = _data()
-    sketch = two_sample_sketch_of_chunk(X, RFF(n_features=32, seed=1).fit(X), 0, 70, 55, 8, 0)
+    sketch = two_sample_sketch_of_chunk(X, RFF(n_features=32, bandwidth=1.0, seed=1).fit(X), 0, 70, 55, 8, 0)
     sketch.save(tmp_path / "s.zarr")
     group = zarr.open_group(tmp_path / "s.zarr", mode="r+")
     group.attrs["count_x"] = 99
@@ -362,7 +362,7 @@ def test_two_sample_sketch_load_rejects_tampered_file(tmp_path):
 
 def test_permutation_test_needs_a_complete_sketch():
     X, Y = _data()
-    feature_map = RFF(n_features=32, seed=1).fit(X)
+    feature_map = RFF(n_features=32, bandwidth=1.0, seed=1).fit(X)
     with pytest.raises(InputError, match="incomplete.*70 of n_x=70.*0 of n_y=55"):
         permutation_test(two_sample_sketch_of_chunk(X, feature_map, 0, 70, 55, 8, 0))
 
@@ -370,7 +370,7 @@ def test_permutation_test_needs_a_complete_sketch():
 def test_two_sample_sketch_of_chunk_rejects_rows_outside_the_design():
     X, Y = _data()
     with pytest.raises(InputError, match="outside the pooled design"):
-        two_sample_sketch_of_chunk(Y, RFF(n_features=32).fit(X), 71, 70, 55, 8, 0)
+        two_sample_sketch_of_chunk(Y, RFF(n_features=32, bandwidth=1.0).fit(X), 71, 70, 55, 8, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -490,7 +490,7 @@ def test_two_sample_test_refuses_accumulators_over_the_memory_limit():
 
 def test_mmd_test_explains_that_permutation_needs_the_one_pass_sketch():
     X, Y = _data()
-    feature_map = RFF(n_features=32).fit(X)
+    feature_map = RFF(n_features=32, bandwidth=1.0).fit(X)
     sketches = sketch_array(X, feature_map, moments=True), sketch_array(Y, feature_map, moments=True)
     with pytest.raises(InputError, match="TwoSampleSketch.*two_sample_test"):
         mmd_test(*sketches, method="permutation")
@@ -501,15 +501,15 @@ def test_mmd_test_explains_that_permutation_needs_the_one_pass_sketch():
 @pytest.mark.parametrize("method", ["spectral", "hotelling"])
 def test_mmd_test_needs_moments(method):
     X, Y = _data()
-    feature_map = RFF(n_features=32).fit(X)
+    feature_map = RFF(n_features=32, bandwidth=1.0).fit(X)
     with pytest.raises(InputError, match="sketch_y was sketched without them.*moments=True.*--moments"):
         mmd_test(sketch_array(X, feature_map, moments=True), sketch_array(Y, feature_map), method=method)
 
 
 def test_mmd_test_refuses_sketches_of_different_maps():
     X, Y = _data()
-    a = sketch_array(X, RFF(n_features=32, seed=1).fit(X), moments=True)
-    b = sketch_array(Y, RFF(n_features=32, seed=2).fit(X), moments=True)
+    a = sketch_array(X, RFF(n_features=32, bandwidth=1.0, seed=1).fit(X), moments=True)
+    b = sketch_array(Y, RFF(n_features=32, bandwidth=1.0, seed=2).fit(X), moments=True)
     with pytest.raises(SketchMismatchError, match="different feature maps"):
         mmd_test(a, b)
     with pytest.raises(InputError, match="Y has 1 row"):

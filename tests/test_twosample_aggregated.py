@@ -325,7 +325,7 @@ def test_aggregated_sketch_refuses_other_bandwidth_lists():
 def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tmp_path):
     X, Y = _data(n_x=80, n_y=60)
     x_path, y_path = tmp_zarr(X, 25, "x.zarr"), tmp_zarr(Y, 25, "y.zarr")
-    common = ["test", x_path, y_path, "--method", "aggregated", "--features", "32", "--permutations", "19"]
+    common = ["test", x_path, y_path, "--null", "aggregated", "--features", "32", "--permutations", "19"]
     assert main([*common, "--bandwidths", "0.5,1,2", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     reference = two_sample_test(X, Y, n_features=32, n_permutations=19, method="aggregated", bandwidths=[0.5, 1, 2])

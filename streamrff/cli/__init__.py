@@ -1,8 +1,11 @@
 """The ``streamrff`` command line: parses arguments and calls the public API, nothing else.
 
-Exit codes: 0 success, 1 the job failed (bad data, unreadable file,
-unreachable scheduler or bucket), 2 bad command-line usage (an existing output
-without ``--overwrite`` included).
+Exit codes (the table in docs/cli.rst): 0 success; 1 the data or the
+environment is wrong (unreadable files, mismatched sketches, unreachable
+scheduler or bucket); 2 the command line is wrong (bad option values,
+contradicting options, an existing output without ``--overwrite``, a checkpoint
+folder of another source). Every problem of the command line, or of the input
+files, is reported at once.
 
 One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``,
 ``kmeans``, ``kpca``, ``ridge``, ``predict``, ``demo``: its options, its help and what it runs); the
@@ -25,7 +28,16 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .options import EXISTS, EXIT_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, UsageError, parse_storage_options
+from .options import (
+    EXISTS,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    HelpFormatter,
+    UsageError,
+    parse_storage_options,
+    resolve_deprecated_alias,
+)
 from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_summary, as before the split
 
 __all__ = ["main", "build_parser"]
@@ -98,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     path = os.path.join(folder, "x.sketch")
-    ...     srf.sketch_array(X, srf.RFF(n_features=32)).save(path)
+    ...     srf.sketch_array(X, srf.RFF(n_features=32, bandwidth=1.0)).save(path)
     ...     output = io.StringIO()
     ...     with contextlib.redirect_stdout(output):
     ...         status = main(["info", path, "--json"])
@@ -121,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with _one_line_warnings(args.command):
+            deprecation = resolve_deprecated_alias(args)
+            if deprecation:
+                print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
                 args.storage_options = parse_storage_options(args.storage_options)
             return handler(args)

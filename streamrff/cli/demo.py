@@ -14,12 +14,17 @@ from .output import show_progress
 HELP = """\
 generate two samples, fit one map, sketch them as two sites, merge, test, cluster
 
-Write two generated zarr arrays (one with a subtle shift), fit one map on a sample pooled across
+Write two generated zarr arrays of three clusters (the second site with a subtle shift: two clusters
+trade 5% of the rows), fit one map on a sample pooled across
 both (saved as map.json), sketch each on Dask with it, merge the sketches, run the kernel two-sample
 tests, kernel PCA and kernel k-means, and write report.json and report.png.
 
 example: streamrff demo --rows 200000 --out /tmp/streamrff-demo
 """
+
+
+#: The smallest --rows and --features the demo's steps work with.
+MIN_ROWS, MIN_FEATURES = 100, 6
 
 
 def add_parser(commands: Any) -> None:
@@ -35,6 +40,16 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..demo import run_demo  # here, not at the top: start-up time
 
+    problems = []
+    if args.rows < MIN_ROWS:
+        problems.append(f"--rows must be at least {MIN_ROWS} (k-means and the tests run on a sample of both sites). "
+                        f"Got {args.rows}.")  # fmt: skip
+    if args.features % 2 or args.features < MIN_FEATURES:
+        problems.append(
+            f"--features must be even (a cosine and a sine per frequency) and at least {MIN_FEATURES} (kernel PCA "
+            f"keeps 5 components). Got {args.features}."
+        )
+    options.refuse(problems)  # before any data is written
     if os.path.exists(args.out) and not args.overwrite:
         raise options.UsageError(options.EXISTS.format(path=args.out))
     quiet = args.json

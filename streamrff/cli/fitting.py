@@ -10,13 +10,13 @@ from . import options
 from .output import emit
 
 #: The options that choose the feature space of ``kmeans`` and ``kpca``; ``--map`` refuses them.
-FEATURE_SPACE_OPTIONS = ["features", "bandwidth", "landmarks", "method"]
+FEATURE_SPACE_OPTIONS = ["features", "bandwidth", "landmarks", "map_kind"]
 
 
 def add_feature_space_options(parser: argparse.ArgumentParser, features_help: str, landmarks_help: str) -> None:
-    """``--map``, ``--method``, ``--features``, ``--landmarks`` and ``--bandwidth`` of an estimator command."""
-    options.add_map_file(parser, "--method, --features, --landmarks and --bandwidth")
-    options.add_feature_space(parser)
+    """``--map``, ``--map-kind``, ``--features``, ``--landmarks`` and ``--bandwidth`` of an estimator command."""
+    options.add_map_file(parser, "--map-kind, --features, --landmarks and --bandwidth")
+    options.add_map_kind(parser)
     options.add_features(parser, features_help)
     options.add_landmarks(parser, landmarks_help)
     options.add_bandwidth(parser)

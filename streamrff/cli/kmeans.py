@@ -20,7 +20,7 @@ seeded sample of 2 000 rows (by the exact kernel k-means objective for rff). Pri
 inertia, the percentage of rows that moved and the centre shift, why it stopped, and the cluster
 sizes.
 
-example: streamrff kmeans data.zarr --clusters 10 --method kjl -o labels.zarr
+example: streamrff kmeans data.zarr --clusters 10 --map-kind kjl -o labels.zarr
 """
 
 
@@ -85,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
             n_clusters=args.clusters, max_iter=args.max_iter, tol=args.tol, seed=args.seed, feature_map=feature_map
         )
     else:
+        options.refuse(options.landmark_problems(args, args.map_kind or "rff"))
         model = KernelKMeans(
             n_clusters=args.clusters,
-            method=args.method or "rff",
+            method=args.map_kind or "rff",
             n_features=args.features,
             n_landmarks=args.landmarks,
             bandwidth=args.bandwidth or "median",

@@ -41,6 +41,24 @@ def add_parser(commands: Any) -> None:
     options.add_job_options(parser)
 
 
+def _problems(args: argparse.Namespace, feature_map: Any) -> list[str]:
+    """The options against each other and against the map of ``--map``, before any data is read."""
+    if feature_map is not None:
+        problems: list[str] = []
+        width, where, fix = feature_map.n_features_out_, f"the map of --map {args.map}", "use a map with more features"
+    else:
+        problems = options.landmark_problems(args, args.map_kind or "rff")
+        width = args.features or 1024
+        where = f"--features {args.features}" if args.features else "the default --features 1024"
+        fix = f"raise --features to at least {args.components}"
+    if args.components > width:
+        problems.append(
+            f"--components {args.components} exceeds the width of the feature space, D = {width} ({where}): "
+            f"kernel PCA finds at most D components. Lower --components to at most {width}, or {fix}."
+        )
+    return problems
+
+
 def _save_scatter(args: argparse.Namespace) -> None:
     """``--plot``: the first two scores of (at most) the first 20 000 rows written."""
     import numpy as np  # here, not at the top: start-up time
@@ -53,12 +71,13 @@ def _save_scatter(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    feature_map = resolve_feature_space(args)
+    options.refuse(_problems(args, feature_map))  # before the estimator's imports and any data
     from ..kpca import KernelPCA  # here, not at the top: start-up time
 
-    feature_map = resolve_feature_space(args)
     model = KernelPCA(
         n_components=args.components,
-        method=args.method or "rff",
+        method=args.map_kind or "rff",
         n_features=args.features or 1024,
         n_landmarks=args.landmarks or 1000,
         bandwidth=args.bandwidth or "median",

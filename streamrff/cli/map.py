@@ -25,7 +25,7 @@ def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "map", HELP, run)
     options.add_source(parser, "zarr arrays (paths or URLs) of the same width", nargs="+")
     options.add_output(parser, "where to write the map file (path or URL, e.g. map.json)")
-    options.add_feature_space(parser, "rff", "random Fourier features or the K-JL sketch")
+    options.add_map_kind(parser)
     options.add_features(
         parser,
         "output width: random features D for rff, components for kjl "
@@ -41,20 +41,22 @@ def add_parser(commands: Any) -> None:
 
 
 def _unfitted_map(args: argparse.Namespace) -> Any:
-    """The map of ``--method`` and its options, refusing the options of the other method."""
+    """The map of ``--map-kind`` and its options, refusing the options of the other kind."""
     from ..maps import KJL  # here, not at the top: start-up time
 
-    if args.method == "kjl":
-        clash = options.given(args, ["variant", "orthogonal", "structured"])
-        if clash:
-            flags = " and ".join(options.flag(name) for name in clash)
-            raise options.UsageError(f"{flags} only apply to --method rff; drop them for kjl.")
+    map_kind = args.map_kind or "rff"
+    problems = options.landmark_problems(args, map_kind)
+    clash = options.given(args, ["variant", "orthogonal", "structured"]) if map_kind == "kjl" else []
+    if clash:
+        flags = " and ".join(options.flag(name) for name in clash)
+        verb, pronoun = ("apply", "them") if len(clash) > 1 else ("applies", "it")
+        problems.append(f"{flags} only {verb} to --map-kind rff; drop {pronoun} for kjl.")
+    options.refuse(problems)
+    if map_kind == "kjl":
         options.resolve_map_options(args, ["bandwidth", "seed"], [], "")
         return KJL(
             n_landmarks=args.landmarks or 1000, n_components=args.features, bandwidth=args.bandwidth, seed=args.seed
         )
-    if args.landmarks is not None:
-        raise options.UsageError("--landmarks applies to --method kjl only; drop it, or pass --method kjl.")
     options.resolve_map_options(args, ["features", "bandwidth", "variant", "orthogonal", "structured", "seed"], [], "")
     return options.rff_of_options(args)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import options
 from .output import emit_sketch
-from .sketchfiles import load_sketches, same_map_or_explain
+from .sketchfiles import load_checked_sketches
 
 #: ``streamrff merge --help``: the line ``streamrff --help`` shows, the description, the example.
 HELP = """\
@@ -40,15 +40,10 @@ def run(args: argparse.Namespace) -> int:
     key = options.signing_key(args)
     if args.require_signed and key is None:
         raise options.UsageError("--require-signed needs the key: pass --sign-key FILE or set STREAMRFF_SIGNING_KEY.")
-    sketches = load_sketches(args.sketches, args.storage_options, verify_key=key if args.require_signed else None)
-    same_map_or_explain(args.sketches, sketches)
-    for path, part in zip(args.sketches[1:], sketches[1:]):
-        if getattr(part, "has_moments", None) != getattr(sketches[0], "has_moments", None):
-            raise options.UsageError(
-                f"{args.sketches[0]} and {path} differ in second moments: sketch every part with --moments, or none."
-            )
+    verify_key = key if args.require_signed else None
+    sketches = load_checked_sketches(args.sketches, args.storage_options, same_moments=True, verify_key=verify_key)
     merged = merge(*sketches)
     merged.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
-    title = f"merged {len(sketches)} sketches into {args.output}"
-    emit_sketch(args, args.output, merged, title, inputs=list(args.sketches))
+    title = f"merged {len(sketches)} sketches ({merged.count:,} rows) into {args.output}"
+    emit_sketch(args, args.output, merged, title, inputs=list(args.sketches), input_counts=[s.count for s in sketches])
     return options.EXIT_OK

@@ -213,11 +213,41 @@ def add_map_file(parser: argparse.ArgumentParser, refused: str) -> None:
     )  # fmt: skip
 
 
-def add_feature_space(parser: argparse.ArgumentParser, default: str | None = None, help: str | None = None) -> None:
-    """``--method rff|kjl``: random Fourier features or the K-JL sketch."""
-    parser.add_argument(
-        "--method", choices=["rff", "kjl"], default=default, help=help or "feature space (default: rff)"
-    )
+MAP_KINDS = ["rff", "kjl"]
+
+
+def add_map_kind(
+    parser: argparse.ArgumentParser,
+    help: str = "feature space: random Fourier features or the K-JL sketch (default: rff)",
+) -> None:
+    """``--map-kind rff|kjl`` (formerly ``--method``): random Fourier features or the K-JL sketch."""
+    parser.add_argument("--map-kind", choices=MAP_KINDS, default=None, help=help)
+    add_deprecated_alias(parser, "--method", "--map-kind", MAP_KINDS)
+
+
+def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, choices: Sequence[str]) -> None:
+    """``old`` still works for one release as an alias of ``new`` (hidden from ``--help``).
+
+    :func:`resolve_deprecated_alias` warns on stderr and moves its value to ``new``.
+    """
+    parser.add_argument(old, dest="deprecated_alias_value", choices=list(choices), default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(deprecated_alias=(old, new))
+
+
+def resolve_deprecated_alias(args: argparse.Namespace) -> str | None:
+    """Move the value of a deprecated alias to its new option; the one-line warning to print, or None.
+
+    Both spellings with different values contradict each other (a usage error).
+    """
+    value = getattr(args, "deprecated_alias_value", None)
+    if value is None:
+        return None
+    old, new = args.deprecated_alias
+    dest = new[2:].replace("-", "_")
+    if getattr(args, dest, None) not in (None, value):
+        raise UsageError(f"{old} {value} contradicts {new} {getattr(args, dest)}; drop {old} (renamed to {new}).")
+    setattr(args, dest, value)
+    return f"{old} is deprecated and will be removed in the next release; use {new} {value}."
 
 
 def add_features(
@@ -293,6 +323,14 @@ def add_json(parser: argparse.ArgumentParser, help: str) -> None:
 # Checking options.
 
 
+def refuse(problems: Sequence[str]) -> None:
+    """Raise one UsageError (exit 2) naming every problem of the command line: one line each."""
+    if len(problems) == 1:
+        raise UsageError(problems[0])
+    if problems:
+        raise UsageError(f"{len(problems)} problems with the command line:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
 def dask_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--scheduler`` and ``--storage-options`` as the keyword arguments of the public API."""
     return {"client": args.scheduler, "storage_options": args.storage_options}
@@ -359,19 +397,42 @@ def load_map_option(args: argparse.Namespace) -> Any:
 
 def rff_of_options(args: argparse.Namespace) -> Any:
     """The unfitted, checked RFF map of ``--features``, ``--bandwidth``, ``--variant``, ``--orthogonal``,
-    ``--structured``, ``--seed``."""
-    from ..maps import RFF  # here, not at the top: start-up time
+    ``--structured``, ``--seed``.
 
+    Checked before any data is read; a value the map refuses is a usage error (exit 2).
+    """
+    from ..errors import InputError  # here, not at the top: start-up time
+    from ..maps import RFF
+
+    if args.variant == "sincos" and args.features % 2:
+        raise UsageError(
+            f"--features must be even for --variant sincos (a cosine and a sine per frequency). Got {args.features}; "
+            f"use {args.features + 1}, or --variant cosphase."
+        )
     feature_map = RFF(
         n_features=args.features,
         bandwidth=args.bandwidth,
         variant=args.variant,
-        orthogonal=args.orthogonal,
-        structured=args.structured,
+        orthogonal=getattr(args, "orthogonal", MAP_DEFAULTS["orthogonal"]),  # test has no --orthogonal
+        structured=getattr(args, "structured", False),  # nor --structured
         seed=args.seed,
     )
-    feature_map._check_params()
+    try:
+        feature_map._check_params()
+    except InputError as error:
+        raise UsageError(str(error)) from None
     return feature_map
+
+
+def landmark_problems(args: argparse.Namespace, map_kind: str) -> list[str]:
+    """``--landmarks`` against ``--map-kind``: only K-JL has landmarks, and it needs at least 2."""
+    if args.landmarks is None:
+        return []
+    if map_kind != "kjl":
+        return ["--landmarks applies to --map-kind kjl only; drop it, or pass --map-kind kjl."]
+    if args.landmarks < 2:
+        return [f"--landmarks must be at least 2 for --map-kind kjl (its kernel needs two rows). Got {args.landmarks}."]
+    return []
 
 
 def check_output_free(path: str, storage_options: dict[str, Any] | None, overwrite: bool) -> None:

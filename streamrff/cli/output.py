@@ -39,7 +39,7 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
     >>> import json, numpy as np, streamrff as srf
     >>> from streamrff.cli import sketch_summary
     >>> X = np.random.default_rng(0).normal(size=(50, 3))
-    >>> summary = sketch_summary("x.sketch", srf.sketch_array(X, srf.RFF(n_features=16), moments=True))
+    >>> summary = sketch_summary("x.sketch", srf.sketch_array(X, srf.RFF(n_features=16, bandwidth=1.0), moments=True))
     >>> summary["kind"], summary["count"], summary["n_features"], summary["map"]["bandwidth"]
     ('mean', 50, 16, 1.0)
     >>> ratios = summary["explained_variance_ratio"]

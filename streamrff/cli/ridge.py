@@ -8,7 +8,7 @@ from typing import Any
 
 from . import options
 from .output import emit, map_line, show_progress
-from .sketchfiles import load_sketches, same_map_or_explain
+from .sketchfiles import load_checked_sketches
 
 _MAP_OPTIONS = ["features", "bandwidth", "seed"]
 
@@ -144,8 +144,7 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
 
     estimator = KernelRidgeClassifier if args.classify else KernelRidge
     if args.sketches is not None:
-        sketches = load_sketches(args.sketches, args.storage_options)
-        same_map_or_explain(args.sketches, sketches)
+        sketches = load_checked_sketches(args.sketches, args.storage_options)  # one kind and one map, or refused
         for path, part in zip(args.sketches, sketches):
             if part.kind != "regression":
                 from ..errors import InputError

@@ -9,6 +9,8 @@ from . import options
 from .output import emit_sketch, show_progress
 
 _MAP_OPTIONS = ["features", "bandwidth", "variant", "orthogonal", "structured", "seed"]
+#: ``--sum-method`` (formerly ``--method``): how :func:`streamrff.sketch` computes the feature sums.
+SUM_METHODS = ["auto", "direct", "nufft"]
 
 
 #: ``streamrff sketch --help``: the line ``streamrff --help`` shows, the description, the example.
@@ -57,11 +59,13 @@ def add_parser(commands: Any) -> None:
         "--dtype", choices=["float32", "float64"], default="float32", help="feature precision (float64: ~10x slower)"
     )
     parser.add_argument(
-        "--method",
-        choices=["auto", "direct", "nufft"],
-        default="auto",
-        help="how sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the faster",
+        "--sum-method",
+        choices=SUM_METHODS,
+        default=None,
+        help="how the feature sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the "
+        "faster (default: auto)",
     )
+    options.add_deprecated_alias(parser, "--method", "--sum-method", SUM_METHODS)
     options.add_scheduler(parser)
     parser.add_argument(
         "--checkpoint", metavar="DIR", default=None, help="keep per-chunk partials here to resume or extend"
@@ -103,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
         on_invalid=args.on_invalid,
         progress=show_progress(args),
         dtype=args.dtype,
-        method=args.method,
+        method=args.sum_method or "auto",
         target=target,
     )
     result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
-    emit_sketch(args, args.output, result, f"wrote {args.output}")
+    emit_sketch(args, args.output, result, f"wrote {args.output}: {result.count:,} rows sketched")
     return options.EXIT_OK

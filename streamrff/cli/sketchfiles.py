@@ -1,4 +1,10 @@
-"""Sketch files named on the command line (``merge``, ``test --sketches``): load them, refuse different maps."""
+"""Sketch files named on the command line (``merge``, ``test --sketches``): load them, check them together.
+
+Every problem of the inputs is reported at once (a file that does not load, a
+sketch of the wrong kind or without the second moments the command needs, too
+few rows, a different map): one error, one line per problem, exit code 1 (the
+data are wrong, not the command line).
+"""
 
 from __future__ import annotations
 
@@ -6,29 +12,107 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def load_sketches(
-    paths: Sequence[str], storage_options: dict[str, Any] | None, verify_key: bytes | None = None
+def load_checked_sketches(
+    paths: Sequence[str],
+    storage_options: dict[str, Any] | None,
+    *,
+    mean_with_moments_for: str | None = None,
+    same_moments: bool = False,
+    min_rows: int = 0,
+    verify_key: bytes | None = None,
 ) -> list[Any]:
-    """Every sketch file of ``paths``, of any kind (each signed with ``verify_key``, if given)."""
+    """Every sketch file of ``paths``, checked together; raise one error that lists every problem.
+
+    ``mean_with_moments_for`` names what needs mean sketches with second moments
+    (e.g. ``"--null spectral"``); ``same_moments`` asks that all or none hold
+    them (merge); ``min_rows`` is the fewest rows a sketch may hold. Sketches
+    of different kinds or maps are always refused; the fix named fits the cause
+    (different input widths are different data, not a different map). With
+    ``verify_key``, each sketch must be signed with it (:func:`streamrff.load`).
+
+    Raises
+    ------
+    SketchMismatchError
+        Listing every problem, one per line, when there are several (or the one problem).
+    SketchFormatError, FileNotFoundError
+        When the only problem is a file that does not load (its own error).
+    """
     from .. import load  # here, not at the top: start-up time; the package's load knows every sketch kind
+    from ..errors import SketchMismatchError, StreamRFFError
 
-    return [load(path, storage_options=storage_options, verify_key=verify_key) for path in paths]
+    problems: list[str] = []
+    loaded: list[tuple[str, Any]] = []
+    load_errors: list[BaseException] = []
+    for path in paths:
+        try:
+            loaded.append((path, load(path, storage_options=storage_options, verify_key=verify_key)))
+        except (StreamRFFError, FileNotFoundError) as error:
+            load_errors.append(error)
+            problems.append(str(error))
+    problems += _file_problems(loaded, mean_with_moments_for, min_rows)
+    problems += _pair_problems(loaded, same_moments)
+    if len(problems) == 1 and load_errors:
+        raise load_errors[0]
+    if len(problems) == 1:
+        raise SketchMismatchError(problems[0])
+    if problems:
+        raise SketchMismatchError(
+            f"{len(problems)} problems with the input sketches:\n" + "\n".join(f"  - {line}" for line in problems)
+        )
+    return [sketch for _, sketch in loaded]
 
 
-def same_map_or_explain(paths: Sequence[str], sketches: Sequence[Any]) -> None:
-    """Refuse sketches of different maps with the differing parameters and the commands that fix it."""
-    from ..errors import SketchMismatchError  # here, not at the top: start-up time
-    from ..sketches import describe_map_differences
+def _file_problems(loaded: Sequence[tuple[str, Any]], mean_with_moments_for: str | None, min_rows: int) -> list[str]:
+    """What is wrong with each sketch on its own."""
+    from ..sketches import MeanSketch  # here, not at the top: start-up time
 
-    first_path, first = paths[0], sketches[0]
-    for path, other in zip(paths[1:], sketches[1:]):
+    problems = []
+    for path, sketch in loaded:
+        if mean_with_moments_for and not isinstance(sketch, MeanSketch):
+            problems.append(
+                f"{path} is a {sketch.kind!r} sketch; {mean_with_moments_for} needs mean sketches made with "
+                "`streamrff sketch ... --moments`."
+            )
+        elif mean_with_moments_for and not sketch.has_moments:
+            first_path, first = loaded[0]
+            same_width = first.spec.get("n_features_in") == sketch.spec.get("n_features_in")
+            keep_map = f"--map {first_path}" if first_path != path and same_width else "--map of the shared map file"
+            problems.append(
+                f"{path} was sketched without second moments, which {mean_with_moments_for} needs. Re-run "
+                f"`streamrff sketch SOURCE --moments ...` for it (with {keep_map} to keep the map)."
+            )
+        if min_rows and sketch.count < min_rows:
+            problems.append(
+                f"{path} holds {sketch.count} row(s); the unbiased MMD^2 needs at least {min_rows} rows per sample."
+            )
+    return problems
+
+
+def _pair_problems(loaded: Sequence[tuple[str, Any]], same_moments: bool) -> list[str]:
+    """What is wrong between the first sketch and each other one: kind, map, second moments."""
+    from ..sketches import _input_width_advice, describe_map_differences  # here, not at the top: start-up time
+
+    if not loaded:
+        return []
+    problems = []
+    first_path, first = loaded[0]
+    for path, other in loaded[1:]:
+        if getattr(other, "kind", None) != first.kind:
+            problems.append(f"{first_path} is a {first.kind!r} sketch but {path} is a {other.kind!r} sketch.")
+            continue
         if other.fingerprint != first.fingerprint:
-            raise SketchMismatchError(
-                f"{first_path} and {path} were sketched with different maps: "
-                f"{describe_map_differences(first.spec, other.spec)} (fingerprint {first.fingerprint[:16]} vs "
-                f"{other.fingerprint[:16]}). Sketch every site with one map: re-run the other sites with "
+            advice = _input_width_advice(first.spec, other.spec) or (
+                f"Sketch every site with one map: re-run the other sites with "
                 f"`streamrff sketch SOURCE --map {first_path} ...`, or fit one map on all sites with "
                 "`streamrff map SOURCE [SOURCE ...] -o map.json` and sketch each with --map map.json."
             )
-        if getattr(other, "kind", None) != first.kind:
-            raise SketchMismatchError(f"{first_path} is a {first.kind!r} sketch but {path} is a {other.kind!r} sketch.")
+            problems.append(
+                f"{first_path} and {path} were sketched with different maps: "
+                f"{describe_map_differences(first.spec, other.spec)} (fingerprint {first.fingerprint[:16]} vs "
+                f"{other.fingerprint[:16]}). {advice}"
+            )
+        if same_moments and getattr(other, "has_moments", None) != getattr(first, "has_moments", None):
+            problems.append(
+                f"{first_path} and {path} differ in second moments: sketch every part with --moments, or none."
+            )
+    return problems

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import options
 from .output import emit
-from .sketchfiles import load_sketches, same_map_or_explain
+from .sketchfiles import load_checked_sketches
 
 #: ``streamrff test --help``: the line ``streamrff --help`` shows, the description, the example.
 HELP = """\
@@ -15,13 +15,17 @@ kernel two-sample (MMD) test between two data sets or two moment sketches
 
 Test whether two samples come from the same distribution with the unbiased MMD^2 of random Fourier
 features: the one-pass exact permutation test on the data, or the spectral / Hotelling tests from
-moment sketches made separately with one map; --method aggregated tests several bandwidths at once
-under the same permutations and reports one p-value.
+moment sketches made separately with one map (--null chooses); --null aggregated tests several
+bandwidths at once under the same permutations and reports one p-value.
 
 example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
-         streamrff test x.zarr y.zarr --method aggregated --bandwidths auto --plot scales.png
-         streamrff test --sketches x.sketch y.sketch --method spectral
+         streamrff test x.zarr y.zarr --null aggregated --bandwidths auto --plot scales.png
+         streamrff test --sketches x.sketch y.sketch --null spectral
 """
+
+
+#: ``--null`` (formerly ``--method``): the null distributions of the test.
+NULLS = ["permutation", "spectral", "hotelling", "aggregated"]
 
 
 def add_parser(commands: Any) -> None:
@@ -31,30 +35,31 @@ def add_parser(commands: Any) -> None:
         "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
     )
     parser.add_argument(
-        "--method",
-        choices=["permutation", "spectral", "hotelling", "aggregated"],
+        "--null",
+        choices=NULLS,
         default=None,
-        help="null distribution (default: permutation on data, spectral on sketches); aggregated: "
+        help="the test's null distribution (default: permutation on data, spectral on sketches); aggregated: "
         "several bandwidths under the same permutations, one p-value",
     )
+    options.add_deprecated_alias(parser, "--method", "--null", NULLS)
     parser.add_argument(
         "--permutations",
         type=options.positive_int,
         default=500,
-        help="permutations B (permutation and aggregated methods)",
+        help="permutations B (--null permutation and aggregated)",
     )
     parser.add_argument(
         "--bandwidths",
         type=options.bandwidth_list,
         default=None,
         metavar="auto|B1,B2,...",
-        help="--method aggregated: kernel widths, or auto (10 widths from the data; the default)",
+        help="--null aggregated: kernel widths, or auto (10 widths from the data; the default)",
     )
     parser.add_argument(
         "--aggregation",
         choices=["max", "fuse", "mmdagg"],
         default=None,
-        help="--method aggregated: how the bandwidths' statistics are combined (default: max)",
+        help="--null aggregated: how the bandwidths' statistics are combined (default: max)",
     )
     options.add_map_file(parser, "--features, --bandwidth and --variant")
     options.add_rff_options(parser, "seed of the map, its row sample, the permutations and the spectral draws")
@@ -110,56 +115,59 @@ def _test_lines(result: Any) -> list[str]:
     ]
 
 
-def _test_sketches(args: argparse.Namespace) -> Any:
-    from ..sketches import MeanSketch  # here, not at the top: start-up time
-    from ..twosample import mmd_test
+def _usage_problems(args: argparse.Namespace) -> list[str]:
+    """Every way the command line contradicts itself (checked before any file is read)."""
+    problems = []
+    aggregated = args.null == "aggregated"
+    if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
+        problems.append("--bandwidths and --aggregation go with --null aggregated.")
+    if aggregated and (args.bandwidth is not None or args.map is not None):
+        problems.append(
+            "--null aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not "
+            f"{'--bandwidth' if args.bandwidth is not None else '--map'}."
+        )
+    if args.sketches and args.sources:
+        problems.append("give either two data sources or --sketches A B, not both.")
+    elif not args.sketches and len(args.sources) != 2:
+        problems.append(f"expected two data sources X Y (or --sketches A B). Got {len(args.sources)}.")
+    if args.sketches:
+        if args.null in ("permutation", "aggregated"):
+            problems.append(
+                f"--sketches works with --null spectral or hotelling (moment sketches); the {args.null} "
+                f"test needs the data: streamrff test X Y --null {args.null}."
+            )
+        clash = options.given(args, ["features", "bandwidth", "variant", "map"])  # --seed seeds the spectral draws
+        if clash:
+            problems.append(
+                f"--sketches carry their own map, so {', '.join(map(options.flag, clash))} do not apply; drop them."
+            )
+    return problems
 
-    if args.method in ("permutation", "aggregated"):
-        raise options.UsageError(
-            f"--sketches works with --method spectral or hotelling (moment sketches); the {args.method} "
-            f"test needs the data: streamrff test X Y --method {args.method}."
-        )
-    clash = options.given(args, ["features", "bandwidth", "variant", "map"])  # --seed still seeds the spectral draws
-    if clash:
-        raise options.UsageError(
-            f"--sketches carry their own map, so {', '.join(map(options.flag, clash))} do not apply; drop them."
-        )
-    sketches = load_sketches(args.sketches, args.storage_options)
-    for path, part in zip(args.sketches, sketches):
-        if not isinstance(part, MeanSketch):
-            raise options.UsageError(
-                f"{path} is a {part.kind!r} sketch; --sketches needs two mean sketches made with --moments."
-            )
-        if not part.has_moments:
-            raise options.UsageError(
-                f"{path} was sketched without second moments, which --method {args.method} needs. "
-                "Re-run `streamrff sketch SOURCE --moments ...` for it "
-                f"(with --map {args.sketches[0]} to keep the map)."
-            )
-    same_map_or_explain(args.sketches, sketches)
-    for path, part in zip(args.sketches, sketches):
-        if part.count < 2:
-            raise options.UsageError(
-                f"{path} holds {part.count} row(s); the unbiased MMD^2 needs at least 2 rows per sample."
-            )
-    return mmd_test(sketches[0], sketches[1], method=args.method, seed=0 if args.seed is None else args.seed)
+
+def _test_sketches(args: argparse.Namespace) -> Any:
+    from ..twosample import mmd_test  # here, not at the top: start-up time
+
+    sketches = load_checked_sketches(
+        args.sketches, args.storage_options, mean_with_moments_for=f"--null {args.null}", min_rows=2
+    )
+    return mmd_test(sketches[0], sketches[1], method=args.null, seed=0 if args.seed is None else args.seed)
 
 
 def _test_data(args: argparse.Namespace) -> Any:
     from ..twosample import two_sample_test  # here, not at the top: start-up time
 
-    if len(args.sources) != 2:
-        raise options.UsageError(f"expected two data sources X Y (or --sketches A B). Got {len(args.sources)}.")
     # --seed also seeds the permutations, so it never contradicts --map.
     names = ["features", "bandwidth", "variant", "seed"]
     options.resolve_map_options(args, names, ["features", "bandwidth", "variant"], "they define the map")
-    aggregated = args.method == "aggregated"
+    if args.map is None:
+        options.rff_of_options(args)  # --features and --variant checked against each other before the data are read
+    aggregated = args.null == "aggregated"
     return two_sample_test(
         args.sources[0],
         args.sources[1],
         n_features=args.features,
         bandwidth=args.bandwidth,
-        method=args.method,
+        method=args.null,
         n_permutations=args.permutations,
         seed=args.seed,
         **options.dask_options(args),
@@ -170,18 +178,9 @@ def _test_data(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.null = args.null or ("spectral" if args.sketches else "permutation")
+    options.refuse(_usage_problems(args))
     options.check_plot_free(args)
-    args.method = args.method or ("spectral" if args.sketches else "permutation")
-    aggregated = args.method == "aggregated"
-    if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
-        raise options.UsageError("--bandwidths and --aggregation go with --method aggregated.")
-    if aggregated and (args.bandwidth is not None or args.map is not None):
-        raise options.UsageError(
-            "--method aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not "
-            f"{'--bandwidth' if args.bandwidth is not None else '--map'}."
-        )
-    if args.sketches and args.sources:
-        raise options.UsageError("give either two data sources or --sketches A B, not both.")
     result = _test_sketches(args) if args.sketches else _test_data(args)
     if args.plot:
         from ..plot import save_report_figure  # here, not at the top: start-up time

@@ -291,10 +291,17 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     # -- helpers for subclasses ---------------------------------------------------
     def _check_fitted(self) -> None:
         if not self.is_fitted():
+            # bandwidth="median" (the default) is chosen from data: say so, as that is why fit is needed.
+            median = " (bandwidth='median' is chosen from a sample of the data)" if self._median_bandwidth() else ""
             raise NotFittedMapError(
-                f"This {type(self).__name__} is not fitted yet. Call fit(X) first, or pass it "
-                "to streamrff.sketch, which fits it on a seeded sample of the data."
+                f"This {type(self).__name__} is not fitted yet{median}. Call fit(X) first, or pass it "
+                "to streamrff.sketch, which fits it on a seeded sample of the data"
+                + (", or give a numeric bandwidth and fit it on any rows of the data's width." if median else ".")
             )
+
+    def _median_bandwidth(self) -> bool:
+        """Whether this map takes its bandwidth from the data by the median heuristic."""
+        return getattr(self, "bandwidth", None) == "median"
 
     def _validate_input(self, X: Any, reset: bool) -> np.ndarray:
         # Shape errors get streamrff's messages (argument, value and fix) rather
@@ -410,7 +417,7 @@ def map_from_spec(spec: MapSpec, arrays: dict[str, np.ndarray] | None = None) ->
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.ones((2, 3))
-    >>> rff = srf.RFF(n_features=8).fit(X)
+    >>> rff = srf.RFF(n_features=8, bandwidth=1.0).fit(X)
     >>> twin = srf.map_from_spec(rff.spec)
     >>> bool((twin.transform(X) == rff.transform(X)).all()), twin.fingerprint == rff.fingerprint
     (True, True)

@@ -254,9 +254,12 @@ class RFF(FourierFeatureMap):
     ----------
     n_features : int, default=1024
         Output width D. Must be even and >= 2 for ``variant="sincos"``.
-    bandwidth : float or "median", default=1.0
-        Kernel width sigma; ``"median"`` takes the median pairwise distance of a
-        seeded sample of 1 000 rows (the same rows the Dask engine samples).
+    bandwidth : float or "median", default="median"
+        Kernel width sigma; ``"median"`` (the median heuristic, the default of
+        every streamrff estimator, function and command) takes the median
+        pairwise distance of a seeded sample of 1 000 rows (the same rows the
+        Dask engine samples), so the map must be fitted on data before
+        :meth:`transform`.
     variant : {"sincos", "cosphase"}, default="sincos"
         ``"sincos"``: ``z(x) = m^-1/2 [cos(Wx), sin(Wx)]`` with m = D/2
         frequencies (Sutherland & Schneider 2015, eq. 1); ``z(x).z(x) = 1`` and
@@ -339,7 +342,7 @@ class RFF(FourierFeatureMap):
     def __init__(
         self,
         n_features: int = 1024,
-        bandwidth: float | str = 1.0,
+        bandwidth: float | str = "median",
         variant: Literal["sincos", "cosphase"] = "sincos",
         orthogonal: bool = False,
         structured: bool = False,

@@ -49,7 +49,7 @@ class JL(FeatureMap):
     --------
     >>> import numpy as np, streamrff as srf
     >>> X = np.random.default_rng(0).normal(size=(10, 3))
-    >>> jl = srf.JL(srf.RFF(n_features=512), n_components=64).fit(X)
+    >>> jl = srf.JL(srf.RFF(n_features=512, bandwidth=1.0), n_components=64).fit(X)
     >>> Z = jl.transform(X)
     >>> Z.shape
     (10, 64)
@@ -79,6 +79,10 @@ class JL(FeatureMap):
         self.inner_map_ = clone(inner)
         self.n_features_in_ = int(n_features_in)
         return self.inner_map_._begin_fit(n_features_in)
+
+    def _median_bandwidth(self) -> bool:
+        # No inner map means RFF(), whose bandwidth is the median heuristic.
+        return self.inner_map is None or (isinstance(self.inner_map, FeatureMap) and self.inner_map._median_bandwidth())
 
     def _finish_fit(self, sample: np.ndarray) -> JL:
         self.inner_map_._finish_fit(sample)

@@ -91,8 +91,8 @@ class RelativeErrorRFF(FourierFeatureMap):
     ----------
     n_features : int, default=1024
         Output width D (even, >= 2): D/2 frequencies, a cos and a sin feature each.
-    bandwidth : float or "median", default=1.0
-        Kernel width sigma; ``"median"`` as for :class:`RFF`.
+    bandwidth : float or "median", default="median"
+        Kernel width sigma; ``"median"`` (the median heuristic) as for :class:`RFF`.
     alpha : float, default=1e-3
         Smallest squared kernel distance ``D_K^2(P, Q)`` to be approximated with
         relative error, in (0, 1). Enters only through ``gamma`` (logarithmically).
@@ -155,7 +155,7 @@ class RelativeErrorRFF(FourierFeatureMap):
     def __init__(
         self,
         n_features: int = 1024,
-        bandwidth: float | str = 1.0,
+        bandwidth: float | str = "median",
         alpha: float = 1e-3,
         eps: float = 0.1,
         seed: Seed = 0,

@@ -99,7 +99,7 @@ class TwoSampleSketch(MappedSketch):
     >>> from streamrff.twosample import two_sample_sketch_of_chunk
     >>> rng = np.random.default_rng(0)
     >>> X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2))
-    >>> rff = srf.RFF(n_features=64).fit(X)
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(X)
     >>> parts = [two_sample_sketch_of_chunk(X, rff, 0, 40, 30, 19, seed=0),
     ...          two_sample_sketch_of_chunk(Y, rff, 40, 40, 30, 19, seed=0)]
     >>> sketch = srf.merge(parts)
@@ -320,7 +320,7 @@ def two_sample_sketch_of_chunk(
     >>> import numpy as np, streamrff as srf
     >>> from streamrff.twosample import permutation_indices, two_sample_sketch_of_chunk
     >>> rows = np.random.default_rng(0).normal(size=(10, 2))
-    >>> rff = srf.RFF(n_features=16).fit(rows)
+    >>> rff = srf.RFF(n_features=16, bandwidth=1.0).fit(rows)
     >>> part = two_sample_sketch_of_chunk(rows, rff, 5, 8, 12, 3, seed=0)  # global rows 5..14; X is 0..7
     >>> part.count_x, part.count_y
     (3, 7)
