@@ -10,8 +10,6 @@ like every other sketch, across chunks, workers and sites that never share rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -24,12 +22,10 @@ from .maps import FeatureMap
 from .sketches import (
     _MOMENT_TILE_ROWS,
     MeanSketch,
-    Sketch,
     _describe,
     _expect_array,
     _expect_int,
     _expect_squared_norm_sum,
-    _left_fold_sum,
     _rank_k_update,
 )
 from .typing import ArrayLike2D
@@ -85,6 +81,11 @@ class RegressionSketch(MeanSketch):
     """
 
     kind = "regression"
+    _summed_fields = (
+        "count", "feature_sum", "squared_norm_sum", "moment", "cross_moment", "target_sum", "target_moment",
+        "n_invalid",
+    )  # fmt: skip
+    _fixed_fields = ("feature_map", "target_ndim")
 
     def __init__(
         self,
@@ -129,28 +130,6 @@ class RegressionSketch(MeanSketch):
                 f"({self.target_ndim}-D) vs {other.n_targets} column(s) ({other.target_ndim}-D). "
                 "Sketch every part with the same target columns."
             )
-
-    def _merge(self, other: RegressionSketch) -> RegressionSketch:
-        return self.merge_many([other])
-
-    def merge_many(self, others: Sequence[Sketch]) -> RegressionSketch:
-        if not others:
-            return self
-        for other in others:
-            self.check_compatible(other)
-        parts = [self, *others]
-        return RegressionSketch(
-            self.feature_map,
-            self.count + sum(other.count for other in others),
-            _left_fold_sum([part.feature_sum for part in parts]),
-            reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            _left_fold_sum([part.moment for part in parts]),
-            _left_fold_sum([part.cross_moment for part in parts]),
-            _left_fold_sum([part.target_sum for part in parts]),
-            _left_fold_sum([part.target_moment for part in parts]),
-            self.target_ndim,
-            self.n_invalid + sum(other.n_invalid for other in others),
-        )
 
     def _arrays(self) -> dict[str, np.ndarray]:
         return {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import reduce
@@ -151,7 +152,7 @@ class Sketch(ABC):
     def merge_many(self, others: Sequence[Sketch]) -> Sketch:
         """``self.merge(others[0]).merge(others[1])...``: the same left fold, in as little memory as the kind allows.
 
-        Kinds whose state is a sum (mean, Nystrom) accumulate into one new
+        Kinds whose state is a sum (:class:`SumSketch`) accumulate into one new
         array per field instead of allocating a new array per merge, so a merge
         of f partials holds f + 1 of them, not f + 2; the result equals the
         pairwise left fold bit for bit.
@@ -220,6 +221,47 @@ class MappedSketch(Sketch):
         return self.feature_map.state_arrays()
 
 
+class SumSketch(MappedSketch):
+    """A mapped sketch whose state is sums over rows: merging adds the summed fields, keeps the fixed ones.
+
+    A kind names its constructor parameters in two groups: ``_summed_fields``
+    (arrays, floats or ints that are sums over rows; an optional array may be
+    None in every part) and ``_fixed_fields`` (the map and the design, equal in
+    every part once :meth:`check_compatible` has passed). :meth:`merge` and
+    :meth:`merge_many` are then the same for every kind.
+    """
+
+    _summed_fields: ClassVar[tuple[str, ...]] = ()
+    _fixed_fields: ClassVar[tuple[str, ...]] = ("feature_map",)
+
+    def _merge(self, other: Sketch) -> Sketch:
+        return self._sum_of([self, other])
+
+    def merge_many(self, others: Sequence[Sketch]) -> Sketch:
+        if not others:
+            return self
+        for other in others:
+            self.check_compatible(other)
+        return self._sum_of([self, *others])
+
+    def _sum_of(self, parts: Sequence[SumSketch]) -> SumSketch:
+        """The sketch of all ``parts`` (checked compatible): each summed field as the pairwise left fold."""
+        fields = {name: getattr(self, name) for name in self._fixed_fields}
+        for name in self._summed_fields:
+            fields[name] = _left_fold_total([getattr(part, name) for part in parts])
+        return type(self)(**fields)
+
+
+def _left_fold_total(values: Sequence[Any]) -> Any:
+    """``((a + b) + c) + ...`` of the values of one summed field: None when the (optional) field is absent,
+    one new array for arrays (:func:`_left_fold_sum`), else Python's ``+`` from the left."""
+    if values[0] is None:
+        return None
+    if isinstance(values[0], np.ndarray):
+        return _left_fold_sum(values)
+    return reduce(operator.add, values)
+
+
 def spec_differences(spec_a: MapSpec, spec_b: MapSpec, prefix: str = "") -> list[tuple[str, Any, Any]]:
     """The ``(parameter, value in a, value in b)`` triples where two map specs differ (nested specs dotted).
 
@@ -261,7 +303,7 @@ def _describe(spec: MapSpec) -> str:
     return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
 
 
-class MeanSketch(MappedSketch):
+class MeanSketch(SumSketch):
     """Count, float64 sum of features and (optionally) the float64 second moment ``sum z z^T``.
 
     Built with :func:`sketch_array` (in memory) or :func:`streamrff.sketch`
@@ -295,6 +337,7 @@ class MeanSketch(MappedSketch):
     """
 
     kind = "mean"
+    _summed_fields = ("count", "feature_sum", "squared_norm_sum", "moment", "n_invalid")
 
     def __init__(
         self,
@@ -346,31 +389,6 @@ class MeanSketch(MappedSketch):
                 "Cannot merge a sketch with second moments and one without. Re-sketch the "
                 "part without moments with moments=True (CLI: --moments)."
             )
-
-    def _merge(self, other: MeanSketch) -> MeanSketch:
-        return MeanSketch(
-            self.feature_map,
-            self.count + other.count,
-            self.feature_sum + other.feature_sum,
-            self.squared_norm_sum + other.squared_norm_sum,
-            None if self.moment is None else self.moment + other.moment,
-            self.n_invalid + other.n_invalid,
-        )
-
-    def merge_many(self, others: Sequence[Sketch]) -> MeanSketch:
-        if not others:
-            return self
-        for other in others:
-            self.check_compatible(other)
-        parts = [self, *others]
-        return MeanSketch(
-            self.feature_map,
-            self.count + sum(other.count for other in others),
-            _left_fold_sum([part.feature_sum for part in parts]),
-            reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            None if self.moment is None else _left_fold_sum([part.moment for part in parts]),
-            self.n_invalid + sum(other.n_invalid for other in others),
-        )
 
     def _arrays(self) -> dict[str, np.ndarray]:
         arrays = {"feature_sum": self.feature_sum}

@@ -19,7 +19,7 @@ from .._blas import single_blas_thread
 from .._validation import check_positive_int
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
-from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
+from ..sketches import SumSketch, _describe, _expect_array, _expect_int
 from ._lloyd import FULL_RESCORE_FRACTION, lloyd_step
 from .scoring import _lloyd_tile_rows, _NearestCentres, _squared_row_norms
 
@@ -39,7 +39,7 @@ def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | Non
     return digest.hexdigest()
 
 
-class ClusterSketch(MappedSketch):
+class ClusterSketch(SumSketch):
     """One Lloyd step of kernel k-means over some rows: per-cluster counts and feature sums, inertia.
 
     Every row is assigned to its nearest centre in feature space; the sketch
@@ -95,6 +95,8 @@ class ClusterSketch(MappedSketch):
     """
 
     kind = "cluster"
+    _summed_fields = ("counts", "sums", "inertia", "squared_norm_sum", "n_moved")
+    _fixed_fields = ("feature_map", "centers", "previous_centers")
 
     def __init__(
         self,
@@ -180,18 +182,6 @@ class ClusterSketch(MappedSketch):
         return max(0.0, self.squared_norm_sum - float(spread.sum()))
 
     # -- monoid and file format --------------------------------------------------------
-    def _merge(self, other: ClusterSketch) -> ClusterSketch:
-        return ClusterSketch(
-            self.feature_map,
-            self.centers,
-            self.previous_centers,
-            self.counts + other.counts,
-            self.sums + other.sums,
-            self.inertia + other.inertia,
-            self.squared_norm_sum + other.squared_norm_sum,
-            self.n_moved + other.n_moved,
-        )
-
     def _arrays(self) -> dict[str, np.ndarray]:
         arrays = {"counts": self.counts, "sums": self.sums, "centers": self.centers}
         if self.previous_centers is not None:

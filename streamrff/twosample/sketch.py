@@ -20,7 +20,7 @@ from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..maps.base import _spec_key
 from ..maps.fourier import _projection_params
-from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
+from ..sketches import SumSketch, _describe, _expect_array, _expect_int
 from .permutations import PERMUTATION_SCHEME, _permute, _round_keys
 
 __all__ = [
@@ -64,7 +64,7 @@ def check_accumulator_size(
         )
 
 
-class TwoSampleSketch(MappedSketch):
+class TwoSampleSketch(SumSketch):
     """Sums for the one-pass permutation MMD test of X (global rows ``0..n_x-1``) against Y (``n_x..N-1``).
 
     Built per chunk by :func:`two_sample_sketch_of_chunk`, merged with
@@ -116,6 +116,11 @@ class TwoSampleSketch(MappedSketch):
     """
 
     kind = "twosample"
+    _summed_fields = (
+        "count_x", "count_y", "feature_sum_x", "feature_sum_y", "squared_norm_sum_x", "squared_norm_sum_y",
+        "permutation_sums", "permutation_squared_norms",
+    )  # fmt: skip
+    _fixed_fields = ("feature_map", "n_x", "n_y", "n_permutations", "seed")
 
     def __init__(
         self,
@@ -181,23 +186,6 @@ class TwoSampleSketch(MappedSketch):
                     f"n_permutations={other.n_permutations}, seed={other.seed}). Sketch every chunk "
                     "with the same n_x, n_y, n_permutations and seed."
                 )
-
-    def _merge(self, other: TwoSampleSketch) -> TwoSampleSketch:
-        return TwoSampleSketch(
-            self.feature_map,
-            self.n_x,
-            self.n_y,
-            self.n_permutations,
-            self.seed,
-            self.count_x + other.count_x,
-            self.count_y + other.count_y,
-            self.feature_sum_x + other.feature_sum_x,
-            self.feature_sum_y + other.feature_sum_y,
-            self.squared_norm_sum_x + other.squared_norm_sum_x,
-            self.squared_norm_sum_y + other.squared_norm_sum_y,
-            self.permutation_sums + other.permutation_sums,
-            self.permutation_squared_norms + other.permutation_squared_norms,
-        )
 
     def _arrays(self) -> dict[str, np.ndarray]:
         return {
