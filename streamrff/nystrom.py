@@ -21,6 +21,7 @@ the full moment's rank-k update; ``8 D l`` bytes per partial.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from functools import lru_cache
@@ -80,6 +81,7 @@ def test_matrix(seed: int, width: int, sketch_size: int) -> np.ndarray:
 test_matrix.__test__ = False  # a library function, not a pytest test
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class NystromSketch(SumSketch):
     """Count, feature sum, sum of squared norms and the range sketch ``Y = sum z z^T Omega``.
 
@@ -126,25 +128,13 @@ class NystromSketch(SumSketch):
     _summed_fields = ("count", "feature_sum", "squared_norm_sum", "range_sketch", "n_invalid")
     _fixed_fields = ("feature_map", "test_seed")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        count: int,
-        feature_sum: np.ndarray,
-        squared_norm_sum: float,
-        range_sketch: np.ndarray,
-        test_seed: int,
-        n_invalid: int = 0,
-    ) -> None:
-        self.feature_map = feature_map
-        self.count = int(count)
-        self.feature_sum = feature_sum
-        self.squared_norm_sum = float(squared_norm_sum)
-        self.range_sketch = range_sketch
-        self.test_seed = int(test_seed)
-        self.n_invalid = int(n_invalid)
-        for array in (feature_sum, range_sketch):
-            array.setflags(write=False)
+    feature_map: FeatureMap
+    count: int
+    feature_sum: np.ndarray
+    squared_norm_sum: float
+    range_sketch: np.ndarray
+    test_seed: int
+    n_invalid: int = 0
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, sketch_size: int, test_seed: int) -> NystromSketch:

@@ -10,6 +10,7 @@ like every other sketch, across chunks, workers and sites that never share rows.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,9 @@ from .typing import ArrayLike2D
 __all__ = ["RegressionSketch", "regression_sketch_of_chunk", "regression_sketch_array", "check_targets"]
 
 
+# init=False: the target fields stand between ``moment`` and ``n_invalid`` in the constructor,
+# an order that dataclass inheritance cannot give.
+@dataclasses.dataclass(eq=False, repr=False, init=False)
 class RegressionSketch(MeanSketch):
     """A moment sketch of features plus float64 sums of the targets: ``Z^T y``, ``sum y`` and ``y^T y``.
 
@@ -87,6 +91,11 @@ class RegressionSketch(MeanSketch):
     )  # fmt: skip
     _fixed_fields = ("feature_map", "target_ndim")
 
+    cross_moment: np.ndarray
+    target_sum: np.ndarray
+    target_moment: np.ndarray
+    target_ndim: int
+
     def __init__(
         self,
         feature_map: FeatureMap,
@@ -100,13 +109,12 @@ class RegressionSketch(MeanSketch):
         target_ndim: int = 1,
         n_invalid: int = 0,
     ) -> None:
-        super().__init__(feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
+        # The target fields first: MeanSketch's constructor then checks every field (SumSketch.__post_init__).
         self.cross_moment = cross_moment
         self.target_sum = target_sum
         self.target_moment = target_moment
-        self.target_ndim = int(target_ndim)
-        for array in (cross_moment, target_sum, target_moment):
-            array.setflags(write=False)
+        self.target_ndim = target_ndim
+        super().__init__(feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, n_targets: int = 1, target_ndim: int = 1) -> RegressionSketch:  # type: ignore[override]

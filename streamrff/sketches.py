@@ -10,6 +10,7 @@ neutral element), :meth:`Sketch.save` / :func:`streamrff.load`, ``count``,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import operator
@@ -224,15 +225,26 @@ class MappedSketch(Sketch):
 class SumSketch(MappedSketch):
     """A mapped sketch whose state is sums over rows: merging adds the summed fields, keeps the fixed ones.
 
-    A kind names its constructor parameters in two groups: ``_summed_fields``
+    A kind is a dataclass (``eq=False``: equality is :meth:`Sketch.__eq__`)
+    whose constructor parameters fall in two groups: ``_summed_fields``
     (arrays, floats or ints that are sums over rows; an optional array may be
     None in every part) and ``_fixed_fields`` (the map and the design, equal in
     every part once :meth:`check_compatible` has passed). :meth:`merge` and
-    :meth:`merge_many` are then the same for every kind.
+    :meth:`merge_many` are then the same for every kind, and so is the
+    construction: fields annotated ``int`` or ``float`` are stored as Python
+    numbers, arrays are made read-only.
     """
 
     _summed_fields: ClassVar[tuple[str, ...]] = ()
     _fixed_fields: ClassVar[tuple[str, ...]] = ("feature_map",)
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            elif field.type in _SCALAR_FIELD_TYPES:
+                setattr(self, field.name, _SCALAR_FIELD_TYPES[field.type](value))
 
     def _merge(self, other: Sketch) -> Sketch:
         return self._sum_of([self, other])
@@ -250,6 +262,11 @@ class SumSketch(MappedSketch):
         for name in self._summed_fields:
             fields[name] = _left_fold_total([getattr(part, name) for part in parts])
         return type(self)(**fields)
+
+
+#: Annotations (strings, under ``from __future__ import annotations``) of the scalar fields of a
+#: sum sketch, and the Python type each is stored as: numpy scalars never reach the JSON attributes.
+_SCALAR_FIELD_TYPES = {"int": int, "float": float}
 
 
 def _left_fold_total(values: Sequence[Any]) -> Any:
@@ -303,6 +320,7 @@ def _describe(spec: MapSpec) -> str:
     return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class MeanSketch(SumSketch):
     """Count, float64 sum of features and (optionally) the float64 second moment ``sum z z^T``.
 
@@ -339,24 +357,12 @@ class MeanSketch(SumSketch):
     kind = "mean"
     _summed_fields = ("count", "feature_sum", "squared_norm_sum", "moment", "n_invalid")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        count: int,
-        feature_sum: np.ndarray,
-        squared_norm_sum: float,
-        moment: np.ndarray | None = None,
-        n_invalid: int = 0,
-    ) -> None:
-        self.feature_map = feature_map
-        self.count = int(count)
-        self.feature_sum = feature_sum
-        self.squared_norm_sum = float(squared_norm_sum)
-        self.moment = moment
-        self.n_invalid = int(n_invalid)
-        for array in (feature_sum, moment):
-            if array is not None:
-                array.setflags(write=False)
+    feature_map: FeatureMap
+    count: int
+    feature_sum: np.ndarray
+    squared_norm_sum: float
+    moment: np.ndarray | None = None
+    n_invalid: int = 0
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, moments: bool = False) -> MeanSketch:

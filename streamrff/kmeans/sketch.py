@@ -10,6 +10,7 @@ tile; tiles accumulated in float64), and the engine tree-merges the partials.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -39,6 +40,7 @@ def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | Non
     return digest.hexdigest()
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class ClusterSketch(SumSketch):
     """One Lloyd step of kernel k-means over some rows: per-cluster counts and feature sums, inertia.
 
@@ -98,29 +100,19 @@ class ClusterSketch(SumSketch):
     _summed_fields = ("counts", "sums", "inertia", "squared_norm_sum", "n_moved")
     _fixed_fields = ("feature_map", "centers", "previous_centers")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        centers: np.ndarray,
-        previous_centers: np.ndarray | None,
-        counts: np.ndarray,
-        sums: np.ndarray,
-        inertia: float,
-        squared_norm_sum: float,
-        n_moved: int,
-    ) -> None:
-        self.feature_map = feature_map
-        self.centers = centers
-        self.previous_centers = previous_centers
-        self.counts = counts
-        self.sums = sums
-        self.inertia = float(inertia)
-        self.squared_norm_sum = float(squared_norm_sum)
-        self.n_moved = int(n_moved)
-        self.count = int(counts.sum())
-        for array in (centers, previous_centers, counts, sums):
-            if array is not None:
-                array.setflags(write=False)
+    feature_map: FeatureMap
+    centers: np.ndarray
+    previous_centers: np.ndarray | None
+    counts: np.ndarray
+    sums: np.ndarray
+    inertia: float
+    squared_norm_sum: float
+    n_moved: int
+    count: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.count = int(self.counts.sum())
+        super().__post_init__()
 
     @classmethod
     def empty(

@@ -8,6 +8,7 @@ and reduces the partial :class:`TwoSampleSketch` objects with ``merge``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -64,6 +65,7 @@ def check_accumulator_size(
         )
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class TwoSampleSketch(SumSketch):
     """Sums for the one-pass permutation MMD test of X (global rows ``0..n_x-1``) against Y (``n_x..N-1``).
 
@@ -122,37 +124,19 @@ class TwoSampleSketch(SumSketch):
     )  # fmt: skip
     _fixed_fields = ("feature_map", "n_x", "n_y", "n_permutations", "seed")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        n_x: int,
-        n_y: int,
-        n_permutations: int,
-        seed: int,
-        count_x: int,
-        count_y: int,
-        feature_sum_x: np.ndarray,
-        feature_sum_y: np.ndarray,
-        squared_norm_sum_x: float,
-        squared_norm_sum_y: float,
-        permutation_sums: np.ndarray,
-        permutation_squared_norms: np.ndarray,
-    ) -> None:
-        self.feature_map = feature_map
-        self.n_x = int(n_x)
-        self.n_y = int(n_y)
-        self.n_permutations = int(n_permutations)
-        self.seed = int(seed)
-        self.count_x = int(count_x)
-        self.count_y = int(count_y)
-        self.feature_sum_x = feature_sum_x
-        self.feature_sum_y = feature_sum_y
-        self.squared_norm_sum_x = float(squared_norm_sum_x)
-        self.squared_norm_sum_y = float(squared_norm_sum_y)
-        self.permutation_sums = permutation_sums
-        self.permutation_squared_norms = permutation_squared_norms
-        for array in (feature_sum_x, feature_sum_y, permutation_sums, permutation_squared_norms):
-            array.setflags(write=False)
+    feature_map: FeatureMap
+    n_x: int
+    n_y: int
+    n_permutations: int
+    seed: int
+    count_x: int
+    count_y: int
+    feature_sum_x: np.ndarray
+    feature_sum_y: np.ndarray
+    squared_norm_sum_x: float
+    squared_norm_sum_y: float
+    permutation_sums: np.ndarray
+    permutation_squared_norms: np.ndarray
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, n_x: int, n_y: int, n_permutations: int, seed: int) -> TwoSampleSketch:
