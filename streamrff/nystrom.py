@@ -207,10 +207,7 @@ class NystromSketch(SumSketch):
             )
         super().check_compatible(other)
 
-    def _arrays(self) -> dict[str, np.ndarray]:
-        return {"feature_sum": self.feature_sum, "range_sketch": self.range_sketch}
-
-    def _attrs(self) -> dict[str, Any]:
+    def _attrs(self) -> dict[str, Any]:  # test_seed is saved in test_matrix, beside the scheme it seeds
         return {
             "count": self.count,
             "squared_norm_sum": self.squared_norm_sum,

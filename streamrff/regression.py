@@ -46,16 +46,10 @@ class RegressionSketch(MeanSketch):
 
     Parameters
     ----------
-    feature_map : FeatureMap
-        The fitted map that produced the features.
-    count : int
-        Number of rows sketched.
-    feature_sum : ndarray of shape (D,), float64
-        Sum of the feature vectors ``z_i``.
-    squared_norm_sum : float
-        Sum of ``||z_i||^2``.
+    feature_map, count, feature_sum, squared_norm_sum
+        As for :class:`~streamrff.MeanSketch`.
     moment : ndarray of shape (D, D), float64
-        Second moment ``sum z_i z_i^T``.
+        Second moment ``sum z_i z_i^T`` (never None here).
     cross_moment : ndarray of shape (D, t), float64
         ``Z^T Y = sum z_i y_i^T``.
     target_sum : ndarray of shape (t,), float64
@@ -139,17 +133,8 @@ class RegressionSketch(MeanSketch):
                 "Sketch every part with the same target columns."
             )
 
-    def _arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "feature_sum": self.feature_sum,
-            "moment": self.moment,
-            "cross_moment": self.cross_moment,
-            "target_sum": self.target_sum,
-            "target_moment": self.target_moment,
-        }
-
-    def _attrs(self) -> dict[str, Any]:
-        return {**super()._attrs(), "n_targets": self.n_targets, "target_ndim": self.target_ndim}
+    def _extra_attrs(self) -> dict[str, Any]:
+        return {**super()._extra_attrs(), "n_targets": self.n_targets}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> RegressionSketch:

@@ -230,9 +230,11 @@ class SumSketch(MappedSketch):
     (arrays, floats or ints that are sums over rows; an optional array may be
     None in every part) and ``_fixed_fields`` (the map and the design, equal in
     every part once :meth:`check_compatible` has passed). :meth:`merge` and
-    :meth:`merge_many` are then the same for every kind, and so is the
-    construction: fields annotated ``int`` or ``float`` are stored as Python
-    numbers, arrays are made read-only.
+    :meth:`merge_many` are then the same for every kind, and so are the
+    construction (fields annotated ``int`` or ``float`` are stored as Python
+    numbers, arrays are made read-only) and the file's contents: the array
+    fields are its arrays; ``count``, the scalar fields and what
+    :meth:`_extra_attrs` adds are its attributes.
     """
 
     _summed_fields: ClassVar[tuple[str, ...]] = ()
@@ -245,6 +247,19 @@ class SumSketch(MappedSketch):
                 value.setflags(write=False)
             elif field.type in _SCALAR_FIELD_TYPES:
                 setattr(self, field.name, _SCALAR_FIELD_TYPES[field.type](value))
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return {field.name: value for field in fields if isinstance(value := getattr(self, field.name), np.ndarray)}
+
+    def _attrs(self) -> dict[str, Any]:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        scalars = {field.name: getattr(self, field.name) for field in fields if field.type in _SCALAR_FIELD_TYPES}
+        return {"count": self.count, **scalars, **self._extra_attrs()}
+
+    def _extra_attrs(self) -> dict[str, Any]:
+        """Attributes of the file beyond the scalar fields (flags and schemes a reader checks)."""
+        return {}
 
     def _merge(self, other: Sketch) -> Sketch:
         return self._sum_of([self, other])
@@ -396,19 +411,8 @@ class MeanSketch(SumSketch):
                 "part without moments with moments=True (CLI: --moments)."
             )
 
-    def _arrays(self) -> dict[str, np.ndarray]:
-        arrays = {"feature_sum": self.feature_sum}
-        if self.moment is not None:
-            arrays["moment"] = self.moment
-        return arrays
-
-    def _attrs(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "squared_norm_sum": self.squared_norm_sum,
-            "n_invalid": self.n_invalid,
-            "moments": self.has_moments,
-        }
+    def _extra_attrs(self) -> dict[str, Any]:
+        return {"moments": self.has_moments}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> MeanSketch:

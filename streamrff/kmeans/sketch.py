@@ -174,19 +174,9 @@ class ClusterSketch(SumSketch):
         return max(0.0, self.squared_norm_sum - float(spread.sum()))
 
     # -- monoid and file format --------------------------------------------------------
-    def _arrays(self) -> dict[str, np.ndarray]:
-        arrays = {"counts": self.counts, "sums": self.sums, "centers": self.centers}
-        if self.previous_centers is not None:
-            arrays["previous_centers"] = self.previous_centers
-        return arrays
-
-    def _attrs(self) -> dict[str, Any]:
+    def _extra_attrs(self) -> dict[str, Any]:
         return {
-            "count": self.count,
             "n_clusters": self.n_clusters,
-            "inertia": self.inertia,
-            "squared_norm_sum": self.squared_norm_sum,
-            "n_moved": self.n_moved,
             "has_previous_centers": self.previous_centers is not None,
             "centers_fingerprint": self.centers_fingerprint,
         }

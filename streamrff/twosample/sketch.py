@@ -171,27 +171,8 @@ class TwoSampleSketch(SumSketch):
                     "with the same n_x, n_y, n_permutations and seed."
                 )
 
-    def _arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "feature_sum_x": self.feature_sum_x,
-            "feature_sum_y": self.feature_sum_y,
-            "permutation_sums": self.permutation_sums,
-            "permutation_squared_norms": self.permutation_squared_norms,
-        }
-
-    def _attrs(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "count_x": self.count_x,
-            "count_y": self.count_y,
-            "n_x": self.n_x,
-            "n_y": self.n_y,
-            "n_permutations": self.n_permutations,
-            "seed": self.seed,
-            "squared_norm_sum_x": self.squared_norm_sum_x,
-            "squared_norm_sum_y": self.squared_norm_sum_y,
-            "permutation_scheme": PERMUTATION_SCHEME,
-        }
+    def _extra_attrs(self) -> dict[str, Any]:
+        return {"permutation_scheme": PERMUTATION_SCHEME}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> TwoSampleSketch:
