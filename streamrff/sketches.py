@@ -235,6 +235,21 @@ class SumSketch(MappedSketch):
     numbers, arrays are made read-only) and the file's contents: the array
     fields are its arrays; ``count``, the scalar fields and what
     :meth:`_extra_attrs` adds are its attributes.
+
+    Examples
+    --------
+    A merge of many partials equals the pairwise left fold bit for bit, and
+    its sums are the sums over all rows:
+
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(90, 2))
+    >>> rff = srf.RFF(n_features=32, bandwidth=1.0).fit(X)
+    >>> parts = [srf.sketch_array(rows, rff) for rows in np.array_split(X, 3)]
+    >>> merged = parts[0].merge_many(parts[1:])
+    >>> merged == parts[0].merge(parts[1]).merge(parts[2]), merged.count
+    (True, 90)
+    >>> bool(np.allclose(merged.feature_sum, rff.transform(X).astype(np.float64).sum(axis=0), atol=1e-5))
+    True
     """
 
     _summed_fields: ClassVar[tuple[str, ...]] = ()
@@ -279,9 +294,10 @@ class SumSketch(MappedSketch):
         return type(self)(**fields)
 
 
-#: Annotations (strings, under ``from __future__ import annotations``) of the scalar fields of a
-#: sum sketch, and the Python type each is stored as: numpy scalars never reach the JSON attributes.
-_SCALAR_FIELD_TYPES = {"int": int, "float": float}
+#: Annotations of the scalar fields of a sum sketch (strings under ``from __future__ import
+#: annotations``, else the types), and the Python type each is stored as: numpy scalars never
+#: reach the JSON attributes.
+_SCALAR_FIELD_TYPES = {"int": int, "float": float, int: int, float: float}
 
 
 def _left_fold_total(values: Sequence[Any]) -> Any:
