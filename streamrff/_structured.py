@@ -460,12 +460,8 @@ def structured_features(
 
     Parameters
     ----------
-    X : numpy.ndarray
-        float32 (N, d), C-contiguous.
-    params : dict of numpy.ndarray
-        From :func:`structured_params`.
-    offsets : numpy.ndarray
-        float32 (m,) or (0,), as for :func:`structured_feature_sums`.
+    X, params, offsets
+        As for :func:`structured_feature_sums`.
     scale : float
         Feature scale (``m^-1/2`` for sin/cos, ``sqrt(2 / m)`` for cos+phase).
     out : numpy.ndarray

@@ -156,3 +156,24 @@ def validate_estimator_input(model: Any, X: Any, reset: bool) -> np.ndarray:
             raise
         raise InputError(str(error)) from error
     return check_rows(rows, "X")
+
+
+def check_format_version(version: Any, newest: int, target: str, noun: str, error: type[Exception]) -> None:
+    """The ``version`` attribute of a ``noun`` ("sketch", "map") file: an int in ``1..newest``, or ``error``.
+
+    Examples
+    --------
+    >>> from streamrff.errors import MapFormatError
+    >>> check_format_version(1, 1, "m.json", "map", MapFormatError)
+    >>> check_format_version(0, 1, "m.json", "map", MapFormatError)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.MapFormatError: m.json: invalid format version 0 of a map file; expected a positive integer.
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise error(f"{target}: invalid format version {version!r} of a {noun} file; expected a positive integer.")
+    if version > newest:
+        raise error(
+            f"{target} was written in {noun} format version {version}; this streamrff reads up to version "
+            f"{newest}. Upgrade streamrff (pip install -U streamrff)."
+        )

@@ -74,6 +74,7 @@ from ._sketchfile import (
     signature_value,
     write_state_path,
 )
+from ._validation import check_format_version
 from .errors import (
     SketchBeingWrittenError,
     SketchFormatError,
@@ -604,14 +605,7 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
             f"{target} is not a complete streamrff sketch: expected attribute format={FORMAT_NAME!r}, "
             f"got {attrs.get('format')!r}. It may be another zarr group or an incomplete (interrupted) write."
         )
-    version = attrs.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise SketchFormatError(f"{target}: invalid format version {version!r}.")
-    if version > FORMAT_VERSION:
-        raise SketchFormatError(
-            f"{target} was written in sketch format version {version}; this streamrff reads up to "
-            f"version {FORMAT_VERSION}. Upgrade streamrff (pip install -U streamrff)."
-        )
+    check_format_version(attrs.get("version"), FORMAT_VERSION, target, "sketch", SketchFormatError)
     kind = attrs.get("kind")
     if kind not in Sketch._registry:
         raise SketchFormatError(f"{target}: unknown sketch kind {kind!r}; expected one of {sorted(Sketch._registry)}.")

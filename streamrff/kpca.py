@@ -39,6 +39,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from ._blas import one_blas_thread, single_blas_thread
 from ._connection import connect
+from ._estimators import initial_feature_map, sketch_or_load
 from ._validation import (
     check_positive_int,
     check_rows,
@@ -50,7 +51,7 @@ from ._validation import (
 from .engine import _memory_per_thread, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
 from .io import as_row_chunked, open_source
-from .maps import KJL, RFF, FeatureMap
+from .maps import FeatureMap
 from .nystrom import NystromSketch, nystrom_eigenpairs
 from .sketches import MeanSketch
 from .typing import PathOrURL, StorageOptions
@@ -256,11 +257,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                     f"feature_map must be a streamrff FeatureMap. Got {type(self.feature_map).__name__}."
                 )
             return self.feature_map
-        if self.method == "kjl":
-            return KJL(
-                n_landmarks=self.n_landmarks, n_components=self.n_features, bandwidth=self.bandwidth, seed=self.seed
-            )
-        return RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=self.seed)
+        return initial_feature_map(self.method, self.n_features, self.bandwidth, self.seed, self.n_landmarks)
 
     def fit(
         self,
@@ -344,19 +341,13 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             If the path holds no valid sketch.
         """
         k = self._check_params()
-        if not isinstance(sketch, (MeanSketch, NystromSketch)):
-            if not isinstance(sketch, (str, bytes)) and not hasattr(sketch, "__fspath__"):
-                raise InputError(
-                    "fit_from_sketch takes a MeanSketch or the path/URL of a saved one (or a NystromSketch). "
-                    f"Got {type(sketch).__name__}."
-                )
-            from .fileformat import load
-
-            sketch = load(sketch, storage_options=storage_options)
-            if not isinstance(sketch, (MeanSketch, NystromSketch)):
-                raise InputError(
-                    f"KernelPCA needs a mean sketch with moments or a Nystrom sketch. Got a {sketch.kind!r} sketch."
-                )
+        sketch = sketch_or_load(
+            sketch,
+            (MeanSketch, NystromSketch),
+            storage_options,
+            takes="a MeanSketch or the path/URL of a saved one (or a NystromSketch)",
+            needs="KernelPCA needs a mean sketch with moments or a Nystrom sketch",
+        )
         if isinstance(sketch, MeanSketch) and not sketch.has_moments:
             raise InputError(
                 "This sketch has no second moment, which KernelPCA needs. Re-sketch with moments=True "

@@ -39,6 +39,7 @@ import numpy as np
 
 from ._bounded_read import read_regular_file
 from ._publish import check_output_location, publish_text
+from ._validation import check_format_version
 from .errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
 from .maps import FeatureMap, map_from_spec
 from .typing import PathOrURL, StorageOptions
@@ -247,14 +248,7 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
             f"{target} is not a streamrff map file: expected format={MAP_FORMAT_NAME!r}, got {found!r}. "
             "Pass a file written by `streamrff map` or streamrff.save_map, or a sketch file."
         )
-    version = document.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise MapFormatError(f"{target}: invalid map format version {version!r}; expected a positive integer.")
-    if version > MAP_FORMAT_VERSION:
-        raise MapFormatError(
-            f"{target} was written in map format version {version}; this streamrff reads up to version "
-            f"{MAP_FORMAT_VERSION}. Upgrade streamrff (pip install -U streamrff)."
-        )
+    check_format_version(document.get("version"), MAP_FORMAT_VERSION, target, "map", MapFormatError)
     spec, fingerprint, arrays = document.get("spec"), document.get("fingerprint"), document.get("arrays", {})
     if not isinstance(spec, dict) or not isinstance(fingerprint, str) or not isinstance(arrays, dict):
         raise MapFormatError(

@@ -21,10 +21,10 @@ the full moment's rank-k update; ``8 D l`` bytes per partial.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
-from functools import lru_cache, reduce
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -34,13 +34,11 @@ from ._validation import check_positive_int, normalize_seed
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap, tile_column_sums
 from .sketches import (
-    MappedSketch,
-    Sketch,
+    SumSketch,
     _describe,
     _expect_array,
     _expect_int,
     _expect_squared_norm_sum,
-    _left_fold_sum,
 )
 
 __all__ = ["NystromSketch", "nystrom_sketch_of_chunk", "nystrom_eigenpairs", "test_matrix"]
@@ -83,7 +81,8 @@ def test_matrix(seed: int, width: int, sketch_size: int) -> np.ndarray:
 test_matrix.__test__ = False  # a library function, not a pytest test
 
 
-class NystromSketch(MappedSketch):
+@dataclasses.dataclass(eq=False, repr=False)
+class NystromSketch(SumSketch):
     """Count, feature sum, sum of squared norms and the range sketch ``Y = sum z z^T Omega``.
 
     A linear, mergeable sketch of the second moment for wide maps (see the
@@ -126,26 +125,16 @@ class NystromSketch(MappedSketch):
     """
 
     kind = "nystrom"
+    _summed_fields = ("count", "feature_sum", "squared_norm_sum", "range_sketch", "n_invalid")
+    _fixed_fields = ("feature_map", "test_seed")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        count: int,
-        feature_sum: np.ndarray,
-        squared_norm_sum: float,
-        range_sketch: np.ndarray,
-        test_seed: int,
-        n_invalid: int = 0,
-    ) -> None:
-        self.feature_map = feature_map
-        self.count = int(count)
-        self.feature_sum = feature_sum
-        self.squared_norm_sum = float(squared_norm_sum)
-        self.range_sketch = range_sketch
-        self.test_seed = int(test_seed)
-        self.n_invalid = int(n_invalid)
-        for array in (feature_sum, range_sketch):
-            array.setflags(write=False)
+    feature_map: FeatureMap
+    count: int
+    feature_sum: np.ndarray
+    squared_norm_sum: float
+    range_sketch: np.ndarray
+    test_seed: int
+    n_invalid: int = 0
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, sketch_size: int, test_seed: int) -> NystromSketch:
@@ -218,37 +207,7 @@ class NystromSketch(MappedSketch):
             )
         super().check_compatible(other)
 
-    def _merge(self, other: NystromSketch) -> NystromSketch:
-        return NystromSketch(
-            self.feature_map,
-            self.count + other.count,
-            self.feature_sum + other.feature_sum,
-            self.squared_norm_sum + other.squared_norm_sum,
-            self.range_sketch + other.range_sketch,
-            self.test_seed,
-            self.n_invalid + other.n_invalid,
-        )
-
-    def merge_many(self, others: Sequence[Sketch]) -> NystromSketch:
-        if not others:
-            return self
-        for other in others:
-            self.check_compatible(other)
-        parts = [self, *others]
-        return NystromSketch(
-            self.feature_map,
-            self.count + sum(other.count for other in others),
-            _left_fold_sum([part.feature_sum for part in parts]),
-            reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            _left_fold_sum([part.range_sketch for part in parts]),
-            self.test_seed,
-            self.n_invalid + sum(other.n_invalid for other in others),
-        )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        return {"feature_sum": self.feature_sum, "range_sketch": self.range_sketch}
-
-    def _attrs(self) -> dict[str, Any]:
+    def _attrs(self) -> dict[str, Any]:  # test_seed is saved in test_matrix, beside the scheme it seeds
         return {
             "count": self.count,
             "squared_norm_sum": self.squared_norm_sum,

@@ -10,8 +10,7 @@ like every other sketch, across chunks, workers and sites that never share rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import reduce
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -24,12 +23,10 @@ from .maps import FeatureMap
 from .sketches import (
     _MOMENT_TILE_ROWS,
     MeanSketch,
-    Sketch,
     _describe,
     _expect_array,
     _expect_int,
     _expect_squared_norm_sum,
-    _left_fold_sum,
     _rank_k_update,
 )
 from .typing import ArrayLike2D
@@ -37,6 +34,9 @@ from .typing import ArrayLike2D
 __all__ = ["RegressionSketch", "regression_sketch_of_chunk", "regression_sketch_array", "check_targets"]
 
 
+# init=False: the target fields stand between ``moment`` and ``n_invalid`` in the constructor,
+# an order that dataclass inheritance cannot give.
+@dataclasses.dataclass(eq=False, repr=False, init=False)
 class RegressionSketch(MeanSketch):
     """A moment sketch of features plus float64 sums of the targets: ``Z^T y``, ``sum y`` and ``y^T y``.
 
@@ -46,16 +46,10 @@ class RegressionSketch(MeanSketch):
 
     Parameters
     ----------
-    feature_map : FeatureMap
-        The fitted map that produced the features.
-    count : int
-        Number of rows sketched.
-    feature_sum : ndarray of shape (D,), float64
-        Sum of the feature vectors ``z_i``.
-    squared_norm_sum : float
-        Sum of ``||z_i||^2``.
+    feature_map, count, feature_sum, squared_norm_sum
+        As for :class:`~streamrff.MeanSketch`.
     moment : ndarray of shape (D, D), float64
-        Second moment ``sum z_i z_i^T``.
+        Second moment ``sum z_i z_i^T`` (never None here).
     cross_moment : ndarray of shape (D, t), float64
         ``Z^T Y = sum z_i y_i^T``.
     target_sum : ndarray of shape (t,), float64
@@ -85,6 +79,16 @@ class RegressionSketch(MeanSketch):
     """
 
     kind = "regression"
+    _summed_fields = (
+        "count", "feature_sum", "squared_norm_sum", "moment", "cross_moment", "target_sum", "target_moment",
+        "n_invalid",
+    )  # fmt: skip
+    _fixed_fields = ("feature_map", "target_ndim")
+
+    cross_moment: np.ndarray
+    target_sum: np.ndarray
+    target_moment: np.ndarray
+    target_ndim: int
 
     def __init__(
         self,
@@ -99,13 +103,12 @@ class RegressionSketch(MeanSketch):
         target_ndim: int = 1,
         n_invalid: int = 0,
     ) -> None:
-        super().__init__(feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
+        # The target fields first: MeanSketch's constructor then checks every field (SumSketch.__post_init__).
         self.cross_moment = cross_moment
         self.target_sum = target_sum
         self.target_moment = target_moment
-        self.target_ndim = int(target_ndim)
-        for array in (cross_moment, target_sum, target_moment):
-            array.setflags(write=False)
+        self.target_ndim = target_ndim
+        super().__init__(feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, n_targets: int = 1, target_ndim: int = 1) -> RegressionSketch:  # type: ignore[override]
@@ -130,39 +133,8 @@ class RegressionSketch(MeanSketch):
                 "Sketch every part with the same target columns."
             )
 
-    def _merge(self, other: RegressionSketch) -> RegressionSketch:
-        return self.merge_many([other])
-
-    def merge_many(self, others: Sequence[Sketch]) -> RegressionSketch:
-        if not others:
-            return self
-        for other in others:
-            self.check_compatible(other)
-        parts = [self, *others]
-        return RegressionSketch(
-            self.feature_map,
-            self.count + sum(other.count for other in others),
-            _left_fold_sum([part.feature_sum for part in parts]),
-            reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            _left_fold_sum([part.moment for part in parts]),
-            _left_fold_sum([part.cross_moment for part in parts]),
-            _left_fold_sum([part.target_sum for part in parts]),
-            _left_fold_sum([part.target_moment for part in parts]),
-            self.target_ndim,
-            self.n_invalid + sum(other.n_invalid for other in others),
-        )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "feature_sum": self.feature_sum,
-            "moment": self.moment,
-            "cross_moment": self.cross_moment,
-            "target_sum": self.target_sum,
-            "target_moment": self.target_moment,
-        }
-
-    def _attrs(self) -> dict[str, Any]:
-        return {**super()._attrs(), "n_targets": self.n_targets, "target_ndim": self.target_ndim}
+    def _extra_attrs(self) -> dict[str, Any]:
+        return {**super()._extra_attrs(), "n_targets": self.n_targets}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> RegressionSketch:

@@ -37,11 +37,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from ._blas import one_blas_thread, single_blas_thread
+from ._estimators import initial_feature_map, sketch_or_load
 from ._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed
 from .engine import sketch
 from .errors import InputError, NotFittedMapError
 from .io import as_row_chunked, open_zarr_array
-from .maps import RFF, FeatureMap
+from .maps import FeatureMap
 from .regression import RegressionSketch
 from .typing import PathOrURL, StorageOptions
 
@@ -224,7 +225,7 @@ class _KernelRidgeBase(BaseEstimator):
     def _initial_map(self) -> FeatureMap:
         if self.feature_map is not None:
             return self.feature_map
-        return RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=self.seed)
+        return initial_feature_map("rff", self.n_features, self.bandwidth, self.seed)
 
     def _check_y(self, y: Any) -> None:
         if y is None:
@@ -265,21 +266,13 @@ class _KernelRidgeBase(BaseEstimator):
         self._target_ndim = sketch.target_ndim
 
     def _load_sketch(self, sketch: Any, storage_options: StorageOptions) -> RegressionSketch:
-        if not isinstance(sketch, RegressionSketch):
-            if not isinstance(sketch, (str, bytes)) and not hasattr(sketch, "__fspath__"):
-                raise InputError(
-                    "fit_from_sketch takes a RegressionSketch or the path/URL of a saved one. "
-                    f"Got {type(sketch).__name__}."
-                )
-            from .fileformat import load
-
-            sketch = load(sketch, storage_options=storage_options)
-            if not isinstance(sketch, RegressionSketch):
-                raise InputError(
-                    f"Kernel ridge needs a regression sketch (streamrff.sketch(X, map, target=y)). "
-                    f"Got a {sketch.kind!r} sketch."
-                )
-        return sketch
+        return sketch_or_load(
+            sketch,
+            (RegressionSketch,),
+            storage_options,
+            takes="a RegressionSketch or the path/URL of a saved one",
+            needs="Kernel ridge needs a regression sketch (streamrff.sketch(X, map, target=y))",
+        )
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "_coef_matrix"):

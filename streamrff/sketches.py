@@ -10,8 +10,10 @@ neutral element), :meth:`Sketch.save` / :func:`streamrff.load`, ``count``,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import reduce
@@ -154,7 +156,7 @@ class Sketch(ABC):
     def merge_many(self, others: Sequence[Sketch]) -> Sketch:
         """``self.merge(others[0]).merge(others[1])...``: the same left fold, in as little memory as the kind allows.
 
-        Kinds whose state is a sum (mean, Nystrom) accumulate into one new
+        Kinds whose state is a sum (:class:`SumSketch`) accumulate into one new
         array per field instead of allocating a new array per merge, so a merge
         of f partials holds f + 1 of them, not f + 2; the result equals the
         pairwise left fold bit for bit.
@@ -223,6 +225,94 @@ class MappedSketch(Sketch):
         return self.feature_map.state_arrays()
 
 
+class SumSketch(MappedSketch):
+    """A mapped sketch whose state is sums over rows: merging adds the summed fields, keeps the fixed ones.
+
+    A kind is a dataclass (``eq=False``: equality is :meth:`Sketch.__eq__`)
+    whose constructor parameters fall in two groups: ``_summed_fields``
+    (arrays, floats or ints that are sums over rows; an optional array may be
+    None in every part) and ``_fixed_fields`` (the map and the design, equal in
+    every part once :meth:`check_compatible` has passed). :meth:`merge` and
+    :meth:`merge_many` are then the same for every kind, and so are the
+    construction (fields annotated ``int`` or ``float`` are stored as Python
+    numbers, arrays are made read-only) and the file's contents: the array
+    fields are its arrays; ``count``, the scalar fields and what
+    :meth:`_extra_attrs` adds are its attributes.
+
+    Examples
+    --------
+    A merge of many partials equals the pairwise left fold bit for bit, and
+    its sums are the sums over all rows:
+
+    >>> import numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(90, 2))
+    >>> rff = srf.RFF(n_features=32, bandwidth=1.0).fit(X)
+    >>> parts = [srf.sketch_array(rows, rff) for rows in np.array_split(X, 3)]
+    >>> merged = parts[0].merge_many(parts[1:])
+    >>> merged == parts[0].merge(parts[1]).merge(parts[2]), merged.count
+    (True, 90)
+    >>> bool(np.allclose(merged.feature_sum, rff.transform(X).astype(np.float64).sum(axis=0), atol=1e-5))
+    True
+    """
+
+    _summed_fields: ClassVar[tuple[str, ...]] = ()
+    _fixed_fields: ClassVar[tuple[str, ...]] = ("feature_map",)
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            elif field.type in _SCALAR_FIELD_TYPES:
+                setattr(self, field.name, _SCALAR_FIELD_TYPES[field.type](value))
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return {field.name: value for field in fields if isinstance(value := getattr(self, field.name), np.ndarray)}
+
+    def _attrs(self) -> dict[str, Any]:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        scalars = {field.name: getattr(self, field.name) for field in fields if field.type in _SCALAR_FIELD_TYPES}
+        return {"count": self.count, **scalars, **self._extra_attrs()}
+
+    def _extra_attrs(self) -> dict[str, Any]:
+        """Attributes of the file beyond the scalar fields (flags and schemes a reader checks)."""
+        return {}
+
+    def _merge(self, other: Sketch) -> Sketch:
+        return self._sum_of([self, other])
+
+    def merge_many(self, others: Sequence[Sketch]) -> Sketch:
+        if not others:
+            return self
+        for other in others:
+            self.check_compatible(other)
+        return self._sum_of([self, *others])
+
+    def _sum_of(self, parts: Sequence[SumSketch]) -> SumSketch:
+        """The sketch of all ``parts`` (checked compatible): each summed field as the pairwise left fold."""
+        fields = {name: getattr(self, name) for name in self._fixed_fields}
+        for name in self._summed_fields:
+            fields[name] = _left_fold_total([getattr(part, name) for part in parts])
+        return type(self)(**fields)
+
+
+#: Annotations of the scalar fields of a sum sketch (strings under ``from __future__ import
+#: annotations``, else the types), and the Python type each is stored as: numpy scalars never
+#: reach the JSON attributes.
+_SCALAR_FIELD_TYPES = {"int": int, "float": float, int: int, float: float}
+
+
+def _left_fold_total(values: Sequence[Any]) -> Any:
+    """``((a + b) + c) + ...`` of the values of one summed field: None when the (optional) field is absent,
+    one new array for arrays (:func:`_left_fold_sum`), else Python's ``+`` from the left."""
+    if values[0] is None:
+        return None
+    if isinstance(values[0], np.ndarray):
+        return _left_fold_sum(values)
+    return reduce(operator.add, values)
+
+
 def spec_differences(spec_a: MapSpec, spec_b: MapSpec, prefix: str = "") -> list[tuple[str, Any, Any]]:
     """The ``(parameter, value in a, value in b)`` triples where two map specs differ (nested specs dotted).
 
@@ -281,7 +371,8 @@ def _describe(spec: MapSpec) -> str:
     return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
 
 
-class MeanSketch(MappedSketch):
+@dataclasses.dataclass(eq=False, repr=False)
+class MeanSketch(SumSketch):
     """Count, float64 sum of features and (optionally) the float64 second moment ``sum z z^T``.
 
     Built with :func:`sketch_array` (in memory) or :func:`streamrff.sketch`
@@ -315,25 +406,14 @@ class MeanSketch(MappedSketch):
     """
 
     kind = "mean"
+    _summed_fields = ("count", "feature_sum", "squared_norm_sum", "moment", "n_invalid")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        count: int,
-        feature_sum: np.ndarray,
-        squared_norm_sum: float,
-        moment: np.ndarray | None = None,
-        n_invalid: int = 0,
-    ) -> None:
-        self.feature_map = feature_map
-        self.count = int(count)
-        self.feature_sum = feature_sum
-        self.squared_norm_sum = float(squared_norm_sum)
-        self.moment = moment
-        self.n_invalid = int(n_invalid)
-        for array in (feature_sum, moment):
-            if array is not None:
-                array.setflags(write=False)
+    feature_map: FeatureMap
+    count: int
+    feature_sum: np.ndarray
+    squared_norm_sum: float
+    moment: np.ndarray | None = None
+    n_invalid: int = 0
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, moments: bool = False) -> MeanSketch:
@@ -367,44 +447,8 @@ class MeanSketch(MappedSketch):
                 "part without moments with moments=True (CLI: --moments)."
             )
 
-    def _merge(self, other: MeanSketch) -> MeanSketch:
-        return MeanSketch(
-            self.feature_map,
-            self.count + other.count,
-            self.feature_sum + other.feature_sum,
-            self.squared_norm_sum + other.squared_norm_sum,
-            None if self.moment is None else self.moment + other.moment,
-            self.n_invalid + other.n_invalid,
-        )
-
-    def merge_many(self, others: Sequence[Sketch]) -> MeanSketch:
-        if not others:
-            return self
-        for other in others:
-            self.check_compatible(other)
-        parts = [self, *others]
-        return MeanSketch(
-            self.feature_map,
-            self.count + sum(other.count for other in others),
-            _left_fold_sum([part.feature_sum for part in parts]),
-            reduce(lambda total, other: total + other.squared_norm_sum, others, self.squared_norm_sum),
-            None if self.moment is None else _left_fold_sum([part.moment for part in parts]),
-            self.n_invalid + sum(other.n_invalid for other in others),
-        )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        arrays = {"feature_sum": self.feature_sum}
-        if self.moment is not None:
-            arrays["moment"] = self.moment
-        return arrays
-
-    def _attrs(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "squared_norm_sum": self.squared_norm_sum,
-            "n_invalid": self.n_invalid,
-            "moments": self.has_moments,
-        }
+    def _extra_attrs(self) -> dict[str, Any]:
+        return {"moments": self.has_moments}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> MeanSketch:

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -352,22 +353,33 @@ class LocalProcessCluster:
 
     def _wait_for_scheduler_file(self, scheduler_file: Path, deadline: float) -> str:
         """Poll until the scheduler has written its address, and return it."""
+
+        def written_address() -> str | None:
+            if not scheduler_file.exists():
+                return None
+            try:
+                address = json.loads(scheduler_file.read_text())["address"]
+            except (json.JSONDecodeError, KeyError):
+                return None  # still being written
+            return str(address) if address else None
+
+        return self._poll(
+            written_address,
+            deadline,
+            lambda: f"Expected the scheduler to write {scheduler_file.name} within {self.startup_timeout:g} s. "
+            "Got no file.",
+        )
+
+    def _poll(self, found: Callable[[], Any], deadline: float, timeout_reason: Callable[[], str]) -> Any:
+        """Call ``found()`` until it returns a true value, and return that; ClusterError if a cluster
+        process exits first or the monotonic clock passes ``deadline`` (``timeout_reason()`` says why)."""
         while True:
             self._check_processes_alive()
-            if scheduler_file.exists():
-                try:
-                    address = json.loads(scheduler_file.read_text())["address"]
-                except (json.JSONDecodeError, KeyError):
-                    address = None  # still being written
-                if address:
-                    return str(address)
+            result = found()
+            if result:
+                return result
             if time.monotonic() > deadline:
-                raise ClusterError(
-                    self._failure_message(
-                        f"Expected the scheduler to write {scheduler_file.name} within "
-                        f"{self.startup_timeout:g} s. Got no file."
-                    )
-                )
+                raise ClusterError(self._failure_message(timeout_reason()))
             time.sleep(_POLL_INTERVAL)
 
     def _check_processes_alive(self) -> None:
@@ -404,19 +416,11 @@ class LocalProcessCluster:
             in time.
         """
         expected = self.n_workers if n_workers is None else n_workers
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_processes_alive()
-            if len(self.worker_pids()) == expected:
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    self._failure_message(
-                        f"Expected {expected} workers within {timeout:g} s. "
-                        f"Got {len(self.worker_pids())}."
-                    )
-                )
-            time.sleep(_POLL_INTERVAL)
+        self._poll(
+            lambda: len(self.worker_pids()) == expected,
+            time.monotonic() + timeout,
+            lambda: f"Expected {expected} workers within {timeout:g} s. Got {len(self.worker_pids())}.",
+        )
 
     def stop(self) -> None:
         """Stop the workers, then the scheduler, and remove the temporary files.

@@ -409,3 +409,39 @@ def test_mmd2_from_sketches_matches_exact_mmd2(two_samples, variant, orthogonal)
     # The bias correction itself is exact up to O(1/(n D^1/2)): the two estimators differ
     # by what the exact ones differ by (measured: within 7e-6; exact gap 9e-4).
     assert abs((approx_biased - approx_unbiased) - (biased - unbiased)) < 1e-4
+
+
+def _sum_sketch_builders(rff, rows):
+    from streamrff.kmeans import cluster_sketch_of_chunk
+    from streamrff.twosample import two_sample_sketch_of_chunk
+
+    centers = rff.transform(rows[:3]).astype(np.float64)
+    n = rows.shape[0]
+    return {
+        "mean": lambda part, offset: srf.sketch_array(part, rff, moments=True),
+        "nystrom": lambda part, offset: srf.NystromSketch.from_rows(part, rff, 8, 1),
+        "regression": lambda part, offset: srf.regression_sketch_array(part, part[:, :2], rff),
+        "cluster": lambda part, offset: cluster_sketch_of_chunk(part, rff, centers, centers + 0.01),
+        "twosample": lambda part, offset: two_sample_sketch_of_chunk(part, rff, offset, n // 2, n - n // 2, 7, 0),
+    }
+
+
+@pytest.mark.parametrize("kind", ["mean", "nystrom", "regression", "cluster", "twosample"])
+def test_sum_sketch_merge_many_equals_pairwise_fold_and_numpy_sums(kind):
+    rows = np.random.default_rng(7).normal(size=(120, 3))
+    rff = srf.RFF(n_features=32, bandwidth=1.0).fit(rows)
+    build = _sum_sketch_builders(rff, rows)[kind]
+    offsets = np.cumsum([0, 30, 25, 40])
+    sketches = [build(part, int(offset)) for part, offset in zip(np.split(rows, offsets[1:]), offsets)]
+    fold = sketches[0]
+    for other in sketches[1:]:
+        fold = fold.merge(other)
+    merged = sketches[0].merge_many(sketches[1:])
+    assert type(merged) is type(fold) and merged == fold  # every array and attribute, bit for bit
+    assert merged.count == rows.shape[0]
+    features = rff.transform(rows).astype(np.float64)
+    stored_sums = merged.sums.sum(axis=0) if kind == "cluster" else (
+        merged.feature_sum_x + merged.feature_sum_y if kind == "twosample" else merged.feature_sum
+    )
+    np.testing.assert_allclose(stored_sums, features.sum(axis=0), rtol=0, atol=1e-4)
+    assert all(not array.flags.writeable for array in merged._arrays().values())

@@ -20,6 +20,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._blas import single_blas_thread
 from .._connection import connect
+from .._estimators import initial_feature_map
 from .._validation import (
     check_bandwidth,
     check_positive_int,
@@ -427,15 +428,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         return feature_map.n_features_out_, None, "kjl" if isinstance(feature_map, KJL) else "rff"
 
     def _make_map(self, params: dict[str, Any], seed: int) -> FeatureMap:
-        if self.method == "rff":
-            return RFF(n_features=params["width"], bandwidth=self.bandwidth, seed=seed)
-        return KJL(
-            n_landmarks=params["landmarks"],
-            n_components=params["width"],
-            bandwidth=self.bandwidth,
-            center=True,
-            seed=seed,
-        )
+        return initial_feature_map(self.method, params["width"], self.bandwidth, seed, params["landmarks"])
 
     # -- fitting -------------------------------------------------------------------------
     def fit(

@@ -10,6 +10,7 @@ tile; tiles accumulated in float64), and the engine tree-merges the partials.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -19,7 +20,7 @@ from .._blas import single_blas_thread
 from .._validation import check_positive_int
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
-from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
+from ..sketches import SumSketch, _describe, _expect_array, _expect_int
 from ._lloyd import FULL_RESCORE_FRACTION, lloyd_step
 from .scoring import _lloyd_tile_rows, _NearestCentres, _squared_row_norms
 
@@ -39,7 +40,8 @@ def _centers_fingerprint(centers: np.ndarray, previous_centers: np.ndarray | Non
     return digest.hexdigest()
 
 
-class ClusterSketch(MappedSketch):
+@dataclasses.dataclass(eq=False, repr=False)
+class ClusterSketch(SumSketch):
     """One Lloyd step of kernel k-means over some rows: per-cluster counts and feature sums, inertia.
 
     Every row is assigned to its nearest centre in feature space; the sketch
@@ -95,30 +97,22 @@ class ClusterSketch(MappedSketch):
     """
 
     kind = "cluster"
+    _summed_fields = ("counts", "sums", "inertia", "squared_norm_sum", "n_moved")
+    _fixed_fields = ("feature_map", "centers", "previous_centers")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        centers: np.ndarray,
-        previous_centers: np.ndarray | None,
-        counts: np.ndarray,
-        sums: np.ndarray,
-        inertia: float,
-        squared_norm_sum: float,
-        n_moved: int,
-    ) -> None:
-        self.feature_map = feature_map
-        self.centers = centers
-        self.previous_centers = previous_centers
-        self.counts = counts
-        self.sums = sums
-        self.inertia = float(inertia)
-        self.squared_norm_sum = float(squared_norm_sum)
-        self.n_moved = int(n_moved)
-        self.count = int(counts.sum())
-        for array in (centers, previous_centers, counts, sums):
-            if array is not None:
-                array.setflags(write=False)
+    feature_map: FeatureMap
+    centers: np.ndarray
+    previous_centers: np.ndarray | None
+    counts: np.ndarray
+    sums: np.ndarray
+    inertia: float
+    squared_norm_sum: float
+    n_moved: int
+    count: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.count = int(self.counts.sum())
+        super().__post_init__()
 
     @classmethod
     def empty(
@@ -180,31 +174,9 @@ class ClusterSketch(MappedSketch):
         return max(0.0, self.squared_norm_sum - float(spread.sum()))
 
     # -- monoid and file format --------------------------------------------------------
-    def _merge(self, other: ClusterSketch) -> ClusterSketch:
-        return ClusterSketch(
-            self.feature_map,
-            self.centers,
-            self.previous_centers,
-            self.counts + other.counts,
-            self.sums + other.sums,
-            self.inertia + other.inertia,
-            self.squared_norm_sum + other.squared_norm_sum,
-            self.n_moved + other.n_moved,
-        )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        arrays = {"counts": self.counts, "sums": self.sums, "centers": self.centers}
-        if self.previous_centers is not None:
-            arrays["previous_centers"] = self.previous_centers
-        return arrays
-
-    def _attrs(self) -> dict[str, Any]:
+    def _extra_attrs(self) -> dict[str, Any]:
         return {
-            "count": self.count,
             "n_clusters": self.n_clusters,
-            "inertia": self.inertia,
-            "squared_norm_sum": self.squared_norm_sum,
-            "n_moved": self.n_moved,
             "has_previous_centers": self.previous_centers is not None,
             "centers_fingerprint": self.centers_fingerprint,
         }

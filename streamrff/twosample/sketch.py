@@ -8,6 +8,7 @@ and reduces the partial :class:`TwoSampleSketch` objects with ``merge``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..maps.base import _spec_key
 from ..maps.fourier import _projection_params
-from ..sketches import MappedSketch, _describe, _expect_array, _expect_int
+from ..sketches import SumSketch, _describe, _expect_array, _expect_int
 from .permutations import PERMUTATION_SCHEME, _permute, _round_keys
 
 __all__ = [
@@ -64,7 +65,8 @@ def check_accumulator_size(
         )
 
 
-class TwoSampleSketch(MappedSketch):
+@dataclasses.dataclass(eq=False, repr=False)
+class TwoSampleSketch(SumSketch):
     """Sums for the one-pass permutation MMD test of X (global rows ``0..n_x-1``) against Y (``n_x..N-1``).
 
     Built per chunk by :func:`two_sample_sketch_of_chunk`, merged with
@@ -116,38 +118,25 @@ class TwoSampleSketch(MappedSketch):
     """
 
     kind = "twosample"
+    _summed_fields = (
+        "count_x", "count_y", "feature_sum_x", "feature_sum_y", "squared_norm_sum_x", "squared_norm_sum_y",
+        "permutation_sums", "permutation_squared_norms",
+    )  # fmt: skip
+    _fixed_fields = ("feature_map", "n_x", "n_y", "n_permutations", "seed")
 
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        n_x: int,
-        n_y: int,
-        n_permutations: int,
-        seed: int,
-        count_x: int,
-        count_y: int,
-        feature_sum_x: np.ndarray,
-        feature_sum_y: np.ndarray,
-        squared_norm_sum_x: float,
-        squared_norm_sum_y: float,
-        permutation_sums: np.ndarray,
-        permutation_squared_norms: np.ndarray,
-    ) -> None:
-        self.feature_map = feature_map
-        self.n_x = int(n_x)
-        self.n_y = int(n_y)
-        self.n_permutations = int(n_permutations)
-        self.seed = int(seed)
-        self.count_x = int(count_x)
-        self.count_y = int(count_y)
-        self.feature_sum_x = feature_sum_x
-        self.feature_sum_y = feature_sum_y
-        self.squared_norm_sum_x = float(squared_norm_sum_x)
-        self.squared_norm_sum_y = float(squared_norm_sum_y)
-        self.permutation_sums = permutation_sums
-        self.permutation_squared_norms = permutation_squared_norms
-        for array in (feature_sum_x, feature_sum_y, permutation_sums, permutation_squared_norms):
-            array.setflags(write=False)
+    feature_map: FeatureMap
+    n_x: int
+    n_y: int
+    n_permutations: int
+    seed: int
+    count_x: int
+    count_y: int
+    feature_sum_x: np.ndarray
+    feature_sum_y: np.ndarray
+    squared_norm_sum_x: float
+    squared_norm_sum_y: float
+    permutation_sums: np.ndarray
+    permutation_squared_norms: np.ndarray
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, n_x: int, n_y: int, n_permutations: int, seed: int) -> TwoSampleSketch:
@@ -182,44 +171,8 @@ class TwoSampleSketch(MappedSketch):
                     "with the same n_x, n_y, n_permutations and seed."
                 )
 
-    def _merge(self, other: TwoSampleSketch) -> TwoSampleSketch:
-        return TwoSampleSketch(
-            self.feature_map,
-            self.n_x,
-            self.n_y,
-            self.n_permutations,
-            self.seed,
-            self.count_x + other.count_x,
-            self.count_y + other.count_y,
-            self.feature_sum_x + other.feature_sum_x,
-            self.feature_sum_y + other.feature_sum_y,
-            self.squared_norm_sum_x + other.squared_norm_sum_x,
-            self.squared_norm_sum_y + other.squared_norm_sum_y,
-            self.permutation_sums + other.permutation_sums,
-            self.permutation_squared_norms + other.permutation_squared_norms,
-        )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "feature_sum_x": self.feature_sum_x,
-            "feature_sum_y": self.feature_sum_y,
-            "permutation_sums": self.permutation_sums,
-            "permutation_squared_norms": self.permutation_squared_norms,
-        }
-
-    def _attrs(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "count_x": self.count_x,
-            "count_y": self.count_y,
-            "n_x": self.n_x,
-            "n_y": self.n_y,
-            "n_permutations": self.n_permutations,
-            "seed": self.seed,
-            "squared_norm_sum_x": self.squared_norm_sum_x,
-            "squared_norm_sum_y": self.squared_norm_sum_y,
-            "permutation_scheme": PERMUTATION_SCHEME,
-        }
+    def _extra_attrs(self) -> dict[str, Any]:
+        return {"permutation_scheme": PERMUTATION_SCHEME}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> TwoSampleSketch:
