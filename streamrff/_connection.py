@@ -186,7 +186,8 @@ def _receive_message(connection: socket.socket, deadline: float) -> Any:
         raise _NotDask("its frame lengths do not add up to the message length")
     try:
         # Only the first frame, plain msgpack: nothing a server sends is unpickled here.
-        return msgpack.loads(body[start : start + lengths[0]], raw=False, strict_map_key=False)
+        # use_list=False: a scheduler's identity has map keys that are arrays (msgpack lists are unhashable).
+        return msgpack.loads(body[start : start + lengths[0]], raw=False, strict_map_key=False, use_list=False)
     except (ValueError, msgpack.UnpackException) as error:
         raise _NotDask(f"its message is not msgpack ({type(error).__name__})") from error
 

@@ -49,7 +49,9 @@ try:
     code = main(sys.argv[1:])
 finally:
     with open(os.environ["STREAMRFF_TEST_RSS"], "w") as report:
-        report.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+        # VmHWM: the peak of this process's own address space, in kB (ru_maxrss can carry the parent's peak
+        # across fork and exec, so it would count the test runner's memory).
+        report.write(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 sys.exit(code)
 """
 
