@@ -184,7 +184,7 @@ def test_cli_ridge_usage_errors_exit_2(capsys, fitted, tmp_path):
         (("ridge", "--sketches", fitted["mean"], "--classify", "-o", out), "needs --classes"),
         (("ridge", fitted["X"], "--target", fitted["Y"], "--classes", "0,1", "--classify", "-o", out),
          "--classes is for --sketches"),
-        (("ridge", fitted["X"], "--target", fitted["Y"], "--alpha", "-1", "-o", out), "expected 'auto' or a positive"),
+        (("ridge", fitted["X"], "--target", fitted["Y"], "--alpha", "-1", "-o", out), "a positive number or 'auto'"),
         (("ridge", fitted["X"], "--target", fitted["Y"], "--map", fitted["map"], "--seed", "3", "-o", out),
          "Drop --seed"),
         (("sketch", fitted["X"], "--classes", "0,1", "-o", out), "--classes encodes the labels of --target"),

@@ -66,17 +66,26 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 # Text that is not a number becomes a value the range check refuses, so both give one message.
 
 
-def bandwidth(text: str) -> float | str:
-    """``--bandwidth``: a positive number or 'median'."""
-    if text == "median":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number or 'median', got {text!r}")
-    return value
+def positive_number_or(word: str) -> Callable[[str], float | str]:
+    """An argparse type: ``word`` as it is, or a positive finite number (anything else: one message)."""
+
+    def parse(text: str) -> float | str:
+        if text == word:
+            return text
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number or {word!r}, got {text!r}")
+        return value
+
+    parse.__name__ = f"positive number or {word!r}"
+    return parse
+
+
+#: ``--bandwidth``: a positive number or 'median'.
+bandwidth = positive_number_or("median")
 
 
 def bandwidth_list(text: str) -> str | list[float]:

@@ -31,17 +31,8 @@ example: streamrff ridge X.zarr --target y.zarr -o model.json --features 2048
 """
 
 
-def alpha_value(text: str) -> float | str:
-    """``--alpha``: 'auto' or a positive number."""
-    if text == "auto":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive number, got {text!r}")
-    return value
+#: ``--alpha``: 'auto' or a positive number.
+alpha_value = options.positive_number_or("auto")
 
 
 def add_parser(commands: Any) -> None:
