@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ._validation import check_format_version
 from .errors import InputError, MapFormatError, ModelFormatError, SourceError, StreamRFFError
 from .mapfile import _decode_array, _encode_array, _is_url, _local_path, _publish, map_from_json, map_to_json
 from .ridge import KernelRidge, KernelRidgeClassifier
@@ -265,14 +266,7 @@ def model_from_json(text: str | bytes, target: str = "<model>") -> KernelRidge |
             f"{target} is not a streamrff model file: expected format={MODEL_FORMAT_NAME!r}, got {found!r}.{hint} "
             "Pass a file written by `streamrff ridge` or streamrff.save_model."
         )
-    version = document.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ModelFormatError(f"{target}: invalid model format version {version!r}; expected a positive integer.")
-    if version > MODEL_FORMAT_VERSION:
-        raise ModelFormatError(
-            f"{target} was written in model format version {version}; this streamrff reads up to version "
-            f"{MODEL_FORMAT_VERSION}. Upgrade streamrff (pip install -U streamrff)."
-        )
+    check_format_version(document.get("version"), MODEL_FORMAT_VERSION, target, "model", ModelFormatError)
     try:
         digest_matches = document.get("digest") == _canonical_digest(document)
     except (TypeError, ValueError):  # NaN or values JSON cannot hold

@@ -529,18 +529,7 @@ class DriftMonitor(BaseEstimator):
     def load(cls, path: PathOrURL) -> DriftMonitor:
         """Read a monitor written by :meth:`save`; it continues exactly where the saved one stopped.
 
-        Parameters
-        ----------
-        path : str or PathLike
-
-        Returns
-        -------
-        DriftMonitor
-
-        Raises
-        ------
-        SketchFormatError
-            If ``path`` holds no monitor, another format or version, or fails a checksum or shape check.
+        :func:`streamrff.load_monitor` is the same, as a function: see it for the checks and an example.
         """
         target = os.fspath(path)
         attrs, arrays = read_monitor_group(target)
