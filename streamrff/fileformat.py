@@ -55,7 +55,7 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
-from ._bounded_read import GuardedLocalStore, GuardedZipStore, _file_type, stored_size
+from ._bounded_read import MAX_JSON_BYTES, GuardedLocalStore, GuardedZipStore, _file_type, stored_size
 from ._memory import memory_available
 from ._publish import publish
 from ._sketchfile import (
@@ -150,6 +150,7 @@ def _digest_error(target: str) -> SketchFormatError:
 
 def _open_store(target: str, storage_options: StorageOptions) -> Any:
     if _is_url(target):
+        _check_remote_metadata_sizes(target, storage_options)
         return zarr.storage.FsspecStore.from_url(target, storage_options=storage_options, read_only=True)
     path = _local_path(target)
     if not path.exists():
@@ -169,6 +170,27 @@ def _open_store(target: str, storage_options: StorageOptions) -> Any:
             )
         return GuardedZipStore(path, mode="r")
     return GuardedLocalStore(path, read_only=True)
+
+
+def _check_remote_metadata_sizes(url: str, storage_options: StorageOptions) -> None:
+    """Refuse, unread, a sketch on object storage whose metadata objects are larger than a sketch's ever are.
+
+    One listing of the group (a sketch holds a few objects); the local stores cap their reads themselves.
+    """
+    import fsspec
+
+    try:
+        filesystem, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        listing = filesystem.find(root, detail=True)
+    except Exception:  # missing or unreachable: the load itself reports it
+        return
+    for path, info in listing.items():
+        size = info.get("size") or 0
+        if path.rsplit("/", 1)[-1] == "zarr.json" and size > MAX_JSON_BYTES:
+            raise SketchFormatError(
+                f"{url}: its metadata object {path[len(root.rstrip('/')) + 1 :] or 'zarr.json'} holds {size:,} bytes; "
+                f"a sketch's metadata is at most {MAX_JSON_BYTES:,}. Refused unread: not a sketch written by streamrff."
+            )
 
 
 def load(

@@ -94,3 +94,17 @@ def test_an_interrupted_save_reads_as_being_written_and_an_old_file_as_before(s3
     with pytest.raises(srf.SketchFormatError) as caught:
         srf.load(f"s3://{old}", storage_options=options)
     assert not isinstance(caught.value, srf.SketchBeingWrittenError)
+
+
+def test_load_refuses_an_oversized_metadata_object_on_object_storage_unread(s3_server, s3_bucket):
+    from streamrff._bounded_read import MAX_JSON_BYTES
+
+    url = f"s3://{s3_bucket}/big.sketch"
+    sketch = srf.sketch_array(ROWS, srf.RFF(n_features=8, bandwidth=1.0, seed=1))
+    sketch.save(url, storage_options=s3_server.storage_options)
+    fs = fsspec.filesystem("s3", **s3_server.storage_options)
+    fs.pipe(f"{s3_bucket}/big.sketch/zarr.json", b" " * (MAX_JSON_BYTES + 1))
+
+    refused = r"metadata object zarr.json holds 16,777,217 bytes.*Refused unread"
+    with pytest.raises(srf.SketchFormatError, match=refused):
+        srf.load(url, storage_options=s3_server.storage_options)
