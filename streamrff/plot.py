@@ -1,4 +1,4 @@
-"""Figures for two-sample tests, kernel PCA and drift monitoring (matplotlib, an optional extra: ``pip install streamrff[plot]``)."""
+"""Figures of two-sample tests, kernel PCA and drift (matplotlib, an extra: ``pip install streamrff[plot]``)."""
 
 from __future__ import annotations
 
