@@ -1,4 +1,4 @@
-"""Figures for two-sample tests and kernel PCA (matplotlib, an optional extra: ``pip install streamrff[plot]``)."""
+"""Figures of two-sample tests, kernel PCA and drift (matplotlib, an extra: ``pip install streamrff[plot]``)."""
 
 from __future__ import annotations
 
@@ -212,6 +212,75 @@ def plot_scores(
     return ax
 
 
+def plot_drift(statistic: Any, threshold: Any, first_row: int = 0, drift_at: int | None = None, ax: Any = None) -> Any:
+    """The drift statistic of every row against the threshold in force, with the alarm marked.
+
+    Parameters
+    ----------
+    statistic, threshold : array-like of shape (n_rows,)
+        Per row, :attr:`DriftUpdate.statistic` and :attr:`DriftUpdate.threshold`
+        (NaN and inf, a window too short for them, are left out of the lines).
+    first_row : int, default=0
+        The row index of the first value (the x axis counts rows of the stream).
+    drift_at : int, optional
+        The row of the alarm (a vertical line).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrff.plot import plot_drift
+    >>> statistic = np.r_[np.nan, np.linspace(0.0, 0.2, 99)]
+    >>> threshold = np.r_[np.inf, np.full(99, 0.1)]
+    >>> ax = plot_drift(statistic, threshold, first_row=1000, drift_at=1050)
+    >>> [line.get_label() for line in ax.get_lines()]
+    ['statistic (MMD^2 of the window)', 'threshold', 'alarm at row 1,050']
+    >>> float(ax.get_lines()[0].get_xdata()[0])
+    1001.0
+    """
+    plt = _pyplot()
+    statistic = np.asarray(statistic, dtype=np.float64)
+    threshold = np.asarray(threshold, dtype=np.float64)
+    if statistic.ndim != 1 or statistic.shape != threshold.shape:
+        raise InputError(
+            f"statistic and threshold must be 1-D arrays of one length. Got shapes {statistic.shape} and "
+            f"{threshold.shape}; pass DriftUpdate.statistic and .threshold of the same rows."
+        )
+    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.5))[1]
+    rows = first_row + np.arange(statistic.shape[0])
+    shown = np.isfinite(statistic)
+    ax.plot(rows[shown], statistic[shown], lw=0.8, label="statistic (MMD^2 of the window)")
+    limited = np.isfinite(threshold)
+    ax.plot(rows[limited], threshold[limited], lw=1.2, color="black", ls="--", label="threshold")
+    if drift_at is not None:
+        ax.axvline(drift_at, color="tab:red", lw=1.2, label=f"alarm at row {drift_at:,}")
+    ax.set_xlabel("row of the stream")
+    ax.set_ylabel("unbiased MMD^2")
+    ax.set_title("drift statistic against the calibrated threshold", fontsize="medium")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def save_drift_figure(
+    path: str,
+    statistic: Any,
+    threshold: Any,
+    first_row: int = 0,
+    drift_at: int | None = None,
+    overwrite: bool = True,
+) -> None:
+    """Write :func:`plot_drift`'s figure to ``path`` (PNG), published in one step like :func:`save_report_figure`."""
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(7, 3.5))
+    plot_drift(statistic, threshold, first_row=first_row, drift_at=drift_at, ax=ax)
+    figure.tight_layout()
+    _publish_figure(figure, path, overwrite)
+
+
 def save_report_figure(
     path: str,
     result: Any = None,
@@ -239,6 +308,12 @@ def save_report_figure(
     if scores is not None:
         plot_scores(scores, labels, axes[0, column], label_names=label_names)
     figure.tight_layout()
+    _publish_figure(figure, path, overwrite)
+
+
+def _publish_figure(figure: Any, path: str, overwrite: bool) -> None:
+    """Draw ``figure`` to a temporary file, publish it at ``path`` in one step, and close it."""
+    plt = _pyplot()
     from pathlib import Path
 
     from ._publish import output_errors, publish, remove_path, staging_path

@@ -1,0 +1,161 @@
+"""``streamrff watch``: a drift monitor over a zarr array on disk, read to its end or followed as another process
+appends to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import zarr
+
+import streamrff as srf
+from streamrff.cli import main
+
+WINDOW, ERT, FEATURES, STREAMS, CHUNK = 50, 100_000, 64, 20_000, 250
+MONITOR_OPTIONS = ["--window", str(WINDOW), "--ert", str(ERT), "--features", str(FEATURES), "--streams", str(STREAMS)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """A reference of N(0, I_3) rows and a stream of 3000 such rows, then 1000 shifted by 2 in coordinate 0."""
+    folder = tmp_path_factory.mktemp("watch")
+    rng = np.random.default_rng(7)
+    reference = rng.normal(size=(2000, 3)).astype(np.float32)
+    stream = rng.normal(size=(4000, 3)).astype(np.float32)
+    stream[3000:, 0] += 2.0
+    zarr.create_array(str(folder / "ref.zarr"), data=reference, chunks=(500, 3))
+    zarr.create_array(str(folder / "stream.zarr"), data=stream, chunks=(CHUNK, 3))
+    return folder, reference, stream
+
+
+def run_cli(argv, capsys):
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_watch_to_the_end_matches_a_monitor_updated_chunk_by_chunk(stores, capsys):
+    folder, reference, stream = stores
+    argv = ["watch", str(folder / "stream.zarr"), "--reference", str(folder / "ref.zarr"), *MONITOR_OPTIONS]
+    status, out, _ = run_cli([*argv, "--json", "--save-monitor", str(folder / "monitor"), "--plot",
+                              str(folder / "drift.png")], capsys)  # fmt: skip
+    assert status == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    chunks = [event for event in events if event["event"] == "chunk"]
+    alarms = [event for event in events if event["event"] == "alarm"]
+    summary = events[-1]
+    assert [chunk["rows"] for chunk in chunks] == [[start, start + CHUNK] for start in range(0, 4000, CHUNK)]
+    assert len(alarms) == 1 and summary["event"] == "summary"
+    assert 3000 <= alarms[0]["drift_at_row"] < 3300 and summary["drift_at_row"] == alarms[0]["drift_at_row"]
+    assert all(not chunk["drift"] for chunk in chunks if chunk["rows"][1] <= 3000)
+    assert os.path.getsize(folder / "drift.png") > 0
+
+    # Fitted on the same zarr array (same chunks, so the same sums to float64 rounding), updated chunk by chunk.
+    monitor = srf.DriftMonitor(WINDOW, ERT, n_features=FEATURES, n_streams=STREAMS, seed=0)
+    monitor.fit(str(folder / "ref.zarr"))
+    expected = [monitor.update(stream[start : start + CHUNK]) for start in range(0, 4000, CHUNK)]
+    np.testing.assert_allclose([c["statistic"] for c in chunks], [u.statistic[-1] for u in expected], rtol=1e-12)
+    np.testing.assert_allclose([c["threshold"] for c in chunks], [u.threshold[-1] for u in expected], rtol=1e-12)
+    assert alarms[0]["drift_at"] == expected[-1].drift_at
+
+    # The last statistic against the exact unbiased MMD^2 of the last window's features and the reference's.
+    Zr = monitor.feature_map_.transform(reference).astype(np.float64)
+    Zw = monitor.feature_map_.transform(stream[-WINDOW:]).astype(np.float64)
+    n, m = len(Zr), len(Zw)
+    Krr, Kww = Zr @ Zr.T, Zw @ Zw.T
+    exact = (Krr.sum() - np.trace(Krr)) / (n * (n - 1)) + (Kww.sum() - np.trace(Kww)) / (m * (m - 1))
+    exact -= 2 * (Zr @ Zw.T).mean()
+    assert chunks[-1]["statistic"] == pytest.approx(exact, rel=1e-6)
+
+    # The saved monitor continues: its counter goes on from 4000 rows, and its alarm is the one above.
+    status, out, _ = run_cli(["watch", str(folder / "stream.zarr"), "--reference", str(folder / "monitor"),
+                              "--from-row", "3750"], capsys)  # fmt: skip
+    assert status == 0
+    assert "(4,250 seen)" in out and "drift raised before this session" in out
+
+
+def test_text_output_has_one_line_per_chunk_and_an_alarm_line(stores, capsys):
+    folder, _, _ = stores
+    argv = ["watch", str(folder / "stream.zarr"), "--reference", str(folder / "ref.zarr"), *MONITOR_OPTIONS]
+    status, out, _ = run_cli([*argv, "--max-rows", "3400", "--from-row", "100"], capsys)
+    assert status == 0
+    lines = out.splitlines()
+    rows_lines = [line for line in lines if line.startswith("rows ")]
+    # The first read stops at the chunk boundary 250, the last at row 100 + 3400.
+    assert rows_lines[0].startswith("rows 100-249 ") and rows_lines[-1].startswith("rows 3,250-3,499 ")
+    assert len(rows_lines) == 14
+    alarm = [line for line in lines if line.startswith("ALARM")]
+    assert len(alarm) == 1 and "drift at row 3," in alarm[0]
+    assert "3,400 rows of" in lines[-2]
+
+
+WRITER = """
+import sys, time
+import numpy as np, zarr
+path, chunk = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(11)
+array = zarr.open_array(path, mode="r+")
+for index in range(16):
+    rows = rng.normal(size=(chunk, 3)).astype(np.float32)
+    if index >= 10:
+        rows[:, 0] += 2.0
+    for half in (rows[: chunk // 2], rows[chunk // 2 :]):  # half chunks: the watcher waits for whole ones
+        array.append(half)
+        time.sleep(0.1)
+"""
+
+
+def test_follow_reports_the_change_after_the_appended_shifted_rows(stores, tmp_path):
+    folder, _, _ = stores
+    chunk = 100
+    path = str(tmp_path / "live.zarr")
+    zarr.create_array(path, shape=(0, 3), chunks=(chunk, 3), dtype="float32")
+    environment = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "streamrff.cli", "watch", path, "--reference", str(folder / "ref.zarr"),
+         *MONITOR_OPTIONS, "--follow", "--poll", "0.2", "--from-row", "0", "--max-rows", "1600", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+    )  # fmt: skip
+    writer = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WRITER), path, str(chunk)], env=environment, timeout=120
+    )
+    try:
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        watcher.kill()
+    assert writer.returncode == 0
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    chunks = [event for event in events if event["event"] == "chunk"]
+    assert [c["rows"] for c in chunks] == [[start, start + chunk] for start in range(0, 1600, chunk)]
+    alarms = [event for event in events if event["event"] == "alarm"]
+    assert len(alarms) == 1 and 1000 <= alarms[0]["drift_at_row"] < 1100
+    assert events[-1]["event"] == "summary" and events[-1]["drift_at_row"] == alarms[0]["drift_at_row"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--window", "0", "--ert", "100"], ["--window", "10", "--ert", "1"], ["--ert", "100"], ["--poll", "1", "--window",
+     "10", "--ert", "100"]],
+)  # fmt: skip
+def test_usage_errors_exit_2(stores, extra, capsys):
+    folder, _, _ = stores
+    with pytest.raises(SystemExit) as exit:
+        main(["watch", str(folder / "stream.zarr"), "--reference", str(folder / "ref.zarr"), *extra])
+    assert exit.value.code == 2
+    assert "streamrff watch: error:" in capsys.readouterr().err
+
+
+def test_missing_reference_exits_1_with_one_line(stores, capsys):
+    folder, _, _ = stores
+    status, out, err = run_cli(
+        ["watch", str(folder / "stream.zarr"), "--reference", str(folder / "missing.zarr"), *MONITOR_OPTIONS], capsys
+    )
+    assert status == 1 and out == ""
+    assert err.count("\n") == 1 and "missing.zarr" in err and err.startswith("streamrff watch: error:")
