@@ -47,6 +47,8 @@ def load_checked_sketches(
         try:
             loaded.append((path, load(path, storage_options=storage_options, verify_key=verify_key)))
         except (StreamRFFError, FileNotFoundError) as error:
+            if _unreachable(error):  # the environment, not this file: one line, as for any unreachable store
+                raise
             load_errors.append(error)
             problems.append(str(error))
     problems += _file_problems(loaded, mean_with_moments_for, min_rows)
@@ -60,6 +62,15 @@ def load_checked_sketches(
             f"{len(problems)} problems with the input sketches:\n" + "\n".join(f"  - {line}" for line in problems)
         )
     return [sketch for _, sketch in loaded]
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Whether a load failed because its store could not be reached (a connection error in its causes)."""
+    while error is not None:
+        if isinstance(error, (ConnectionError, TimeoutError)) or "Connection" in type(error).__name__:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _file_problems(loaded: Sequence[tuple[str, Any]], mean_with_moments_for: str | None, min_rows: int) -> list[str]:
