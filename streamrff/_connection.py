@@ -21,6 +21,7 @@ import contextlib
 import socket
 import ssl
 import struct
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -194,12 +195,11 @@ def _receive_message(connection: socket.socket, deadline: float) -> Any:
 
 def _handshake(connection: socket.socket, deadline: float) -> Any:
     """Exchange Dask's handshake over ``connection`` and return the server's identity."""
-    import pickle
-    import sys
-
     # The client's half first, as distributed.comm.core.connect does; a server that is not Dask
     # (an HTTP server) then answers with its own protocol and is told apart at once.
-    ours = {"compression": None, "python": tuple(sys.version_info)[:3], "pickle-protocol": pickle.HIGHEST_PROTOCOL}
+    # "pickle-protocol" is a field of Dask's handshake (the protocol the client could read; 5 is the
+    # highest since Python 3.8). The probe never unpickles: it decodes plain msgpack only.
+    ours = {"compression": None, "python": tuple(sys.version_info)[:3], "pickle-protocol": 5}
     connection.settimeout(max(deadline - time.monotonic(), 0.001))
     connection.sendall(_frame_message(ours))
     theirs = _receive_message(connection, deadline)
