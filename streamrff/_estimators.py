@@ -1,16 +1,42 @@
 """Plumbing shared by the estimators (:class:`~streamrff.KernelPCA`, :class:`~streamrff.KernelKMeans`,
-:class:`~streamrff.KernelRidge`): the map an estimator builds from its parameters, and the sketch
-that ``fit_from_sketch`` takes as an object or as the path of a saved one."""
+:class:`~streamrff.KernelRidge`, :class:`~streamrff.DriftMonitor`): their constructor arguments kept
+as scikit-learn asks, the map an estimator builds from its parameters, the sketch that ``fit_from_sketch`` takes
+as an object or as the path of a saved one, and ``transform``/``predict`` on any source."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from ._validation import check_rows, check_width, is_in_memory, validate_estimator_input
 from .errors import InputError
 from .fileformat import load
+from .io import as_row_chunked
 from .maps import KJL, RFF, FeatureMap
 from .sketches import Sketch
 from .typing import Seed, StorageOptions
+
+
+def store_params(estimator: Any, arguments: dict[str, Any]) -> None:
+    """Keep an estimator's constructor arguments unchanged, as scikit-learn's contract asks.
+
+    Called as ``store_params(self, locals())``, the whole body of an ``__init__``: each argument
+    becomes the attribute of its name (``get_params`` reads them back through the signature and
+    ``clone`` passes them again), and validation waits for ``fit``.
+
+    Examples
+    --------
+    >>> class Model:
+    ...     def __init__(self, alpha=1.0, seed=0):
+    ...         store_params(self, locals())
+    >>> vars(Model(alpha=0.5))
+    {'alpha': 0.5, 'seed': 0}
+    """
+    for name, value in arguments.items():
+        if name != "self" and not name.startswith("__"):  # "__class__" is a local when __init__ calls super()
+            setattr(estimator, name, value)
 
 
 def initial_feature_map(
@@ -52,3 +78,41 @@ def sketch_or_load(
     if not isinstance(loaded, kinds):
         raise InputError(f"{needs}. Got a {loaded.kind!r} sketch.")
     return loaded
+
+
+def apply_to_rows(
+    estimator: Any,
+    X: Any,
+    rows_function: Callable[[np.ndarray], np.ndarray],
+    storage_options: StorageOptions,
+    dtype: Any,
+    n_columns: int | None,
+) -> Any:
+    """``rows_function`` of the rows of ``X``: numpy in, numpy out; any other source gives a lazy dask array.
+
+    In-memory rows are validated at once against the fitted ``estimator`` (width, NaN/inf).
+    Other sources are checked for width here and read chunk by chunk when the result is
+    computed, each chunk's NaN/inf rows raising then. ``n_columns`` is the width of the result,
+    ``None`` for one value per row. ``rows_function`` must be cheap to ship to workers (a
+    function of the fitted state, not of the training data).
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(40, 3))
+    >>> rff = srf.RFF(n_features=8, bandwidth=1.0).fit(X)
+    >>> lazy = apply_to_rows(rff, da.from_array(X, chunks=10), rff.transform, None, np.float32, 8)
+    >>> bool(np.array_equal(lazy.compute(), apply_to_rows(rff, X, rff.transform, None, np.float32, 8)))
+    True
+    """
+    if is_in_memory(X):
+        return rows_function(validate_estimator_input(estimator, X, reset=False))
+    array = as_row_chunked(X, storage_options=storage_options)
+    check_width(array, estimator.n_features_in_, type(estimator).__name__)
+    if n_columns is None:
+        return array.map_blocks(_checked_block, rows_function, dtype=dtype, drop_axis=1, chunks=(array.chunks[0],))
+    return array.map_blocks(_checked_block, rows_function, dtype=dtype, chunks=(array.chunks[0], (n_columns,)))
+
+
+def _checked_block(block: np.ndarray, rows_function: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    return rows_function(check_rows(block, "X", allow_empty=True) if block.shape[0] else block.astype(np.float64))

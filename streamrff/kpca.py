@@ -39,18 +39,16 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from ._blas import one_blas_thread, single_blas_thread
 from ._connection import connect
-from ._estimators import initial_feature_map, sketch_or_load
+from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load, store_params
 from ._validation import (
     check_positive_int,
-    check_rows,
-    check_width,
     is_in_memory,
     normalize_seed,
     validate_estimator_input,
 )
 from .engine import _memory_per_thread, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
-from .io import as_row_chunked, open_source
+from .io import open_source
 from .maps import FeatureMap
 from .nystrom import NystromSketch, nystrom_eigenpairs
 from .sketches import MeanSketch
@@ -209,16 +207,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         seed: int = 0,
         feature_map: FeatureMap | None = None,
     ) -> None:
-        self.n_components = n_components
-        self.n_features = n_features
-        self.bandwidth = bandwidth
-        self.method = method
-        self.n_landmarks = n_landmarks
-        self.eigen_solver = eigen_solver
-        self.moments = moments
-        self.sketch_size = sketch_size
-        self.seed = seed
-        self.feature_map = feature_map
+        store_params(self, locals())
 
     def _check_params(self) -> int:
         k = check_positive_int(self.n_components, "n_components")
@@ -260,12 +249,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         return initial_feature_map(self.method, self.n_features, self.bandwidth, self.seed, self.n_landmarks)
 
     def fit(
-        self,
-        X: Any,
-        y: Any = None,
-        client: Any = None,
-        storage_options: StorageOptions = None,
-        progress: bool = False,
+        self, X: Any, y: Any = None, client: Any = None, storage_options: StorageOptions = None, progress: bool = False
     ) -> KernelPCA:
         """Sketch ``X`` in one pass (second moments or their Nystrom sketch) and diagonalise the centred covariance.
 
@@ -274,12 +258,9 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         X : array-like, dask Array, xarray DataArray, or str/PathLike
             Anything :func:`streamrff.sketch` accepts (zarr path or URL included).
         y : ignored
-        client : None, distributed.Client or str, default=None
-            Where the sketch runs (see :func:`streamrff.sketch`).
-        storage_options : dict, optional
-            fsspec options for URL sources.
-        progress : bool, default=False
-            Show a progress bar.
+        client, storage_options, progress
+            Where the pass runs, the fsspec options of URL sources and whether to show a progress bar,
+            as for :func:`streamrff.sketch`.
 
         Returns
         -------
@@ -456,13 +437,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         ndarray or dask Array of shape (n_samples, n_components), float32
         """
         self._check_fitted()
-        if is_in_memory(X):
-            return self._scores(validate_estimator_input(self, X, reset=False))
-        array = as_row_chunked(X, storage_options=storage_options)
-        check_width(array, self.n_features_in_, "KernelPCA")
-        return array.map_blocks(
-            _checked_scores, self, dtype=np.float32, chunks=(array.chunks[0], (self._n_features_out,))
-        )
+        return apply_to_rows(self, X, self._scores, storage_options, np.float32, self._n_features_out)
 
     def __sklearn_tags__(self):  # noqa: D105
         tags = super().__sklearn_tags__()
@@ -493,6 +468,3 @@ def _top_eigenpairs_serial(covariance: np.ndarray, k: int, solver: str, seed: in
     order = np.argsort(values)[::-1][:k]
     return np.clip(values[order], 0.0, None), vectors[:, order]
 
-
-def _checked_scores(block: np.ndarray, model: KernelPCA) -> np.ndarray:
-    return model._scores(check_rows(block, "X", allow_empty=True) if block.shape[0] else block.astype(np.float64))

@@ -37,11 +37,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from ._blas import one_blas_thread, single_blas_thread
-from ._estimators import initial_feature_map, sketch_or_load
-from ._validation import check_bandwidth, check_positive_int, check_rows, check_width, is_in_memory, normalize_seed
+from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load, store_params
+from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed
 from .engine import sketch
 from .errors import InputError, NotFittedMapError
-from .io import as_row_chunked, open_zarr_array
+from .io import open_zarr_array
 from .maps import FeatureMap
 from .regression import RegressionSketch
 from .typing import PathOrURL, StorageOptions
@@ -192,12 +192,7 @@ class _KernelRidgeBase(BaseEstimator):
         seed: int = 0,
         feature_map: FeatureMap | None = None,
     ) -> None:
-        self.alpha = alpha
-        self.n_features = n_features
-        self.bandwidth = bandwidth
-        self.alphas = alphas
-        self.seed = seed
-        self.feature_map = feature_map
+        store_params(self, locals())
 
     def _check_params(self) -> None:
         if isinstance(self.alpha, str):
@@ -292,24 +287,13 @@ class _KernelRidgeBase(BaseEstimator):
     def _scores(self, X: Any, storage_options: StorageOptions) -> Any:
         """(n, t) scores: numpy for in-memory X, a lazy dask array otherwise."""
         self._check_fitted()
-        if is_in_memory(X):
-            from ._validation import validate_estimator_input
-
-            return self._raw_scores(validate_estimator_input(self, X, reset=False))
-        array = as_row_chunked(X, storage_options=storage_options)
-        check_width(array, self.n_features_in_, type(self).__name__)
-        return array.map_blocks(
-            _checked_scores, self, dtype=np.float64, chunks=(array.chunks[0], (self._coef_matrix.shape[1],))
-        )
+        return apply_to_rows(self, X, self._raw_scores, storage_options, np.float64, self._coef_matrix.shape[1])
 
     def __sklearn_tags__(self):  # noqa: D105
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
 
-
-def _checked_scores(block: np.ndarray, model: _KernelRidgeBase) -> np.ndarray:
-    return model._raw_scores(check_rows(block, "X", allow_empty=True) if block.shape[0] else block.astype(np.float64))
 
 
 class KernelRidge(RegressorMixin, _KernelRidgeBase):
@@ -386,12 +370,7 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
     """
 
     def fit(
-        self,
-        X: Any,
-        y: Any,
-        client: Any = None,
-        storage_options: StorageOptions = None,
-        progress: bool = False,
+        self, X: Any, y: Any, client: Any = None, storage_options: StorageOptions = None, progress: bool = False
     ) -> KernelRidge:
         """Sketch rows and targets in one pass and solve the ridge normal equations.
 
@@ -401,12 +380,9 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
             Rows: anything :func:`streamrff.sketch` accepts (zarr path or URL included).
         y : array-like, dask Array, xarray DataArray, or str/PathLike
             Targets of shape (n_samples,) or (n_samples, n_targets), the same kinds of source.
-        client : None, distributed.Client or str, default=None
-            Where the sketch runs (see :func:`streamrff.sketch`).
-        storage_options : dict, optional
-            fsspec options for URL sources.
-        progress : bool, default=False
-            Show a progress bar.
+        client, storage_options, progress
+            Where the pass runs, the fsspec options of URL sources and whether to show a progress bar,
+            as for :func:`streamrff.sketch`.
 
         Returns
         -------
@@ -541,12 +517,7 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
         return _one_vs_rest(np.asarray(labels).reshape(-1), classes)
 
     def fit(
-        self,
-        X: Any,
-        y: Any,
-        client: Any = None,
-        storage_options: StorageOptions = None,
-        progress: bool = False,
+        self, X: Any, y: Any, client: Any = None, storage_options: StorageOptions = None, progress: bool = False
     ) -> KernelRidgeClassifier:
         """Encode the labels one vs rest, sketch rows and targets in one pass, and solve.
 

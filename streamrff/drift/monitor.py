@@ -12,6 +12,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._connection import connect
+from .._estimators import store_params
 from .._validation import (
     check_bandwidth,
     check_positive_int,
@@ -234,15 +235,7 @@ class DriftMonitor(BaseEstimator):
         n_streams: int | str = "auto",
         n_reference_rows: int = 4096,
     ) -> None:
-        self.window = window
-        self.ert = ert
-        self.n_features = n_features
-        self.bandwidth = bandwidth
-        self.seed = seed
-        self.feature_map = feature_map
-        self.simulation = simulation
-        self.n_streams = n_streams
-        self.n_reference_rows = n_reference_rows
+        store_params(self, locals())
 
     def _check_params(self) -> tuple[int, float]:
         window = check_positive_int(self.window, "window", minimum=2)
@@ -268,11 +261,7 @@ class DriftMonitor(BaseEstimator):
         return int(min(budget, wanted))
 
     def fit(
-        self,
-        reference: Any,
-        y: Any = None,
-        client: Any = None,
-        storage_options: StorageOptions = None,
+        self, reference: Any, y: Any = None, *, client: Any = None, storage_options: StorageOptions = None,
         progress: bool = False,
     ) -> DriftMonitor:
         """Sketch the reference (one pass through the engine) and calibrate the thresholds.
@@ -284,12 +273,9 @@ class DriftMonitor(BaseEstimator):
             ``srf.load(path)``, possibly merged across sites; it needs second
             moments for the Gaussian calibration, its only option).
         y : ignored
-        client : None, distributed.Client or str, default=None
-            Where the reference pass runs (see :func:`streamrff.sketch`).
-        storage_options : dict, optional
-            fsspec options for URL sources.
-        progress : bool, default=False
-            Show a progress bar.
+        client, storage_options, progress
+            Where the reference pass runs, the fsspec options of URL sources and whether to show a progress bar,
+            as for :func:`streamrff.sketch`.
 
         Returns
         -------

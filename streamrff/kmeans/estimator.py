@@ -8,6 +8,7 @@ with :func:`~streamrff.kmeans.sketch.cluster_sketch_of_chunk` on the engine;
 
 from __future__ import annotations
 
+import functools
 import logging
 import numbers
 from collections.abc import Callable
@@ -20,19 +21,18 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._blas import single_blas_thread
 from .._connection import connect
-from .._estimators import initial_feature_map
+from .._estimators import apply_to_rows, initial_feature_map, store_params
 from .._validation import (
     check_bandwidth,
     check_positive_int,
     check_rows,
-    check_width,
     is_in_memory,
     normalize_seed,
     validate_estimator_input,
 )
 from ..engine import landmark_sample, run_chunks
 from ..errors import InputError, NotFittedMapError
-from ..io import RowSource, as_row_chunked, open_source
+from ..io import RowSource, open_source
 from ..maps import KJL, RFF, FeatureMap
 from ..typing import Seed, StorageOptions
 from .initialization import (
@@ -45,7 +45,7 @@ from .initialization import (
     _spectral_labels,
     _sum_by_label,
 )
-from .scoring import _checked_labels, _labels_of_rows, _nearest
+from .scoring import _labels_of_rows, _nearest
 from .sketch import _cluster_kernel
 
 __all__ = ["KernelKMeans", "LloydIteration"]
@@ -299,18 +299,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         seed: Seed = 0,
         feature_map: FeatureMap | None = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.method = method
-        self.n_features = n_features
-        self.n_landmarks = n_landmarks
-        self.bandwidth = bandwidth
-        self.init = init
-        self.n_init = n_init
-        self.init_size = init_size
-        self.max_iter = max_iter
-        self.tol = tol
-        self.seed = seed
-        self.feature_map = feature_map
+        store_params(self, locals())
 
     # -- parameters ----------------------------------------------------------------------
     def _check_params(self, n_rows: int, n_columns: int) -> dict[str, Any]:
@@ -432,12 +421,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------
     def fit(
-        self,
-        X: Any,
-        y: Any = None,
-        client: Any = None,
-        storage_options: StorageOptions = None,
-        progress: bool = False,
+        self, X: Any, y: Any = None, client: Any = None, storage_options: StorageOptions = None, progress: bool = False,
         callback: Callable[[LloydIteration], Any] | None = None,
     ) -> KernelKMeans:
         """Fit the map on the seeded sample, initialise on the sample, then run full-data Lloyd passes.
@@ -448,12 +432,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             Anything :func:`streamrff.sketch` accepts (numpy, dask, xarray,
             zarr path or URL).
         y : ignored
-        client : None, distributed.Client or str, default=None
-            Where the passes run (see :func:`streamrff.sketch`).
-        storage_options : dict, optional
-            fsspec options for URL sources. Never logged.
-        progress : bool, default=False
-            Show a progress bar for every pass.
+        client, storage_options, progress
+            Where the passes run, the fsspec options of URL sources and whether to show a progress bar,
+            as for :func:`streamrff.sketch`.
         callback : callable, optional
             Called with a :class:`LloydIteration` after every pass (the CLI
             shows them as progress); every pass is also logged at INFO level
@@ -639,18 +620,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             For data of another width, or NaN/inf rows in memory.
         """
         self._check_fitted()
-        if is_in_memory(X):
-            return self._labels(validate_estimator_input(self, X, reset=False))
-        array = as_row_chunked(X, storage_options=storage_options)
-        check_width(array, self.n_features_in_, "KernelKMeans")
-        return array.map_blocks(
-            _checked_labels,
-            self.feature_map_,
-            self.cluster_centers_,
-            dtype=np.int64,
-            drop_axis=1,
-            chunks=(array.chunks[0],),
-        )
+        # The labels of the fitted map and centres alone: what ships to the workers (never labels_).
+        labels = functools.partial(_labels_of_rows, feature_map=self.feature_map_, centers=self.cluster_centers_)
+        return apply_to_rows(self, X, labels, storage_options, np.int64, None)
 
     def fit_predict(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
         """Fit, then return the training labels: ``labels_`` for in-memory ``X``, else lazy :meth:`predict`."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._blas import single_blas_thread
-from .._validation import check_rows
 from ..maps import RFF, FeatureMap
 from ._lloyd import exact_labels, lloyd_step
 
@@ -136,9 +135,3 @@ def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarr
         length = float(np.sqrt(_squared_row_norms(features).max()))
         labels[start : start + features.shape[0]] = nearest.assign(features, length)[0][:, 0]
     return labels
-
-
-def _checked_labels(block: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
-    if block.shape[0] == 0:
-        return np.empty(0, dtype=np.int64)
-    return _labels_of_rows(check_rows(block, "X"), feature_map, centers)
