@@ -1,6 +1,6 @@
 """Plumbing shared by the estimators (:class:`~streamrff.KernelPCA`, :class:`~streamrff.KernelKMeans`,
-:class:`~streamrff.KernelRidge`, :class:`~streamrff.DriftMonitor`): their constructor arguments kept
-as scikit-learn asks, the map an estimator builds from its parameters, the sketch that ``fit_from_sketch`` takes
+:class:`~streamrff.KernelRidge`, :class:`~streamrff.DriftMonitor`): the map an estimator builds from its
+parameters, the sketch that ``fit_from_sketch`` takes
 as an object or as the path of a saved one, and ``transform``/``predict`` on any source."""
 
 from __future__ import annotations
@@ -17,26 +17,6 @@ from .io import as_row_chunked
 from .maps import KJL, RFF, FeatureMap
 from .sketches import Sketch
 from .typing import Seed, StorageOptions
-
-
-def store_params(estimator: Any, arguments: dict[str, Any]) -> None:
-    """Keep an estimator's constructor arguments unchanged, as scikit-learn's contract asks.
-
-    Called as ``store_params(self, locals())``, the whole body of an ``__init__``: each argument
-    becomes the attribute of its name (``get_params`` reads them back through the signature and
-    ``clone`` passes them again), and validation waits for ``fit``.
-
-    Examples
-    --------
-    >>> class Model:
-    ...     def __init__(self, alpha=1.0, seed=0):
-    ...         store_params(self, locals())
-    >>> vars(Model(alpha=0.5))
-    {'alpha': 0.5, 'seed': 0}
-    """
-    for name, value in arguments.items():
-        if name != "self" and not name.startswith("__"):  # "__class__" is a local when __init__ calls super()
-            setattr(estimator, name, value)
 
 
 def initial_feature_map(

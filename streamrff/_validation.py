@@ -19,6 +19,7 @@ __all__ = [
     "normalize_seed",
     "is_in_memory",
     "validate_estimator_input",
+    "store_params",
 ]
 
 
@@ -143,6 +144,26 @@ def is_in_memory(X: Any) -> bool:
     if isinstance(X, (str, bytes)) or hasattr(X, "dask") or hasattr(X, "dims") or hasattr(X, "__fspath__"):
         return False
     return isinstance(X, (np.ndarray, list, tuple)) or hasattr(X, "__array__") or issparse(X)
+
+
+def store_params(estimator: Any, arguments: dict[str, Any]) -> None:
+    """Keep an estimator's constructor arguments unchanged, as scikit-learn's contract asks.
+
+    Called as ``store_params(self, locals())``, the whole body of an ``__init__``: each argument
+    becomes the attribute of its name (``get_params`` reads them back through the signature and
+    ``clone`` passes them again), and validation waits for ``fit``.
+
+    Examples
+    --------
+    >>> class Model:
+    ...     def __init__(self, alpha=1.0, seed=0):
+    ...         store_params(self, locals())
+    >>> vars(Model(alpha=0.5))
+    {'alpha': 0.5, 'seed': 0}
+    """
+    for name, value in arguments.items():
+        if name != "self" and not name.startswith("__"):  # "__class__" is a local when __init__ calls super()
+            setattr(estimator, name, value)
 
 
 def validate_estimator_input(model: Any, X: Any, reset: bool) -> np.ndarray:

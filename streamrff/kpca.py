@@ -39,13 +39,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from ._blas import one_blas_thread, single_blas_thread
 from ._connection import connect
-from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load, store_params
-from ._validation import (
-    check_positive_int,
-    is_in_memory,
-    normalize_seed,
-    validate_estimator_input,
-)
+from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
+from ._validation import check_positive_int, is_in_memory, normalize_seed, store_params, validate_estimator_input
 from .engine import _memory_per_thread, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
 from .io import open_source

@@ -25,6 +25,11 @@ def _pyplot() -> Any:
     return plt
 
 
+def _axes(ax: Any, figsize: tuple[float, float]) -> Any:
+    """``ax``, or the axes of a new figure of ``figsize`` inches."""
+    return ax if ax is not None else _pyplot().subplots(figsize=figsize)[1]
+
+
 def plot_null(result: Any, ax: Any = None) -> Any:
     """Histogram of the null statistics with the observed statistic and the p-value.
 
@@ -39,8 +44,7 @@ def plot_null(result: Any, ax: Any = None) -> Any:
     -------
     matplotlib Axes
     """
-    plt = _pyplot()
-    ax = ax if ax is not None else plt.subplots(figsize=(5, 3.5))[1]
+    ax = _axes(ax, (5, 3.5))
     if result.method == "hotelling":
         from scipy import stats
 
@@ -141,8 +145,7 @@ def plot_bandwidths(result: Any, ax: Any = None) -> Any:
     -------
     matplotlib Axes
     """
-    plt = _pyplot()
-    ax = ax if ax is not None else plt.subplots(figsize=(5.5, 3.5))[1]
+    ax = _axes(ax, (5.5, 3.5))
     bandwidths = np.asarray(result.bandwidths, dtype=float)
     scores = np.asarray(result.standardised, dtype=float)
     if scores.ndim != 2 or scores.shape[0] != bandwidths.shape[0] or scores.shape[1] < 2:
@@ -178,14 +181,13 @@ def plot_scores(
     gives the legend entry of each label 0, 1, ... (e.g. each cluster's share
     of each site's rows); by default the labels themselves.
     """
-    plt = _pyplot()
     scores = np.asarray(scores)
     if scores.ndim != 2 or scores.shape[1] < 2:
         raise InputError(f"scores must have shape (n, >= 2). Got {scores.shape}.")
     chosen = np.arange(scores.shape[0])
     if scores.shape[0] > max_points:
         chosen = np.sort(np.random.default_rng(seed).choice(scores.shape[0], max_points, replace=False))
-    ax = ax if ax is not None else plt.subplots(figsize=(5, 4))[1]
+    ax = _axes(ax, (5, 4))
     if labels is None:
         ax.scatter(scores[chosen, 0], scores[chosen, 1], s=3, alpha=0.6)
     else:
@@ -242,7 +244,6 @@ def plot_drift(statistic: Any, threshold: Any, first_row: int = 0, drift_at: int
     >>> float(ax.get_lines()[0].get_xdata()[0])
     1001.0
     """
-    plt = _pyplot()
     statistic = np.asarray(statistic, dtype=np.float64)
     threshold = np.asarray(threshold, dtype=np.float64)
     if statistic.ndim != 1 or statistic.shape != threshold.shape:
@@ -250,7 +251,7 @@ def plot_drift(statistic: Any, threshold: Any, first_row: int = 0, drift_at: int
             f"statistic and threshold must be 1-D arrays of one length. Got shapes {statistic.shape} and "
             f"{threshold.shape}; pass DriftUpdate.statistic and .threshold of the same rows."
         )
-    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.5))[1]
+    ax = _axes(ax, (7, 3.5))
     rows = first_row + np.arange(statistic.shape[0])
     shown = np.isfinite(statistic)
     ax.plot(rows[shown], statistic[shown], lw=0.8, label="statistic (MMD^2 of the window)")

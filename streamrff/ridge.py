@@ -37,8 +37,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from ._blas import one_blas_thread, single_blas_thread
-from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load, store_params
-from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed
+from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
+from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed, store_params
 from .engine import sketch
 from .errors import InputError, NotFittedMapError
 from .io import open_zarr_array

@@ -23,6 +23,7 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import single_blas_thread
+from ._registry import KindRegistry
 from ._sketchfile import SketchParts, write_sketch
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
 from .errors import InputError, SketchMismatchError
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 
-class Sketch(ABC):
+class Sketch(KindRegistry, ABC):
     """Base class of mergeable sketches.
 
     Subclasses define ``kind``, ``_arrays()`` (the float/int arrays written to
@@ -73,13 +74,7 @@ class Sketch(ABC):
     True
     """
 
-    kind: ClassVar[str] = ""
     _registry: ClassVar[dict[str, type[Sketch]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.kind:
-            Sketch._registry[cls.kind] = cls
 
     count: int
 

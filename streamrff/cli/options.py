@@ -230,15 +230,18 @@ def add_map_kind(
     help: str = "feature space: random Fourier features or the K-JL sketch (default: rff)",
 ) -> None:
     """``--map-kind rff|kjl`` (formerly ``--method``): random Fourier features or the K-JL sketch."""
-    parser.add_argument("--map-kind", choices=MAP_KINDS, default=None, help=help)
-    add_deprecated_alias(parser, "--method", "--map-kind", MAP_KINDS)
+    add_renamed_choice(parser, "--map-kind", MAP_KINDS, help)
 
 
-def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, choices: Sequence[str]) -> None:
-    """``old`` still works for one release as an alias of ``new`` (hidden from ``--help``).
+def add_renamed_choice(
+    parser: argparse.ArgumentParser, new: str, choices: Sequence[str], help: str, old: str = "--method"
+) -> None:
+    """``new``, one of ``choices`` (default None: the command picks), formerly spelled ``old``.
 
-    :func:`resolve_deprecated_alias` warns on stderr and moves its value to ``new``.
+    ``old`` still works for one release, hidden from ``--help``: :func:`resolve_deprecated_alias`
+    warns on stderr and moves its value to ``new``.
     """
+    parser.add_argument(new, choices=choices, default=None, help=help)
     parser.add_argument(old, dest="deprecated_alias_value", choices=list(choices), default=None, help=argparse.SUPPRESS)
     parser.set_defaults(deprecated_alias=(old, new))
 

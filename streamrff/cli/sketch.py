@@ -58,14 +58,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--dtype", choices=["float32", "float64"], default="float32", help="feature precision (float64: ~10x slower)"
     )
-    parser.add_argument(
+    options.add_renamed_choice(
+        parser,
         "--sum-method",
-        choices=SUM_METHODS,
-        default=None,
-        help="how the feature sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the "
+        SUM_METHODS,
+        "how the feature sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the "
         "faster (default: auto)",
     )
-    options.add_deprecated_alias(parser, "--method", "--sum-method", SUM_METHODS)
     options.add_scheduler(parser)
     parser.add_argument(
         "--checkpoint", metavar="DIR", default=None, help="keep per-chunk partials here to resume or extend"

@@ -34,14 +34,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
     )
-    parser.add_argument(
+    options.add_renamed_choice(
+        parser,
         "--null",
-        choices=NULLS,
-        default=None,
-        help="the test's null distribution (default: permutation on data, spectral on sketches); aggregated: "
+        NULLS,
+        "the test's null distribution (default: permutation on data, spectral on sketches); aggregated: "
         "several bandwidths under the same permutations, one p-value",
     )
-    options.add_deprecated_alias(parser, "--method", "--null", NULLS)
     parser.add_argument(
         "--permutations",
         type=options.positive_int,

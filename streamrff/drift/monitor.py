@@ -12,7 +12,6 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._connection import connect
-from .._estimators import store_params
 from .._validation import (
     check_bandwidth,
     check_positive_int,
@@ -20,6 +19,7 @@ from .._validation import (
     check_width,
     is_in_memory,
     normalize_seed,
+    store_params,
     validate_estimator_input,
 )
 from ..engine import fit_map, landmark_sample, sketch

@@ -21,13 +21,14 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from .._blas import single_blas_thread
 from .._connection import connect
-from .._estimators import apply_to_rows, initial_feature_map, store_params
+from .._estimators import apply_to_rows, initial_feature_map
 from .._validation import (
     check_bandwidth,
     check_positive_int,
     check_rows,
     is_in_memory,
     normalize_seed,
+    store_params,
     validate_estimator_input,
 )
 from ..engine import landmark_sample, run_chunks

@@ -33,6 +33,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import validate_data
 
 from .._blas import single_blas_thread
+from .._registry import KindRegistry
 from .._validation import check_bandwidth, check_finite_rows, check_rows, check_width
 from ..errors import InputError, NotFittedMapError
 from ..sampling import bottom_k, row_keys
@@ -136,7 +137,7 @@ def _hash_arrays(digest: Any, arrays: dict[str, np.ndarray]) -> None:
         digest.update(little.tobytes())
 
 
-class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta):
+class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta):
     """Base class of streamrff's feature maps (scikit-learn transformers).
 
     Subclasses implement ``_begin_fit``, ``_finish_fit``, ``_spec_entries``,
@@ -163,13 +164,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     True
     """
 
-    kind: ClassVar[str] = ""
     _registry: ClassVar[dict[str, type[FeatureMap]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.kind:
-            FeatureMap._registry[cls.kind] = cls
 
     # -- scikit-learn contract -------------------------------------------------
     @single_blas_thread

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from .._blas import single_blas_thread
-from .._validation import check_bandwidth, check_positive_int, normalize_seed
+from .._validation import check_bandwidth, check_positive_int, normalize_seed, store_params
 from ..errors import InputError
 from ..sampling import median_heuristic
 from ..typing import MapSpec, Seed
@@ -88,11 +88,7 @@ class KJL(FeatureMap):
         center: bool = True,
         seed: Seed = 0,
     ) -> None:
-        self.n_landmarks = n_landmarks
-        self.n_components = n_components
-        self.bandwidth = bandwidth
-        self.center = center
-        self.seed = seed
+        store_params(self, locals())
 
     def _width(self) -> int:
         if self.n_components is None:
