@@ -194,13 +194,16 @@ class ModelFormatError(MapFormatError):
 
     Examples
     --------
-    >>> import os, tempfile, streamrff as srf
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     try:
-    ...         srf.load_model(os.path.join(folder, "missing.json"))
-    ...     except srf.MapFormatError as error:
-    ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
-    ModelFormatError - the path does not exist. Check the path.
+    A map file named where a model file is expected:
+
+    >>> import os, tempfile, numpy as np, streamrff as srf
+    >>> path = os.path.join(tempfile.mkdtemp(), "map.json")
+    >>> srf.save_map(srf.RFF(n_features=8, bandwidth=1.0).fit(np.zeros((2, 2))), path)
+    >>> try:
+    ...     srf.load_model(path)
+    ... except srf.MapFormatError as error:
+    ...     print(type(error).__name__, "-", str(error).split(": ", 1)[1].split(". ")[0])
+    ModelFormatError - expected format='streamrff.model', got 'streamrff.map'
     """
 
 

@@ -260,6 +260,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Returns
         -------
         self : KernelPCA
+            Fitted on the rows of ``X``.
 
         Raises
         ------
@@ -307,6 +308,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Returns
         -------
         self : KernelPCA
+            Fitted on the rows the sketch summarises.
 
         Raises
         ------

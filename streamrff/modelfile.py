@@ -138,12 +138,8 @@ def save_model(
     ----------
     model : KernelRidge or KernelRidgeClassifier
         A fitted model.
-    path_or_url : str or PathLike
-        Where to write, e.g. ``"model.json"`` or ``"s3://bucket/model.json"``.
-    storage_options : dict, optional
-        fsspec options for URLs. Never logged.
-    overwrite : bool, default=False
-        Replace an existing file.
+    path_or_url, storage_options, overwrite
+        As in :func:`~streamrff.save_map` (e.g. ``"model.json"`` or ``"s3://bucket/model.json"``).
 
     Raises
     ------
@@ -152,10 +148,9 @@ def save_model(
         labels are not numbers, booleans or text.
     NotFittedMapError
         If ``model`` is not fitted.
-    FileExistsError
-        If the target exists and ``overwrite`` is False.
-    SourceError
-        If the target cannot be written.
+    FileExistsError, SourceError, OutputError
+        If the target exists and ``overwrite`` is False, or cannot be written
+        (as for :func:`~streamrff.save_map`).
 
     Examples
     --------

@@ -174,6 +174,7 @@ def nufft_supports(feature_map: FeatureMap) -> bool:
     Returns
     -------
     bool
+        True when :func:`nufft_mean_sums` can sketch with this map.
 
     Examples
     --------
@@ -408,6 +409,7 @@ def nufft_applies(feature_map: FeatureMap, rows: np.ndarray, *, moments: bool = 
     Returns
     -------
     bool
+        True to take the NUFFT path for this chunk.
 
     Examples
     --------

@@ -119,16 +119,18 @@ class SketchIndex(Sketch):
 
     Examples
     --------
+    Three Gaussian point sets, and the two nearest to a fourth one:
+
     >>> import numpy as np, streamrff as srf
-    >>> angles = np.linspace(0, 2 * np.pi, 100, endpoint=False)
-    >>> circle = np.c_[np.cos(angles), np.sin(angles)]
-    >>> rel = srf.RelativeErrorRFF(n_features=2048, bandwidth=0.5).fit(circle)
+    >>> rng = np.random.default_rng(0)
+    >>> sets = {f"mean {c}": rng.normal(c, 1.0, size=(300, 2)) for c in (0, 2, 4)}
+    >>> rel = srf.RelativeErrorRFF(n_features=2048, bandwidth=1.0).fit(np.vstack(list(sets.values())))
     >>> index = srf.SketchIndex()
-    >>> for name, points in {"small": 0.5 * circle, "unit": circle, "large": 2 * circle}.items():
+    >>> for name, points in sets.items():
     ...     index.add(name, srf.sketch_array(points, rel))
-    >>> names, distances = index.query(srf.sketch_array(1.05 * circle, rel), k=2)
+    >>> names, distances = index.query(srf.sketch_array(rng.normal(2.4, 1.0, size=(300, 2)), rel), k=2)
     >>> names, len(index)
-    (['unit', 'large'], 3)
+    (['mean 2', 'mean 4'], 3)
     """
 
     kind = "index"
