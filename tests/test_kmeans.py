@@ -550,3 +550,26 @@ def test_kernel_kmeans_predict_errors():
 @parametrize_with_checks([KernelKMeans(n_features=64, n_init=2), KernelKMeans(method="kjl", n_init=2)])
 def test_kernel_kmeans_passes_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_spectral_starts_of_structureless_affinities_fall_back_to_the_dense_eigensolver():
+    # A bandwidth far below the rows' spacing makes the affinity nearly the identity: Lanczos does
+    # not converge there (ArpackNoConvergence after 6 000 restarts at n = 600; at n = 2 000 it ran
+    # for over 10 minutes) and LAPACK's subset eigensolvers return no eigenpair at all.
+    # The starts must still be k-way partitions.
+    from streamrff.kmeans.initialization import _spectral_labels
+
+    rows = np.random.default_rng(0).uniform(size=(600, 10))
+    squared_distances = cdist(rows, rows, "sqeuclidean")
+    assert np.exp(-np.sort(squared_distances, axis=1)[:, 1].min() / (2 * 0.05**2)) < 1e-6  # almost no affinity
+    for labels in _spectral_labels(squared_distances, 0.05, 3, seed=0):
+        assert labels.shape == (600,) and set(np.unique(labels)) == {0, 1, 2}
+
+
+def test_kernel_kmeans_with_a_too_narrow_map_still_assigns_every_row_to_its_nearest_centre():
+    X = np.random.default_rng(1).uniform(size=(1200, 10))
+    rff = srf.RFF(n_features=128, bandwidth=0.05, seed=0).fit(X)
+    model = srf.KernelKMeans(n_clusters=3, feature_map=rff, max_iter=5, seed=0).fit(X)
+    features = rff.transform(X).astype(np.float64)
+    nearest = cdist(features, model.cluster_centers_, "sqeuclidean").argmin(axis=1)
+    assert np.mean(model.labels_ == nearest) > 0.999

@@ -88,6 +88,8 @@ _SPECTRAL_ROWS = 2000
 #: normalised cut can prefer a split that kernel k-means does not (two moons at sigma = 0.25); at
 #: half of it (affinity K^4) the affinity graph follows elongated clusters.
 _SPECTRAL_SCALES = (1.0, 0.5)
+#: Lanczos restarts before the dense eigensolver takes over (converged starts need a few dozen).
+_LANCZOS_MAX_ITER = 300
 #: SeedSequence spawn key of the spectral starts (ASCII "SPEC").
 _SPECTRAL_STREAM = 0x53504543
 
@@ -102,8 +104,7 @@ def _spectral_labels(squared_distances: np.ndarray, bandwidth: float, k: int, se
     show that kernel k-means and this relaxation optimise related objectives;
     the labels serve only as candidate starts for kernel k-means.
     """
-    from scipy.linalg import eigh
-    from scipy.sparse.linalg import eigsh
+    from scipy.sparse.linalg import ArpackNoConvergence, eigsh
     from sklearn.cluster import KMeans
 
     n = squared_distances.shape[0]
@@ -115,10 +116,19 @@ def _spectral_labels(squared_distances: np.ndarray, bandwidth: float, k: int, se
         root_degree = np.sqrt(normalized.sum(axis=1))  # >= 1: the diagonal is 1
         normalized /= root_degree[:, None]
         normalized /= root_degree[None, :]
+        start = rng.standard_normal(n)
+        vectors = None
         if 4 * k < n:  # Lanczos for a few leading eigenvectors; its start vector is seeded
-            _, vectors = eigsh(normalized, k=k, which="LA", v0=rng.standard_normal(n))
-        else:
-            _, vectors = eigh(normalized, subset_by_index=[n - k, n - 1])
+            try:
+                _, vectors = eigsh(normalized, k=k, which="LA", v0=start, maxiter=_LANCZOS_MAX_ITER)
+            except ArpackNoConvergence:
+                # Structureless affinities (a bandwidth far below the rows' spacing) have nearly
+                # equal leading eigenvalues, where Lanczos crawls: the dense solver is exact and bounded.
+                vectors = None
+        if vectors is None:
+            # The full decomposition: LAPACK's subset drivers (evr, evx) return no eigenpair at all
+            # when the leading eigenvalues are equal to working precision (measured, n = 2000).
+            vectors = np.linalg.eigh(normalized)[1][:, n - k :]
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), np.finfo(float).tiny)
         model = KMeans(n_clusters=k, n_init=4, random_state=int(rng.integers(2**31 - 1)))
         results.append(model.fit_predict(vectors).astype(np.int64))
