@@ -44,15 +44,16 @@ import streamrff as srf
 from streamrff import _sincos
 from streamrff._blas import one_blas_thread
 from streamrff.maps.fourier import _MIN_PROJECTION_ROWS
-from streamrff.sketches import _MOMENT_TILE_ROWS, mean_sketch_of_chunk
+from streamrff.sketches import _moment_tile_rows, mean_sketch_of_chunk
 
 
-def best_of(function, repeats: int = 3) -> float:
+def best_of(function, repeats: int = 3, clock=time.perf_counter) -> float:
+    """Least time of ``repeats`` calls by ``clock`` (wall time; :func:`time.process_time` for CPU time)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         function()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times)
 
 
@@ -150,14 +151,9 @@ def main() -> None:
 
 
 def cpu_seconds(function, repeats: int = 5) -> float:
-    """Least CPU time of the process (all its threads: zarr decodes on its own) over ``repeats`` calls."""
+    """Least CPU time of the process (all its threads: zarr decodes on its own) over ``repeats`` calls, after one."""
     function()
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        function()
-        times.append(time.process_time() - start)
-    return min(times)
+    return best_of(function, repeats, clock=time.process_time)
 
 
 def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int) -> None:
@@ -174,7 +170,8 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
     phases = np.empty((tile, m), np.float32)
     features = np.empty((tile, 2 * m), np.float32)
     sums = np.zeros((2, m))
-    moment_tile = rff.transform(values[:_MOMENT_TILE_ROWS])
+    moment_rows = _moment_tile_rows(np.float32)  # the moments kernel's tile (sketches.py)
+    moment_tile = rff.transform(values[:moment_rows])
     moment = np.empty((D, D), np.float32)
 
     def gemm() -> None:
@@ -198,12 +195,10 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
             "fused": per_row(
                 cpu_seconds(lambda: _sincos.sincos_feature_sums(chunk, frequencies, tile, sums)), chunk.shape[0]
             ),
-            "SYRK": per_row(
-                cpu_seconds(lambda: np.matmul(moment_tile.T, moment_tile, out=moment), 7), _MOMENT_TILE_ROWS
-            ),
+            "SYRK": per_row(cpu_seconds(lambda: np.matmul(moment_tile.T, moment_tile, out=moment), 7), moment_rows),
             "moments": per_row(cpu_seconds(lambda: mean_sketch_of_chunk(chunk, rff, moments=True), 3), chunk.shape[0]),
             "embed": per_row(
-                cpu_seconds(lambda: [None for _ in rff.embed_tiles(chunk, tile_rows=_MOMENT_TILE_ROWS)], 3),
+                cpu_seconds(lambda: [None for _ in rff.embed_tiles(chunk, tile_rows=moment_rows)], 3),
                 chunk.shape[0],
             ),
         }
@@ -216,7 +211,7 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
     print(f"  {'numpy float32 cos + sin':40} {part['numpy']:9.0f} ns")
     fused = f"{part['fused'] / sincos:.2f}x GEMM + sin/cos"
     print(f"  {'fused sum kernel (GEMM + sin/cos + sums)':40} {part['fused']:9.0f} ns   {fused}")
-    print(f"  {f'SYRK in cache ({_MOMENT_TILE_ROWS}-row tile)':40} {part['SYRK']:9.0f} ns")
+    print(f"  {f'SYRK in cache ({moment_rows}-row tile)':40} {part['SYRK']:9.0f} ns")
     print(
         f"  {'moments kernel (embed + SYRK + sums)':40} {part['moments']:9.0f} ns   "
         f"SYRK share {syrk_share:.0f} ns: {part['SYRK'] / syrk_share:.2f} of the in-cache rate"
