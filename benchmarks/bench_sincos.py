@@ -10,8 +10,9 @@ On one core (BLAS limited to one thread), for a tile of phases of ``--rows`` x `
              their column sums (the numpy sum path), against one ``sincos_feature_sums`` call
              (projection included), per tile;
 
-and the largest error of each path's features against float64 ``cos``/``sin`` of the same
-float32 phases, in units of float32's spacing at 1.
+in this thread's CPU time (everything runs on one thread; on a shared machine this leaves out
+the time the thread waits for a core), and the largest error of each path's features against
+float64 ``cos``/``sin`` of the same float32 phases, in units of float32's spacing at 1.
 
 Run: python benchmarks/bench_sincos.py [--rows 256] [--frequencies 512] [--dims 32] [--chunk-rows 50176]
 """
@@ -22,18 +23,18 @@ import argparse
 import time
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from streamrff import _sincos
+from streamrff._blas import one_blas_thread
 
 
 def median_seconds(function, repeats: int) -> float:
     function()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.thread_time()
         function()
-        times.append(time.perf_counter() - start)
+        times.append(time.thread_time() - start)
     return float(np.median(times))
 
 
@@ -69,7 +70,9 @@ def main() -> None:
             np.sin(blocks[1], out=blocks[1])
             sums[:] += np.matmul(ones, blocks)
 
-    with threadpool_limits(1):
+    # streamrff's own guard: it also limits scipy's BLAS, which the compiled kernel's projection
+    # calls (threadpoolctl's limit may miss it, and a 2-thread GEMM per tile then slows it 5x).
+    with one_blas_thread():
         results = {
             "features": (
                 median_seconds(numpy_features, 300),

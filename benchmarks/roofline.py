@@ -15,7 +15,19 @@ Then, with --threads, the scaling of the same job: the embedded scheduler with 1
 all cores, and a distributed LocalCluster of 1 against ``cores`` single-threaded worker processes
 (the issue's target: 2 workers/threads >= 1.7x one).
 
+First, the parts of the pass at ``--parts-dim`` x ``--parts-features`` (d = 32, D = 1024 by default),
+each per row on one core in CPU time with one BLAS thread: decode (zarr read + zstd, on zarr's threads),
+the projection GEMM in the kernel's tiles, the compiled sin/cos (``sincos_features``) on those tiles,
+numpy's float32 ``cos`` + ``sin`` on them, the fused sum kernel (``sincos_feature_sums``: GEMM + sin/cos +
+column sums, as a ratio to GEMM + sin/cos), the SYRK of a features tile in cache and the moments kernel
+(``mean_sketch_of_chunk(moments=True)``, and the rate of its SYRK share against the in-cache one). Then
+the pass on zarr for the sums and the moments paths, next to the limit the parts set on every core
+(``rows x (decode + GEMM + sin/cos [+ SYRK]) / cores``), with the share of the pass that the task threads
+were busy (dask's profiler: decoding a chunk on one thread while another computes keeps both busy).
+CPU time leaves out the waits for a core on a shared machine; the passes are wall time.
+
 Run: python benchmarks/roofline.py [--rows 200000] [--dims 8,32,128] [--features 256,1024,4096] [--threads]
+     [--parts-only] [--parts-dim 32] [--parts-features 1024]
 """
 
 from __future__ import annotations
@@ -29,14 +41,19 @@ import numpy as np
 import zarr
 
 import streamrff as srf
+from streamrff import _sincos
+from streamrff._blas import one_blas_thread
+from streamrff.maps.fourier import _MIN_PROJECTION_ROWS
+from streamrff.sketches import _moment_tile_rows, mean_sketch_of_chunk
 
 
-def best_of(function, repeats: int = 3) -> float:
+def best_of(function, repeats: int = 3, clock=time.perf_counter) -> float:
+    """Least time of ``repeats`` calls by ``clock`` (wall time; :func:`time.process_time` for CPU time)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         function()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times)
 
 
@@ -78,8 +95,15 @@ def main() -> None:
     parser.add_argument("--features", default="256,1024,4096")
     parser.add_argument("--chunk-rows", type=int, default=50_000)
     parser.add_argument("--threads", action="store_true", help="also measure 1 thread vs all cores (d=32, D=1024)")
+    parser.add_argument("--parts-only", action="store_true", help="only the parts table and its two passes")
+    parser.add_argument("--parts-dim", type=int, default=32)
+    parser.add_argument("--parts-features", type=int, default=1024)
     args = parser.parse_args()
     cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory() as tmp:
+        parts_table(tmp, args.rows, args.parts_dim, args.parts_features, args.chunk_rows, cores)
+    if args.parts_only:
+        return
     dims = [int(v) for v in args.dims.split(",")]
     features = [int(v) for v in args.features.split(",")]
 
@@ -124,6 +148,99 @@ def main() -> None:
                     )
         if args.threads:
             thread_scaling(tmp, args.rows, args.chunk_rows, cores)
+
+
+def cpu_seconds(function, repeats: int = 5) -> float:
+    """Least CPU time of the process (all its threads: zarr decodes on its own) over ``repeats`` calls, after one."""
+    function()
+    return best_of(function, repeats, clock=time.process_time)
+
+
+def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int) -> None:
+    """The parts of the pass per row on one core, then the sums and moments passes against their limits."""
+    path = os.path.join(tmp, "parts.zarr")
+    values = np.random.default_rng(0).standard_normal((rows, d), dtype=np.float32)
+    data = zarr.create_array(path, shape=values.shape, chunks=(min(chunk_rows, rows), d), dtype="float32")
+    data[...] = values  # zarr 3's default codecs: zstd
+    rff = srf.RFF(n_features=D, bandwidth=float(np.sqrt(d))).fit(np.zeros((1, d)))
+    frequencies, _, scale = rff._float32_kernel_args()
+    m = frequencies.shape[1]
+    tile = max(_MIN_PROJECTION_ROWS, rff._tile_rows(m))  # the sum kernel's tile (maps/fourier.py)
+    chunk = values[: min(chunk_rows, rows) - min(chunk_rows, rows) % tile]
+    phases = np.empty((tile, m), np.float32)
+    features = np.empty((tile, 2 * m), np.float32)
+    sums = np.zeros((2, m))
+    moment_rows = _moment_tile_rows(np.float32)  # the moments kernel's tile (sketches.py)
+    moment_tile = rff.transform(values[:moment_rows])
+    moment = np.empty((D, D), np.float32)
+
+    def gemm() -> None:
+        for start in range(0, chunk.shape[0], tile):
+            np.dot(chunk[start : start + tile], frequencies, phases)
+
+    def numpy_sincos() -> None:
+        np.cos(phases, out=features[:, :m])
+        np.sin(phases, out=features[:, m:])
+
+    def per_row(seconds: float, n: int) -> float:
+        return seconds / n * 1e9
+
+    with one_blas_thread():
+        gemm()
+        part = {
+            "decode": per_row(cpu_seconds(lambda: zarr.open_array(path, mode="r")[...]), rows),
+            "GEMM": per_row(cpu_seconds(gemm), chunk.shape[0]),
+            "sin/cos": per_row(cpu_seconds(lambda: _sincos.sincos_features(phases, scale, features), 50), tile),
+            "numpy": per_row(cpu_seconds(numpy_sincos, 50), tile),
+            "fused": per_row(
+                cpu_seconds(lambda: _sincos.sincos_feature_sums(chunk, frequencies, tile, sums)), chunk.shape[0]
+            ),
+            "SYRK": per_row(cpu_seconds(lambda: np.matmul(moment_tile.T, moment_tile, out=moment), 7), moment_rows),
+            "moments": per_row(cpu_seconds(lambda: mean_sketch_of_chunk(chunk, rff, moments=True), 3), chunk.shape[0]),
+            "embed": per_row(
+                cpu_seconds(lambda: [None for _ in rff.embed_tiles(chunk, tile_rows=moment_rows)], 3),
+                chunk.shape[0],
+            ),
+        }
+    sincos = part["GEMM"] + part["sin/cos"]
+    syrk_share = part["moments"] - part["embed"]
+    print(f"parts per row on one core (d = {d}, D = {D}; CPU time, one BLAS thread; {tile}-row tiles)")
+    print(f"  {'decode (zarr read + zstd)':40} {part['decode']:9.0f} ns")
+    print(f"  {'projection GEMM':40} {part['GEMM']:9.0f} ns")
+    print(f"  {'sin/cos (compiled)':40} {part['sin/cos']:9.0f} ns   {part['numpy'] / part['sin/cos']:.2f}x numpy's")
+    print(f"  {'numpy float32 cos + sin':40} {part['numpy']:9.0f} ns")
+    fused = f"{part['fused'] / sincos:.2f}x GEMM + sin/cos"
+    print(f"  {'fused sum kernel (GEMM + sin/cos + sums)':40} {part['fused']:9.0f} ns   {fused}")
+    print(f"  {f'SYRK in cache ({moment_rows}-row tile)':40} {part['SYRK']:9.0f} ns")
+    print(
+        f"  {'moments kernel (embed + SYRK + sums)':40} {part['moments']:9.0f} ns   "
+        f"SYRK share {syrk_share:.0f} ns: {part['SYRK'] / syrk_share:.2f} of the in-cache rate"
+    )
+    print(f"{'path':>8} {'limit s':>8} {'measured s':>10} {'fraction':>8} {'rows/s':>10} {'threads busy':>12}")
+    for moments in (False, True):
+        per_core = part["decode"] + sincos + (part["SYRK"] if moments else 0.0)
+        limit = rows * per_core * 1e-9 / cores
+        srf.sketch(path, rff, moments=moments)  # warm up
+        measured, busy = timed_pass(lambda: srf.sketch(path, rff, moments=moments), cores, 2 if moments else 5)
+        print(
+            f"{'moments' if moments else 'sums':>8} {limit:>8.3f} {measured:>10.3f} {limit / measured:>8.2f} "
+            f"{rows / measured:>10.0f} {busy:>12.2f}"
+        )
+
+
+def timed_pass(job, cores: int, repeats: int) -> tuple[float, float]:
+    """Least wall time of ``job`` and, for that run, the share of ``cores`` x wall time its dask tasks ran."""
+    from dask.diagnostics import Profiler
+
+    best = (float("inf"), 0.0)
+    for _ in range(repeats):
+        with Profiler() as profiler:
+            start = time.perf_counter()
+            job()
+            seconds = time.perf_counter() - start
+        busy = sum(task.end_time - task.start_time for task in profiler.results) / (cores * seconds)
+        best = min(best, (seconds, busy))
+    return best
 
 
 def thread_scaling(tmp: str, rows: int, chunk_rows: int, cores: int) -> None:

@@ -1,8 +1,8 @@
 """Refuse feature-space sizes that cannot fit in a worker's memory, before any work.
 
 A task of the engine holds the map's random parameters (about D x d float64), a
-tile of features (256 rows x D, 2048 rows with moments, plus a D x D tile moment;
-counted as float64) and, in the merge tree, up to
+tile of features (256 rows x D, with moments 2048 float64 or 4096 float32 rows, plus a D x D tile
+moment; counted as float64) and, in the merge tree, up to
 ``split_every + 1`` partial sketches at once: their sums (D float64), second
 moments (D x D float64) and permutation sums (B x D float64). That is compared with
 the memory of one task thread (the smallest worker memory limit divided by its

@@ -88,7 +88,7 @@ def test_rff_sums_equal_float64_numpy_features(variant, orthogonal):
 def test_mean_sketch_second_moment_over_many_tiles():
     # Wide enough that the chunk is embedded in several row tiles.
     feature_map = srf.RFF(n_features=1024, bandwidth=1.0, seed=1).fit(ROWS)
-    X = np.random.default_rng(0).normal(size=(5000, 4))  # 2048-row tiles with moments
+    X = np.random.default_rng(0).normal(size=(10_000, 4))  # 4096-row float32 tiles with moments: 2 full, 1 part
     Z = feature_map.transform(X).astype(np.float64)
     sketch = srf.sketch_array(X, feature_map, moments=True)
     assert relative_error(sketch.moment, Z.T @ Z) < 1e-6
