@@ -250,7 +250,6 @@ def test_classifier_fit_records_its_classes_in_the_sketch_it_solves():
     np.testing.assert_allclose(again.decision_function(X), model.decision_function(X), rtol=1e-12, atol=1e-12)
 
 
-
 def test_classifier_encodes_one_vs_rest_like_sklearn_ridge_classifier():
     labels = np.array([2, 0, 1, 1])
     np.testing.assert_array_equal(
