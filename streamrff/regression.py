@@ -275,7 +275,9 @@ def regression_sketch_of_chunk(
     with moments), but each tile's ``Z^T Z`` is a float64 symmetric rank-k
     update of the features widened to float64 (twice the flops of the mean
     sketch's float32 update): the ridge solve at small alpha amplifies the
-    float32 update's relative error of about 1e-6 into the coefficients.
+    rounding of float32 products, which depends on where tiles start, into
+    the coefficients (even products of centred tiles moved merged halves'
+    coefficients by 1e-4 to 2e-3; see docs/guide/ridge.rst).
     The feature sums and ``Z^T y`` come from the same float64 tile (so the
     centred moment ``Z^T Z - n mu mu^T`` stays positive semi-definite to
     float64 rounding), with float64 targets; ``sum y`` and ``y^T y`` are float64.
