@@ -61,6 +61,13 @@ class RegressionSketch(MeanSketch):
         take the same shape.
     n_invalid : int, default=0
         Rows skipped because their features or targets held NaN or inf.
+    classes : array-like of shape (n_classes,), optional
+        For targets that encode class labels one vs rest
+        (:meth:`streamrff.KernelRidgeClassifier.encode_targets`): the sorted
+        labels, numbers or text, at least 2; one target column for 2 classes,
+        else one per class. Kept as a tuple of Python scalars (a list in the
+        file's attributes); sketches of other classes do not merge, even with
+        as many columns. None for regression targets.
 
     Examples
     --------
@@ -76,6 +83,14 @@ class RegressionSketch(MeanSketch):
     >>> halves = first.merge(rest)
     >>> halves.count, bool(np.allclose(halves.cross_moment, s.cross_moment))
     (200, True)
+
+    A sketch of +-1 targets records the classes they encode:
+
+    >>> labels = np.where(y > 0, "up", "down")
+    >>> targets = srf.KernelRidgeClassifier.encode_targets(labels, ["down", "up"])
+    >>> labelled = srf.regression_sketch_array(X, targets, rff, classes=["down", "up"])
+    >>> labelled.classes, bool(np.allclose(labelled.target_sum, [np.sum(np.where(y > 0, 1.0, -1.0))]))
+    (('down', 'up'), True)
     """
 
     kind = "regression"
@@ -83,12 +98,13 @@ class RegressionSketch(MeanSketch):
         "count", "feature_sum", "squared_norm_sum", "moment", "cross_moment", "target_sum", "target_moment",
         "n_invalid",
     )  # fmt: skip
-    _fixed_fields = ("feature_map", "target_ndim")
+    _fixed_fields = ("feature_map", "target_ndim", "classes")
 
     cross_moment: np.ndarray
     target_sum: np.ndarray
     target_moment: np.ndarray
     target_ndim: int
+    classes: tuple[Any, ...] | None
 
     def __init__(
         self,
@@ -102,12 +118,14 @@ class RegressionSketch(MeanSketch):
         target_moment: np.ndarray,
         target_ndim: int = 1,
         n_invalid: int = 0,
+        classes: Any = None,
     ) -> None:
         # The target fields first: MeanSketch's constructor then checks every field (SumSketch.__post_init__).
         self.cross_moment = cross_moment
         self.target_sum = target_sum
         self.target_moment = target_moment
         self.target_ndim = target_ndim
+        self.classes = None if classes is None else check_encoded_classes(classes, target_sum.shape[0], target_ndim)
         super().__init__(feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
 
     @classmethod
@@ -124,6 +142,17 @@ class RegressionSketch(MeanSketch):
         """Number of target columns t."""
         return int(self.target_sum.shape[0])
 
+    def with_classes(self, classes: Any) -> RegressionSketch:
+        """This sketch (a new object sharing its arrays) recording that its targets encode ``classes`` one vs rest.
+
+        Raises
+        ------
+        InputError
+            Unless ``classes`` are at least 2 sorted distinct labels that fit
+            the target columns (see :class:`RegressionSketch`).
+        """
+        return dataclasses.replace(self, classes=classes)
+
     def check_compatible(self, other: Any) -> None:
         super().check_compatible(other)
         if (other.n_targets, other.target_ndim) != (self.n_targets, self.target_ndim):
@@ -132,9 +161,19 @@ class RegressionSketch(MeanSketch):
                 f"({self.target_ndim}-D) vs {other.n_targets} column(s) ({other.target_ndim}-D). "
                 "Sketch every part with the same target columns."
             )
+        if other.classes != self.classes:
+            raise SketchMismatchError(
+                f"Cannot merge regression sketches of targets that encode different classes: "
+                f"{_describe_classes(self.classes)} vs {_describe_classes(other.classes)}. The columns of one-vs-rest "
+                "targets follow the class list: encode every part with the same classes "
+                "(KernelRidgeClassifier.encode_targets(labels, classes); CLI: sketch --classes, the same list)."
+            )
 
     def _extra_attrs(self) -> dict[str, Any]:
-        return {**super()._extra_attrs(), "n_targets": self.n_targets}
+        attrs = {**super()._extra_attrs(), "n_targets": self.n_targets}
+        if self.classes is not None:  # absent, not null, for regression targets: the files of before
+            attrs["classes"] = list(self.classes)
+        return attrs
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> RegressionSketch:
@@ -163,13 +202,61 @@ class RegressionSketch(MeanSketch):
             _expect_array(arrays, "target_moment", (n_targets, n_targets), np.float64),
             target_ndim,
             _expect_int(attrs, "n_invalid"),
+            _expect_classes(attrs),
         )
 
     def __repr__(self) -> str:
+        classes = "" if self.classes is None else f", classes={list(self.classes)!r}"
         return (
             f"RegressionSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
-            f"n_targets={self.n_targets}, map={_describe(self.spec)})"
+            f"n_targets={self.n_targets}{classes}, map={_describe(self.spec)})"
         )
+
+
+def check_encoded_classes(classes: Any, n_targets: int, target_ndim: int) -> tuple[Any, ...]:
+    """The classes of one-vs-rest targets as a tuple of Python scalars, or raise InputError.
+
+    At least 2 distinct labels (numbers or text), sorted, one target column
+    for 2 classes and one per class otherwise, in 2-D targets (what
+    :meth:`streamrff.KernelRidgeClassifier.encode_targets` makes).
+    """
+    values = np.asarray(classes)
+    labels = values.tolist() if values.ndim == 1 else []
+    if len(labels) < 2 or not all(
+        isinstance(label, (bool, int, float, str)) and type(label) is type(labels[0]) for label in labels
+    ):
+        raise InputError(
+            f"classes must be a list of at least 2 labels of one type (numbers or text). Got {classes!r}. "
+            "Pass the classes the targets were encoded with."
+        )
+    if len(set(labels)) != len(labels) or labels != sorted(labels):
+        raise InputError(f"classes must be distinct and sorted (as numpy.unique returns them). Got {labels}.")
+    if isinstance(labels[0], float) and not np.isfinite(labels).all():
+        raise InputError(f"classes must be finite numbers or text. Got {labels}.")
+    expected = 1 if values.size == 2 else values.size
+    if (n_targets, target_ndim) != (expected, 2):
+        raise InputError(
+            f"Expected one-vs-rest targets of {expected} column(s) (2-D) for {values.size} classes. Got "
+            f"{n_targets} column(s) ({target_ndim}-D). Encode the labels with "
+            "KernelRidgeClassifier.encode_targets(labels, classes)."
+        )
+    return tuple(labels)
+
+
+def _describe_classes(classes: tuple[Any, ...] | None) -> str:
+    return "no classes (regression targets)" if classes is None else f"classes {list(classes)!r}"
+
+
+def _expect_classes(attrs: dict[str, Any]) -> list[Any] | None:
+    """The ``classes`` attribute (absent in files of regression targets, and in every file before it existed)."""
+    classes = attrs.get("classes")
+    if classes is None:
+        return None
+    if not isinstance(classes, list) or not all(
+        isinstance(label, (bool, int, float, str)) and type(label) is type(classes[0]) for label in classes
+    ):
+        raise InputError(f"Attribute 'classes' must be a list of labels of one type. Got {classes!r}.")
+    return classes
 
 
 @single_blas_thread
@@ -180,6 +267,7 @@ def regression_sketch_of_chunk(
     n_invalid: int = 0,
     dtype: Any = "float32",
     target_ndim: int | None = None,
+    classes: Any = None,
 ) -> RegressionSketch:
     """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of the regression sketch.
 
@@ -187,7 +275,9 @@ def regression_sketch_of_chunk(
     with moments), but each tile's ``Z^T Z`` is a float64 symmetric rank-k
     update of the features widened to float64 (twice the flops of the mean
     sketch's float32 update): the ridge solve at small alpha amplifies the
-    float32 update's relative error of about 1e-6 into the coefficients.
+    rounding of float32 products, which depends on where tiles start, into
+    the coefficients (even products of centred tiles moved merged halves'
+    coefficients by 1e-4 to 2e-3; see docs/guide/ridge.rst).
     The feature sums and ``Z^T y`` come from the same float64 tile (so the
     centred moment ``Z^T Z - n mu mu^T`` stays positive semi-definite to
     float64 rounding), with float64 targets; ``sum y`` and ``y^T y`` are float64.
@@ -206,6 +296,8 @@ def regression_sketch_of_chunk(
         Precision of the features.
     target_ndim : {1, 2}, optional
         Shape of the targets to record; default ``targets.ndim``.
+    classes : array-like, optional
+        The classes that one-vs-rest targets encode (see :class:`RegressionSketch`).
 
     Returns
     -------
@@ -242,6 +334,7 @@ def regression_sketch_of_chunk(
         targets.T @ targets,
         target_ndim,
         n_invalid,
+        classes,
     )
 
 
@@ -275,7 +368,7 @@ def check_targets(y: Any, n_rows: int, name: str = "y") -> np.ndarray:
 
 
 def regression_sketch_array(
-    X: ArrayLike2D, y: Any, feature_map: FeatureMap, dtype: Any = "float32"
+    X: ArrayLike2D, y: Any, feature_map: FeatureMap, dtype: Any = "float32", classes: Any = None
 ) -> RegressionSketch:
     """Sketch in-memory rows and targets: counts, feature sums and moments, ``Z^T y``, ``sum y``, ``y^T y``.
 
@@ -292,6 +385,9 @@ def regression_sketch_array(
         Fitted or unfitted map.
     dtype : {"float32", "float64"}, default="float32"
         Precision of the features (sums are float64 either way).
+    classes : array-like of shape (n_classes,), optional
+        The classes ``y`` encodes one vs rest, recorded in the sketch (see
+        :class:`RegressionSketch`).
 
     Returns
     -------
@@ -300,8 +396,9 @@ def regression_sketch_array(
     Raises
     ------
     InputError
-        On non-2-D or non-finite X, targets of another length or shape, or
-        a width different from the fitted map's.
+        On non-2-D or non-finite X, targets of another length or shape, a
+        width different from the fitted map's, or classes that do not fit
+        the targets' columns.
 
     Examples
     --------
@@ -317,8 +414,10 @@ def regression_sketch_array(
     dtype = check_feature_dtype(dtype)
     X = check_rows(X, "X")
     targets = check_targets(y, X.shape[0])
+    if classes is not None:
+        classes = check_encoded_classes(classes, 1 if targets.ndim == 1 else targets.shape[1], targets.ndim)
     if feature_map.is_fitted():
         check_width(X, feature_map.n_features_in_, type(feature_map).__name__)
     else:
         feature_map = clone(feature_map).fit(X)
-    return regression_sketch_of_chunk(X, targets, feature_map, dtype=dtype)
+    return regression_sketch_of_chunk(X, targets, feature_map, dtype=dtype, classes=classes)

@@ -560,7 +560,7 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
                 "pass labels of at least 2 classes."
             )
         sketch = self._sketch(X, self.encode_targets(y, classes), client, storage_options, progress)
-        return self.fit_from_sketch(sketch, classes=classes)
+        return self.fit_from_sketch(sketch.with_classes(classes))
 
     def fit_from_sketch(
         self, sketch: RegressionSketch | PathOrURL, classes: Any = None, storage_options: StorageOptions = None
@@ -570,8 +570,10 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
         Parameters
         ----------
         sketch : RegressionSketch, str or PathLike
-        classes : array-like of shape (n_classes,)
-            The labels the targets were encoded with, sorted (required).
+        classes : array-like of shape (n_classes,), optional
+            The labels the targets were encoded with, sorted: required unless
+            the sketch records them (:meth:`RegressionSketch.with_classes`,
+            CLI ``sketch --classes``), and then equal to those.
         storage_options : dict, optional
             fsspec options when ``sketch`` is a URL.
 
@@ -582,16 +584,25 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
         Raises
         ------
         InputError
-            Without ``classes``, or when their number does not match the sketch's target columns.
+            Without ``classes`` for a sketch that records none, with classes
+            other than those it records, or when their number does not match
+            the sketch's target columns.
         """
         self._check_params()
-        if classes is None:
-            raise InputError(
-                "fit_from_sketch needs classes=: the labels the targets were encoded with "
-                "(KernelRidgeClassifier.encode_targets(labels, classes))."
-            )
-        classes = _check_classes(classes)
         sketch = self._load_sketch(sketch, storage_options)
+        if classes is None:
+            if sketch.classes is None:
+                raise InputError(
+                    "fit_from_sketch needs classes=: the labels the targets were encoded with "
+                    "(KernelRidgeClassifier.encode_targets(labels, classes)); this sketch records none."
+                )
+            classes = np.asarray(sketch.classes)
+        classes = _check_classes(classes)
+        if sketch.classes is not None and tuple(classes.tolist()) != sketch.classes:
+            raise InputError(
+                f"Expected the classes the sketch's targets encode, {list(sketch.classes)!r}. Got classes="
+                f"{classes.tolist()!r}. Drop classes= (the sketch records them) or pass the same list."
+            )
         expected = 1 if classes.size == 2 else classes.size
         if sketch.n_targets != expected:
             raise InputError(

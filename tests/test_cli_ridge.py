@@ -119,9 +119,20 @@ def test_cli_classification_at_two_sites_and_from_one_source(capsys, arrays, tmp
     for site, part in zip(("a", "b"), parts):
         run_in_process(capsys, "sketch", arrays[f"X_{site}"], "--target", arrays[f"labels_{site}"],
                        "--classes", "2,0,1", "--map", map_path, "-o", part)  # fmt: skip
+    assert srf.load(parts[0]).classes == (0, 1, 2)
     merged_path = str(tmp_path / "merged.json")
     payload = run_cli("ridge", "--sketches", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path)
     assert payload["classes"] == [0, 1, 2] and "training_accuracy" not in payload
+    # A site that encoded other classes (as many columns) does not merge with the others.
+    shifted = str(tmp_path / "shifted.sketch")
+    labels_path = str(tmp_path / "shifted_labels.zarr")
+    stored = zarr.create_array(store=labels_path, shape=(N_ROWS - HALF,), chunks=(250,), dtype=np.int64)
+    stored[...] = LABELS[HALF:] + 1
+    run_in_process(capsys, "sketch", arrays["X_b"], "--target", labels_path, "--classes", "1,2,3",
+                   "--map", map_path, "-o", shifted)  # fmt: skip
+    code, error = run_main(capsys, "ridge", "--sketches", parts[0], shifted, "--classify", "--classes", "0,1,2",
+                           "-o", str(tmp_path / "refused.json"))  # fmt: skip
+    assert code == 1 and "different classes: classes [0, 1, 2] vs classes [1, 2, 3]" in error
 
     whole = srf.KernelRidgeClassifier(feature_map=srf.load_map(map_path)).fit(X, LABELS)
     merged = srf.load_model(merged_path)

@@ -559,6 +559,7 @@ def test_golden_v1_regression_sketch_loads_and_matches_numpy(name):
     assert isinstance(sketch, srf.RegressionSketch)
     assert sketch.spec == srf.load(DATA / "golden_v1_mean.zarr").spec
     assert (sketch.count, sketch.n_invalid, sketch.n_targets, sketch.target_ndim) == (12, 0, 2, 2)
+    assert sketch.classes is None  # regression targets (and files from before classes were recorded)
     # Independent recomputation: the RFF recipe of the mean golden file, and the targets of
     # tests/data/make_golden_v1_regression.py (exact binary fractions).
     X, m, sigma = golden_rows(), 8, 1.5

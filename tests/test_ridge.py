@@ -211,6 +211,45 @@ def test_kernel_ridge_fit_from_sketch_path_and_errors(tmp_path):
 # -- classification ----------------------------------------------------------------------------
 
 
+def test_regression_sketch_records_classes_saves_them_and_refuses_to_merge_other_classes(tmp_path):
+    labels = np.where(X[:, 0] > 0.3, "b", np.where(X[:, 1] > 0, "a", "c"))
+    encode = srf.KernelRidgeClassifier.encode_targets
+    first = srf.regression_sketch_array(X[:300], encode(labels[:300], ["a", "b", "c"]), MAP, classes=["a", "b", "c"])
+    assert first.classes == ("a", "b", "c") and first.target_ndim == 2
+    np.testing.assert_array_equal(first.cross_moment, srf.regression_sketch_array(
+        X[:300], encode(labels[:300], ["a", "b", "c"]), MAP).cross_moment)  # fmt: skip
+    first.save(tmp_path / "labelled.zarr")
+    loaded = srf.load(tmp_path / "labelled.zarr")
+    assert loaded == first and loaded.classes == ("a", "b", "c")
+    rest = srf.sketch(X[300:], MAP, target=encode(labels[300:], ["a", "b", "c"])).with_classes(["a", "b", "c"])
+    assert srf.merge(loaded, rest).classes == ("a", "b", "c")
+    # Three other classes: as many target columns, but each column means another class.
+    other = srf.regression_sketch_array(X[300:], encode(labels[300:], ["a", "b", "c"]), MAP, classes=["a", "b", "d"])
+    unlabelled = srf.regression_sketch_array(X[300:], encode(labels[300:], ["a", "b", "c"]), MAP)
+    for part in (other, unlabelled):
+        with pytest.raises(SketchMismatchError, match=r"different classes: classes \['a', 'b', 'c'\] vs"):
+            srf.merge(first, part)
+    # Numbers survive the file as numbers; the recorded classes serve fit_from_sketch.
+    numeric = srf.regression_sketch_array(X, encode((X[:, 0] > 0).astype(int), [0, 1]), MAP, classes=np.array([0, 1]))
+    numeric.save(tmp_path / "numeric.zarr")
+    model = srf.KernelRidgeClassifier(alpha=0.1).fit_from_sketch(tmp_path / "numeric.zarr")
+    assert model.classes_.tolist() == [0, 1] and model.classes_.dtype.kind == "i"
+    with pytest.raises(InputError, match=r"classes the sketch's targets encode, \[0, 1\]"):
+        srf.KernelRidgeClassifier(alpha=0.1).fit_from_sketch(numeric, classes=[1, 2])
+    for bad in (["b", "a", "c"], ["a", "b"], ["a", "a", "b"], [0.0, np.nan, 1.0]):
+        with pytest.raises(InputError, match="classes"):
+            first.with_classes(bad)
+
+
+def test_classifier_fit_records_its_classes_in_the_sketch_it_solves():
+    model = srf.KernelRidgeClassifier(alpha=0.1, feature_map=MAP).fit(X, np.where(X[:, 0] > 0, "pos", "neg"))
+    assert model.classes_.tolist() == ["neg", "pos"]
+    targets = srf.KernelRidgeClassifier.encode_targets(np.where(X[:, 0] > 0, "pos", "neg"), model.classes_)
+    labelled = srf.sketch(X, MAP, target=targets).with_classes(model.classes_)
+    again = srf.KernelRidgeClassifier(alpha=0.1).fit_from_sketch(labelled)
+    np.testing.assert_allclose(again.decision_function(X), model.decision_function(X), rtol=1e-12, atol=1e-12)
+
+
 def test_classifier_encodes_one_vs_rest_like_sklearn_ridge_classifier():
     labels = np.array([2, 0, 1, 1])
     np.testing.assert_array_equal(

@@ -64,8 +64,9 @@ def open_labels(path: str, storage_options: dict[str, Any] | None) -> Any:
     return labels
 
 
-def one_vs_rest_targets(path: str, texts: Sequence[str], storage_options: dict[str, Any] | None) -> Any:
-    """The +-1 targets (lazy) of the labels at ``path`` for the classes of ``--classes``."""
+def one_vs_rest_targets(path: str, texts: Sequence[str], storage_options: dict[str, Any] | None) -> tuple[Any, Any]:
+    """The +-1 targets (lazy) of the labels at ``path`` for the classes of ``--classes``, and those classes
+    (typed like the labels), which the sketch records."""
     from ..errors import InputError  # here, not at the top: start-up time
     from ..ridge import KernelRidgeClassifier
 
@@ -91,4 +92,4 @@ def one_vs_rest_targets(path: str, texts: Sequence[str], storage_options: dict[s
         )
     if kind in "TO":  # numpy compares text of one kind only
         classes = classes.astype(labels.dtype)
-    return KernelRidgeClassifier.encode_targets(labels, classes)
+    return KernelRidgeClassifier.encode_targets(labels, classes), classes

@@ -60,6 +60,8 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
             summary[name] = getattr(sketch, name)
     if hasattr(sketch, "n_targets"):  # a regression sketch
         summary["n_targets"] = sketch.n_targets
+        if sketch.classes is not None:
+            summary["classes"] = list(sketch.classes)
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
     if hasattr(sketch, "sketch_size"):  # a Nystrom sketch: the second moment's range sketch
@@ -88,6 +90,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         )
     if "n_targets" in summary:
         lines.append(f"  target columns: {summary['n_targets']} (Z^T y, sum y, y^T y)")
+    if "classes" in summary:
+        lines.append(f"  classes (one vs rest): {', '.join(map(str, summary['classes']))}")
     if summary.get("explained_variance_ratio"):
         ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
         lines.append(f"  explained variance ratio of the top kernel PCs: {ratios}")

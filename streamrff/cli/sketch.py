@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
     declared_bytes = 8 * width * (1 + (width if args.moments or args.target is not None else 0))
     check_writable(args.output, args.storage_options, args.overwrite, required_bytes=declared_bytes)
     key = options.signing_key(args)
-    target = args.target
+    target, classes = args.target, None
     if args.classes is not None:
         from .labels import one_vs_rest_targets
 
-        target = one_vs_rest_targets(args.target, args.classes, args.storage_options)
+        target, classes = one_vs_rest_targets(args.target, args.classes, args.storage_options)
     result = sketch(
         args.source,
         feature_map,
@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
         method=args.sum_method or "auto",
         target=target,
     )
+    if classes is not None:  # recorded, so that sketches of other class lists refuse to merge
+        result = result.with_classes(classes)
     result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     emit_sketch(args, args.output, result, f"wrote {args.output}: {result.count:,} rows sketched")
     return options.EXIT_OK
