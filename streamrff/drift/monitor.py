@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from .._blas import one_blas_thread
 from .._connection import connect
 from .._validation import (
     check_bandwidth,
@@ -27,6 +28,7 @@ from ..io import open_source
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches import MeanSketch
 from ..typing import PathOrURL, StorageOptions
+from ._sliding import slide_features, slide_rff_rows
 from .calibration import calibrate_thresholds, gaussian_bank
 from .fileformat import read_monitor_group, write_monitor_group
 
@@ -37,7 +39,7 @@ _SIMULATIONS = ("auto", "resample", "gaussian")
 #: (about 2-4 s of one core in the compiled kernel); rarer tails are extrapolated (see calibrate_thresholds).
 _SIMULATION_BUDGET = 4e9
 _MIN_STREAMS = 2000
-#: Rows per vectorised step of update (its cumulative sums stay in cache).
+#: Rows per tile of update's features (a tile's features stay in cache).
 _TILE_ROWS = 1024
 #: Streams wanted per 1/ERT: enough for a per-step quantile among survivors without extrapolation.
 _STREAMS_PER_ERT = 40
@@ -97,7 +99,7 @@ class DriftMonitor(BaseEstimator):
     with S the feature sums, Q the sums of squared feature norms, n the
     reference rows and m the window's rows. The window's S_w and Q_w move by
     one row in and one row out, so a row costs O(D) and a batch is one
-    cumulative sum; the features of the last ``window`` rows are kept (a
+    compiled call; the features of the last ``window`` rows are kept (a
     ``window x D`` float32 ring buffer) to subtract the row that leaves.
     Memory is independent of the reference size.
 
@@ -383,12 +385,13 @@ class DriftMonitor(BaseEstimator):
     def update(self, rows: Any) -> DriftUpdate:
         """Slide the window over ``rows`` (a batch of any size) and return every row's statistic.
 
-        Vectorised over the batch: the window sums after each row are the sums
-        before the batch plus the cumulative sum of the entering rows' features
-        minus the leaving rows' (from the ring buffer, or from the batch itself
-        when it is longer than the window), summed in the order of row-by-row
-        updates: O(D) per row, and the same result however the stream is split
-        into batches.
+        One compiled call per batch (:mod:`streamrff.drift._sliding`; per tile of
+        1024 rows for maps other than a dense RFF): each row's features enter
+        the window sums and those of the row that leaves (from the ring buffer)
+        are subtracted, in row order, and the statistic is read off the sums
+        and compared with the threshold in the same pass: O(D) per row, no
+        Python loop per row, and the same sums bit for bit however the stream
+        is split into batches.
 
         Parameters
         ----------
@@ -407,10 +410,30 @@ class DriftMonitor(BaseEstimator):
         self._check_fitted()
         rows = check_rows(rows, "rows", allow_empty=True)
         check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
-        # Tiles of rows keep the cumulative sums in cache; the ring buffer carries the window between them.
-        parts = [self._slide(rows[start : start + _TILE_ROWS]) for start in range(0, rows.shape[0], _TILE_ROWS)]
-        statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
-        threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
+        state = (
+            self.window_features_, self.window_squared_norms_, self.window_sum_, self.reference_sum_,
+            self.reference_squared_norm_sum_, float(self.reference_count_), self.thresholds_, self.run_length_,
+            self.window_squared_norm_sum_, self.drift_at_ is None,
+        )  # fmt: skip
+        with one_blas_thread():  # the features must not depend on the BLAS thread count
+            rff_args = self._rff_kernel_args()
+            if rff_args is not None:  # one compiled call embeds and slides the whole batch
+                rows = np.ascontiguousarray(rows, dtype=np.float32)
+                statistic, threshold, norm_sum, first = slide_rff_rows(rows, *rff_args, _TILE_ROWS, *state)
+            else:
+                statistic, threshold = np.empty(rows.shape[0]), np.empty(rows.shape[0])
+                norm_sum, first = self.window_squared_norm_sum_, -1
+                for offset, features in self.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
+                    norm_sum, crossed = slide_features(
+                        features, *state[:7], self.run_length_ + offset, norm_sum, first < 0 and state[-1],
+                        statistic, threshold, offset,
+                    )  # fmt: skip
+                    first = crossed if first < 0 else first
+        self.window_squared_norm_sum_ = float(norm_sum)
+        if first >= 0:
+            self.drift_at_ = self.n_rows_seen_ + int(first)
+        self.run_length_ += rows.shape[0]
+        self.n_rows_seen_ += rows.shape[0]
         return DriftUpdate(
             statistic=statistic,
             threshold=threshold,
@@ -420,58 +443,16 @@ class DriftMonitor(BaseEstimator):
             run_length=self.run_length_,
         )
 
-    def _slide(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Slide the window over checked ``rows``; the statistic and threshold of each."""
-        window, width = self.window_features_.shape
-        n_new = rows.shape[0]
-        features = self.feature_map_._embed(rows)  # rows checked above: the trusted path of transform
-        squared_norms = np.einsum("ij,ij->i", features, features, dtype=np.float64)
-        start = self.run_length_  # rows in this run before the batch; row k of the batch is run row start + k
-        steps = start + np.arange(n_new)
-        leaving_run_rows = steps - window  # run row that leaves when batch row k enters (if >= 0)
-        leaving = np.zeros((n_new, width), dtype=np.float32)
-        leaving_norms = np.zeros(n_new)
-        from_ring = (leaving_run_rows >= 0) & (leaving_run_rows < start)
-        ring_positions = leaving_run_rows[from_ring] % window
-        leaving[from_ring] = self.window_features_[ring_positions]
-        leaving_norms[from_ring] = self.window_squared_norms_[ring_positions]
-        from_batch = leaving_run_rows >= start
-        leaving[from_batch] = features[leaving_run_rows[from_batch] - start]
-        leaving_norms[from_batch] = squared_norms[leaving_run_rows[from_batch] - start]
-        # S_k = (((S_0 + d_1) + d_2) + ... + d_k) with d the entering minus the leaving row's features:
-        # a sequential cumulative sum in the order of row-by-row updates, so any split of the batch agrees.
-        sums = np.subtract(features, leaving, dtype=np.float64)
-        sums[0] += self.window_sum_
-        np.cumsum(sums, axis=0, out=sums)
-        norm_sums = squared_norms - leaving_norms
-        norm_sums[0] += self.window_squared_norm_sum_
-        np.cumsum(norm_sums, out=norm_sums)
-        sizes = np.minimum(steps + 1, window).astype(np.float64)
-        statistic = self._statistic(sums, norm_sums, sizes)
-        threshold = self.thresholds_[np.minimum(steps, window)]
-        if self.drift_at_ is None:
-            crossed = np.flatnonzero(statistic > threshold)
-            if crossed.size:
-                self.drift_at_ = int(self.n_rows_seen_ + crossed[0])
-        if n_new:  # the last rows enter the ring buffer, the sums move to the end of the tile
-            kept = np.arange(max(0, n_new - window), n_new)
-            self.window_features_[(start + kept) % window] = features[kept]
-            self.window_squared_norms_[(start + kept) % window] = squared_norms[kept]
-            self.window_sum_ = sums[-1].copy()
-            self.window_squared_norm_sum_ = float(norm_sums[-1])
-        self.run_length_ = start + n_new
-        self.n_rows_seen_ += n_new
-        return statistic, threshold
-
-    def _statistic(self, sums: np.ndarray, norm_sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        n = float(self.reference_count_)
-        reference_sum = self.reference_sum_
-        reference_term = (reference_sum @ reference_sum - self.reference_squared_norm_sum_) / (n * (n - 1.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            within = (np.einsum("ij,ij->i", sums, sums) - norm_sums) / (sizes * (sizes - 1.0))
-            statistic = reference_term + within - 2.0 * (sums @ reference_sum) / (n * sizes)
-        statistic[sizes < 2] = np.nan
-        return statistic
+    def _rff_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32] | None:
+        """``(frequencies, offsets, scale)`` of a dense RFF map for :func:`slide_rff_rows` (held after the first
+        call), or None for any other map."""
+        feature_map = self.feature_map_
+        cached = getattr(self, "_rff_kernel_cache", None)
+        if cached is None or cached[0] is not feature_map:
+            dense_rff = type(feature_map) is RFF and not feature_map.structured
+            cached = (feature_map, feature_map._float32_kernel_args() if dense_rff else None)
+            self._rff_kernel_cache = cached
+        return cached[1]
 
     def save(self, path: PathOrURL, overwrite: bool = False) -> None:
         """Write the monitor (reference sums, thresholds, window state) to a local zarr directory.
