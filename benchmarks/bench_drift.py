@@ -240,13 +240,13 @@ def alibi_calibration_table(args: argparse.Namespace) -> None:
 
 def cost_table(args: argparse.Namespace) -> None:
     import streamrff as srf
-    from streamrff.drift import calibrate_thresholds
+    from streamrff.drift.calibration import calibrate_thresholds, default_stream_count
 
     print(f"\n3. Calibration cost: ERT={args.cost_ert}, W=200, D=512")
     reference = draw(np.random.default_rng(5), 20_000, "normal")
     feature_map = srf.RFF(n_features=512, bandwidth="median", seed=0).fit(reference[:2000])
     bank = feature_map.transform(reference[:4096])
-    streams = srf.DriftMonitor(200, args.cost_ert)._streams(200, float(args.cost_ert), 512)
+    streams = default_stream_count(200, float(args.cost_ert), 512)
     calibrate_thresholds(bank[:64], 3, 10.0, 100, 0)  # compile the kernel outside the timing
     start = time.perf_counter()
     calibrate_thresholds(bank, 200, float(args.cost_ert), streams, 0)

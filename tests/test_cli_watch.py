@@ -37,6 +37,16 @@ def stores(tmp_path_factory):
     return folder, reference, stream
 
 
+def exact_unbiased_mmd2(feature_map, reference, window):
+    """Unbiased MMD^2 from the Gram matrices of the float64 features of ``reference`` and ``window`` (numpy)."""
+    Zr = feature_map.transform(reference).astype(np.float64)
+    Zw = feature_map.transform(window).astype(np.float64)
+    n, m = len(Zr), len(Zw)
+    Krr, Kww = Zr @ Zr.T, Zw @ Zw.T
+    exact = (Krr.sum() - np.trace(Krr)) / (n * (n - 1)) + (Kww.sum() - np.trace(Kww)) / (m * (m - 1))
+    return exact - 2 * (Zr @ Zw.T).mean()
+
+
 def run_cli(argv, capsys):
     status = main(argv)
     captured = capsys.readouterr()
@@ -68,12 +78,7 @@ def test_watch_to_the_end_matches_a_monitor_updated_chunk_by_chunk(stores, capsy
     assert alarms[0]["drift_at"] == expected[-1].drift_at
 
     # The last statistic against the exact unbiased MMD^2 of the last window's features and the reference's.
-    Zr = monitor.feature_map_.transform(reference).astype(np.float64)
-    Zw = monitor.feature_map_.transform(stream[-WINDOW:]).astype(np.float64)
-    n, m = len(Zr), len(Zw)
-    Krr, Kww = Zr @ Zr.T, Zw @ Zw.T
-    exact = (Krr.sum() - np.trace(Krr)) / (n * (n - 1)) + (Kww.sum() - np.trace(Kww)) / (m * (m - 1))
-    exact -= 2 * (Zr @ Zw.T).mean()
+    exact = exact_unbiased_mmd2(monitor.feature_map_, reference, stream[-WINDOW:])
     assert chunks[-1]["statistic"] == pytest.approx(exact, rel=1e-6)
 
     # The saved monitor continues: its counter goes on from 4000 rows, and its alarm is the one above.
@@ -210,12 +215,7 @@ def test_watch_follows_an_s3_zarr_array_against_a_sketch_on_s3(stores, s3_server
     assert len(alarms) == 1 and 600 <= alarms[0]["drift_at_row"] < 700
     assert all(not c["drift"] for c in chunks if c["rows"][1] <= 600)
     # the last statistic: exact unbiased MMD^2 of the last window's features against the reference rows' features
-    Zr = sketch.feature_map.transform(reference).astype(np.float64)
-    Zw = sketch.feature_map.transform(live[-WINDOW:]).astype(np.float64)
-    n, m = len(Zr), len(Zw)
-    Krr, Kww = Zr @ Zr.T, Zw @ Zw.T
-    exact = (Krr.sum() - np.trace(Krr)) / (n * (n - 1)) + (Kww.sum() - np.trace(Kww)) / (m * (m - 1))
-    exact -= 2 * (Zr @ Zw.T).mean()
+    exact = exact_unbiased_mmd2(sketch.feature_map, reference, live[-WINDOW:])
     assert chunks[-1]["statistic"] == pytest.approx(exact, rel=1e-5)
     assert events[-1]["event"] == "summary" and events[-1]["rows_seen"] == 1000
 

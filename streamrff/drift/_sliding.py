@@ -10,7 +10,7 @@ split of a stream into batches gives the same sums bit for bit. For the
 default map (a dense float32 RFF) the features are computed in the same call
 (:func:`streamrff._sincos.rff_features`, the features of ``transform`` bit for
 bit), in tiles of ``tile_rows`` rows, so that a batch costs one dispatch; any
-other map embeds its tiles first (:func:`slide_features`).
+other map embeds its tiles first and passes them as the rows.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from .._compiled import jit
 from .._sincos import rff_features
 
-__all__ = ["slide_features", "slide_rff_rows"]
+__all__ = ["slide_rows"]
 
 _jit = jit(nogil=True, boundscheck=False)
 
@@ -92,32 +92,7 @@ def _reference_term(reference_sum, reference_norm_sum, n_reference):  # pragma: 
 
 
 @_jit
-def slide_features(
-    features,
-    ring,
-    ring_norms,
-    window_sum,
-    reference_sum,
-    reference_norm_sum,
-    n_reference,
-    thresholds,
-    start,
-    norm_sum,
-    watch,
-    statistic,
-    threshold,
-    offset,
-):  # pragma: no cover - compiled
-    """Slide the window over one tile of float32 ``features`` (see :func:`_slide_tile`)."""
-    reference_term = _reference_term(reference_sum, reference_norm_sum, n_reference)
-    return _slide_tile(
-        features, ring, ring_norms, window_sum, reference_sum, reference_term, n_reference, thresholds, start,
-        norm_sum, watch, statistic, threshold, offset,
-    )  # fmt: skip
-
-
-@_jit
-def slide_rff_rows(
+def slide_rows(
     rows,
     frequencies,
     offsets,
@@ -134,26 +109,29 @@ def slide_rff_rows(
     norm_sum,
     watch,
 ):  # pragma: no cover - compiled
-    """Embed float32 ``rows`` with a dense RFF (:func:`rff_features`) tile by tile and slide the window over them.
+    """Slide the window over float32 ``rows``, embedded tile by tile with a dense RFF (:func:`rff_features`), or
+    taken as features when ``frequencies`` has no rows (another map embedded them).
 
     Returns ``(statistic, threshold, norm_sum, first)``: per row the statistic and the threshold in force, the
     window's new squared-norm sum, and the batch index of the first crossing (-1 if none or not ``watch``).
     """
     n_rows = rows.shape[0]
+    embed = frequencies.shape[0] > 0
     statistic = np.empty(n_rows)
     threshold = np.empty(n_rows)
     step = max(1, min(tile_rows, n_rows))
-    projection = np.empty((step, frequencies.shape[1]), dtype=np.float32)
-    features = np.empty((step, ring.shape[1]), dtype=np.float32)
+    projection = np.empty((step if embed else 0, frequencies.shape[1]), dtype=np.float32)
+    features = np.empty((step if embed else 0, ring.shape[1]), dtype=np.float32)
     reference_term = _reference_term(reference_sum, reference_norm_sum, n_reference)
     first = -1
     for begin in range(0, n_rows, step):
         stop = min(n_rows, begin + step)
-        rff_features(
-            rows[begin:stop], frequencies, offsets, scale, projection[: stop - begin], features[: stop - begin]
-        )
+        tile = rows[begin:stop]
+        if embed:
+            rff_features(tile, frequencies, offsets, scale, projection[: stop - begin], features[: stop - begin])
+            tile = features[: stop - begin]
         norm_sum, crossed = _slide_tile(
-            features[: stop - begin], ring, ring_norms, window_sum, reference_sum, reference_term, n_reference,
+            tile, ring, ring_norms, window_sum, reference_sum, reference_term, n_reference,
             thresholds, start + begin, norm_sum, watch and first < 0, statistic, threshold, begin,
         )  # fmt: skip
         if first < 0:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 from dataclasses import dataclass
@@ -28,21 +27,17 @@ from ..io import open_source
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches import MeanSketch
 from ..typing import PathOrURL, StorageOptions
-from ._sliding import slide_features, slide_rff_rows
-from .calibration import calibrate_thresholds, gaussian_bank
+from ._sliding import slide_rows
+from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
 from .fileformat import read_monitor_group, write_monitor_group
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
 _SIMULATIONS = ("auto", "resample", "gaussian")
-#: Feature values touched by the calibration's simulated streams before the number of streams is capped
-#: (about 2-4 s of one core in the compiled kernel); rarer tails are extrapolated (see calibrate_thresholds).
-_SIMULATION_BUDGET = 4e9
-_MIN_STREAMS = 2000
 #: Rows per tile of update's features (a tile's features stay in cache).
 _TILE_ROWS = 1024
-#: Streams wanted per 1/ERT: enough for a per-step quantile among survivors without extrapolation.
-_STREAMS_PER_ERT = 40
+#: The RFF arguments of slide_rows for features embedded by the map: no frequencies.
+_FEATURES_GIVEN = (np.zeros((0, 1), np.float32), np.zeros(0, np.float32), np.float32(1.0))
 
 
 @dataclass(frozen=True)
@@ -263,11 +258,7 @@ class DriftMonitor(BaseEstimator):
         return window, float(ert)
 
     def _streams(self, window: int, ert: float, width: int) -> int:
-        if self.n_streams != "auto":
-            return int(self.n_streams)
-        budget = max(_MIN_STREAMS, int(_SIMULATION_BUDGET // (2 * window * width)))
-        wanted = max(_MIN_STREAMS, math.ceil(100 * ert / window), math.ceil(_STREAMS_PER_ERT * ert))
-        return int(min(budget, wanted))
+        return default_stream_count(window, ert, width) if self.n_streams == "auto" else int(self.n_streams)
 
     def fit(
         self,
@@ -418,17 +409,17 @@ class DriftMonitor(BaseEstimator):
         with one_blas_thread():  # the features must not depend on the BLAS thread count
             rff_args = self._rff_kernel_args()
             if rff_args is not None:  # one compiled call embeds and slides the whole batch
-                rows = np.ascontiguousarray(rows, dtype=np.float32)
-                statistic, threshold, norm_sum, first = slide_rff_rows(rows, *rff_args, _TILE_ROWS, *state)
-            else:
-                statistic, threshold = np.empty(rows.shape[0]), np.empty(rows.shape[0])
-                norm_sum, first = self.window_squared_norm_sum_, -1
+                rows = np.require(rows, np.float32, ["C", "W"])  # one compiled type for the rows and the features
+                statistic, threshold, norm_sum, first = slide_rows(rows, *rff_args, _TILE_ROWS, *state)
+            else:  # another map embeds a tile, the compiled call slides over its features
+                parts, norm_sum, first = [], self.window_squared_norm_sum_, -1
                 for offset, features in self.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
-                    norm_sum, crossed = slide_features(
-                        features, *state[:7], self.run_length_ + offset, norm_sum, first < 0 and state[-1],
-                        statistic, threshold, offset,
-                    )  # fmt: skip
-                    first = crossed if first < 0 else first
+                    tile_state = (*state[:7], self.run_length_ + offset, norm_sum, first < 0 and state[-1])
+                    *part, norm_sum, crossed = slide_rows(features, *_FEATURES_GIVEN, _TILE_ROWS, *tile_state)
+                    parts.append(part)
+                    first = offset + crossed if first < 0 and crossed >= 0 else first
+                statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
+                threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
         self.window_squared_norm_sum_ = float(norm_sum)
         if first >= 0:
             self.drift_at_ = self.n_rows_seen_ + int(first)
@@ -444,7 +435,7 @@ class DriftMonitor(BaseEstimator):
         )
 
     def _rff_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32] | None:
-        """``(frequencies, offsets, scale)`` of a dense RFF map for :func:`slide_rff_rows` (held after the first
+        """``(frequencies, offsets, scale)`` of a dense RFF map for :func:`slide_rows` (held after the first
         call), or None for any other map."""
         feature_map = self.feature_map_
         cached = getattr(self, "_rff_kernel_cache", None)
