@@ -21,7 +21,7 @@ from .._validation import (
     normalize_seed,
     validate_estimator_input,
 )
-from ..engine import fit_map, landmark_sample, sketch
+from ..engine import fit_map_and_sample, sketch
 from ..errors import InputError, NotFittedMapError, SketchFormatError
 from ..io import open_source
 from ..maps import RFF, FeatureMap, map_from_spec
@@ -338,13 +338,12 @@ class DriftMonitor(BaseEstimator):
             reference = validate_estimator_input(self, reference, reset=True)
         initial = self.feature_map or RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=seed)
         source = open_source(reference, storage_options=storage_options)
+        # One sampling pass serves the map's fit (the median bandwidth) and the calibration bank.
+        n_bank_rows = int(self.n_reference_rows) if simulation == "resample" else 0
+        bank_seed = int(np.random.SeedSequence([seed, 0xBA4C]).generate_state(1)[0])  # when the map takes no sample
         with connect(client) as active:
-            fitted = fit_map(initial, [source], client=active, progress=progress)
+            fitted, sample = fit_map_and_sample(initial, [source], n_bank_rows, bank_seed, active, progress)
             summary = sketch(source, fitted, moments=simulation == "gaussian", client=active, progress=progress)
-            sample = landmark_sample(
-                [source], int(self.n_reference_rows), int(np.random.SeedSequence([seed, 0xBA4C]).generate_state(1)[0]),
-                client=active, progress=progress,
-            ).rows  # fmt: skip
         return summary, sample
 
     def _start_run(self, window: int, width: int) -> None:
