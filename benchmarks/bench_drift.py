@@ -22,12 +22,16 @@ Tables (the issue's Targets):
    within 1 000 rows; for ours and alibi-detect at reference sizes 1 000 and 10 000;
 3. calibration cost of ours for ERT = 100 000 at W = 200, D = 512;
 4. update throughput of ours at d = 8, D = 512 (one BLAS thread) for batches of 1, 100 and
-   10 000 rows, alibi-detect's time per row; memory: the monitor's state in bytes (the same
-   for 1e5 and ``--big-reference`` rows read from zarr) and alibi-detect's peak RSS.
+   1 000 rows: rows/s and time per call, with the load average (alibi-detect's time per row is in
+   table 1b); the monitor's state in bytes;
+5. memory: in a fresh process, a monitor fitted on ``--big-reference`` rows (default 1e7) read
+   from a zarr array: its state in bytes and the process's peak RSS against the reference's size
+   (alibi-detect's peak RSS is in table 2).
 
 Timings on a shared, loaded machine are not figures: the lead takes them on an idle machine.
 
-Run: python benchmarks/bench_drift.py [--quick] [--alibi-python /tmp/venv/bin/python]
+Run: python benchmarks/bench_drift.py [--quick] [--alibi-python /tmp/venv/bin/python] [--only TABLE ...]
+[--big-reference ROWS]
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import time
 import numpy as np
 
 DIM = 8
+TABLES = ("calibration", "alibi", "delay", "cost", "throughput", "memory")
 
 
 def draw(rng: np.random.Generator, n: int, family: str) -> np.ndarray:
@@ -235,13 +240,13 @@ def alibi_calibration_table(args: argparse.Namespace) -> None:
 
 def cost_table(args: argparse.Namespace) -> None:
     import streamrff as srf
-    from streamrff.drift import calibrate_thresholds
+    from streamrff.drift.calibration import calibrate_thresholds, default_stream_count
 
     print(f"\n3. Calibration cost: ERT={args.cost_ert}, W=200, D=512")
     reference = draw(np.random.default_rng(5), 20_000, "normal")
     feature_map = srf.RFF(n_features=512, bandwidth="median", seed=0).fit(reference[:2000])
     bank = feature_map.transform(reference[:4096])
-    streams = srf.DriftMonitor(200, args.cost_ert)._streams(200, float(args.cost_ert), 512)
+    streams = default_stream_count(200, float(args.cost_ert), 512)
     calibrate_thresholds(bank[:64], 3, 10.0, 100, 0)  # compile the kernel outside the timing
     start = time.perf_counter()
     calibrate_thresholds(bank, 200, float(args.cost_ert), streams, 0)
@@ -249,29 +254,61 @@ def cost_table(args: argparse.Namespace) -> None:
 
 
 def throughput_table(args: argparse.Namespace) -> None:
-    import zarr
     from threadpoolctl import threadpool_limits
 
     import streamrff as srf
 
-    print(f"\n4. Update throughput (d={DIM}, D=512, one BLAS thread) and memory")
+    print(f"\n4. Update throughput (d={DIM}, D=512, W=200, one BLAS thread) and memory")
     reference = draw(np.random.default_rng(6), 100_000, "normal")
     monitor = srf.DriftMonitor(200, 1000, n_features=512, seed=0, n_streams=2000).fit(reference)
     stream = draw(np.random.default_rng(7), args.throughput_rows, "normal")
     with threadpool_limits(1):
-        for batch in (1, 100, 10_000):
+        monitor.update(stream[:2])  # compile the kernel outside the timing
+        for batch in (1, 100, 1000):
             rows = stream[: min(len(stream), 20_000 if batch == 1 else len(stream))]
             monitor.reset()
+            load = os.getloadavg()[0]
             start = time.perf_counter()
             for position in range(0, len(rows), batch):
                 monitor.update(rows[position : position + batch])
-            rate = len(rows) / (time.perf_counter() - start)
-            print(f"  batches of {batch:6d} rows: {rate:12,.0f} rows/s (target >= 100,000)")
-
-    def state_bytes(fitted) -> int:
-        return sum(value.nbytes for name, value in vars(fitted).items() if isinstance(value, np.ndarray))
+            seconds = time.perf_counter() - start
+            print(
+                f"  batches of {batch:5d} rows: {len(rows) / seconds:12,.0f} rows/s, "
+                f"{seconds / len(rows) * batch * 1e6:9.1f} us per update call (target >= 100,000 rows/s; "
+                f"1-min load average {load:.2f} on {os.cpu_count()} cores)"
+            )
 
     print(f"  monitor state, reference of 1e5 rows in memory: {state_bytes(monitor):,} bytes")
+
+
+def state_bytes(fitted) -> int:
+    return sum(value.nbytes for value in vars(fitted).values() if isinstance(value, np.ndarray))
+
+
+def memory_worker(path: str) -> dict:
+    """In a fresh process: fit a monitor on the zarr reference at ``path``; its state and the peak RSS."""
+    import streamrff as srf
+
+    # A warm-up fit on 20 000 rows in memory: the imports, the compiled kernels and the calibration's buffers.
+    srf.DriftMonitor(200, 1000, n_features=512, seed=0, n_streams=2000).fit(
+        draw(np.random.default_rng(9), 20_000, "normal")
+    )
+    before = peak_rss_mb()
+    start = time.perf_counter()
+    monitor = srf.DriftMonitor(200, 1000, n_features=512, seed=0, n_streams=2000).fit(path)
+    return {
+        "fit_seconds": time.perf_counter() - start,
+        "state_bytes": state_bytes(monitor),
+        "rss_before_mb": before,
+        "peak_rss_mb": peak_rss_mb(),
+        "reference_count": monitor.reference_count_,
+    }
+
+
+def memory_table(args: argparse.Namespace) -> None:
+    import zarr
+
+    print(f"\n5. Memory: a monitor fitted on {args.big_reference:,} reference rows read from zarr (a fresh process)")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "reference.zarr")
         big = zarr.create_array(path, shape=(args.big_reference, DIM), chunks=(500_000, DIM), dtype="float32")
@@ -279,12 +316,21 @@ def throughput_table(args: argparse.Namespace) -> None:
         for start_row in range(0, args.big_reference, 500_000):
             stop = min(args.big_reference, start_row + 500_000)
             big[start_row:stop] = draw(rng, stop - start_row, "normal")
-        start = time.perf_counter()
-        large = srf.DriftMonitor(200, 1000, n_features=512, seed=0, n_streams=2000).fit(path)
-        print(
-            f"  monitor state, reference of {args.big_reference:.0e} rows from zarr: {state_bytes(large):,} bytes "
-            f"(fit {time.perf_counter() - start:.1f} s, this process's peak RSS {peak_rss_mb():.0f} MB)"
-        )
+        completed = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--memory-worker", path],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if completed.returncode:
+            raise RuntimeError(f"memory worker failed:\n{completed.stderr[-3000:]}")
+        result = json.loads(completed.stdout.strip().splitlines()[-1])
+    reference_mb = args.big_reference * DIM * 4 / 2**20
+    print(
+        f"  reference {result['reference_count']:,} rows x {DIM} float32 = {reference_mb:,.0f} MB; monitor state "
+        f"{result['state_bytes']:,} bytes; fit {result['fit_seconds']:.1f} s; peak RSS {result['peak_rss_mb']:.0f} MB "
+        f"({result['rss_before_mb']:.0f} MB after a warm-up fit on 20 000 rows in memory, so the fit added "
+        f"{result['peak_rss_mb'] - result['rss_before_mb']:.0f} MB: peak / reference size "
+        f"{(result['peak_rss_mb'] - result['rss_before_mb']) / reference_mb:.2f})"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -292,10 +338,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a check that the script runs")
     parser.add_argument("--alibi-python", help="python of a venv with alibi-detect[torch] (runs it side by side)")
     parser.add_argument("--alibi-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     parser.add_argument("--features", type=int, default=512)
+    parser.add_argument("--big-reference", type=int, help="reference rows of table 5 (default 1e7, 1e5 with --quick)")
+    parser.add_argument("--only", action="append", choices=TABLES, help="run only this table (repeatable)")
     args = parser.parse_args(argv)
     if args.alibi_worker:
         print(json.dumps(alibi_worker(json.loads(args.alibi_worker))))
+        return
+    if args.memory_worker:
+        print(json.dumps(memory_worker(args.memory_worker)))
         return
     quick = args.quick
     args.erts = [200] if quick else [1000, 10_000]
@@ -308,16 +360,21 @@ def main(argv: list[str] | None = None) -> None:
     args.alibi_bootstraps_per_ert = 5 if quick else 10
     args.cost_ert = 10_000 if quick else 100_000
     args.throughput_rows = 20_000 if quick else 200_000
-    args.big_reference = 100_000 if quick else 10_000_000
+    args.big_reference = args.big_reference or (100_000 if quick else 10_000_000)
     if quick:
         args.features = min(args.features, 128)
     print(f"bench_drift: {'quick' if quick else 'full'} run, {os.cpu_count()} cores, python {sys.version.split()[0]}")
-    calibration_table(args)
-    if args.alibi_python:
-        alibi_calibration_table(args)
-    delay_table(args)
-    cost_table(args)
-    throughput_table(args)
+    tables = {
+        "calibration": calibration_table,
+        "alibi": alibi_calibration_table if args.alibi_python else None,
+        "delay": delay_table,
+        "cost": cost_table,
+        "throughput": throughput_table,
+        "memory": memory_table,
+    }
+    for name, table in tables.items():
+        if table is not None and (not args.only or name in args.only):
+            table(args)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,42 @@ def _has_bokeh() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
+#: The demo's drift monitor: a window long enough for its subtle shift, a false alarm once in 1e5 rows on average,
+#: and a fixed number of calibration streams (about 2e9 feature values, a few seconds).
+DRIFT_WINDOW, DRIFT_ERT, DRIFT_STREAMS, DRIFT_CALM_ROWS = 2000, 100_000, 2000, 5000
+
+
+def _watch_for_drift(reference: Any, site_a: Any, site_b: Any, echo: Any) -> dict[str, Any]:
+    """A DriftMonitor fitted on site A's sketch alone (calibrated from its second moments) watches some of site A's
+    rows, then site B's: where it raises the alarm."""
+    from .drift import DriftMonitor
+
+    monitor = DriftMonitor(DRIFT_WINDOW, DRIFT_ERT, n_streams=DRIFT_STREAMS).fit(reference)
+    calm_rows = min(DRIFT_CALM_ROWS, site_a.shape[0])
+    changed_rows = min(20_000, site_b.shape[0])
+    echo(
+        f"drift monitor on site A's sketch (window {DRIFT_WINDOW}, ERT {DRIFT_ERT:,}): {calm_rows:,} rows of site A, "
+        f"then {changed_rows:,} of site B ..."
+    )
+    calm = monitor.update(site_a.array[-calm_rows:].compute())
+    monitor.update(site_b.array[:changed_rows].compute())
+    alarm = monitor.drift_at_
+    echo(
+        "  no alarm"
+        if alarm is None
+        else f"  alarm at row {alarm:,} of the stream ({alarm - calm_rows:,} rows after site B's rows began)"
+    )
+    return {
+        "window": DRIFT_WINDOW,
+        "ert": DRIFT_ERT,
+        "calm_rows": calm_rows,
+        "changed_rows": changed_rows,
+        "alarm_during_calm_rows": bool(calm.drift),
+        "alarm_row": alarm,
+        "steady_threshold": float(monitor.thresholds_[-1]),
+    }
+
+
 def run_demo(
     out: PathOrURL = "streamrff-demo",
     n_rows: int = 2_000_000,
@@ -133,7 +169,8 @@ def run_demo(
     the sketches; from the sketches alone run the spectral and Hotelling
     two-sample tests and kernel PCA; run the one-pass exact permutation test
     on the first rows of both sites; run kernel k-means on a sample of rows
-    and draw the KPCA scatter coloured by cluster.
+    and draw the KPCA scatter coloured by cluster; watch rows of site A, then of
+    site B, with a drift monitor fitted on site A's sketch.
 
     Raises
     ------
@@ -192,6 +229,9 @@ def run_demo(
         clusters = KernelKMeans(n_clusters=3, feature_map=feature_map).fit(sample)
         timings["kmeans_s"] = time.perf_counter() - step
 
+    step = time.perf_counter()
+    drift = _watch_for_drift(sketches["site_a"], site_a, site_b, echo)
+    timings["drift_s"] = time.perf_counter() - step
     pooled = merge(sketches["site_a"], sketches["site_b"])
     pooled.save(out_dir / "pooled.sketch", overwrite=True)
     spectral = mmd_test(sketches["site_a"], sketches["site_b"], method="spectral")
@@ -231,6 +271,7 @@ def run_demo(
                 "so at most the number of rows; residual_fraction = R_k / (rows x total feature variance)"
             ),
         },
+        "drift": drift,
         "kmeans_on_sample": {
             "rows": int(sample.shape[0]),
             "inertia": float(clusters.inertia_),

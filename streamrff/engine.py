@@ -389,21 +389,58 @@ def fit_map(
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
     sources = open_sources(arrays, storage_options=storage_options, argument="arrays")
+    return fit_map_and_sample(feature_map, sources, 0, 0, client=client, progress=progress)[0]
+
+
+def fit_map_and_sample(
+    feature_map: FeatureMap, sources: Sequence[RowSource], n_rows: int, seed: int, client: Any = None,
+    progress: bool = False,
+) -> tuple[FeatureMap, np.ndarray]:  # fmt: skip
+    """:func:`fit_map` on opened ``sources``, and a seeded bottom-``n_rows`` row sample of them, from one pass.
+
+    When the map takes a sample (``n_map`` rows with its own seed), one bottom-k
+    sample of ``max(n_map, n_rows)`` rows is drawn with the map's seed: its
+    first ``n_map`` rows (in key order) are exactly the map's sample, so the map
+    is the one :func:`fit_map` fits, and its first ``n_rows`` rows are returned.
+    A map that takes no sample (fitted, or a fixed bandwidth) leaves the seed to
+    ``seed``.
+
+    Returns
+    -------
+    feature_map : FeatureMap
+    sample : ndarray of shape (min(n_rows, rows of the sources), n_features_in), float64
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.engine import fit_map_and_sample
+    >>> from streamrff.io import open_source
+    >>> X = np.random.default_rng(0).normal(size=(3000, 2))
+    >>> fitted, sample = fit_map_and_sample(srf.RFF(n_features=16), [open_source(X)], 2500, seed=1)
+    >>> fitted.fingerprint == srf.RFF(n_features=16).fit(X).fingerprint, sample.shape
+    (True, (2500, 2))
+    """
     width = sources[0].shape[1]
-    if feature_map.is_fitted():
+    already_fitted = feature_map.is_fitted()
+    if already_fitted:
         if feature_map.n_features_in_ != width:
             raise InputError(
                 f"The data has {width} features, but {type(feature_map).__name__} is expecting "
                 f"{feature_map.n_features_in_} features as input. Pass data with "
                 f"{feature_map.n_features_in_} columns, or pass an unfitted map to fit it on this data."
             )
-        return feature_map
-    fitted = clone(feature_map)
-    n_rows, sample_seed = fitted._begin_fit(width)
+        fitted, n_map_rows, sample_seed = feature_map, 0, seed
+    else:
+        fitted = clone(feature_map)
+        n_map_rows, sample_seed = fitted._begin_fit(width)
+        sample_seed = sample_seed if n_map_rows else seed
+    n_sampled = max(n_map_rows, n_rows)
     sample = np.empty((0, width))
-    if n_rows:
-        sample = landmark_sample(sources, n_rows, sample_seed, client=client, progress=progress).rows
-    return fitted._finish_fit(sample)
+    if n_sampled:
+        sample = landmark_sample(sources, n_sampled, sample_seed, client=client, progress=progress).rows
+    if not already_fitted:
+        fitted = fitted._finish_fit(sample[:n_map_rows])
+    return fitted, sample[:n_rows]
 
 
 def sketch(

@@ -454,6 +454,10 @@ def test_cli_demo_writes_report_with_finite_mmd(tmp_path):
     gaps = sorted(abs(a - b) for a, b in zip(shares["site_a"], shares["site_b"]))
     assert gaps[0] < 0.02 and gaps[1] > 0.02 and gaps[2] > 0.02
     assert "cluster shares, site A vs site B" in result.stdout
+    # A monitor on site A's sketch: no alarm in site A's rows, the alarm after site B's rows began.
+    drift = report["drift"]
+    assert not drift["alarm_during_calm_rows"] and drift["calm_rows"] <= drift["alarm_row"] < 25_000
+    assert f"alarm at row {drift['alarm_row']:,} of the stream" in result.stdout
     assert all(test["p_value"] < 0.05 for test in report["tests"].values())  # the tests detect the shift
     assert report["rows_per_site"] == 20_000 and report["pooled_count"] == 40_000
     assert math.isfinite(report["mmd2_unbiased"]) and math.isfinite(report["mmd2_biased"])

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -32,6 +35,16 @@ def stores(tmp_path_factory):
     zarr.create_array(str(folder / "ref.zarr"), data=reference, chunks=(500, 3))
     zarr.create_array(str(folder / "stream.zarr"), data=stream, chunks=(CHUNK, 3))
     return folder, reference, stream
+
+
+def exact_unbiased_mmd2(feature_map, reference, window):
+    """Unbiased MMD^2 from the Gram matrices of the float64 features of ``reference`` and ``window`` (numpy)."""
+    Zr = feature_map.transform(reference).astype(np.float64)
+    Zw = feature_map.transform(window).astype(np.float64)
+    n, m = len(Zr), len(Zw)
+    Krr, Kww = Zr @ Zr.T, Zw @ Zw.T
+    exact = (Krr.sum() - np.trace(Krr)) / (n * (n - 1)) + (Kww.sum() - np.trace(Kww)) / (m * (m - 1))
+    return exact - 2 * (Zr @ Zw.T).mean()
 
 
 def run_cli(argv, capsys):
@@ -65,12 +78,7 @@ def test_watch_to_the_end_matches_a_monitor_updated_chunk_by_chunk(stores, capsy
     assert alarms[0]["drift_at"] == expected[-1].drift_at
 
     # The last statistic against the exact unbiased MMD^2 of the last window's features and the reference's.
-    Zr = monitor.feature_map_.transform(reference).astype(np.float64)
-    Zw = monitor.feature_map_.transform(stream[-WINDOW:]).astype(np.float64)
-    n, m = len(Zr), len(Zw)
-    Krr, Kww = Zr @ Zr.T, Zw @ Zw.T
-    exact = (Krr.sum() - np.trace(Krr)) / (n * (n - 1)) + (Kww.sum() - np.trace(Kww)) / (m * (m - 1))
-    exact -= 2 * (Zr @ Zw.T).mean()
+    exact = exact_unbiased_mmd2(monitor.feature_map_, reference, stream[-WINDOW:])
     assert chunks[-1]["statistic"] == pytest.approx(exact, rel=1e-6)
 
     # The saved monitor continues: its counter goes on from 4000 rows, and its alarm is the one above.
@@ -137,6 +145,79 @@ def test_follow_reports_the_change_after_the_appended_shifted_rows(stores, tmp_p
     alarms = [event for event in events if event["event"] == "alarm"]
     assert len(alarms) == 1 and 1000 <= alarms[0]["drift_at_row"] < 1100
     assert events[-1]["event"] == "summary" and events[-1]["drift_at_row"] == alarms[0]["drift_at_row"]
+
+
+def start_watcher(argv):
+    """``streamrff watch ARGV`` in a child process; returns it and its first output line (read with a deadline)."""
+    environment = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "streamrff.cli", "watch", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+    )  # fmt: skip
+    selector = selectors.DefaultSelector()
+    selector.register(watcher.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 120
+    while not selector.select(timeout=1.0) and time.monotonic() < deadline and watcher.poll() is None:
+        pass
+    selector.close()
+    return watcher, watcher.stdout.readline()
+
+
+def test_follow_stopped_by_ctrl_c_exits_0_with_a_summary(stores, tmp_path):
+    folder, _, stream = stores
+    path = str(tmp_path / "idle.zarr")
+    # one complete chunk and a partial one that never completes: after the first line, watch only polls
+    zarr.create_array(path, data=stream[:300], chunks=(CHUNK, 3))
+    argv = [path, "--reference", str(folder / "ref.zarr"), *MONITOR_OPTIONS, "--follow", "--poll", "0.2",
+            "--from-row", "0"]  # fmt: skip
+    watcher, first = start_watcher(argv)
+    try:
+        assert first.startswith("rows 0-249 (250 seen)"), first
+        watcher.send_signal(signal.SIGINT)
+        rest, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    assert rest.splitlines() == [
+        f"interrupted after 250 rows of {path} from row 0 (1 chunks): no drift",
+        "  monitor: window 50, ERT 100000, D = 64, 250 rows seen",
+    ]
+    assert "Traceback" not in err
+
+
+def test_watch_follows_an_s3_zarr_array_against_a_sketch_on_s3(stores, s3_server, s3_bucket):
+    _, reference, stream = stores
+    storage_options = s3_server.storage_options
+    sketch = srf.sketch(reference, srf.RFF(n_features=FEATURES, bandwidth=1.5, seed=4), moments=True)
+    sketch.save(f"s3://{s3_bucket}/ref.sketch", storage_options=storage_options)
+    source = f"s3://{s3_bucket}/live.zarr"
+    store = zarr.storage.FsspecStore.from_url(source, storage_options=storage_options, read_only=False)
+    chunk = 100
+    live = np.vstack([stream[:600], stream[3000:3400]])  # 600 calm rows, then 400 shifted by 2 in coordinate 0
+    array = zarr.create_array(store=store, data=live[:200], chunks=(chunk, 3), zarr_format=3)
+    argv = [source, "--reference", f"s3://{s3_bucket}/ref.sketch", "--window", str(WINDOW), "--ert", "10000",
+            "--streams", "5000", "--follow", "--poll", "0.1", "--from-row", "0", "--max-rows", "1000", "--json",
+            "--storage-options", json.dumps(storage_options)]  # fmt: skip
+    watcher, first = start_watcher(argv)
+    try:
+        assert json.loads(first)["rows"] == [0, chunk], first
+        for start in range(200, 1000, chunk):  # the rest is appended while watch follows the array
+            array.append(live[start : start + chunk])
+            time.sleep(0.05)
+        rest, err = watcher.communicate(timeout=120)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in [first, *rest.splitlines()]]
+    chunks = [event for event in events if event["event"] == "chunk"]
+    assert [c["rows"] for c in chunks] == [[start, start + chunk] for start in range(0, 1000, chunk)]
+    alarms = [event for event in events if event["event"] == "alarm"]
+    assert len(alarms) == 1 and 600 <= alarms[0]["drift_at_row"] < 700
+    assert all(not c["drift"] for c in chunks if c["rows"][1] <= 600)
+    # the last statistic: exact unbiased MMD^2 of the last window's features against the reference rows' features
+    exact = exact_unbiased_mmd2(sketch.feature_map, reference, live[-WINDOW:])
+    assert chunks[-1]["statistic"] == pytest.approx(exact, rel=1e-5)
+    assert events[-1]["event"] == "summary" and events[-1]["rows_seen"] == 1000
 
 
 @pytest.mark.parametrize(

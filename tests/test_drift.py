@@ -278,3 +278,28 @@ def test_drift_monitor_float32_and_float64_rows_agree(fitted):
     as_float64 = fresh(fitted).update(rows).statistic
     as_float32 = fresh(fitted).update(rows.astype(np.float32)).statistic
     np.testing.assert_allclose(as_float32, as_float64, rtol=0, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "feature_map",
+    [
+        srf.RFF(n_features=64, bandwidth=1.3, structured=True, seed=2),
+        srf.JL(srf.RFF(n_features=128, bandwidth=1.3, seed=2), n_components=32, seed=2),
+    ],
+    ids=["structured-rff", "jl"],
+)
+@pytest.mark.filterwarnings("ignore::streamrff.errors.BiasWarning")  # structured blocks on 3 columns: irrelevant here
+def test_drift_monitor_other_maps_statistic_exact_and_batches_agree(reference, feature_map):
+    # maps other than a dense RFF are embedded tile by tile before the compiled window step
+    monitor = DriftMonitor(window=12, ert=100, feature_map=feature_map, n_streams=300).fit(reference)
+    stream = np.random.default_rng(11).normal(size=(40, 3))
+    whole = fresh(monitor).update(stream)
+    one_by_one = fresh(monitor)
+    singles = np.concatenate([one_by_one.update(stream[row : row + 1]).statistic for row in range(40)])
+    np.testing.assert_allclose(singles, whole.statistic, rtol=0, atol=1e-12, equal_nan=True)
+    reference_features = monitor.feature_map_.transform(reference)
+    stream_features = monitor.feature_map_.transform(stream)
+    for row in (1, 11, 39):
+        exact = exact_unbiased_mmd2(reference_features, stream_features[max(0, row + 1 - 12) : row + 1])
+        assert whole.statistic[row] == pytest.approx(exact, abs=1e-6), row
+    np.testing.assert_allclose(one_by_one.window_sum_, stream_features[-12:].astype(np.float64).sum(axis=0), atol=1e-12)

@@ -26,8 +26,9 @@ import zarr
 from scipy.spatial.distance import pdist
 
 import streamrff as srf
-from streamrff.engine import auto_chunk_rows, landmark_sample, run_chunks
+from streamrff.engine import auto_chunk_rows, fit_map_and_sample, landmark_sample, run_chunks
 from streamrff.errors import InputError, SourceError
+from streamrff.io import open_source
 from streamrff.sampling import MEDIAN_SAMPLE_ROWS, row_keys
 from streamrff.sketches import mean_sketch_of_chunk
 
@@ -212,6 +213,18 @@ def test_landmark_sample_is_bottom_k_of_row_keys(chunk_rows):
 
     np.testing.assert_array_equal(sample.keys, expected_keys)
     np.testing.assert_array_equal(sample.rows, bottom_k_rows(X, k, seed).astype(np.float64))
+
+
+@pytest.mark.parametrize("n_rows", [0, 300, 4096])
+def test_fit_map_and_sample_shares_one_bottom_k_sample_with_the_map(n_rows):
+    source = open_source(da.from_array(X, chunks=(1_000, N_COLUMNS)))
+    fitted, sample = fit_map_and_sample(median_map(), [source], n_rows, seed=99)
+    # the map's sample is the bottom MEDIAN_SAMPLE_ROWS by its own seed (3), the extra rows follow in key order
+    assert fitted.bandwidth_ == numpy_median_distance(bottom_k_rows(X, MEDIAN_SAMPLE_ROWS, 3))
+    np.testing.assert_array_equal(sample, bottom_k_rows(X, n_rows, 3).astype(np.float64))
+    fixed, fixed_sample = fit_map_and_sample(srf.RFF(n_features=16, bandwidth=2.0), [source], n_rows, seed=99)
+    assert fixed.bandwidth_ == 2.0  # a map that takes no sample leaves the seed to the caller
+    np.testing.assert_array_equal(fixed_sample, bottom_k_rows(X, n_rows, 99).astype(np.float64))
 
 
 @pytest.mark.parametrize("nan_fraction", [0.05, 0.95])

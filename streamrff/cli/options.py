@@ -106,24 +106,23 @@ def bandwidth_list(text: str) -> str | list[float]:
     return values
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def number_parser(kind: Callable[[str], Any], accept: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse ``type=``: ``kind(text)`` when ``accept`` takes it, else "expected EXPECTED, got 'TEXT'"."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+positive_int = number_parser(int, lambda value: value >= 1, "a positive integer")
+non_negative_float = number_parser(float, lambda value: math.isfinite(value) and value >= 0, "a number >= 0")
 
 
 def class_list(text: str) -> list[str]:

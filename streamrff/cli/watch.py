@@ -31,26 +31,12 @@ example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 100
 _MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
 
 
-def window_rows(text: str) -> int:
-    """``--window``: an integer >= 2 (the unbiased statistic needs two rows)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (rows in the window), got {text!r}")
-    return value
-
-
-def run_time(text: str) -> float:
-    """``--ert``: a finite number of rows > 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number of rows > 1, e.g. 10000, got {text!r}")
-    return value
+#: ``--window``: an integer >= 2 (the unbiased statistic needs two rows).
+window_rows = options.number_parser(int, lambda value: value >= 2, "an integer >= 2 (rows in the window)")
+#: ``--ert``: a finite number of rows > 1.
+run_time = options.number_parser(
+    float, lambda value: math.isfinite(value) and value > 1, "a number of rows > 1, e.g. 10000"
+)
 
 
 def add_parser(commands: Any) -> None:

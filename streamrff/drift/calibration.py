@@ -11,10 +11,16 @@ from .._compiled import jit
 from ..errors import InputError
 from ..sketches import MeanSketch
 
-__all__ = ["calibrate_thresholds", "gaussian_bank"]
+__all__ = ["calibrate_thresholds", "default_stream_count", "gaussian_bank"]
 
 #: Below this many expected exceedances an upper quantile is extrapolated from an exponential tail.
 _MIN_EXCEEDANCES = 5
+#: Feature values touched by the simulated streams before the number of streams is capped
+#: (about 2-4 s of one core in the compiled kernel); rarer tails are extrapolated (see calibrate_thresholds).
+_SIMULATION_BUDGET = 4e9
+_MIN_STREAMS = 2000
+#: Streams wanted per 1/ERT: enough for a per-step quantile among survivors without extrapolation.
+_STREAMS_PER_ERT = 40
 
 
 @jit(parallel=True, nogil=True)  # streams in parallel: each stream is its own, so threads do not change results
@@ -95,6 +101,20 @@ def _steady_threshold(statistics: np.ndarray, ert: float) -> float:
             break
         exposure = updated
     return threshold
+
+
+def default_stream_count(window: int, ert: float, width: int) -> int:
+    """Simulated streams for ``n_streams="auto"``: enough for 100 expected crossings over the steady steps and
+    ``_STREAMS_PER_ERT`` per 1/ERT, at least 2000, at most a budget of about 4e9 feature values.
+
+    Examples
+    --------
+    >>> default_stream_count(50, 1000.0, 64), default_stream_count(200, 100_000.0, 512)  # 40 per 1/ERT; capped
+    (40000, 19531)
+    """
+    budget = max(_MIN_STREAMS, int(_SIMULATION_BUDGET // (2 * window * width)))
+    wanted = max(_MIN_STREAMS, math.ceil(100 * ert / window), math.ceil(_STREAMS_PER_ERT * ert))
+    return int(min(budget, wanted))
 
 
 def calibrate_thresholds(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from .._blas import one_blas_thread
 from .._connection import connect
 from .._validation import (
     check_bandwidth,
@@ -22,26 +22,23 @@ from .._validation import (
     store_params,
     validate_estimator_input,
 )
-from ..engine import fit_map, landmark_sample, sketch
+from ..engine import fit_map_and_sample, sketch
 from ..errors import InputError, NotFittedMapError, SketchFormatError
 from ..io import open_source
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches import MeanSketch
 from ..typing import PathOrURL, StorageOptions
-from .calibration import calibrate_thresholds, gaussian_bank
+from ._sliding import slide_rows
+from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
 from .fileformat import read_monitor_group, write_monitor_group
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
 _SIMULATIONS = ("auto", "resample", "gaussian")
-#: Feature values touched by the calibration's simulated streams before the number of streams is capped
-#: (about 2-4 s of one core in the compiled kernel); rarer tails are extrapolated (see calibrate_thresholds).
-_SIMULATION_BUDGET = 4e9
-_MIN_STREAMS = 2000
-#: Rows per vectorised step of update (its cumulative sums stay in cache).
+#: Rows per tile of update's features (a tile's features stay in cache).
 _TILE_ROWS = 1024
-#: Streams wanted per 1/ERT: enough for a per-step quantile among survivors without extrapolation.
-_STREAMS_PER_ERT = 40
+#: The RFF arguments of slide_rows for features embedded by the map: no frequencies.
+_FEATURES_GIVEN = (np.zeros((0, 1), np.float32), np.zeros(0, np.float32), np.float32(1.0))
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ class DriftMonitor(BaseEstimator):
     with S the feature sums, Q the sums of squared feature norms, n the
     reference rows and m the window's rows. The window's S_w and Q_w move by
     one row in and one row out, so a row costs O(D) and a batch is one
-    cumulative sum; the features of the last ``window`` rows are kept (a
+    compiled call; the features of the last ``window`` rows are kept (a
     ``window x D`` float32 ring buffer) to subtract the row that leaves.
     Memory is independent of the reference size.
 
@@ -254,11 +251,7 @@ class DriftMonitor(BaseEstimator):
         return window, float(ert)
 
     def _streams(self, window: int, ert: float, width: int) -> int:
-        if self.n_streams != "auto":
-            return int(self.n_streams)
-        budget = max(_MIN_STREAMS, int(_SIMULATION_BUDGET // (2 * window * width)))
-        wanted = max(_MIN_STREAMS, math.ceil(100 * ert / window), math.ceil(_STREAMS_PER_ERT * ert))
-        return int(min(budget, wanted))
+        return default_stream_count(window, ert, width) if self.n_streams == "auto" else int(self.n_streams)
 
     def fit(
         self, reference: Any, y: Any = None, *, client: Any = None, storage_options: StorageOptions = None,
@@ -331,13 +324,12 @@ class DriftMonitor(BaseEstimator):
             reference = validate_estimator_input(self, reference, reset=True)
         initial = self.feature_map or RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=seed)
         source = open_source(reference, storage_options=storage_options)
+        # One sampling pass serves the map's fit (the median bandwidth) and the calibration bank.
+        n_bank_rows = int(self.n_reference_rows) if simulation == "resample" else 0
+        bank_seed = int(np.random.SeedSequence([seed, 0xBA4C]).generate_state(1)[0])  # when the map takes no sample
         with connect(client) as active:
-            fitted = fit_map(initial, [source], client=active, progress=progress)
+            fitted, sample = fit_map_and_sample(initial, [source], n_bank_rows, bank_seed, active, progress)
             summary = sketch(source, fitted, moments=simulation == "gaussian", client=active, progress=progress)
-            sample = landmark_sample(
-                [source], int(self.n_reference_rows), int(np.random.SeedSequence([seed, 0xBA4C]).generate_state(1)[0]),
-                client=active, progress=progress,
-            ).rows  # fmt: skip
         return summary, sample
 
     def _start_run(self, window: int, width: int) -> None:
@@ -369,12 +361,13 @@ class DriftMonitor(BaseEstimator):
     def update(self, rows: Any) -> DriftUpdate:
         """Slide the window over ``rows`` (a batch of any size) and return every row's statistic.
 
-        Vectorised over the batch: the window sums after each row are the sums
-        before the batch plus the cumulative sum of the entering rows' features
-        minus the leaving rows' (from the ring buffer, or from the batch itself
-        when it is longer than the window), summed in the order of row-by-row
-        updates: O(D) per row, and the same result however the stream is split
-        into batches.
+        One compiled call per batch (:mod:`streamrff.drift._sliding`; per tile of
+        1024 rows for maps other than a dense RFF): each row's features enter
+        the window sums and those of the row that leaves (from the ring buffer)
+        are subtracted, in row order, and the statistic is read off the sums
+        and compared with the threshold in the same pass: O(D) per row, no
+        Python loop per row, and the same sums bit for bit however the stream
+        is split into batches.
 
         Parameters
         ----------
@@ -393,10 +386,30 @@ class DriftMonitor(BaseEstimator):
         self._check_fitted()
         rows = check_rows(rows, "rows", allow_empty=True)
         check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
-        # Tiles of rows keep the cumulative sums in cache; the ring buffer carries the window between them.
-        parts = [self._slide(rows[start : start + _TILE_ROWS]) for start in range(0, rows.shape[0], _TILE_ROWS)]
-        statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
-        threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
+        state = (
+            self.window_features_, self.window_squared_norms_, self.window_sum_, self.reference_sum_,
+            self.reference_squared_norm_sum_, float(self.reference_count_), self.thresholds_, self.run_length_,
+            self.window_squared_norm_sum_, self.drift_at_ is None,
+        )  # fmt: skip
+        with one_blas_thread():  # the features must not depend on the BLAS thread count
+            rff_args = self._rff_kernel_args()
+            if rff_args is not None:  # one compiled call embeds and slides the whole batch
+                rows = np.require(rows, np.float32, ["C", "W"])  # one compiled type for the rows and the features
+                statistic, threshold, norm_sum, first = slide_rows(rows, *rff_args, _TILE_ROWS, *state)
+            else:  # another map embeds a tile, the compiled call slides over its features
+                parts, norm_sum, first = [], self.window_squared_norm_sum_, -1
+                for offset, features in self.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
+                    tile_state = (*state[:7], self.run_length_ + offset, norm_sum, first < 0 and state[-1])
+                    *part, norm_sum, crossed = slide_rows(features, *_FEATURES_GIVEN, _TILE_ROWS, *tile_state)
+                    parts.append(part)
+                    first = offset + crossed if first < 0 and crossed >= 0 else first
+                statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
+                threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
+        self.window_squared_norm_sum_ = float(norm_sum)
+        if first >= 0:
+            self.drift_at_ = self.n_rows_seen_ + int(first)
+        self.run_length_ += rows.shape[0]
+        self.n_rows_seen_ += rows.shape[0]
         return DriftUpdate(
             statistic=statistic,
             threshold=threshold,
@@ -406,58 +419,16 @@ class DriftMonitor(BaseEstimator):
             run_length=self.run_length_,
         )
 
-    def _slide(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Slide the window over checked ``rows``; the statistic and threshold of each."""
-        window, width = self.window_features_.shape
-        n_new = rows.shape[0]
-        features = self.feature_map_._embed(rows)  # rows checked above: the trusted path of transform
-        squared_norms = np.einsum("ij,ij->i", features, features, dtype=np.float64)
-        start = self.run_length_  # rows in this run before the batch; row k of the batch is run row start + k
-        steps = start + np.arange(n_new)
-        leaving_run_rows = steps - window  # run row that leaves when batch row k enters (if >= 0)
-        leaving = np.zeros((n_new, width), dtype=np.float32)
-        leaving_norms = np.zeros(n_new)
-        from_ring = (leaving_run_rows >= 0) & (leaving_run_rows < start)
-        ring_positions = leaving_run_rows[from_ring] % window
-        leaving[from_ring] = self.window_features_[ring_positions]
-        leaving_norms[from_ring] = self.window_squared_norms_[ring_positions]
-        from_batch = leaving_run_rows >= start
-        leaving[from_batch] = features[leaving_run_rows[from_batch] - start]
-        leaving_norms[from_batch] = squared_norms[leaving_run_rows[from_batch] - start]
-        # S_k = (((S_0 + d_1) + d_2) + ... + d_k) with d the entering minus the leaving row's features:
-        # a sequential cumulative sum in the order of row-by-row updates, so any split of the batch agrees.
-        sums = np.subtract(features, leaving, dtype=np.float64)
-        sums[0] += self.window_sum_
-        np.cumsum(sums, axis=0, out=sums)
-        norm_sums = squared_norms - leaving_norms
-        norm_sums[0] += self.window_squared_norm_sum_
-        np.cumsum(norm_sums, out=norm_sums)
-        sizes = np.minimum(steps + 1, window).astype(np.float64)
-        statistic = self._statistic(sums, norm_sums, sizes)
-        threshold = self.thresholds_[np.minimum(steps, window)]
-        if self.drift_at_ is None:
-            crossed = np.flatnonzero(statistic > threshold)
-            if crossed.size:
-                self.drift_at_ = int(self.n_rows_seen_ + crossed[0])
-        if n_new:  # the last rows enter the ring buffer, the sums move to the end of the tile
-            kept = np.arange(max(0, n_new - window), n_new)
-            self.window_features_[(start + kept) % window] = features[kept]
-            self.window_squared_norms_[(start + kept) % window] = squared_norms[kept]
-            self.window_sum_ = sums[-1].copy()
-            self.window_squared_norm_sum_ = float(norm_sums[-1])
-        self.run_length_ = start + n_new
-        self.n_rows_seen_ += n_new
-        return statistic, threshold
-
-    def _statistic(self, sums: np.ndarray, norm_sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        n = float(self.reference_count_)
-        reference_sum = self.reference_sum_
-        reference_term = (reference_sum @ reference_sum - self.reference_squared_norm_sum_) / (n * (n - 1.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            within = (np.einsum("ij,ij->i", sums, sums) - norm_sums) / (sizes * (sizes - 1.0))
-            statistic = reference_term + within - 2.0 * (sums @ reference_sum) / (n * sizes)
-        statistic[sizes < 2] = np.nan
-        return statistic
+    def _rff_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32] | None:
+        """``(frequencies, offsets, scale)`` of a dense RFF map for :func:`slide_rows` (held after the first
+        call), or None for any other map."""
+        feature_map = self.feature_map_
+        cached = getattr(self, "_rff_kernel_cache", None)
+        if cached is None or cached[0] is not feature_map:
+            dense_rff = type(feature_map) is RFF and not feature_map.structured
+            cached = (feature_map, feature_map._float32_kernel_args() if dense_rff else None)
+            self._rff_kernel_cache = cached
+        return cached[1]
 
     def save(self, path: PathOrURL, overwrite: bool = False) -> None:
         """Write the monitor (reference sums, thresholds, window state) to a local zarr directory.
