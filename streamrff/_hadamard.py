@@ -54,7 +54,14 @@ from numba.extending import intrinsic
 from ._compiled import jit
 from ._rowdot import _compiles_for_avx512
 
-__all__ = ["fastfood_block", "padded_width", "sorf_block", "walsh_hadamard", "walsh_hadamard_columns"]
+__all__ = [
+    "fastfood_block",
+    "padded_width",
+    "sorf_block",
+    "sorf_columns",
+    "walsh_hadamard",
+    "walsh_hadamard_columns",
+]
 
 _jit = jit(nogil=True, boundscheck=False, error_model="numpy")  # cached in the per-user folder (_compiled)
 
@@ -69,20 +76,27 @@ _vector = ir.VectorType(ir.FloatType(), LANES)
 
 
 @intrinsic
-def _butterflies(typingctx, block, j, half, lane, radix):
+def _butterflies(typingctx, block, j, half, lane, radix, signs):
     """Stages ``half, 2 half, ..., radix half / 2`` of the transform on rows ``j + i half``
     (``i < radix``, a literal power of two up to 16) of the C-contiguous float32 (n, t)
     ``block``, on the 16 lanes from ``lane``, in registers. Every stage is the adds and
     subtractions of :func:`walsh_hadamard_columns` in the same order, so any grouping of the
-    stages gives the same bits."""
+    stages gives the same bits. ``signs``: None, or a float32 (n,) diagonal of +-1 that row
+    ``j + i half`` is multiplied by as it is loaded (exact: the same bits as a pass of
+    :func:`_scale_rows` before)."""
     if not isinstance(radix, types.IntegerLiteral) or radix.literal_value not in (2, 4, 8, 16):
         return None
     if not (isinstance(block, types.Array) and block.ndim == 2 and block.dtype == types.float32):
         return None
     if block.layout != "C":
         return None
+    signed = isinstance(signs, types.Array)
+    if signed and not (signs.ndim == 1 and signs.dtype == types.float32):
+        return None
+    if not signed and not isinstance(signs, (types.NoneType, types.Omitted)):
+        return None
     size = radix.literal_value
-    signature = types.void(block, j, half, lane, radix)
+    signature = types.void(block, j, half, lane, radix, signs)
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
@@ -95,6 +109,17 @@ def _butterflies(typingctx, block, j, half, lane, radix):
             index = builder.add(builder.mul(first_row, columns), lane_index)
             pointers.append(builder.bitcast(builder.gep(array.data, [index]), _vector.as_pointer()))
         values = [builder.load(pointer, align=4) for pointer in pointers]
+        if signed:
+            diagonal = context.make_array(signature.args[5])(context, builder, args[5])
+            stride = cgutils.unpack_tuple(builder, diagonal.strides, 1)[0]
+            base = builder.ptrtoint(diagonal.data, intp)
+            for i in range(size):
+                offset = builder.mul(builder.add(row, builder.mul(step, ir.Constant(intp, i))), stride)
+                address = builder.inttoptr(builder.add(base, offset), ir.FloatType().as_pointer())
+                sign = builder.load(address, align=4)
+                lanes = builder.insert_element(ir.Constant(_vector, None), sign, ir.Constant(ir.IntType(32), 0))
+                splat = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+                values[i] = builder.fmul(values[i], splat)
         bit = 1
         while bit < size:  # stage by stage, lowest bit first, as the loops
             for i in range(size):
@@ -163,20 +188,92 @@ def _walsh_hadamard_wide(block):  # pragma: no cover - compiled
         for start in range(0, n, 16 * half):
             for j in range(start, start + half):
                 for lane in range(0, t, LANES):
-                    _butterflies(block, j, half, lane, 16)
+                    _butterflies(block, j, half, lane, 16, None)
         half *= 16
     if 8 * half == n:
         for j in range(half):
             for lane in range(0, t, LANES):
-                _butterflies(block, j, half, lane, 8)
+                _butterflies(block, j, half, lane, 8, None)
     elif 4 * half == n:
         for j in range(half):
             for lane in range(0, t, LANES):
-                _butterflies(block, j, half, lane, 4)
+                _butterflies(block, j, half, lane, 4, None)
     elif 2 * half == n:
         for j in range(half):
             for lane in range(0, t, LANES):
-                _butterflies(block, j, half, lane, 2)
+                _butterflies(block, j, half, lane, 2, None)
+
+
+#: Rows of a transposed block whose first stages run together while they sit in L1 (16 KiB at 32
+#: lanes): a transform of length n then sweeps the whole block once for the first log2(128)
+#: stages and once per four further stages, instead of once per four stages.
+GROUP_ROWS = 128
+
+
+@_jit
+def _radix_pass(block, first, stop, half, radix, signs):  # pragma: no cover - compiled
+    """Stages ``half .. radix half / 2`` on rows ``first:stop`` (a multiple of ``radix half``) of a
+    block of 16 k columns, in 16-lane vectors (:func:`_butterflies`; ``signs``: None or the
+    diagonal applied as the rows load)."""
+    t = block.shape[1]
+    for start in range(first, stop, radix * half):
+        for j in range(start, start + half):
+            for lane in range(0, t, LANES):
+                if radix == 16:
+                    _butterflies(block, j, half, lane, 16, signs)
+                elif radix == 8:
+                    _butterflies(block, j, half, lane, 8, signs)
+                elif radix == 4:
+                    _butterflies(block, j, half, lane, 4, signs)
+                else:
+                    _butterflies(block, j, half, lane, 2, signs)
+
+
+@_jit
+def _grouped_transform(block, first, stop, signs):  # pragma: no cover - compiled
+    """The stages below ``stop - first`` (a power of two >= 16) on rows ``first:stop``, the rows
+    multiplied by ``signs`` as the first pass loads them."""
+    group = stop - first
+    _radix_pass(block, first, stop, 1, 16, signs)
+    half = 16
+    while half < group:
+        radix = min(16, group // half)
+        _radix_pass(block, first, stop, half, radix, None)
+        half *= radix
+
+
+@_jit
+def sorf_columns(columns, signs, block):  # pragma: no cover - compiled
+    """``block = H D1 H D2 H D3 [columns; 0]``, ``signs = [D3, D2, D1]`` (float32 (3, n) of +-1).
+
+    ``columns``: float32 (d, t), the transposed rows of a tile; ``block``: float32 (n, t),
+    C-contiguous, n >= max(d, 16) a power of two, t a multiple of 16 (vectors of
+    :func:`_butterflies`, compiled for AVX-512 only: see WIDE_VECTORS). The same bits as
+    :func:`sorf_block` on the zero-padded rows (every lane sees the same adds in the same order,
+    the signs are exact), but each transform runs its first stages on groups of GROUP_ROWS rows
+    in L1, the padding and copy and the sign diagonals fused into those groups' first pass: at
+    n = 1024 the block is swept twice per transform instead of three times plus once per
+    diagonal.
+    """
+    d, t = columns.shape
+    n = block.shape[0]
+    group = min(n, GROUP_ROWS)
+    source, target = columns.ravel(), block.ravel()  # flat: row slices would cost more than their copies
+    for k in range(3):
+        for first in range(0, n, group):
+            if k == 0:  # the zero-padded copy of this group, still in L1 for its first pass
+                copied = max(0, min(first + group, d) - first) * t
+                rows_in, rows_out = source[first * t : first * t + copied], target[first * t : (first + group) * t]
+                for i in range(copied):  # indices from 0: no wrap-around checks, so the loops vectorise
+                    rows_out[i] = rows_in[i]
+                for i in range(group * t - copied):
+                    rows_out[copied + i] = 0.0
+            _grouped_transform(block, first, first + group, signs[k])
+        half = group
+        while half < n:
+            radix = min(16, n // half)
+            _radix_pass(block, 0, n, half, radix, None)
+            half *= radix
 
 
 @_jit
