@@ -73,6 +73,7 @@ LANES = 16
 WIDE_VECTORS = _compiles_for_avx512()
 
 _vector = ir.VectorType(ir.FloatType(), LANES)
+_index = ir.IntType(32)
 
 
 @intrinsic
@@ -117,8 +118,8 @@ def _butterflies(typingctx, block, j, half, lane, radix, signs):
                 offset = builder.mul(builder.add(row, builder.mul(step, ir.Constant(intp, i))), stride)
                 address = builder.inttoptr(builder.add(base, offset), ir.FloatType().as_pointer())
                 sign = builder.load(address, align=4)
-                lanes = builder.insert_element(ir.Constant(_vector, None), sign, ir.Constant(ir.IntType(32), 0))
-                splat = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+                lanes = builder.insert_element(ir.Constant(_vector, None), sign, ir.Constant(_index, 0))
+                splat = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_index, LANES), [0] * LANES))
                 values[i] = builder.fmul(values[i], splat)
         bit = 1
         while bit < size:  # stage by stage, lowest bit first, as the loops
