@@ -97,12 +97,12 @@ def test_sorf_block_is_the_product_of_three_transforms_and_signs(n):
     np.testing.assert_allclose(block, expected, rtol=0, atol=max(tolerance, 1e-6))
 
 
-@pytest.mark.skipif(not _hadamard.WIDE_VECTORS, reason="the grouped transform is compiled for AVX-512 only")
+@pytest.mark.skipif(not _hadamard.WIDE_VECTORS, reason="sorf_columns is compiled for AVX-512 only")
 @pytest.mark.parametrize(
     ("n", "d"), [(16, 16), (32, 20), (128, 128), (256, 200), (1024, 768), (2048, 1025), (4096, 4096)]
 )
 def test_sorf_columns_is_sorf_block_of_the_padded_rows_bit_for_bit(n, d):
-    # The grouped transform (groups in L1, copy, padding and signs fused) against the three plain
+    # The fused transform (copy, padding and signs in the transforms' passes) against the three plain
     # transforms on the zero-padded block (one extra column: the loops, not the vectors), and both
     # against the float64 matrix product.
     rng = np.random.default_rng(n + d)
