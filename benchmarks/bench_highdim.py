@@ -20,18 +20,20 @@ three seeds, for dense iid, dense orthogonal (``RFF(orthogonal=True)``), structu
 of the map) and, where it imports, scikit-learn-extra's ``Fastfood`` (cos+phase features, its own
 scaling).
 
-Timings on a shared machine are not trustworthy; run on an idle one for figures.
+Timings on a shared machine are not trustworthy; run on an idle one for figures (the script
+prints the load averages before and after).
 
 Run: python benchmarks/bench_highdim.py [--rows 60000] [--dims 128,384,768,1024] [--features 1024,4096]
-     [--chunk-rows 10000] [--repeat 3] [--error-only] [--error-dims 768] [--error-features 4096]
-Smoke test: python benchmarks/bench_highdim.py --rows 2000 --dims 128 --features 1024 --error-dims 128
-     --error-features 1024
+     [--chunk-rows 10000] [--repeat 3] [--error-only] [--error-dims DIMS] [--error-features FEATURES]
+     (the error table's d and D default to --dims and --features)
+Quick run (a smoke test, seconds): python benchmarks/bench_highdim.py --quick
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import tempfile
 import time
 
@@ -79,8 +81,9 @@ def timed_sketch(repeat: int, source, feature_map: srf.RFF, chunk_rows: int | No
 
 
 def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: int, repeat: int) -> None:
-    print(f"srf.sketch pass, {n_rows} rows, chunks of {chunk_rows} rows (rows/s)")
-    columns = ("dense", "structured", "ratio", "read", "struct/read")
+    print(f"srf.sketch pass, {n_rows} rows, chunks of {chunk_rows} rows: rows/s, seconds and ratios")
+    print("(ratio: structured over dense speed; read: a pass that only reads and decodes the zarr chunks)")
+    columns = ("dense", "structured", "ratio", "read", "dense s", "struct s", "read s", "struct/read")
     print(f"{'d':>5} {'D':>5} {'source':>7} " + " ".join(f"{name:>11}" for name in columns))
     with tempfile.TemporaryDirectory() as folder:
         for d in dims:
@@ -99,16 +102,16 @@ def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: i
                     dense_norm = float(np.sum(dense_sketch.feature_sum**2)) / n_rows**2
                     structured_norm = float(np.sum(structured_sketch.feature_sum**2)) / n_rows**2
                     assert abs(dense_norm - structured_norm) < 0.1, (dense_norm, structured_norm)
-                    read = ""
-                    read_ratio = ""
+                    read = read_time = read_ratio = ""
                     if name == "zarr":
                         read_seconds = timed_read(repeat, da.from_zarr(path))
-                        read = f"{n_rows / read_seconds:11.0f}"
-                        read_ratio = f"{structured_seconds / read_seconds:11.2f}"
+                        read = f"{n_rows / read_seconds:.0f}"
+                        read_time = f"{read_seconds:.3f}"
+                        read_ratio = f"{structured_seconds / read_seconds:.2f}"
                     print(
                         f"{d:5d} {n_features:5d} {name:>7} {n_rows / dense_seconds:11.0f} "
                         f"{n_rows / structured_seconds:11.0f} {dense_seconds / structured_seconds:11.2f} "
-                        f"{read:>11} {read_ratio:>11}"
+                        f"{read:>11} {dense_seconds:11.3f} {structured_seconds:11.3f} {read_time:>11} {read_ratio:>11}"
                     )
 
 
@@ -166,14 +169,23 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--error-only", action="store_true", help="print only the kernel error table")
-    parser.add_argument("--error-dims", type=integers, default=[768])
-    parser.add_argument("--error-features", type=integers, default=[4096])
+    parser.add_argument("--error-dims", type=integers, default=None, help="default: --dims")
+    parser.add_argument("--error-features", type=integers, default=None, help="default: --features")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small run: 4000 rows in chunks of 1000, d in 128,768, D = 1024, one repeat",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.rows, args.chunk_rows, args.dims, args.features, args.repeat = 4000, 1000, [128, 768], [1024], 1
+    print(f"load averages (1, 5, 15 min) before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if not args.error_only:
         with threadpool_limits(1):  # one BLAS thread per task thread, as the engine runs its chunk kernels
             speed_table(args.rows, args.dims, args.features, min(args.chunk_rows, args.rows), args.repeat)
         print()
-    error_table(args.error_dims, args.error_features)
+    error_table(args.error_dims or args.dims, args.error_features or args.features)
+    print(f"load averages (1, 5, 15 min) after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -174,6 +174,10 @@ def _transpose_tile(rows, start, t, rows_t):  # pragma: no cover - compiled
 def _project_block(columns, b, signs, permutation, gaussian, block, scratch):  # pragma: no cover - compiled
     """``block`` = the unnormalised transform of block ``b`` of the (d, t) transposed tile ``columns``."""
     d, t = columns.shape
+    n = block.shape[0]
+    if signs.shape[1] == 3 and _hadamard.WIDE_VECTORS and t % _hadamard.LANES == 0 and n >= _hadamard.LANES:
+        _hadamard.sorf_columns(columns, signs[b], block)  # the same bits, in L1-sized groups
+        return
     block[d:] = 0.0
     if signs.shape[1] == 3:
         first = signs[b, 0]

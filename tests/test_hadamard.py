@@ -97,6 +97,29 @@ def test_sorf_block_is_the_product_of_three_transforms_and_signs(n):
     np.testing.assert_allclose(block, expected, rtol=0, atol=max(tolerance, 1e-6))
 
 
+@pytest.mark.skipif(not _hadamard.WIDE_VECTORS, reason="sorf_columns is compiled for AVX-512 only")
+@pytest.mark.parametrize(
+    ("n", "d"), [(16, 16), (32, 20), (128, 128), (256, 200), (1024, 768), (2048, 1025), (4096, 4096)]
+)
+def test_sorf_columns_is_sorf_block_of_the_padded_rows_bit_for_bit(n, d):
+    # The fused transform (copy, padding and signs in the transforms' passes) against the three plain
+    # transforms on the zero-padded block (one extra column: the loops, not the vectors), and both
+    # against the float64 matrix product.
+    rng = np.random.default_rng(n + d)
+    signs = signs_of(rng, 3, n)
+    columns = rng.standard_normal((d, 32)).astype(np.float32)
+    padded = np.zeros((n, 33), np.float32)
+    padded[:d, :32] = columns
+    _hadamard.sorf_block(padded, signs)
+    block = np.full((n, 32), np.nan, np.float32)  # every entry is written: no NaN survives
+    _hadamard.sorf_columns(columns, signs, block)
+    np.testing.assert_array_equal(block, padded[:, :32])
+    hadamard = scipy.linalg.hadamard(n).astype(np.float64)
+    d3, d2, d1 = (s.astype(np.float64)[:, None] for s in signs)
+    expected = hadamard @ (d1 * (hadamard @ (d2 * (hadamard @ (d3 * padded_rows(columns.T, n).T)))))
+    np.testing.assert_allclose(block, expected, rtol=0, atol=1e-4 * n**1.5)
+
+
 def test_sorf_block_rows_orthogonal():
     n = 64
     signs = signs_of(np.random.default_rng(1), 3, n)

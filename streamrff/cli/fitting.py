@@ -10,22 +10,30 @@ from . import options
 from .output import emit
 
 #: The options that choose the feature space of ``kmeans`` and ``kpca``; ``--map`` refuses them.
-FEATURE_SPACE_OPTIONS = ["features", "bandwidth", "landmarks", "map_kind"]
+FEATURE_SPACE_OPTIONS = ["features", "bandwidth", "landmarks", "map_kind", "structured"]
 
 
 def add_feature_space_options(parser: argparse.ArgumentParser, features_help: str, landmarks_help: str) -> None:
-    """``--map``, ``--map-kind``, ``--features``, ``--landmarks`` and ``--bandwidth`` of an estimator command."""
-    options.add_map_file(parser, "--map-kind, --features, --landmarks and --bandwidth")
+    """``--map``, ``--map-kind``, ``--features``, ``--landmarks``, ``--bandwidth`` and ``--structured`` of an
+    estimator command."""
+    options.add_map_file(parser, "--map-kind, --features, --landmarks, --bandwidth and --structured")
     options.add_map_kind(parser)
     options.add_features(parser, features_help)
     options.add_landmarks(parser, landmarks_help)
     options.add_bandwidth(parser)
+    options.add_structured(parser, "structured orthogonal features (SORF), O(D log d) per row (rff; for wide rows)")
 
 
 def resolve_feature_space(args: argparse.Namespace) -> Any:
-    """Refuse the feature-space options next to ``--map``, default ``--seed``; the map of ``--map`` or None."""
+    """Refuse the feature-space options next to ``--map``, default ``--seed``; the map of ``--map``, the
+    unfitted structured RFF of ``--structured`` (fitted on the source by :func:`fit_write_report`), or None."""
     options.resolve_map_options(args, ["seed"], FEATURE_SPACE_OPTIONS, "the map file sets the feature space")
-    return options.load_map_option(args)
+    if not args.structured:
+        return options.load_map_option(args)
+    if (args.map_kind or "rff") != "rff":
+        options.refuse([f"--structured applies to --map-kind rff only; drop it for {args.map_kind}."])
+    options.resolve_map_options(args, ["features", "bandwidth", "variant", "seed"], [], "")
+    return options.rff_of_options(args)
 
 
 def open_output(path: str, storage_options: dict[str, Any] | None) -> Any:
@@ -46,7 +54,8 @@ def fit_write_report(
 ) -> int:
     """Fit ``model`` on ``args.source``, write ``per_row(model, source)`` to ``args.output`` as zarr, report.
 
-    Refuse an existing output unless ``--overwrite``; fit, compute and write on
+    Refuse an existing output unless ``--overwrite``; fit (an unfitted ``model.feature_map`` first,
+    on the source's seeded row sample), compute and write on
     ``--scheduler`` (an embedded local scheduler by default); then call
     ``report(model)`` (which may also draw a figure of the output) and print
     its payload, with the output and the map spec added, under ``--json``,
@@ -58,6 +67,9 @@ def fit_write_report(
     storage_options = args.storage_options
     options.check_output_free(args.output, storage_options, args.overwrite)
     with connect(args.scheduler) as client:
+        if model.feature_map is not None and not model.feature_map.is_fitted():  # --structured
+            fitted = options.fit_on_sources(model.feature_map, [args.source], client, storage_options)
+            model.set_params(feature_map=fitted)
         model.fit(args.source, client=client, storage_options=storage_options, **fit_options)
         values = per_row(model, args.source, storage_options=storage_options)
         write_zarr(values, args.output, storage_options=storage_options, client=client, overwrite=args.overwrite)

@@ -79,7 +79,7 @@ def _stop_line(fitted: Any, tol: float, max_iter: int) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..kmeans import KernelKMeans  # here, not at the top: start-up time
 
-    feature_map = resolve_feature_space(args)
+    feature_map = resolve_feature_space(args)  # with --structured unfitted: fit_write_report fits it first
     if feature_map is not None:
         model = KernelKMeans(
             n_clusters=args.clusters, max_iter=args.max_iter, tol=args.tol, seed=args.seed, feature_map=feature_map

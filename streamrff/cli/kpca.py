@@ -43,7 +43,7 @@ def add_parser(commands: Any) -> None:
 
 def _problems(args: argparse.Namespace, feature_map: Any) -> list[str]:
     """The options against each other and against the map of ``--map``, before any data is read."""
-    if feature_map is not None:
+    if args.map is not None:
         problems: list[str] = []
         width, where, fix = feature_map.n_features_out_, f"the map of --map {args.map}", "use a map with more features"
     else:

@@ -60,8 +60,9 @@ def add_parser(commands: Any) -> None:
         default=None,
         help="--null aggregated: how the bandwidths' statistics are combined (default: max)",
     )
-    options.add_map_file(parser, "--features, --bandwidth and --variant")
+    options.add_map_file(parser, "--features, --bandwidth, --variant and --structured")
     options.add_rff_options(parser, "seed of the map, its row sample, the permutations and the spectral draws")
+    options.add_structured(parser)
     options.add_plot(
         parser,
         "draw the null distribution with the observed statistic "
@@ -120,10 +121,10 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
     aggregated = args.null == "aggregated"
     if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
         problems.append("--bandwidths and --aggregation go with --null aggregated.")
-    if aggregated and (args.bandwidth is not None or args.map is not None):
+    if aggregated and (args.bandwidth is not None or args.map is not None or args.structured):
+        given = "--bandwidth" if args.bandwidth is not None else "--map" if args.map is not None else "--structured"
         problems.append(
-            "--null aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not "
-            f"{'--bandwidth' if args.bandwidth is not None else '--map'}."
+            f"--null aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not {given}."
         )
     if args.sketches and args.sources:
         problems.append("give either two data sources or --sketches A B, not both.")
@@ -135,7 +136,8 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
                 f"--sketches works with --null spectral or hotelling (moment sketches); the {args.null} "
                 f"test needs the data: streamrff test X Y --null {args.null}."
             )
-        clash = options.given(args, ["features", "bandwidth", "variant", "map"])  # --seed seeds the spectral draws
+        # --seed seeds the spectral draws
+        clash = options.given(args, ["features", "bandwidth", "variant", "structured", "map"])
         if clash:
             problems.append(
                 f"--sketches carry their own map, so {', '.join(map(options.flag, clash))} do not apply; drop them."
@@ -156,24 +158,31 @@ def _test_data(args: argparse.Namespace) -> Any:
     from ..twosample import two_sample_test  # here, not at the top: start-up time
 
     # --seed also seeds the permutations, so it never contradicts --map.
-    names = ["features", "bandwidth", "variant", "seed"]
-    options.resolve_map_options(args, names, ["features", "bandwidth", "variant"], "they define the map")
+    names = ["features", "bandwidth", "variant", "structured", "seed"]
+    map_sets = ["features", "bandwidth", "variant", "structured"]
+    options.resolve_map_options(args, names, map_sets, "they define the map")
+    feature_map = options.load_map_option(args)
     if args.map is None:
-        options.rff_of_options(args)  # --features and --variant checked against each other before the data are read
+        # --features and --variant checked against each other before the data are read
+        unfitted = options.rff_of_options(args)
     aggregated = args.null == "aggregated"
-    return two_sample_test(
-        args.sources[0],
-        args.sources[1],
-        n_features=args.features,
-        bandwidth=args.bandwidth,
-        method=args.null,
-        n_permutations=args.permutations,
-        seed=args.seed,
-        **options.dask_options(args),
-        variant=args.variant,
-        feature_map=options.load_map_option(args),
-        **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
-    )
+    with options.connect_scheduler(args) as client:
+        if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
+            feature_map = options.fit_on_sources(unfitted, args.sources, client, args.storage_options)
+        return two_sample_test(
+            args.sources[0],
+            args.sources[1],
+            n_features=args.features,
+            bandwidth=args.bandwidth,
+            method=args.null,
+            n_permutations=args.permutations,
+            seed=args.seed,
+            client=client,
+            storage_options=args.storage_options,
+            variant=args.variant,
+            feature_map=feature_map,
+            **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
+        )
 
 
 def run(args: argparse.Namespace) -> int:
