@@ -56,14 +56,7 @@ from numba.extending import intrinsic
 from ._compiled import jit
 from ._rowdot import _compiles_for_avx512
 
-__all__ = [
-    "fastfood_block",
-    "padded_width",
-    "sorf_block",
-    "sorf_columns",
-    "walsh_hadamard",
-    "walsh_hadamard_columns",
-]
+__all__ = ["fastfood_block", "padded_width", "sorf_block", "sorf_columns", "walsh_hadamard", "walsh_hadamard_columns"]
 
 _jit = jit(nogil=True, boundscheck=False, error_model="numpy")  # cached in the per-user folder (_compiled)
 
