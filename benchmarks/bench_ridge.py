@@ -150,8 +150,8 @@ def centred_float32_regression_kernel(rows, targets, feature_map):
     two merged halves from those of the whole by 1e-4 (digits, D = 1024) to 2e-3 (Friedman #1,
     D = 2048), against 1e-10 with float64 products (docs/guide/ridge.rst).
     """
+    from streamrff._moments import _MOMENT_TILE_ROWS, _CentredMoments
     from streamrff.regression import RegressionSketch
-    from streamrff.sketches import _MOMENT_TILE_ROWS, _CentredMoments
 
     targets = targets.reshape(rows.shape[0], -1)
     width = feature_map.n_features_out_

@@ -43,8 +43,9 @@ import zarr
 import streamrff as srf
 from streamrff import _sincos
 from streamrff._blas import one_blas_thread
+from streamrff._moments import _moment_tile_rows
 from streamrff.maps.fourier import _MIN_PROJECTION_ROWS
-from streamrff.sketches import _moment_tile_rows, mean_sketch_of_chunk
+from streamrff.sketches import mean_sketch_of_chunk
 
 
 def best_of(function, repeats: int = 3, clock=time.perf_counter) -> float:
@@ -170,7 +171,7 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
     phases = np.empty((tile, m), np.float32)
     features = np.empty((tile, 2 * m), np.float32)
     sums = np.zeros((2, m))
-    moment_rows = _moment_tile_rows(np.float32)  # the moments kernel's tile (sketches.py)
+    moment_rows = _moment_tile_rows(np.float32)  # the moments kernel's tile (_moments.py)
     moment_tile = rff.transform(values[:moment_rows])
     moment = np.empty((D, D), np.float32)
 

@@ -17,18 +17,11 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import single_blas_thread
+from ._moments import _MOMENT_TILE_ROWS, _rank_k_update
 from ._validation import check_feature_dtype, check_rows, check_width
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap
-from .sketches import (
-    _MOMENT_TILE_ROWS,
-    MeanSketch,
-    _describe,
-    _expect_array,
-    _expect_int,
-    _expect_squared_norm_sum,
-    _rank_k_update,
-)
+from .sketches import MeanSketch, _describe, _expect_array, _expect_int, _expect_squared_norm_sum
 from .typing import ArrayLike2D
 
 __all__ = ["RegressionSketch", "regression_sketch_of_chunk", "regression_sketch_array", "check_targets"]
