@@ -44,8 +44,8 @@ Part 4 (``--ratio``): the cost of the aggregated test over the single-bandwidth 
 ``streamrff.two_sample_test`` calls with their defaults (``bandwidths="auto"``, 10 widths, against
 ``bandwidth="median"``), best of ``--ratio-repeats`` interleaved runs. The 10 bandwidths' maps are
 scaled copies of one Gaussian draw, so each row tile is projected once for all of them and the
-permutation membership is evaluated once; what stays per bandwidth is the sin/cos evaluation and
-the B x D permutation GEMM. Target: ratio <= 5.
+permutation membership is evaluated once; what stays per bandwidth is the sin/cos evaluation, the
+rows' squared norms and the B x t x D float32 GEMM of each tile (most of it). Target: ratio <= 5.
 
 Run: python benchmarks/bench_two_sample.py [--sizes 2000 5000 10000 20000] [--permutations 200]
      [--big-rows 1e6] [--features 1024]

@@ -67,7 +67,8 @@ _SCRIPT = textwrap.dedent(
     import numpy as np
     import streamrff as srf
     from streamrff.kmeans.sketch import cluster_sketch_of_chunk
-    from streamrff.twosample.sketch import two_sample_sketch_of_chunk
+    from streamrff.twosample import bandwidth_maps
+    from streamrff.twosample.sketch import two_sample_sketch_of_chunk, two_sample_sketches_of_chunk
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(6_000, 8)).astype(np.float32)
@@ -93,6 +94,11 @@ _SCRIPT = textwrap.dedent(
         pair = two_sample_sketch_of_chunk(X, fitted, 0, 3_000, 3_000, 32, 7)
         for key, value in pair._arrays().items():
             results[f"{name} two-sample {key}"] = value
+    # The aggregated test's kernel: one float32 GEMM per bandwidth and tile, from a shared projection.
+    maps = bandwidth_maps([0.5, 2.5, 10.0], n_features_in=8, n_features=256, seed=1)
+    for index, part in enumerate(two_sample_sketches_of_chunk(X, maps, 0, 3_000, 3_000, 32, 7)):
+        for key, value in part._arrays().items():
+            results[f"bandwidth {index} two-sample {key}"] = value
     kmeans = srf.KernelKMeans(n_clusters=3, n_features=128, bandwidth=2.5, seed=0).fit(X[:3_000])
     results["kmeans centers"] = kmeans.cluster_centers_
     np.savez(sys.argv[1], **results)

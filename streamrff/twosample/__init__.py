@@ -40,26 +40,17 @@ p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
 
 from __future__ import annotations
 
-from . import nulls, permutations
+from . import nulls, permutations, sketch
 from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, shared_map_seed
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .permutations import FEISTEL_ROUNDS, permutation_indices
 from .result import AggregatedTwoSampleResult, TwoSampleResult
-from .sketch import (
-    DEFAULT_MAX_ACCUMULATOR_BYTES,
-    AggregatedTwoSampleSketch,
-    TwoSampleSketch,
-    check_accumulator_size,
-    two_sample_sketch_of_chunk,
-    two_sample_sketches_of_chunk,
-)
+from .sketch import *  # noqa: F403 - the sketches, their chunk kernels and size limit: sketch.__all__, listed once
 
 __all__ = [
+    *sketch.__all__,
     "TwoSampleResult",
     "AggregatedTwoSampleResult",
-    "TwoSampleSketch",
-    "AggregatedTwoSampleSketch",
-    "two_sample_sketches_of_chunk",
     "aggregated_permutation_test",
     "auto_bandwidths",
     "bandwidth_maps",
@@ -69,13 +60,10 @@ __all__ = [
     "AUTO_BANDWIDTHS",
     "DEFAULT_AGGREGATION",
     "permutation_indices",
-    "two_sample_sketch_of_chunk",
     "permutation_test",
     "mmd_test",
     "two_sample_test",
-    "check_accumulator_size",
     "FEISTEL_ROUNDS",
-    "DEFAULT_MAX_ACCUMULATOR_BYTES",
 ]
 
 # Public constants that streamrff.twosample held, outside __all__, before it became a package.

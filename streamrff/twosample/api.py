@@ -80,6 +80,7 @@ def permutation_test(sketch: TwoSampleSketch) -> TwoSampleResult:
     Returns
     -------
     TwoSampleResult
+        ``method="permutation"``; ``null`` holds the B permuted statistics.
 
     Raises
     ------
@@ -283,6 +284,8 @@ def mmd_test(
     Returns
     -------
     TwoSampleResult
+        ``null`` holds the spectral null's draws, or Hotelling's ``[T^2, dof]``
+        (``degrees_of_freedom`` and ``log10_p_value`` give its chi-square tail).
 
     Raises
     ------
@@ -585,7 +588,7 @@ def two_sample_test(
     the X and Y feature sums and the B permutation sums; the projection ``X G``
     and the permutations' membership of a row tile are computed once and shared
     by the L maps. Cost: the shared work once, plus per bandwidth the sin/cos
-    of the tile and one B x D GEMM; L x (B + 2) x D float64 sums per
+    of the tile and one B x D float32 GEMM; L x (B + 2) x D float64 sums per
     partial sketch (10 x 502 x 1024 x 8 bytes = 39 MiB at the defaults). Since
     all bandwidths see the same permutations, a statistic built from the L
     MMD^2 values of the observed split, compared with the same statistic of

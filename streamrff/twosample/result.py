@@ -88,20 +88,22 @@ class TwoSampleResult:
 
     Examples
     --------
+    The spectral test of two moment sketches keeps its Monte-Carlo draws of the
+    null in ``null``; the p-value is ``(1 + #{draws >= T}) / (1 + n_draws)``:
+
     >>> import numpy as np, streamrff as srf
     >>> rng = np.random.default_rng(0)
-    >>> X, Y = rng.normal(size=(200, 2)), rng.normal(0.5, 1.0, size=(200, 2))
-    >>> result = srf.two_sample_test(X, Y, n_features=256, n_permutations=99)
-    >>> result.method, result.n_x, result.n_y, result.null.shape
-    ('permutation', 200, 200, (99,))
-
-    The p-value is ``(1 + #{b : T_b >= T}) / (1 + B)`` over the stored null:
-
+    >>> rff = srf.RFF(n_features=128, bandwidth=1.0).fit(np.zeros((1, 2)))
+    >>> sketch_x = srf.sketch_array(rng.normal(size=(300, 2)), rff, moments=True)
+    >>> sketch_y = srf.sketch_array(rng.normal(0.2, 1.0, size=(300, 2)), rff, moments=True)
+    >>> result = srf.mmd_test(sketch_x, sketch_y, method="spectral", n_draws=999)
+    >>> result.method, result.n_x, result.null.shape
+    ('spectral', 300, (999,))
     >>> count = int((result.null >= result.statistic).sum())
-    >>> bool(np.isclose(result.p_value, (1 + count) / (1 + 99))), result.p_value
-    (True, 0.01)
-    >>> result.to_dict(include_null=False)["method"]
-    'permutation'
+    >>> bool(np.isclose(result.p_value, (1 + count) / (1 + 999))), result.p_value
+    (True, 0.02)
+    >>> result.degrees_of_freedom is None, result.to_dict(include_null=False)["method"]  # dof: Hotelling's only
+    (True, 'spectral')
     """
 
     statistic: float
