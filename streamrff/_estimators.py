@@ -1,7 +1,7 @@
 """Plumbing shared by the estimators (:class:`~streamrff.KernelPCA`, :class:`~streamrff.KernelKMeans`,
-:class:`~streamrff.KernelRidge`, :class:`~streamrff.DriftMonitor`): the map an estimator builds from its
-parameters, the sketch that ``fit_from_sketch`` takes
-as an object or as the path of a saved one, and ``transform``/``predict`` on any source."""
+:class:`~streamrff.KernelRidge`): the map an estimator builds from its parameters, the sketch that
+``fit_from_sketch`` takes as an object or as the path of a saved one, and ``transform``/``predict``
+on any source."""
 
 from __future__ import annotations
 
