@@ -406,14 +406,6 @@ def load_map_option(args: argparse.Namespace) -> Any:
     return None if args.map is None else load_map(args.map, storage_options=args.storage_options)
 
 
-def connect_scheduler(args: argparse.Namespace) -> Any:
-    """The connection of ``--scheduler`` (:func:`streamrff.engine.connect`): a context giving the client,
-    or None for the embedded local default."""
-    from ..engine import connect  # here, not at the top: start-up time
-
-    return connect(args.scheduler)
-
-
 def fit_on_sources(feature_map: Any, sources: Sequence[str], client: Any, storage_options: Any) -> Any:
     """``feature_map`` fitted on the seeded row sample pooled across ``sources`` (as ``streamrff map`` fits it)."""
     from ..engine import fit_map  # here, not at the top: start-up time

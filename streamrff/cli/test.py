@@ -155,7 +155,8 @@ def _test_sketches(args: argparse.Namespace) -> Any:
 
 
 def _test_data(args: argparse.Namespace) -> Any:
-    from ..twosample import two_sample_test  # here, not at the top: start-up time
+    from ..engine import connect  # here, not at the top: start-up time
+    from ..twosample import two_sample_test
 
     # --seed also seeds the permutations, so it never contradicts --map.
     names = ["features", "bandwidth", "variant", "structured", "seed"]
@@ -166,7 +167,7 @@ def _test_data(args: argparse.Namespace) -> Any:
         # --features and --variant checked against each other before the data are read
         unfitted = options.rff_of_options(args)
     aggregated = args.null == "aggregated"
-    with options.connect_scheduler(args) as client:
+    with connect(args.scheduler) as client:
         if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
             feature_map = options.fit_on_sources(unfitted, args.sources, client, args.storage_options)
         return two_sample_test(
