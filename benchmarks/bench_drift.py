@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ TABLES = ("calibration", "alibi", "delay", "cost", "throughput", "memory")
 
 #: Expected runs per cell of the calibration table (its rows are at least this many ERTs).
 RUNS_PER_CELL = 200
+
 
 def draw(rng: np.random.Generator, n: int, family: str) -> np.ndarray:
     rows = rng.normal(size=(n, DIM)) if family == "normal" else rng.standard_t(3, size=(n, DIM))
@@ -132,7 +134,9 @@ def run_alibi(python: str, config: dict) -> dict:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if completed.returncode:
-        raise RuntimeError(f"alibi-detect worker failed:\n{completed.stderr[-3000:]}")
+        status = completed.returncode
+        how = f"killed by signal {-status} ({signal.Signals(-status).name})" if status < 0 else f"exit status {status}"
+        raise RuntimeError(f"alibi-detect worker failed: {how}\n{completed.stderr[-3000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
@@ -352,6 +356,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--features", type=int, default=512)
     parser.add_argument("--big-reference", type=int, help="reference rows of table 5 (default 1e7, 1e5 with --quick)")
     parser.add_argument("--only", action="append", choices=TABLES, help="run only this table (repeatable)")
+    parser.add_argument("--alibi-rows", type=int, help="rows of alibi-detect's no-change stream (default 1e5)")
+    parser.add_argument(
+        "--alibi-bootstraps-per-ert", type=int,
+        help="alibi-detect's n_bootstraps / ERT (default 10; its time per update does not depend on it)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.alibi_worker:
         print(json.dumps(alibi_worker(json.loads(args.alibi_worker))))
@@ -366,8 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     args.reference_sizes = [1000] if quick else [1000, 10_000]
     args.delay_window, args.delay_ert = (50, 200) if quick else (200, 1000)
     args.streams = 5 if quick else 40
-    args.alibi_rows = 2000 if quick else 100_000  # about 100 runs at ERT = 1 000
-    args.alibi_bootstraps_per_ert = 5 if quick else 10
+    args.alibi_rows = args.alibi_rows or (2000 if quick else 100_000)  # about 100 runs at ERT = 1 000
+    args.alibi_bootstraps_per_ert = args.alibi_bootstraps_per_ert or (5 if quick else 10)
     args.cost_ert = 10_000 if quick else 100_000
     args.throughput_rows = 20_000 if quick else 200_000
     args.big_reference = args.big_reference or (100_000 if quick else 10_000_000)
