@@ -31,8 +31,8 @@ import ctypes
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 __all__ = ["one_blas_thread", "single_blas_thread"]
@@ -86,32 +86,42 @@ def _libraries() -> _Libraries:
     return _Libraries()
 
 
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """Context manager form of :func:`single_blas_thread`, for a block of code.
+class _OneBlasThread:
+    """The context of :func:`one_blas_thread`: a class rather than a generator, so that entering and leaving
+    costs about a microsecond (a monitor's one-row update holds it once per row)."""
 
-    The engine holds it around a local compute, so that the kernels inside
-    only count in and out.
-    """
-    global _depth
-    libraries = _libraries()
-    with _lock:
-        if _depth == 0:
-            _restore[:] = [(set_, get()) for get, set_ in libraries.process_wide]
-            for set_, _ in _restore:
-                set_(1)
-        _depth += 1
-    previous = [set_local(1) for set_local in libraries.per_thread]
-    try:
-        yield
-    finally:
-        for set_local, count in zip(libraries.per_thread, previous):
+    __slots__ = ("_previous",)
+
+    def __enter__(self) -> None:
+        global _depth
+        libraries = _libraries()
+        with _lock:
+            if _depth == 0:
+                # a library already on one thread (OPENBLAS_NUM_THREADS=1, an outer limit) is left alone
+                _restore[:] = [(set_, count) for get, set_ in libraries.process_wide if (count := get()) != 1]
+                for set_, _ in _restore:
+                    set_(1)
+            _depth += 1
+        self._previous = [set_local(1) for set_local in libraries.per_thread]
+
+    def __exit__(self, *exception: object) -> None:
+        global _depth
+        for set_local, count in zip(_libraries().per_thread, self._previous):
             set_local(count)
         with _lock:
             _depth -= 1
             if _depth == 0:
                 for set_, count in _restore:
                     set_(count)
+
+
+def one_blas_thread() -> AbstractContextManager[None]:
+    """Context manager form of :func:`single_blas_thread`, for a block of code.
+
+    The engine holds it around a local compute, so that the kernels inside
+    only count in and out.
+    """
+    return _OneBlasThread()
 
 
 def single_blas_thread(function: _Function) -> _Function:

@@ -20,7 +20,7 @@ import numpy as np
 from .._compiled import jit
 from .._sincos import rff_features
 
-__all__ = ["slide_rows"]
+__all__ = ["reference_term", "slide_rows"]
 
 _jit = jit(nogil=True, boundscheck=False)
 
@@ -83,8 +83,9 @@ def _slide_tile(
 
 
 @_jit
-def _reference_term(reference_sum, reference_norm_sum, n_reference):  # pragma: no cover - compiled
-    """(||S_r||^2 - Q_r) / (n (n - 1)): the reference's part of the unbiased MMD^2."""
+def reference_term(reference_sum, reference_norm_sum, n_reference):  # pragma: no cover - compiled
+    """(||S_r||^2 - Q_r) / (n (n - 1)): the reference's part of the unbiased MMD^2 (fixed after ``fit``, so
+    the monitor computes it once, not per call)."""
     total = 0.0
     for j in range(reference_sum.shape[0]):
         total += reference_sum[j] * reference_sum[j]
@@ -102,7 +103,7 @@ def slide_rows(
     ring_norms,
     window_sum,
     reference_sum,
-    reference_norm_sum,
+    reference_term,
     n_reference,
     thresholds,
     start,
@@ -110,7 +111,8 @@ def slide_rows(
     watch,
 ):  # pragma: no cover - compiled
     """Slide the window over float32 ``rows``, embedded tile by tile with a dense RFF (:func:`rff_features`), or
-    taken as features when ``frequencies`` has no rows (another map embedded them).
+    taken as features when ``frequencies`` has no rows (another map embedded them). ``reference_term`` is
+    :func:`reference_term` of the reference.
 
     Returns ``(statistic, threshold, norm_sum, first)``: per row the statistic and the threshold in force, the
     window's new squared-norm sum, and the batch index of the first crossing (-1 if none or not ``watch``).
@@ -122,7 +124,6 @@ def slide_rows(
     step = max(1, min(tile_rows, n_rows))
     projection = np.empty((step if embed else 0, frequencies.shape[1]), dtype=np.float32)
     features = np.empty((step if embed else 0, ring.shape[1]), dtype=np.float32)
-    reference_term = _reference_term(reference_sum, reference_norm_sum, n_reference)
     first = -1
     for begin in range(0, n_rows, step):
         stop = min(n_rows, begin + step)

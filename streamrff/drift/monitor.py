@@ -28,7 +28,7 @@ from ..io import open_source
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches import MeanSketch
 from ..typing import PathOrURL, StorageOptions
-from ._sliding import slide_rows
+from ._sliding import reference_term, slide_rows
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
 from .fileformat import read_monitor_group, write_monitor_group
 
@@ -386,15 +386,16 @@ class DriftMonitor(BaseEstimator):
         self._check_fitted()
         rows = check_rows(rows, "rows", allow_empty=True)
         check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
+        rff_args, term = self._kernel_constants()
         state = (
-            self.window_features_, self.window_squared_norms_, self.window_sum_, self.reference_sum_,
-            self.reference_squared_norm_sum_, float(self.reference_count_), self.thresholds_, self.run_length_,
-            self.window_squared_norm_sum_, self.drift_at_ is None,
+            self.window_features_, self.window_squared_norms_, self.window_sum_, self.reference_sum_, term,
+            float(self.reference_count_), self.thresholds_, self.run_length_, self.window_squared_norm_sum_,
+            self.drift_at_ is None,
         )  # fmt: skip
         with one_blas_thread():  # the features must not depend on the BLAS thread count
-            rff_args = self._rff_kernel_args()
             if rff_args is not None:  # one compiled call embeds and slides the whole batch
-                rows = np.require(rows, np.float32, ["C", "W"])  # one compiled type for the rows and the features
+                if rows.dtype != np.float32 or not (rows.flags.c_contiguous and rows.flags.writeable):
+                    rows = rows.astype(np.float32)  # one compiled type (C, writeable) for the rows and the features
                 statistic, threshold, norm_sum, first = slide_rows(rows, *rff_args, _TILE_ROWS, *state)
             else:  # another map embeds a tile, the compiled call slides over its features
                 parts, norm_sum, first = [], self.window_squared_norm_sum_, -1
@@ -410,25 +411,28 @@ class DriftMonitor(BaseEstimator):
             self.drift_at_ = self.n_rows_seen_ + int(first)
         self.run_length_ += rows.shape[0]
         self.n_rows_seen_ += rows.shape[0]
+        # positional: a keyword call costs a third more, paid per row by one-row updates
         return DriftUpdate(
-            statistic=statistic,
-            threshold=threshold,
-            drift=self.drift_at_ is not None,
-            drift_at=self.drift_at_,
-            n_rows_seen=self.n_rows_seen_,
-            run_length=self.run_length_,
+            statistic, threshold, self.drift_at_ is not None, self.drift_at_, self.n_rows_seen_, self.run_length_
         )
 
-    def _rff_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32] | None:
-        """``(frequencies, offsets, scale)`` of a dense RFF map for :func:`slide_rows` (held after the first
-        call), or None for any other map."""
-        feature_map = self.feature_map_
-        cached = getattr(self, "_rff_kernel_cache", None)
-        if cached is None or cached[0] is not feature_map:
+    def _kernel_constants(self) -> tuple[tuple[np.ndarray, np.ndarray, np.float32] | None, float]:
+        """``(rff_args, term)`` for :func:`slide_rows`: ``(frequencies, offsets, scale)`` of a dense RFF map (None
+        for any other map) and the reference's term of the statistic, :func:`reference_term`.
+
+        Both are computed once and held while the map and the reference attributes are the same objects
+        (fitted attributes are replaced, never changed in place), so that a one-row update does not pay for them.
+        """
+        sources = (self.feature_map_, self.reference_sum_, self.reference_squared_norm_sum_, self.reference_count_)
+        cached = getattr(self, "_kernel_cache", None)
+        if cached is None or any(held is not source for held, source in zip(cached[0], sources)):
+            feature_map = self.feature_map_
             dense_rff = type(feature_map) is RFF and not feature_map.structured
-            cached = (feature_map, feature_map._float32_kernel_args() if dense_rff else None)
-            self._rff_kernel_cache = cached
-        return cached[1]
+            rff_args = feature_map._float32_kernel_args() if dense_rff else None
+            term = reference_term(self.reference_sum_, self.reference_squared_norm_sum_, float(self.reference_count_))
+            cached = (sources, rff_args, float(term))
+            self._kernel_cache = cached
+        return cached[1], cached[2]
 
     def save(self, path: PathOrURL, overwrite: bool = False) -> None:
         """Write the monitor (reference sums, thresholds, window state) to a local zarr directory.
