@@ -9,8 +9,10 @@ O(D) with no temporaries, and the sums are accumulated in row order, so any
 split of a stream into batches gives the same sums bit for bit. For the
 default map (a dense float32 RFF) the features are computed in the same call
 (:func:`streamrff._sincos.rff_features`, the features of ``transform`` bit for
-bit), in tiles of ``tile_rows`` rows, so that a batch costs one dispatch; any
-other map embeds its tiles first and passes them as the rows.
+bit), in tiles of ``tile_rows`` rows, so that a batch costs one dispatch: the
+call also checks that the rows are finite and casts them to float32, so that a
+one-row update pays no numpy call for either. Any other map embeds its tiles
+first and passes their features to :func:`slide_features`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from .._compiled import jit
 from .._sincos import rff_features
 
-__all__ = ["reference_term", "slide_rows"]
+__all__ = ["NOT_FINITE", "reference_term", "slide_features", "slide_rows"]
 
 _jit = jit(nogil=True, boundscheck=False)
 
@@ -92,6 +94,10 @@ def reference_term(reference_sum, reference_norm_sum, n_reference):  # pragma: n
     return (total - reference_norm_sum) / (n_reference * (n_reference - 1.0))
 
 
+#: ``first`` of :func:`slide_rows` when a row holds NaN or inf: nothing was changed.
+NOT_FINITE = -2
+
+
 @_jit
 def slide_rows(
     rows,
@@ -110,31 +116,52 @@ def slide_rows(
     norm_sum,
     watch,
 ):  # pragma: no cover - compiled
-    """Slide the window over float32 ``rows``, embedded tile by tile with a dense RFF (:func:`rff_features`), or
-    taken as features when ``frequencies`` has no rows (another map embedded them). ``reference_term`` is
-    :func:`reference_term` of the reference.
+    """Slide the window over ``rows`` (float32 or float64, C-contiguous), embedded tile by tile with a dense RFF
+    (:func:`rff_features`) after a cast of the tile to float32 (numpy's cast, bit for bit).
+    ``reference_term`` is :func:`reference_term` of the reference.
 
     Returns ``(statistic, threshold, norm_sum, first)``: per row the statistic and the threshold in force, the
-    window's new squared-norm sum, and the batch index of the first crossing (-1 if none or not ``watch``).
+    window's new squared-norm sum, and the batch index of the first crossing (-1 if none or not ``watch``); if
+    a value of ``rows`` is NaN or inf, ``first`` is :data:`NOT_FINITE` and nothing was changed (the caller
+    words the error), so that a one-row update needs no separate check.
     """
-    n_rows = rows.shape[0]
-    embed = frequencies.shape[0] > 0
+    n_rows, width = rows.shape
+    for i in range(n_rows):
+        for j in range(width):
+            if not np.isfinite(rows[i, j]):
+                return np.empty(0), np.empty(0), norm_sum, NOT_FINITE
     statistic = np.empty(n_rows)
     threshold = np.empty(n_rows)
     step = max(1, min(tile_rows, n_rows))
-    projection = np.empty((step if embed else 0, frequencies.shape[1]), dtype=np.float32)
-    features = np.empty((step if embed else 0, ring.shape[1]), dtype=np.float32)
+    tile = np.empty((step, width), dtype=np.float32)
+    projection = np.empty((step, frequencies.shape[1]), dtype=np.float32)
+    features = np.empty((step, ring.shape[1]), dtype=np.float32)
     first = -1
     for begin in range(0, n_rows, step):
-        stop = min(n_rows, begin + step)
-        tile = rows[begin:stop]
-        if embed:
-            rff_features(tile, frequencies, offsets, scale, projection[: stop - begin], features[: stop - begin])
-            tile = features[: stop - begin]
+        count = min(n_rows, begin + step) - begin
+        for i in range(count):
+            for j in range(width):
+                tile[i, j] = rows[begin + i, j]
+        rff_features(tile[:count], frequencies, offsets, scale, projection[:count], features[:count])
         norm_sum, crossed = _slide_tile(
-            tile, ring, ring_norms, window_sum, reference_sum, reference_term, n_reference,
+            features[:count], ring, ring_norms, window_sum, reference_sum, reference_term, n_reference,
             thresholds, start + begin, norm_sum, watch and first < 0, statistic, threshold, begin,
         )  # fmt: skip
         if first < 0:
             first = crossed
+    return statistic, threshold, norm_sum, first
+
+
+@_jit
+def slide_features(
+    features, ring, ring_norms, window_sum, reference_sum, reference_term, n_reference, thresholds, start, norm_sum,
+    watch,
+):  # pragma: no cover - compiled
+    """:func:`slide_rows` for float32 ``features`` that another map embedded (finite: the map's output)."""
+    statistic = np.empty(features.shape[0])
+    threshold = np.empty(features.shape[0])
+    norm_sum, first = _slide_tile(
+        features, ring, ring_norms, window_sum, reference_sum, reference_term, n_reference, thresholds, start,
+        norm_sum, watch, statistic, threshold, 0,
+    )  # fmt: skip
     return statistic, threshold, norm_sum, first

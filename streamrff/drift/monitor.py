@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import operator
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from .._blas import one_blas_thread
 from .._connection import connect
 from .._validation import (
     check_bandwidth,
+    check_finite_rows,
     check_positive_int,
     check_rows,
     check_width,
@@ -28,7 +30,7 @@ from ..io import open_source
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches import MeanSketch
 from ..typing import PathOrURL, StorageOptions
-from ._sliding import reference_term, slide_rows
+from ._sliding import NOT_FINITE, reference_term, slide_features, slide_rows
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
 from .fileformat import read_monitor_group, write_monitor_group
 
@@ -37,9 +39,8 @@ __all__ = ["DriftMonitor", "DriftUpdate"]
 _SIMULATIONS = ("auto", "resample", "gaussian")
 #: Rows per tile of update's features (a tile's features stay in cache).
 _TILE_ROWS = 1024
-#: The RFF arguments of slide_rows for features embedded by the map: no frequencies.
-_FEATURES_GIVEN = (np.zeros((0, 1), np.float32), np.zeros(0, np.float32), np.float32(1.0))
-
+#: Row dtypes that slide_rows takes as they are (C-contiguous, writeable): one compiled type each.
+_KERNEL_ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 @dataclass(frozen=True)
 class DriftUpdate:
@@ -384,53 +385,65 @@ class DriftMonitor(BaseEstimator):
             If ``rows`` is not 2-D, has another width or holds NaN or inf.
         """
         self._check_fitted()
-        rows = check_rows(rows, "rows", allow_empty=True)
-        check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
-        rff_args, term = self._kernel_constants()
-        state = (
-            self.window_features_, self.window_squared_norms_, self.window_sum_, self.reference_sum_, term,
-            float(self.reference_count_), self.thresholds_, self.run_length_, self.window_squared_norm_sum_,
-            self.drift_at_ is None,
+        rff_args, reference_args = self._kernel_constants()
+        kernel_ready = (  # then the compiled call checks the values and casts them itself (no numpy call)
+            rff_args is not None and type(rows) is np.ndarray and rows.dtype in _KERNEL_ROW_DTYPES
+            and rows.ndim == 2 and rows.shape[1] == self.n_features_in_ and rows.flags.c_contiguous
+            and rows.flags.writeable
         )  # fmt: skip
+        if not kernel_ready:
+            rows = check_rows(rows, "rows", allow_empty=True)
+            check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
+            if rff_args is not None:
+                rows = rows.astype(np.float32, order="C")  # one compiled type (C, writeable)
+        run_length, drift_at = self.run_length_, self.drift_at_
+        window_args = (self.window_features_, self.window_squared_norms_, self.window_sum_)
         with one_blas_thread():  # the features must not depend on the BLAS thread count
             if rff_args is not None:  # one compiled call embeds and slides the whole batch
-                if rows.dtype != np.float32 or not (rows.flags.c_contiguous and rows.flags.writeable):
-                    rows = rows.astype(np.float32)  # one compiled type (C, writeable) for the rows and the features
-                statistic, threshold, norm_sum, first = slide_rows(rows, *rff_args, _TILE_ROWS, *state)
+                statistic, threshold, norm_sum, first = slide_rows(
+                    rows, *rff_args, *window_args, *reference_args, run_length, self.window_squared_norm_sum_,
+                    drift_at is None,
+                )  # fmt: skip
             else:  # another map embeds a tile, the compiled call slides over its features
                 parts, norm_sum, first = [], self.window_squared_norm_sum_, -1
                 for offset, features in self.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
-                    tile_state = (*state[:7], self.run_length_ + offset, norm_sum, first < 0 and state[-1])
-                    *part, norm_sum, crossed = slide_rows(features, *_FEATURES_GIVEN, _TILE_ROWS, *tile_state)
+                    *part, norm_sum, crossed = slide_features(
+                        features, *window_args, *reference_args, run_length + offset, norm_sum,
+                        first < 0 and drift_at is None,
+                    )  # fmt: skip
                     parts.append(part)
                     first = offset + crossed if first < 0 and crossed >= 0 else first
                 statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
                 threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
-        self.window_squared_norm_sum_ = float(norm_sum)
+        if first == NOT_FINITE:  # nothing changed; the check words the error
+            check_finite_rows(rows, "rows")
+        n_rows = rows.shape[0]
+        self.window_squared_norm_sum_ = norm_sum  # a float from the compiled call
+        n_rows_seen = self.n_rows_seen_ + n_rows
         if first >= 0:
-            self.drift_at_ = self.n_rows_seen_ + int(first)
-        self.run_length_ += rows.shape[0]
-        self.n_rows_seen_ += rows.shape[0]
+            drift_at = self.drift_at_ = self.n_rows_seen_ + int(first)
+        self.run_length_ = run_length = run_length + n_rows
+        self.n_rows_seen_ = n_rows_seen
         # positional: a keyword call costs a third more, paid per row by one-row updates
-        return DriftUpdate(
-            statistic, threshold, self.drift_at_ is not None, self.drift_at_, self.n_rows_seen_, self.run_length_
-        )
+        return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
 
-    def _kernel_constants(self) -> tuple[tuple[np.ndarray, np.ndarray, np.float32] | None, float]:
-        """``(rff_args, term)`` for :func:`slide_rows`: ``(frequencies, offsets, scale)`` of a dense RFF map (None
-        for any other map) and the reference's term of the statistic, :func:`reference_term`.
+    def _kernel_constants(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...]]:
+        """The constant arguments of :func:`slide_rows`: ``(frequencies, offsets, scale, tile_rows)`` of a dense
+        RFF map (None for any other map) and ``(reference_sum, reference_term, n_reference, thresholds)``.
 
-        Both are computed once and held while the map and the reference attributes are the same objects
-        (fitted attributes are replaced, never changed in place), so that a one-row update does not pay for them.
+        Computed once (the reference's term of the statistic, :func:`reference_term`, is a pass over D) and
+        held while the map, the reference attributes and the thresholds are the same objects (fitted
+        attributes are replaced, never changed in place), so that a one-row update does not pay for them.
         """
-        sources = (self.feature_map_, self.reference_sum_, self.reference_squared_norm_sum_, self.reference_count_)
+        sources = (self.feature_map_, self.reference_sum_, self.reference_squared_norm_sum_, self.reference_count_,
+                   self.thresholds_)  # fmt: skip
         cached = getattr(self, "_kernel_cache", None)
-        if cached is None or any(held is not source for held, source in zip(cached[0], sources)):
-            feature_map = self.feature_map_
+        if cached is None or not all(map(operator.is_, cached[0], sources)):
+            feature_map, reference_sum, norm_sum, count, thresholds = sources
             dense_rff = type(feature_map) is RFF and not feature_map.structured
-            rff_args = feature_map._float32_kernel_args() if dense_rff else None
-            term = reference_term(self.reference_sum_, self.reference_squared_norm_sum_, float(self.reference_count_))
-            cached = (sources, rff_args, float(term))
+            rff_args = (*feature_map._float32_kernel_args(), _TILE_ROWS) if dense_rff else None
+            term = float(reference_term(reference_sum, norm_sum, float(count)))
+            cached = (sources, rff_args, (reference_sum, term, float(count), thresholds))
             self._kernel_cache = cached
         return cached[1], cached[2]
 
