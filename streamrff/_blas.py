@@ -102,11 +102,11 @@ class _OneBlasThread:
                 for set_, _ in _restore:
                     set_(1)
             _depth += 1
-        self._previous = [set_local(1) for set_local in libraries.per_thread]
+        self._previous = [(set_local, set_local(1)) for set_local in libraries.per_thread] or ()
 
     def __exit__(self, *exception: object) -> None:
         global _depth
-        for set_local, count in zip(_libraries().per_thread, self._previous):
+        for set_local, count in self._previous:
             set_local(count)
         with _lock:
             _depth -= 1

@@ -227,6 +227,36 @@ def test_drift_monitor_rejects_bad_rows_and_unfitted_use(fitted):
         DriftMonitor().update(np.zeros((1, 3)))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_drift_monitor_compiled_check_rejects_non_finite_rows_like_the_general_path(fitted, dtype, bad):
+    # C-contiguous float rows go straight to the compiled call, which checks them; a list takes check_rows
+    monitor = fresh(fitted)
+    monitor.update(np.random.default_rng(12).normal(size=(5, 3)))
+    before = (monitor.window_sum_.copy(), monitor.window_features_.copy(), monitor.window_squared_norm_sum_)
+    rows = [[0.5, 0.5, 0.5], [0.0, bad, 1.0], [1.0, 1.0, 1.0]]
+    messages = []
+    for given in (np.array(rows, dtype=dtype), rows):
+        with pytest.raises(InputError) as error:
+            monitor.update(given)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1] and "NaN or inf in 1 row(s) (rows 1)" in messages[0]
+    with pytest.raises(InputError, match="expecting 3 features"):
+        monitor.update(np.zeros((1, 4), dtype=dtype))
+    assert (monitor.run_length_, monitor.n_rows_seen_, monitor.window_squared_norm_sum_) == (5, 5, before[2])
+    assert np.array_equal(monitor.window_sum_, before[0]) and np.array_equal(monitor.window_features_, before[1])
+
+
+def test_drift_monitor_rows_of_any_layout_and_dtype_give_the_same_statistics(fitted):
+    rows = np.round(np.random.default_rng(13).normal(size=(30, 3)) * 4)  # integers, exact in every dtype
+    expected = fresh(fitted).update(rows.astype(np.float32)).statistic
+    read_only = rows.copy()
+    read_only.flags.writeable = False
+    strided = np.repeat(rows, 2, axis=0)[::2]
+    for given in (rows, np.asfortranarray(rows), read_only, strided, rows.astype(np.int64), rows.tolist()):
+        np.testing.assert_array_equal(fresh(fitted).update(given).statistic, expected)
+
+
 def test_drift_monitor_reset_starts_a_new_run_with_the_same_thresholds(fitted):
     monitor = fresh(fitted)
     update = monitor.update(np.random.default_rng(7).normal(size=(60, 3)) + 2.0)

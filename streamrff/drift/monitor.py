@@ -438,8 +438,8 @@ class DriftMonitor(BaseEstimator):
         sources = (self.feature_map_, self.reference_sum_, self.reference_squared_norm_sum_, self.reference_count_,
                    self.thresholds_)  # fmt: skip
         cached = getattr(self, "_kernel_cache", None)
+        feature_map, reference_sum, norm_sum, count, thresholds = sources
         if cached is None or not all(map(operator.is_, cached[0], sources)):
-            feature_map, reference_sum, norm_sum, count, thresholds = sources
             dense_rff = type(feature_map) is RFF and not feature_map.structured
             rff_args = (*feature_map._float32_kernel_args(), _TILE_ROWS) if dense_rff else None
             term = float(reference_term(reference_sum, norm_sum, float(count)))
