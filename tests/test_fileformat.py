@@ -573,3 +573,29 @@ def test_golden_v1_regression_sketch_loads_and_matches_numpy(name):
     np.testing.assert_array_equal(sketch.target_sum, Y.sum(axis=0))
     np.testing.assert_array_equal(sketch.target_moment, Y.T @ Y)
     assert srf.load(DATA / "golden_v1_regression.zarr") == srf.load(DATA / "golden_v1_regression.zip")
+
+
+@pytest.mark.filterwarnings("ignore::streamrff.SketchFormatWarning")  # the Nystrom golden file has no digest
+@pytest.mark.parametrize("name", ["golden_v1_nystrom_regression.zarr", "golden_v1_nystrom_regression.zip"])
+def test_golden_v1_nystrom_regression_sketch_loads_and_matches_numpy(name):
+    sketch = srf.load(DATA / name)
+    assert isinstance(sketch, srf.NystromRegressionSketch)
+    assert sketch.spec == srf.load(DATA / "golden_v1_nystrom.zarr").spec
+    assert (sketch.count, sketch.n_invalid, sketch.n_targets, sketch.target_ndim) == (12, 0, 2, 2)
+    assert (sketch.test_seed, sketch.sketch_size, sketch.classes) == (3, 6, None)
+    # Independent recomputation: the RFF recipe of the mean golden file, the test matrix recipe of
+    # the Nystrom golden file and the targets of tests/data/make_golden_v1_regression.py.
+    X, m, sigma = golden_rows(), 8, 1.5
+    Y = np.column_stack([X @ np.array([1.0, -0.5, 0.25]), X[:, 0] * X[:, 1]])
+    W = np.random.default_rng(0).standard_normal((m, 3))
+    phases = X @ W.T / sigma
+    Z = np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(m)
+    omega = np.random.default_rng(np.random.SeedSequence([3, 0x4E595354, 16, 6])).standard_normal((16, 6)) / 4.0
+    np.testing.assert_array_equal(sketch.test_matrix, omega)
+    np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sketch.range_sketch, Z.T @ (Z @ omega), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sketch.cross_moment, Z.T @ Y, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(sketch.target_sum, Y.sum(axis=0))
+    np.testing.assert_array_equal(sketch.target_moment, Y.T @ Y)
+    assert sketch.squared_norm_sum == pytest.approx(12.0, abs=1e-5)
+    assert srf.load(DATA / "golden_v1_nystrom_regression.zarr") == srf.load(DATA / "golden_v1_nystrom_regression.zip")
