@@ -30,12 +30,7 @@ from .errors import InputError, SketchFormatError
 from .io import RowSource, chunk_digest, open_source, open_sources
 from .maps import FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
-from .regression import (
-    NystromRegressionSketch,
-    RegressionSketch,
-    nystrom_regression_sketch_of_chunk,
-    regression_sketch_of_chunk,
-)
+from .regression import NystromRegressionSketch, RegressionSketch, regression_sketch_of_chunk
 from .sampling import bottom_k, row_keys
 from .sketches import (
     LandmarkSketch,
@@ -264,31 +259,15 @@ def _regression_kernel(
     rows_dtype: np.dtype,
     target_ndim: int,
     dtype: Any = "float32",
-) -> RegressionSketch:
+    sketch_size: int | None = None,
+    test_seed: int = 0,
+) -> RegressionSketch | NystromRegressionSketch:
     n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
     data, targets = _rows_and_targets(rows, n_columns, rows_dtype)
     return regression_sketch_of_chunk(
-        data, targets, feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim
-    )
-
-
-def _nystrom_regression_kernel(
-    rows: np.ndarray,
-    row_offset: int,
-    valid: np.ndarray | None,
-    feature_map: FeatureMap,
-    n_columns: int,
-    rows_dtype: np.dtype,
-    target_ndim: int,
-    sketch_size: int,
-    test_seed: int,
-    dtype: Any = "float32",
-) -> NystromRegressionSketch:
-    n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
-    data, targets = _rows_and_targets(rows, n_columns, rows_dtype)
-    return nystrom_regression_sketch_of_chunk(
-        data, targets, feature_map, sketch_size, test_seed, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim
-    )
+        data, targets, feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim,
+        sketch_size=sketch_size, test_seed=test_seed,
+    )  # fmt: skip
 
 
 def _rows_and_targets(block: np.ndarray, n_columns: int, rows_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -700,9 +679,8 @@ def nystrom_sketch(
                 source, target, fitted, chunk_rows, False, active, storage_options, sample_dim
             )
             kernel = functools.partial(
-                _nystrom_regression_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype,
-                **columns,
-            )  # fmt: skip
+                _regression_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype, **columns
+            )
             job = f"nystrom-regression-{fitted.fingerprint[:20]}-{sketch_size}-{seed}-" + (
                 f"{source.shape[1] - columns['n_columns']}-{on_invalid}"
             )

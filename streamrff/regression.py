@@ -33,31 +33,29 @@ __all__ = [
     "RegressionSketch",
     "NystromRegressionSketch",
     "regression_sketch_of_chunk",
-    "nystrom_regression_sketch_of_chunk",
     "regression_sketch_array",
     "check_targets",
 ]
 
 
+# A dataclass (no __init__ of its own) so that its annotations are fields of the kinds that inherit it.
+@dataclasses.dataclass(eq=False, repr=False, init=False)
 class _TargetSums:
     """What a sketch with regression targets adds to its feature sums: the target columns, their classes,
-    the merge checks and file attributes of both (shared by the full and the low-rank regression sketch)."""
+    the merge checks and file attributes of both (shared by the full and the low-rank regression sketch).
 
-    cross_moment: np.ndarray
-    target_sum: np.ndarray
-    target_moment: np.ndarray
-    target_ndim: int
-    classes: tuple[Any, ...] | None
+    Keyword-only fields, so that they follow the fields (and defaults) of any sketch kind."""
 
-    def _set_targets(
-        self, cross_moment: np.ndarray, target_sum: np.ndarray, target_moment: np.ndarray, target_ndim: int,
-        classes: Any,
-    ) -> None:  # fmt: skip
-        self.cross_moment = cross_moment
-        self.target_sum = target_sum
-        self.target_moment = target_moment
-        self.target_ndim = target_ndim
-        self.classes = None if classes is None else check_encoded_classes(classes, target_sum.shape[0], target_ndim)
+    cross_moment: np.ndarray = dataclasses.field(kw_only=True)
+    target_sum: np.ndarray = dataclasses.field(kw_only=True)
+    target_moment: np.ndarray = dataclasses.field(kw_only=True)
+    target_ndim: int = dataclasses.field(default=1, kw_only=True)
+    classes: tuple[Any, ...] | None = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.classes is not None:
+            self.classes = check_encoded_classes(self.classes, self.target_sum.shape[0], self.target_ndim)
+        super().__post_init__()  # type: ignore[misc]
 
     @property
     def n_targets(self) -> int:
@@ -185,12 +183,6 @@ class RegressionSketch(_TargetSums, MeanSketch):
     )  # fmt: skip
     _fixed_fields = ("feature_map", "target_ndim", "classes")
 
-    cross_moment: np.ndarray
-    target_sum: np.ndarray
-    target_moment: np.ndarray
-    target_ndim: int
-    classes: tuple[Any, ...] | None
-
     def __init__(
         self,
         feature_map: FeatureMap,
@@ -205,8 +197,9 @@ class RegressionSketch(_TargetSums, MeanSketch):
         n_invalid: int = 0,
         classes: Any = None,
     ) -> None:
-        # The target fields first: MeanSketch's constructor then checks every field (SumSketch.__post_init__).
-        self._set_targets(cross_moment, target_sum, target_moment, target_ndim, classes)
+        # The target fields first: MeanSketch's constructor then checks every field (__post_init__).
+        self.cross_moment, self.target_sum, self.target_moment = cross_moment, target_sum, target_moment
+        self.target_ndim, self.classes = target_ndim, classes
         MeanSketch.__init__(self, feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
 
     @classmethod
@@ -248,9 +241,7 @@ class RegressionSketch(_TargetSums, MeanSketch):
         )
 
 
-# init=False: the target fields stand between ``range_sketch`` and ``test_seed`` in the constructor
-# (the order of RegressionSketch), which dataclass inheritance cannot give.
-@dataclasses.dataclass(eq=False, repr=False, init=False)
+@dataclasses.dataclass(eq=False, repr=False)
 class NystromRegressionSketch(_TargetSums, NystromSketch):
     """The low-rank regression sketch: a :class:`~streamrff.NystromSketch` plus ``Z^T y``, ``sum y`` and ``y^T y``.
 
@@ -267,14 +258,12 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
 
     Parameters
     ----------
-    feature_map, count, feature_sum, squared_norm_sum, range_sketch
+    feature_map, count, feature_sum, squared_norm_sum, range_sketch, test_seed
         As for :class:`~streamrff.NystromSketch`.
-    cross_moment, target_sum, target_moment, target_ndim, classes
-        As for :class:`RegressionSketch`.
-    test_seed : int
-        Seed of the test matrix ``Omega``.
     n_invalid : int, default=0
         Rows skipped because their features or targets held NaN or inf.
+    cross_moment, target_sum, target_moment, target_ndim, classes
+        As for :class:`RegressionSketch` (keyword-only).
 
     Examples
     --------
@@ -302,33 +291,6 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
     )  # fmt: skip
     _fixed_fields = ("feature_map", "test_seed", "target_ndim", "classes")
 
-    cross_moment: np.ndarray
-    target_sum: np.ndarray
-    target_moment: np.ndarray
-    target_ndim: int
-    classes: tuple[Any, ...] | None
-
-    def __init__(
-        self,
-        feature_map: FeatureMap,
-        count: int,
-        feature_sum: np.ndarray,
-        squared_norm_sum: float,
-        range_sketch: np.ndarray,
-        cross_moment: np.ndarray,
-        target_sum: np.ndarray,
-        target_moment: np.ndarray,
-        test_seed: int,
-        target_ndim: int = 1,
-        n_invalid: int = 0,
-        classes: Any = None,
-    ) -> None:
-        # The target fields first: the base constructor then checks every field (SumSketch.__post_init__).
-        self._set_targets(cross_moment, target_sum, target_moment, target_ndim, classes)
-        NystromSketch.__init__(
-            self, feature_map, count, feature_sum, squared_norm_sum, range_sketch, test_seed, n_invalid
-        )
-
     @classmethod
     def empty(  # type: ignore[override]
         cls, feature_map: FeatureMap, sketch_size: int, test_seed: int, n_targets: int = 1, target_ndim: int = 1
@@ -336,8 +298,9 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
         """The neutral element: zero rows, ``n_targets`` target columns."""
         width = feature_map.n_features_out_
         return cls(
-            feature_map, 0, np.zeros(width), 0.0, np.zeros((width, sketch_size)), np.zeros((width, n_targets)),
-            np.zeros(n_targets), np.zeros((n_targets, n_targets)), test_seed, target_ndim,
+            feature_map, 0, np.zeros(width), 0.0, np.zeros((width, sketch_size)), test_seed,
+            cross_moment=np.zeros((width, n_targets)), target_sum=np.zeros(n_targets),
+            target_moment=np.zeros((n_targets, n_targets)), target_ndim=target_ndim,
         )  # fmt: skip
 
     def _attrs(self) -> dict[str, Any]:
@@ -411,8 +374,10 @@ def regression_sketch_of_chunk(
     dtype: Any = "float32",
     target_ndim: int | None = None,
     classes: Any = None,
-) -> RegressionSketch:
-    """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of the regression sketch.
+    sketch_size: int | None = None,
+    test_seed: int = 0,
+) -> RegressionSketch | NystromRegressionSketch:
+    """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of both regression sketches.
 
     Features are embedded tile by tile (as :func:`streamrff.sketches.mean_sketch_of_chunk`
     with moments), but each tile's ``Z^T Z`` is a float64 symmetric rank-k
@@ -424,6 +389,9 @@ def regression_sketch_of_chunk(
     The feature sums and ``Z^T y`` come from the same float64 tile (so the
     centred moment ``Z^T Z - n mu mu^T`` stays positive semi-definite to
     float64 rounding), with float64 targets; ``sum y`` and ``y^T y`` are float64.
+    With ``sketch_size`` the tile's range sketch ``Z^T (Z Omega)`` replaces
+    ``Z^T Z``: two float64 GEMMs (``4 D l`` flops per row), so the ``C Omega``
+    the low-rank solve reconstructs ``C`` from carries no float32 product rounding.
 
     Parameters
     ----------
@@ -441,38 +409,53 @@ def regression_sketch_of_chunk(
         Shape of the targets to record; default ``targets.ndim``.
     classes : array-like, optional
         The classes that one-vs-rest targets encode (see :class:`RegressionSketch`).
+    sketch_size : int, optional
+        Make the low-rank :class:`NystromRegressionSketch` with a test matrix of
+        this many columns l (``1 <= l <= D``, trusted).
+    test_seed : int, default=0
+        Seed of the test matrix (:func:`streamrff.nystrom.test_matrix`), with ``sketch_size``.
 
     Returns
     -------
-    RegressionSketch
+    RegressionSketch or NystromRegressionSketch
     """
     width = feature_map.n_features_out_
-    moment = np.zeros((width, width))
-    tile_moment = np.empty((width, width))
-
-    def add_moment(tile: np.ndarray) -> None:
-        nonlocal moment
-        moment += _rank_k_update(tile, tile_moment)
-
-    sums = _tile_sums(rows, targets, feature_map, _MOMENT_TILE_ROWS, dtype, add_moment)
-    feature_sum, squared_norm_sum, cross_moment, target_sum, target_moment = sums
     target_ndim = targets.ndim if target_ndim is None else int(target_ndim)
-    return RegressionSketch(
-        feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, cross_moment, target_sum, target_moment,
-        target_ndim, n_invalid, classes,
+    if sketch_size is None:
+        second_moment = np.zeros((width, width))
+        tile_moment = np.empty((width, width))
+        tile_rows = _MOMENT_TILE_ROWS
+
+        def add_second_moment(tile: np.ndarray) -> None:
+            second_moment[...] += _rank_k_update(tile, tile_moment)
+
+    else:
+        omega = test_matrix(test_seed, width, sketch_size)
+        second_moment = np.zeros((width, sketch_size))
+        tile_rows = max(_MIN_TILE_ROWS, feature_map._tile_rows(width))
+
+        def add_second_moment(tile: np.ndarray) -> None:
+            second_moment[...] += tile.T @ (tile @ omega)
+
+    sums = _tile_sums(rows, targets, feature_map, tile_rows, dtype, add_second_moment)
+    feature_sum, squared_norm_sum, cross_moment, target_sum, target_moment = sums
+    if sketch_size is None:
+        return RegressionSketch(
+            feature_map, rows.shape[0], feature_sum, squared_norm_sum, second_moment, cross_moment, target_sum,
+            target_moment, target_ndim, n_invalid, classes,
+        )  # fmt: skip
+    return NystromRegressionSketch(
+        feature_map, rows.shape[0], feature_sum, squared_norm_sum, second_moment, test_seed, n_invalid,
+        cross_moment=cross_moment, target_sum=target_sum, target_moment=target_moment, target_ndim=target_ndim,
+        classes=classes,
     )  # fmt: skip
 
 
 def _tile_sums(
     rows: np.ndarray, targets: np.ndarray, feature_map: FeatureMap, tile_rows: int, dtype: Any, add_second_moment: Any
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
-    """``(sum z, sum ||z||^2, Z^T y, sum y, y^T y)`` over row tiles; ``add_second_moment(tile)`` sees each tile.
-
-    Each tile's features are widened to float64 (exactly) before any product:
-    ridge solves with alpha far below the moment's scale amplify the ~1e-6
-    relative error of float32 tile products, which depends on where tiles start,
-    into the coefficients (see :func:`streamrff.ridge.default_alphas`).
-    """
+    """``(sum z, sum ||z||^2, Z^T y, sum y, y^T y)`` over row tiles widened to float64 (exactly);
+    ``add_second_moment(tile)`` accumulates each tile's second moment (or its range sketch)."""
     targets = np.asarray(targets, dtype=np.float64).reshape(rows.shape[0], -1)
     width = feature_map.n_features_out_
     feature_sum = np.zeros(width)
@@ -487,55 +470,6 @@ def _tile_sums(
         add_second_moment(tile)
         cross_moment += tile.T @ targets[start : start + features.shape[0]]
     return feature_sum, squared_norm_sum, cross_moment, targets.sum(axis=0), targets.T @ targets
-
-
-@single_blas_thread
-def nystrom_regression_sketch_of_chunk(
-    rows: np.ndarray,
-    targets: np.ndarray,
-    feature_map: FeatureMap,
-    sketch_size: int,
-    test_seed: int,
-    n_invalid: int = 0,
-    dtype: Any = "float32",
-    target_ndim: int | None = None,
-    classes: Any = None,
-) -> NystromRegressionSketch:
-    """The pure per-chunk kernel of the low-rank regression sketch: ``Y = sum z z^T Omega`` and the target sums.
-
-    As :func:`regression_sketch_of_chunk`, with the range sketch in place of
-    the second moment: per tile ``Z^T (Z Omega)``, two float64 GEMMs of the
-    tile widened to float64 (``4 D l`` flops per row), so the centred
-    ``C Omega`` that the ridge solve reconstructs ``C`` from carries no float32
-    product rounding (the features themselves are float32 for ``dtype="float32"``).
-
-    Parameters
-    ----------
-    rows, targets, feature_map, n_invalid, dtype, target_ndim, classes
-        As for :func:`regression_sketch_of_chunk`.
-    sketch_size : int
-        Columns l of the test matrix, ``1 <= l <= D``.
-    test_seed : int
-        Seed of the test matrix (:func:`streamrff.nystrom.test_matrix`).
-
-    Returns
-    -------
-    NystromRegressionSketch
-    """
-    width = feature_map.n_features_out_
-    omega = test_matrix(test_seed, width, sketch_size)
-    range_sketch = np.zeros((width, sketch_size))
-
-    def add_range(tile: np.ndarray) -> None:
-        range_sketch[...] += tile.T @ (tile @ omega)
-
-    tile_rows = max(_MIN_TILE_ROWS, feature_map._tile_rows(width))
-    sums = _tile_sums(rows, targets, feature_map, tile_rows, dtype, add_range)
-    feature_sum, squared_norm_sum, cross_moment, target_sum, target_moment = sums
-    return NystromRegressionSketch(
-        feature_map, rows.shape[0], feature_sum, squared_norm_sum, range_sketch, cross_moment, target_sum,
-        target_moment, test_seed, targets.ndim if target_ndim is None else int(target_ndim), n_invalid, classes,
-    )  # fmt: skip
 
 
 def check_targets(y: Any, n_rows: int, name: str = "y") -> np.ndarray:
@@ -635,7 +569,6 @@ def regression_sketch_array(
     if sketch_size is not None:
         sketch_size = check_sketch_size(sketch_size, feature_map.n_features_out_)
         test_seed = normalize_seed(test_seed, "test_seed")
-        return nystrom_regression_sketch_of_chunk(
-            X, targets, feature_map, sketch_size, test_seed, dtype=dtype, classes=classes
-        )
-    return regression_sketch_of_chunk(X, targets, feature_map, dtype=dtype, classes=classes)
+    return regression_sketch_of_chunk(
+        X, targets, feature_map, dtype=dtype, classes=classes, sketch_size=sketch_size, test_seed=test_seed
+    )

@@ -114,7 +114,7 @@ def _low_rank_system(sketch: NystromRegressionSketch, rank: int) -> _Spectrum:
     n = sketch.count
     mean, cross, target_total = _centred_targets(sketch)
     with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
-        # float64 epsilon: the range sketch's tile products are float64 (nystrom_regression_sketch_of_chunk)
+        # float64 epsilon: the range sketch's tile products are float64 (regression_sketch_of_chunk)
         values, vectors, trace, shift = nystrom_reconstruction(sketch, rank, epsilon=float(np.finfo(float).eps))
     resolved = values > 0.0  # at or below the shift: no variance resolved, and no direction to fit
     eigenvalues, eigenvectors = n * values[resolved], vectors[:, resolved]

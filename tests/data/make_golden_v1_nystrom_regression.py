@@ -1,11 +1,10 @@
-"""Write the golden low-rank regression sketch (kind "nystrom-regression", format version 1) under tests/data/.
+"""Write the golden low-rank regression sketch (kind "nystrom-regression", format version 1).
 
     python tests/data/make_golden_v1_nystrom_regression.py
 
-The kind was added to format version 1 after golden_v1_mean.*, so it has its own files and
-script. They are a contract: tests/test_fileformat.py checks that they keep loading and that
-their numbers equal an independent numpy recomputation (the test matrix included). Never
-regenerate them; a changed test-matrix construction gets a new scheme name and new files.
+The rows, map and test matrix of golden_v1_nystrom.* with the targets of golden_v1_regression.*;
+tests/test_fileformat.py recomputes every number in numpy. A contract like the other golden files:
+never regenerate them.
 """
 
 from __future__ import annotations
