@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .modelfile import load_model, save_model
     from .nystrom import NystromSketch
     from .pointsets import SketchIndex, kernel_distance
-    from .regression import RegressionSketch, regression_sketch_array
+    from .regression import NystromRegressionSketch, RegressionSketch, regression_sketch_array
     from .ridge import KernelRidge, KernelRidgeClassifier, ridge_gcv
     from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
     from .twosample import (
@@ -69,7 +69,7 @@ _LOCATIONS = {
     "nystrom": ("NystromSketch",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
     "pointsets": ("SketchIndex", "kernel_distance"),
-    "regression": ("RegressionSketch", "regression_sketch_array"),
+    "regression": ("RegressionSketch", "NystromRegressionSketch", "regression_sketch_array"),
     "ridge": ("KernelRidge", "KernelRidgeClassifier", "ridge_gcv"),
     "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
     "twosample": (
@@ -143,6 +143,7 @@ __all__ = [
     "LandmarkSketch",
     "NystromSketch",
     "RegressionSketch",
+    "NystromRegressionSketch",
     "regression_sketch_array",
     "nystrom_sketch",
     "merge",

@@ -30,7 +30,7 @@ from .errors import InputError, SketchFormatError
 from .io import RowSource, chunk_digest, open_source, open_sources
 from .maps import FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
-from .regression import RegressionSketch, regression_sketch_of_chunk
+from .regression import NystromRegressionSketch, RegressionSketch, regression_sketch_of_chunk
 from .sampling import bottom_k, row_keys
 from .sketches import (
     LandmarkSketch,
@@ -259,14 +259,21 @@ def _regression_kernel(
     rows_dtype: np.dtype,
     target_ndim: int,
     dtype: Any = "float32",
-) -> RegressionSketch:
-    # The block is the data's n_columns columns followed by the target's (RowSource.with_columns_of);
-    # float32 data widened to float64 beside float64 targets narrows back exactly.
+    sketch_size: int | None = None,
+    test_seed: int = 0,
+) -> RegressionSketch | NystromRegressionSketch:
     n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
-    data = np.ascontiguousarray(rows[:, :n_columns], dtype=rows_dtype)
+    data, targets = _rows_and_targets(rows, n_columns, rows_dtype)
     return regression_sketch_of_chunk(
-        data, rows[:, n_columns:], feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim
-    )
+        data, targets, feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim,
+        sketch_size=sketch_size, test_seed=test_seed,
+    )  # fmt: skip
+
+
+def _rows_and_targets(block: np.ndarray, n_columns: int, rows_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Split a block of the data's ``n_columns`` columns followed by the target's (``RowSource.with_columns_of``);
+    float32 data widened to float64 beside float64 targets narrows back exactly."""
+    return np.ascontiguousarray(block[:, :n_columns], dtype=rows_dtype), block[:, n_columns:]
 
 
 def _nystrom_kernel(
@@ -579,19 +586,12 @@ def sketch(
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
         kind: type[MeanSketch] = MeanSketch
         if target is not None:
-            # The target's columns join the rows' (chunked like them): one task reads a chunk of rows
-            # and its targets, and the finiteness check and the checkpoint cover both.
-            if chunk_rows is None:
-                source = _plan_chunks(source, fitted.n_features_out_, moments, active)
-            targets = open_source(target, storage_options=storage_options, sample_dim=sample_dim, name="target",
-                                  allow_vector=True)
-            kernel = functools.partial(
-                _regression_kernel, feature_map=fitted, n_columns=source.shape[1],
-                rows_dtype=np.dtype(np.float32 if source.dtype == np.float32 else np.float64),
-                target_ndim=targets.given_ndim, dtype=dtype,
-            )  # fmt: skip
-            source = source.with_columns_of(targets)
-            job = f"regression-{fitted.fingerprint[:20]}-{targets.shape[1]}-{on_invalid}"
+            source, columns = _join_target(
+                source, target, fitted, chunk_rows, True, active, storage_options, sample_dim
+            )
+            kernel = functools.partial(_regression_kernel, feature_map=fitted, dtype=dtype, **columns)
+            n_targets = source.shape[1] - columns["n_columns"]
+            job = f"regression-{fitted.fingerprint[:20]}-{n_targets}-{on_invalid}"
             kind = RegressionSketch
         return _run_job(
             source, fitted, kernel, job, dtype, kind, active,
@@ -616,6 +616,7 @@ def nystrom_sketch(
     split_every: int = 8,
     retries: int = 3,
     dtype: Any = "float32",
+    target: Any = None,
 ) -> NystromSketch:
     """Sketch out-of-core data in one pass into a :class:`NystromSketch` (``Y = sum z z^T Omega``).
 
@@ -633,10 +634,16 @@ def nystrom_sketch(
         (see :class:`streamrff.KernelPCA`).
     seed : int, default=0
         Seed of the test matrix.
+    target : ndarray, dask Array, xarray DataArray, or str/PathLike, optional
+        Regression targets, as for :func:`sketch`: the result is then a
+        :class:`~streamrff.NystromRegressionSketch`, the range sketch plus
+        ``Z^T y``, ``sum y`` and ``y^T y``, for :class:`streamrff.KernelRidge`
+        with ``rank`` on wide maps.
 
     Returns
     -------
     NystromSketch
+        A :class:`~streamrff.NystromRegressionSketch` when ``target`` is given.
 
     Examples
     --------
@@ -666,11 +673,44 @@ def nystrom_sketch(
             _nystrom_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype
         )
         job = f"nystrom-{fitted.fingerprint[:20]}-{sketch_size}-{seed}-{on_invalid}"
+        kind: type[NystromSketch] = NystromSketch
+        if target is not None:
+            source, columns = _join_target(
+                source, target, fitted, chunk_rows, False, active, storage_options, sample_dim
+            )
+            kernel = functools.partial(
+                _regression_kernel, feature_map=fitted, sketch_size=sketch_size, test_seed=seed, dtype=dtype, **columns
+            )
+            job = f"nystrom-regression-{fitted.fingerprint[:20]}-{sketch_size}-{seed}-" + (
+                f"{source.shape[1] - columns['n_columns']}-{on_invalid}"
+            )
+            kind = NystromRegressionSketch
         return _run_job(
-            source, fitted, kernel, job, dtype, NystromSketch, active,
-            plan=chunk_rows is None, moments=False, on_invalid=on_invalid, split_every=split_every,
+            source, fitted, kernel, job, dtype, kind, active,
+            plan=chunk_rows is None and target is None, moments=False, on_invalid=on_invalid, split_every=split_every,
             progress=progress, checkpoint=checkpoint, storage_options=storage_options, retries=retries,
         )  # fmt: skip
+
+
+def _join_target(
+    source: RowSource, target: Any, fitted: FeatureMap, chunk_rows: int | None, moments: bool, client: Any,
+    storage_options: StorageOptions, sample_dim: str | None,
+) -> tuple[RowSource, dict[str, Any]]:  # fmt: skip
+    """The rows with the target's columns joined (chunked like them), and how a kernel splits a block again.
+
+    One task then reads a chunk of rows and its targets, and the finiteness check and the
+    checkpoint cover both. Without ``chunk_rows`` the rows' chunks are planned first.
+    """
+    if chunk_rows is None:
+        source = _plan_chunks(source, fitted.n_features_out_, moments, client)
+    targets = open_source(target, storage_options=storage_options, sample_dim=sample_dim, name="target",
+                          allow_vector=True)  # fmt: skip
+    columns = {
+        "n_columns": source.shape[1],
+        "rows_dtype": np.dtype(np.float32 if source.dtype == np.float32 else np.float64),
+        "target_ndim": targets.given_ndim,
+    }
+    return source.with_columns_of(targets), columns
 
 
 def _check_job_options(split_every: Any, on_invalid: Any) -> None:

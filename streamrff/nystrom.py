@@ -217,6 +217,11 @@ class NystromSketch(SumSketch):
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> NystromSketch:
+        return cls(**cls._range_parts(spec, map_arrays, attrs, arrays))
+
+    @staticmethod
+    def _range_parts(spec, map_arrays, attrs, arrays) -> dict[str, Any]:
+        """The fields of a Nystrom sketch file (map, count, sums, range sketch, test seed), checked."""
         from .maps import map_from_spec
 
         feature_map = map_from_spec(spec, map_arrays)
@@ -234,10 +239,11 @@ class NystromSketch(SumSketch):
         _expect_int(attrs, "count")
         _expect_int(attrs, "n_invalid")
         squared_norm_sum = _expect_squared_norm_sum(attrs)
-        return cls(
-            feature_map, attrs["count"], arrays["feature_sum"], squared_norm_sum, range_sketch, test_seed,
-            attrs["n_invalid"],
-        )  # fmt: skip
+        return {
+            "feature_map": feature_map, "count": attrs["count"], "feature_sum": arrays["feature_sum"],
+            "squared_norm_sum": squared_norm_sum, "range_sketch": range_sketch, "test_seed": test_seed,
+            "n_invalid": attrs["n_invalid"],
+        }  # fmt: skip
 
     def __repr__(self) -> str:
         return (
@@ -315,10 +321,20 @@ def nystrom_eigenpairs(sketch: NystromSketch, rank: int) -> tuple[np.ndarray, np
     # spinning threads on a busy 2-core machine took 12 s for the SVD at D = 1024; and the
     # result does not depend on the machine's thread count.
     with one_blas_thread():
-        return _nystrom_eigenpairs(sketch, rank)
+        values, vectors, trace, _ = nystrom_reconstruction(sketch, rank)
+    return values, vectors, trace
 
 
-def _nystrom_eigenpairs(sketch: NystromSketch, rank: int) -> tuple[np.ndarray, np.ndarray, float]:
+def nystrom_reconstruction(
+    sketch: NystromSketch, rank: int, epsilon: float = float(np.finfo(np.float32).eps)
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """:func:`nystrom_eigenpairs` and the shift ``nu`` it used (run it under :func:`one_blas_thread`).
+
+    ``epsilon`` is the relative rounding of the sketched products (float32 by
+    default, as the features of :func:`nystrom_sketch_of_chunk`); the shift is
+    ``sqrt(D) * epsilon * ||C Q||_F``. Eigenvalues at or below ``nu`` are not
+    resolved by the sketch (they come out 0).
+    """
     from scipy.linalg import LinAlgError, cholesky, solve_triangular
 
     n = sketch.count
@@ -327,7 +343,7 @@ def _nystrom_eigenpairs(sketch: NystromSketch, rank: int) -> tuple[np.ndarray, n
     centred = sketch.range_sketch / n - np.outer(mean, mean @ omega)
     q, r = np.linalg.qr(omega)
     centred = solve_triangular(r, centred.T, trans="T").T  # C Q = C Omega R^{-1}
-    shift = np.sqrt(omega.shape[0]) * np.finfo(np.float32).eps * max(np.linalg.norm(centred), np.finfo(float).tiny)
+    shift = np.sqrt(omega.shape[0]) * epsilon * max(np.linalg.norm(centred), np.finfo(float).tiny)
     for _ in range(8):
         shifted = centred + shift * q
         inner = q.T @ shifted
@@ -342,5 +358,5 @@ def _nystrom_eigenpairs(sketch: NystromSketch, rank: int) -> tuple[np.ndarray, n
     vectors, singular, _ = np.linalg.svd(basis, full_matrices=False)
     values = np.maximum(singular[:rank] ** 2 - shift, 0.0)
     trace = max(sketch.squared_norm_sum / n - float(mean @ mean), 0.0)
-    return values, vectors[:, :rank], trace
+    return values, vectors[:, :rank], trace, float(shift)
 

@@ -6,6 +6,10 @@ Every term is a sum over rows: the count, ``sum z``, ``sum z z^T`` (the
 :class:`~streamrff.MeanSketch` with moments), ``Z^T y``, ``sum y`` and
 ``y^T y``. So a :class:`RegressionSketch` is built chunk by chunk and merges
 like every other sketch, across chunks, workers and sites that never share rows.
+
+For wide maps, :class:`NystromRegressionSketch` keeps the same target sums beside
+the low-rank range sketch ``Y = (sum z z^T) Omega`` of :class:`~streamrff.NystromSketch`
+instead of the D x D second moment (``8 D l`` bytes per partial instead of ``8 D^2``).
 """
 
 from __future__ import annotations
@@ -18,19 +22,105 @@ from sklearn.base import clone
 
 from ._blas import single_blas_thread
 from ._moments import _MOMENT_TILE_ROWS, _rank_k_update
-from ._validation import check_feature_dtype, check_rows, check_width
+from ._validation import check_feature_dtype, check_rows, check_width, normalize_seed
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap
+from .nystrom import _MIN_TILE_ROWS, NystromSketch, check_sketch_size, test_matrix
 from .sketches import MeanSketch, _describe, _expect_array, _expect_int, _expect_squared_norm_sum
 from .typing import ArrayLike2D
 
-__all__ = ["RegressionSketch", "regression_sketch_of_chunk", "regression_sketch_array", "check_targets"]
+__all__ = [
+    "RegressionSketch",
+    "NystromRegressionSketch",
+    "regression_sketch_of_chunk",
+    "regression_sketch_array",
+    "check_targets",
+]
+
+
+# A dataclass (no __init__ of its own) so that its annotations are fields of the kinds that inherit it.
+@dataclasses.dataclass(eq=False, repr=False, init=False)
+class _TargetSums:
+    """What a sketch with regression targets adds to its feature sums: the target columns, their classes,
+    the merge checks and file attributes of both (shared by the full and the low-rank regression sketch).
+
+    Keyword-only fields, so that they follow the fields (and defaults) of any sketch kind."""
+
+    cross_moment: np.ndarray = dataclasses.field(kw_only=True)
+    target_sum: np.ndarray = dataclasses.field(kw_only=True)
+    target_moment: np.ndarray = dataclasses.field(kw_only=True)
+    target_ndim: int = dataclasses.field(default=1, kw_only=True)
+    classes: tuple[Any, ...] | None = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.classes is not None:
+            self.classes = check_encoded_classes(self.classes, self.target_sum.shape[0], self.target_ndim)
+        super().__post_init__()  # type: ignore[misc]
+
+    @property
+    def n_targets(self) -> int:
+        """Number of target columns t."""
+        return int(self.target_sum.shape[0])
+
+    def with_classes(self, classes: Any) -> Any:
+        """This sketch (a new object sharing its arrays) recording that its targets encode ``classes`` one vs rest.
+
+        Raises
+        ------
+        InputError
+            Unless ``classes`` are at least 2 sorted distinct labels that fit
+            the target columns (see :class:`RegressionSketch`).
+        """
+        return dataclasses.replace(self, classes=classes)  # type: ignore[type-var]
+
+    def check_compatible(self, other: Any) -> None:
+        super().check_compatible(other)  # type: ignore[misc]
+        if (other.n_targets, other.target_ndim) != (self.n_targets, self.target_ndim):
+            raise SketchMismatchError(
+                f"Cannot merge regression sketches of different targets: {self.n_targets} column(s) "
+                f"({self.target_ndim}-D) vs {other.n_targets} column(s) ({other.target_ndim}-D). "
+                "Sketch every part with the same target columns."
+            )
+        if other.classes != self.classes:
+            raise SketchMismatchError(
+                f"Cannot merge regression sketches of targets that encode different classes: "
+                f"{_describe_classes(self.classes)} vs {_describe_classes(other.classes)}. The columns of one-vs-rest "
+                "targets follow the class list: encode every part with the same classes "
+                "(KernelRidgeClassifier.encode_targets(labels, classes); CLI: sketch --classes, the same list)."
+            )
+
+    def _target_attrs(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"n_targets": self.n_targets}
+        if self.classes is not None:  # absent, not null, for regression targets: the files of before
+            attrs["classes"] = list(self.classes)
+        return attrs
+
+    @staticmethod
+    def _target_parts(attrs: dict[str, Any], arrays: dict[str, np.ndarray], width: int) -> dict[str, Any]:
+        """The target fields of a sketch file, checked (shapes, dtypes, ``target_ndim``, classes)."""
+        n_targets = _expect_int(attrs, "n_targets")
+        if n_targets < 1:
+            raise InputError(f"Attribute 'n_targets' must be >= 1. Got {n_targets}.")
+        target_ndim = attrs.get("target_ndim")
+        if target_ndim not in (1, 2) or isinstance(target_ndim, bool) or (target_ndim == 1 and n_targets != 1):
+            raise InputError(f"Attribute 'target_ndim' must be 1 (one target) or 2. Got {target_ndim!r}.")
+        return {
+            "cross_moment": _expect_array(arrays, "cross_moment", (width, n_targets), np.float64),
+            "target_sum": _expect_array(arrays, "target_sum", (n_targets,), np.float64),
+            "target_moment": _expect_array(arrays, "target_moment", (n_targets, n_targets), np.float64),
+            "target_ndim": target_ndim,
+            "classes": _expect_classes(attrs),
+        }
+
+    def _targets_repr(self) -> str:
+        classes = "" if self.classes is None else f", classes={list(self.classes)!r}"
+        return f"n_targets={self.n_targets}{classes}"
 
 
 # init=False: the target fields stand between ``moment`` and ``n_invalid`` in the constructor,
 # an order that dataclass inheritance cannot give.
 @dataclasses.dataclass(eq=False, repr=False, init=False)
-class RegressionSketch(MeanSketch):
+class RegressionSketch(_TargetSums, MeanSketch):
     """A moment sketch of features plus float64 sums of the targets: ``Z^T y``, ``sum y`` and ``y^T y``.
 
     Everything kernel ridge regression needs (:class:`streamrff.KernelRidge`),
@@ -93,12 +183,6 @@ class RegressionSketch(MeanSketch):
     )  # fmt: skip
     _fixed_fields = ("feature_map", "target_ndim", "classes")
 
-    cross_moment: np.ndarray
-    target_sum: np.ndarray
-    target_moment: np.ndarray
-    target_ndim: int
-    classes: tuple[Any, ...] | None
-
     def __init__(
         self,
         feature_map: FeatureMap,
@@ -113,13 +197,10 @@ class RegressionSketch(MeanSketch):
         n_invalid: int = 0,
         classes: Any = None,
     ) -> None:
-        # The target fields first: MeanSketch's constructor then checks every field (SumSketch.__post_init__).
-        self.cross_moment = cross_moment
-        self.target_sum = target_sum
-        self.target_moment = target_moment
-        self.target_ndim = target_ndim
-        self.classes = None if classes is None else check_encoded_classes(classes, target_sum.shape[0], target_ndim)
-        super().__init__(feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
+        # The target fields first: MeanSketch's constructor then checks every field (__post_init__).
+        self.cross_moment, self.target_sum, self.target_moment = cross_moment, target_sum, target_moment
+        self.target_ndim, self.classes = target_ndim, classes
+        MeanSketch.__init__(self, feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, n_targets: int = 1, target_ndim: int = 1) -> RegressionSketch:  # type: ignore[override]
@@ -130,43 +211,8 @@ class RegressionSketch(MeanSketch):
             np.zeros((width, n_targets)), np.zeros(n_targets), np.zeros((n_targets, n_targets)), target_ndim,
         )  # fmt: skip
 
-    @property
-    def n_targets(self) -> int:
-        """Number of target columns t."""
-        return int(self.target_sum.shape[0])
-
-    def with_classes(self, classes: Any) -> RegressionSketch:
-        """This sketch (a new object sharing its arrays) recording that its targets encode ``classes`` one vs rest.
-
-        Raises
-        ------
-        InputError
-            Unless ``classes`` are at least 2 sorted distinct labels that fit
-            the target columns (see :class:`RegressionSketch`).
-        """
-        return dataclasses.replace(self, classes=classes)
-
-    def check_compatible(self, other: Any) -> None:
-        super().check_compatible(other)
-        if (other.n_targets, other.target_ndim) != (self.n_targets, self.target_ndim):
-            raise SketchMismatchError(
-                f"Cannot merge regression sketches of different targets: {self.n_targets} column(s) "
-                f"({self.target_ndim}-D) vs {other.n_targets} column(s) ({other.target_ndim}-D). "
-                "Sketch every part with the same target columns."
-            )
-        if other.classes != self.classes:
-            raise SketchMismatchError(
-                f"Cannot merge regression sketches of targets that encode different classes: "
-                f"{_describe_classes(self.classes)} vs {_describe_classes(other.classes)}. The columns of one-vs-rest "
-                "targets follow the class list: encode every part with the same classes "
-                "(KernelRidgeClassifier.encode_targets(labels, classes); CLI: sketch --classes, the same list)."
-            )
-
     def _extra_attrs(self) -> dict[str, Any]:
-        attrs = {**super()._extra_attrs(), "n_targets": self.n_targets}
-        if self.classes is not None:  # absent, not null, for regression targets: the files of before
-            attrs["classes"] = list(self.classes)
-        return attrs
+        return {**super()._extra_attrs(), **self._target_attrs()}
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> RegressionSketch:
@@ -178,31 +224,98 @@ class RegressionSketch(MeanSketch):
             raise InputError(
                 f"A regression sketch always holds the second moment. Got moments={attrs.get('moments')!r}."
             )
-        n_targets = _expect_int(attrs, "n_targets")
-        if n_targets < 1:
-            raise InputError(f"Attribute 'n_targets' must be >= 1. Got {n_targets}.")
-        target_ndim = attrs.get("target_ndim")
-        if target_ndim not in (1, 2) or isinstance(target_ndim, bool) or (target_ndim == 1 and n_targets != 1):
-            raise InputError(f"Attribute 'target_ndim' must be 1 (one target) or 2. Got {target_ndim!r}.")
         return cls(
             feature_map,
             _expect_int(attrs, "count"),
             _expect_array(arrays, "feature_sum", (width,), np.float64),
             _expect_squared_norm_sum(attrs),
             _expect_array(arrays, "moment", (width, width), np.float64),
-            _expect_array(arrays, "cross_moment", (width, n_targets), np.float64),
-            _expect_array(arrays, "target_sum", (n_targets,), np.float64),
-            _expect_array(arrays, "target_moment", (n_targets, n_targets), np.float64),
-            target_ndim,
-            _expect_int(attrs, "n_invalid"),
-            _expect_classes(attrs),
+            n_invalid=_expect_int(attrs, "n_invalid"),
+            **cls._target_parts(attrs, arrays, width),
         )
 
     def __repr__(self) -> str:
-        classes = "" if self.classes is None else f", classes={list(self.classes)!r}"
         return (
             f"RegressionSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
-            f"n_targets={self.n_targets}{classes}, map={_describe(self.spec)})"
+            f"{self._targets_repr()}, map={_describe(self.spec)})"
+        )
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class NystromRegressionSketch(_TargetSums, NystromSketch):
+    """The low-rank regression sketch: a :class:`~streamrff.NystromSketch` plus ``Z^T y``, ``sum y`` and ``y^T y``.
+
+    For kernel ridge regression with wide maps (:class:`streamrff.KernelRidge`
+    with ``rank``): the D x D second moment of :class:`RegressionSketch`
+    (2 GiB at D = 16 384) is replaced by its linear range sketch
+    ``Y = (sum z z^T) Omega`` (D x l, ``8 D l`` bytes) with the seeded test
+    matrix ``Omega``; the target sums are exact, as in :class:`RegressionSketch`.
+    Every part is a sum over rows, so it merges (commutative and associative to
+    float64 rounding) and saves like the other kinds (kind
+    ``"nystrom-regression"``). Build it with ``streamrff.nystrom_sketch(X, map,
+    sketch_size=l, target=y)`` or :func:`regression_sketch_array` with
+    ``sketch_size``.
+
+    Parameters
+    ----------
+    feature_map, count, feature_sum, squared_norm_sum, range_sketch, test_seed
+        As for :class:`~streamrff.NystromSketch`.
+    n_invalid : int, default=0
+        Rows skipped because their features or targets held NaN or inf.
+    cross_moment, target_sum, target_moment, target_ndim, classes
+        As for :class:`RegressionSketch` (keyword-only).
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.nystrom import test_matrix
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(200, 3)), rng.normal(size=200)
+    >>> rff = srf.RFF(n_features=32, bandwidth=1.0).fit(X)
+    >>> s = srf.regression_sketch_array(X, y, rff, sketch_size=8, test_seed=1)
+    >>> Z = rff.transform(X).astype(np.float64)
+    >>> bool(np.allclose(s.range_sketch, Z.T @ (Z @ test_matrix(1, 32, 8))))
+    True
+    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ y)), s.n_targets
+    (True, 1)
+    >>> halves = srf.regression_sketch_array(X[:80], y[:80], rff, sketch_size=8, test_seed=1).merge(
+    ...     srf.regression_sketch_array(X[80:], y[80:], rff, sketch_size=8, test_seed=1))
+    >>> halves.count, bool(np.allclose(halves.range_sketch, s.range_sketch, rtol=1e-12, atol=1e-12))
+    (200, True)
+    """
+
+    kind = "nystrom-regression"
+    _summed_fields = (
+        "count", "feature_sum", "squared_norm_sum", "range_sketch", "cross_moment", "target_sum", "target_moment",
+        "n_invalid",
+    )  # fmt: skip
+    _fixed_fields = ("feature_map", "test_seed", "target_ndim", "classes")
+
+    @classmethod
+    def empty(  # type: ignore[override]
+        cls, feature_map: FeatureMap, sketch_size: int, test_seed: int, n_targets: int = 1, target_ndim: int = 1
+    ) -> NystromRegressionSketch:
+        """The neutral element: zero rows, ``n_targets`` target columns."""
+        width = feature_map.n_features_out_
+        return cls(
+            feature_map, 0, np.zeros(width), 0.0, np.zeros((width, sketch_size)), test_seed,
+            cross_moment=np.zeros((width, n_targets)), target_sum=np.zeros(n_targets),
+            target_moment=np.zeros((n_targets, n_targets)), target_ndim=target_ndim,
+        )  # fmt: skip
+
+    def _attrs(self) -> dict[str, Any]:
+        return {**super()._attrs(), "target_ndim": self.target_ndim, **self._target_attrs()}
+
+    @classmethod
+    def _from_parts(cls, spec, map_arrays, attrs, arrays) -> NystromRegressionSketch:
+        fields = cls._range_parts(spec, map_arrays, attrs, arrays)
+        return cls(**fields, **cls._target_parts(attrs, arrays, fields["feature_map"].n_features_out_))
+
+    def __repr__(self) -> str:
+        return (
+            f"NystromRegressionSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
+            f"sketch_size={self.sketch_size}, test_seed={self.test_seed}, {self._targets_repr()}, "
+            f"map={_describe(self.spec)})"
         )
 
 
@@ -261,8 +374,10 @@ def regression_sketch_of_chunk(
     dtype: Any = "float32",
     target_ndim: int | None = None,
     classes: Any = None,
-) -> RegressionSketch:
-    """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of the regression sketch.
+    sketch_size: int | None = None,
+    test_seed: int = 0,
+) -> RegressionSketch | NystromRegressionSketch:
+    """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of both regression sketches.
 
     Features are embedded tile by tile (as :func:`streamrff.sketches.mean_sketch_of_chunk`
     with moments), but each tile's ``Z^T Z`` is a float64 symmetric rank-k
@@ -274,6 +389,9 @@ def regression_sketch_of_chunk(
     The feature sums and ``Z^T y`` come from the same float64 tile (so the
     centred moment ``Z^T Z - n mu mu^T`` stays positive semi-definite to
     float64 rounding), with float64 targets; ``sum y`` and ``y^T y`` are float64.
+    With ``sketch_size`` the tile's range sketch ``Z^T (Z Omega)`` replaces
+    ``Z^T Z``: two float64 GEMMs (``4 D l`` flops per row), so the ``C Omega``
+    the low-rank solve reconstructs ``C`` from carries no float32 product rounding.
 
     Parameters
     ----------
@@ -291,44 +409,67 @@ def regression_sketch_of_chunk(
         Shape of the targets to record; default ``targets.ndim``.
     classes : array-like, optional
         The classes that one-vs-rest targets encode (see :class:`RegressionSketch`).
+    sketch_size : int, optional
+        Make the low-rank :class:`NystromRegressionSketch` with a test matrix of
+        this many columns l (``1 <= l <= D``, trusted).
+    test_seed : int, default=0
+        Seed of the test matrix (:func:`streamrff.nystrom.test_matrix`), with ``sketch_size``.
 
     Returns
     -------
-    RegressionSketch
+    RegressionSketch or NystromRegressionSketch
     """
-    dtype = np.dtype(dtype)
+    width = feature_map.n_features_out_
     target_ndim = targets.ndim if target_ndim is None else int(target_ndim)
+    if sketch_size is None:
+        second_moment = np.zeros((width, width))
+        tile_moment = np.empty((width, width))
+        tile_rows = _MOMENT_TILE_ROWS
+
+        def add_second_moment(tile: np.ndarray) -> None:
+            second_moment[...] += _rank_k_update(tile, tile_moment)
+
+    else:
+        omega = test_matrix(test_seed, width, sketch_size)
+        second_moment = np.zeros((width, sketch_size))
+        tile_rows = max(_MIN_TILE_ROWS, feature_map._tile_rows(width))
+
+        def add_second_moment(tile: np.ndarray) -> None:
+            second_moment[...] += tile.T @ (tile @ omega)
+
+    sums = _tile_sums(rows, targets, feature_map, tile_rows, dtype, add_second_moment)
+    feature_sum, squared_norm_sum, cross_moment, target_sum, target_moment = sums
+    if sketch_size is None:
+        return RegressionSketch(
+            feature_map, rows.shape[0], feature_sum, squared_norm_sum, second_moment, cross_moment, target_sum,
+            target_moment, target_ndim, n_invalid, classes,
+        )  # fmt: skip
+    return NystromRegressionSketch(
+        feature_map, rows.shape[0], feature_sum, squared_norm_sum, second_moment, test_seed, n_invalid,
+        cross_moment=cross_moment, target_sum=target_sum, target_moment=target_moment, target_ndim=target_ndim,
+        classes=classes,
+    )  # fmt: skip
+
+
+def _tile_sums(
+    rows: np.ndarray, targets: np.ndarray, feature_map: FeatureMap, tile_rows: int, dtype: Any, add_second_moment: Any
+) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
+    """``(sum z, sum ||z||^2, Z^T y, sum y, y^T y)`` over row tiles widened to float64 (exactly);
+    ``add_second_moment(tile)`` accumulates each tile's second moment (or its range sketch)."""
     targets = np.asarray(targets, dtype=np.float64).reshape(rows.shape[0], -1)
-    width, n_targets = feature_map.n_features_out_, targets.shape[1]
+    width = feature_map.n_features_out_
     feature_sum = np.zeros(width)
-    moment = np.zeros((width, width))
-    cross_moment = np.zeros((width, n_targets))
-    tile_moment = np.empty((width, width))
-    wide = np.empty((min(_MOMENT_TILE_ROWS, rows.shape[0]), width))
+    cross_moment = np.zeros((width, targets.shape[1]))
+    wide = np.empty((min(tile_rows, rows.shape[0]), width))
     squared_norm_sum = 0.0
-    for start, features in feature_map.embed_tiles(rows, tile_rows=_MOMENT_TILE_ROWS, dtype=dtype):
-        # float64 products of the float32 features (exact) summed in float64: ridge solves with
-        # alpha far below the moment's scale, where the ~1e-6 relative error of float32 tile
-        # products made coefficients depend on chunking (see streamrff.ridge.default_alphas).
+    for start, features in feature_map.embed_tiles(rows, tile_rows=tile_rows, dtype=np.dtype(dtype)):
         tile = wide[: features.shape[0]]
         tile[...] = features
         feature_sum += tile.sum(axis=0)
         squared_norm_sum += float(np.einsum("ij,ij->", tile, tile))
-        moment += _rank_k_update(tile, tile_moment)
+        add_second_moment(tile)
         cross_moment += tile.T @ targets[start : start + features.shape[0]]
-    return RegressionSketch(
-        feature_map,
-        rows.shape[0],
-        feature_sum,
-        squared_norm_sum,
-        moment,
-        cross_moment,
-        targets.sum(axis=0),
-        targets.T @ targets,
-        target_ndim,
-        n_invalid,
-        classes,
-    )
+    return feature_sum, squared_norm_sum, cross_moment, targets.sum(axis=0), targets.T @ targets
 
 
 def check_targets(y: Any, n_rows: int, name: str = "y") -> np.ndarray:
@@ -361,12 +502,19 @@ def check_targets(y: Any, n_rows: int, name: str = "y") -> np.ndarray:
 
 
 def regression_sketch_array(
-    X: ArrayLike2D, y: Any, feature_map: FeatureMap, dtype: Any = "float32", classes: Any = None
-) -> RegressionSketch:
+    X: ArrayLike2D,
+    y: Any,
+    feature_map: FeatureMap,
+    dtype: Any = "float32",
+    classes: Any = None,
+    sketch_size: int | None = None,
+    test_seed: int = 0,
+) -> RegressionSketch | NystromRegressionSketch:
     """Sketch in-memory rows and targets: counts, feature sums and moments, ``Z^T y``, ``sum y``, ``y^T y``.
 
-    The in-memory counterpart of ``streamrff.sketch(X, feature_map, target=y)``;
-    an unfitted map is cloned and fitted on ``X`` first.
+    The in-memory counterpart of ``streamrff.sketch(X, feature_map, target=y)``
+    (and, with ``sketch_size``, of ``streamrff.nystrom_sketch(X, feature_map,
+    sketch_size, target=y)``); an unfitted map is cloned and fitted on ``X`` first.
 
     Parameters
     ----------
@@ -381,17 +529,22 @@ def regression_sketch_array(
     classes : array-like of shape (n_classes,), optional
         The classes ``y`` encodes one vs rest, recorded in the sketch (see
         :class:`RegressionSketch`).
+    sketch_size : int, optional
+        Make the low-rank :class:`NystromRegressionSketch` with a test matrix
+        of this many columns l (``1 <= l <= D``) instead of the D x D moment.
+    test_seed : int, default=0
+        Seed of the test matrix (with ``sketch_size`` only).
 
     Returns
     -------
-    RegressionSketch
+    RegressionSketch or NystromRegressionSketch
 
     Raises
     ------
     InputError
         On non-2-D or non-finite X, targets of another length or shape, a
-        width different from the fitted map's, or classes that do not fit
-        the targets' columns.
+        width different from the fitted map's, classes that do not fit
+        the targets' columns, or ``sketch_size`` outside ``1..D``.
 
     Examples
     --------
@@ -413,4 +566,9 @@ def regression_sketch_array(
         check_width(X, feature_map.n_features_in_, type(feature_map).__name__)
     else:
         feature_map = clone(feature_map).fit(X)
-    return regression_sketch_of_chunk(X, targets, feature_map, dtype=dtype, classes=classes)
+    if sketch_size is not None:
+        sketch_size = check_sketch_size(sketch_size, feature_map.n_features_out_)
+        test_seed = normalize_seed(test_seed, "test_seed")
+    return regression_sketch_of_chunk(
+        X, targets, feature_map, dtype=dtype, classes=classes, sketch_size=sketch_size, test_seed=test_seed
+    )

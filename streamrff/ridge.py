@@ -21,16 +21,31 @@ second pass over the data. With ``b = V^T c`` (one column per target)::
 For several targets the GCV scores are summed over targets and one alpha
 serves all of them (scikit-learn's ``RidgeCV`` default, ``alpha_per_target=False``).
 
+Low rank (``rank=k``, for wide maps). A :class:`~streamrff.NystromRegressionSketch`
+holds the range sketch ``C Omega`` (D x l) instead of ``C``; its rank-k Nystrom
+eigenpairs ``C ~ U diag(lam) U^T`` (Tropp et al. 2017, Algorithm 3, truncated)
+replace the full eigendecomposition, and the ridge problem is solved on the
+captured range: ``beta = U (lam + alpha)^-1 U^T c``, with the same GCV formulas
+over ``lam`` and ``b = U^T c``. This drops the complement ``(I - U U^T)``: its
+share of the feature variance (``trace(C) - sum lam``, exact from the sums) and
+of ``c``. Adding ``(I - U U^T) c / alpha`` instead, the solve of
+``(U diag(lam) U^T + alpha I) beta = c``, treats the complement as directions of
+zero variance that still carry ``c``: its RSS falls as ``2 ||(I - U U^T) c||^2 /
+alpha``, so GCV takes the smallest alpha of the grid and the fit is useless
+(measured on Friedman #1: test R^2 < 0); on the captured range, GCV is that of
+principal-component ridge regression on ``Z_c U``.
+
 Costs: the fit is one pass of a moment sketch (``n D^2`` flops, ``8 D^2`` bytes
 per partial) plus ``n D t`` for ``Z^T y``; the solve is one dense ``eigh`` of the
 D x D system (``O(D^3)``: about a second at D = 1024 and half a minute at
-D = 4096 on one core) and ``O(D t)`` per alpha of the grid.
+D = 4096 on one core) and ``O(D t)`` per alpha of the grid. Low rank: ``4 n D l``
+flops for the range sketch, ``8 D l`` bytes per partial, ``O(D l^2)`` for the solve.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -39,11 +54,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from ._blas import one_blas_thread, single_blas_thread
 from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
 from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed, store_params
-from .engine import sketch
+from .engine import connect, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
-from .io import open_zarr_array
+from .io import open_source, open_zarr_array
 from .maps import FeatureMap
-from .regression import RegressionSketch
+from .nystrom import nystrom_reconstruction
+from .regression import NystromRegressionSketch, RegressionSketch
 from .typing import PathOrURL, StorageOptions
 
 __all__ = ["KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "default_alphas"]
@@ -53,28 +69,81 @@ __all__ = ["KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "default_alphas"
 _RELATIVE_ALPHAS = np.logspace(-12.0, 0.0, 49)
 
 
-def _centred_system(
-    sketch: RegressionSketch,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-    """``(s, V, b, ||y_c||^2 per target, mean, noise)``: eigenpairs of the centred moment (clipped at 0) and
-    ``V^T c``; ``noise`` is the magnitude of its most negative eigenvalue, the rounding level of the sums."""
+class _Spectrum(NamedTuple):
+    """The centred system in eigen-coordinates: what the solve and GCV need."""
+
+    eigenvalues: np.ndarray  # (r,), >= 0: of the centred moment C (all D, or the rank-k captured range)
+    eigenvectors: np.ndarray  # (D, r), orthonormal columns
+    projected: np.ndarray  # (r, t): eigenvectors^T c
+    target_total: np.ndarray  # (t,): ||y_c||^2 per target
+    mean: np.ndarray  # (D,): feature mean
+    noise: float  # rounding level of the eigenvalues (alphas below 10 times it are not compared)
+    trace: float  # trace(C), exact
+
+
+def _centred_targets(sketch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mu, c, ||y_c||^2)``: feature mean, centred cross moment ``Z^T y - n mu ybar^T`` and centred target norms."""
     n = sketch.count
     mean = sketch.feature_sum / n
     target_mean = sketch.target_sum / n
+    cross = sketch.cross_moment - n * np.outer(mean, target_mean)
+    target_total = np.diag(sketch.target_moment) - n * target_mean**2
+    return mean, cross, np.clip(target_total, 0.0, None)
+
+
+def _centred_system(sketch: RegressionSketch, rank: int | None = None) -> _Spectrum:
+    """Eigenpairs of the centred moment (clipped at 0; the top ``rank`` if given) and ``V^T c``; ``noise``
+    is the magnitude of its most negative eigenvalue, the rounding level of the sums."""
+    n = sketch.count
+    mean, cross, target_total = _centred_targets(sketch)
     centred = sketch.moment - n * np.outer(mean, mean)
     centred += centred.T
     centred /= 2.0
-    cross = sketch.cross_moment - n * np.outer(mean, target_mean)
-    target_total = np.diag(sketch.target_moment) - n * target_mean**2
     with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
         eigenvalues, eigenvectors = np.linalg.eigh(centred)
     noise = float(max(-eigenvalues[0], 0.0))
     eigenvalues = np.clip(eigenvalues, 0.0, None)
-    return eigenvalues, eigenvectors, eigenvectors.T @ cross, np.clip(target_total, 0.0, None), mean, noise
+    trace = float(eigenvalues.sum())
+    if rank is not None:
+        eigenvalues, eigenvectors = eigenvalues[::-1][:rank], eigenvectors[:, ::-1][:, :rank]
+    return _Spectrum(eigenvalues, eigenvectors, eigenvectors.T @ cross, target_total, mean, noise, trace)
 
 
-def default_alphas(eigenvalues: np.ndarray, noise: float) -> np.ndarray:
+def _low_rank_system(sketch: NystromRegressionSketch, rank: int) -> _Spectrum:
+    """The rank-``rank`` Nystrom eigenpairs of the centred moment (those resolved above the shift) and ``U^T c``."""
+    n = sketch.count
+    mean, cross, target_total = _centred_targets(sketch)
+    with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
+        # float64 epsilon: the range sketch's tile products are float64 (regression_sketch_of_chunk)
+        values, vectors, trace, shift = nystrom_reconstruction(sketch, rank, epsilon=float(np.finfo(float).eps))
+    resolved = values > 0.0  # at or below the shift: no variance resolved, and no direction to fit
+    eigenvalues, eigenvectors = n * values[resolved], vectors[:, resolved]
+    return _Spectrum(eigenvalues, eigenvectors, eigenvectors.T @ cross, target_total, mean, n * shift, n * trace)
+
+
+def _spectrum(sketch: RegressionSketch | NystromRegressionSketch, rank: int | None) -> _Spectrum:
+    """The centred system of either kind of regression sketch (``rank`` checked against it)."""
+    _check_sketch_rows(sketch)
+    if isinstance(sketch, NystromRegressionSketch):
+        if rank is None:
+            rank = max(1, sketch.sketch_size // 2)
+        elif rank > sketch.sketch_size:
+            raise InputError(
+                f"rank must be <= the low-rank sketch's sketch_size ({sketch.sketch_size}). Got {rank}; lower rank "
+                "or re-sketch with sketch_size >= rank (streamrff.nystrom_sketch(X, map, sketch_size, target=y))."
+            )
+        return _low_rank_system(sketch, rank)
+    width = sketch.feature_sum.shape[0]
+    if rank is not None and rank > width:
+        raise InputError(f"rank must be <= the map's output width D = {width}. Got {rank}; lower rank.")
+    return _centred_system(sketch, rank)
+
+
+def default_alphas(eigenvalues: np.ndarray, noise: float, trace: float | None = None) -> np.ndarray:
     """The grid of ``alpha="auto"``: 4 per decade from ``1e-12`` to ``1`` times the trace, above the rounding floor.
+
+    ``trace`` is that of the centred moment, by default ``eigenvalues.sum()``
+    (pass it when the eigenvalues are only the top ones of a low-rank fit).
 
     The exact centred moment is positive semi-definite, so its most negative
     computed eigenvalue measures the rounding in the sums (float32 features and
@@ -82,7 +151,7 @@ def default_alphas(eigenvalues: np.ndarray, noise: float) -> np.ndarray:
     noise, and an alpha near it would fit the noise while the GCV formula, which
     trusts the sums, reports a good score; so the grid starts at 10 times it.
     """
-    trace = float(eigenvalues.sum()) or 1.0
+    trace = float(eigenvalues.sum() if trace is None else trace) or 1.0
     grid = trace * _RELATIVE_ALPHAS
     kept = grid[grid >= 10.0 * noise]
     return kept if kept.size else grid[-1:]
@@ -104,7 +173,9 @@ def _gcv_from_spectrum(
     return np.array(scores), np.array(dofs), np.array(residuals)
 
 
-def ridge_gcv(sketch: RegressionSketch, alphas: Any) -> dict[str, np.ndarray]:
+def ridge_gcv(
+    sketch: RegressionSketch | NystromRegressionSketch, alphas: Any, rank: int | None = None
+) -> dict[str, np.ndarray]:
     """Generalized cross-validation scores of ridge regression on a regression sketch, for each alpha.
 
     ``GCV(alpha) = n RSS(alpha) / (n - df(alpha))^2`` (Golub, Heath & Wahba
@@ -114,10 +185,14 @@ def ridge_gcv(sketch: RegressionSketch, alphas: Any) -> dict[str, np.ndarray]:
 
     Parameters
     ----------
-    sketch : RegressionSketch
+    sketch : RegressionSketch or NystromRegressionSketch
         Sketch of at least 2 rows.
     alphas : array-like of float
         Positive penalties.
+    rank : int, optional
+        Keep only the top ``rank`` eigenpairs (principal-component ridge; see
+        :class:`KernelRidge`). Default: all of a :class:`RegressionSketch`,
+        half the ``sketch_size`` of a :class:`NystromRegressionSketch`.
 
     Returns
     -------
@@ -128,7 +203,8 @@ def ridge_gcv(sketch: RegressionSketch, alphas: Any) -> dict[str, np.ndarray]:
     Raises
     ------
     InputError
-        For a sketch of another kind or of fewer than 2 rows, or non-positive alphas.
+        For a sketch of another kind or of fewer than 2 rows, non-positive
+        alphas, or a rank above the sketch's width or ``sketch_size``.
 
     References
     ----------
@@ -151,14 +227,16 @@ def ridge_gcv(sketch: RegressionSketch, alphas: Any) -> dict[str, np.ndarray]:
     >>> bool(np.isclose(table["scores"][0], reference, rtol=1e-5))
     True
     """
-    if not isinstance(sketch, RegressionSketch):
+    if not isinstance(sketch, (RegressionSketch, NystromRegressionSketch)):
         raise InputError(
-            f"sketch must be a RegressionSketch (streamrff.sketch(X, map, target=y)). Got {type(sketch).__name__}."
+            "sketch must be a RegressionSketch (streamrff.sketch(X, map, target=y)) or a NystromRegressionSketch. "
+            f"Got {type(sketch).__name__}."
         )
-    _check_sketch_rows(sketch)
     alphas = _check_alphas(alphas, "alphas")
-    eigenvalues, _, projected, target_total, _, _ = _centred_system(sketch)
-    scores, dofs, residuals = _gcv_from_spectrum(eigenvalues, projected, target_total, sketch.count, alphas)
+    spectrum = _spectrum(sketch, None if rank is None else check_positive_int(rank, "rank"))
+    scores, dofs, residuals = _gcv_from_spectrum(
+        spectrum.eigenvalues, spectrum.projected, spectrum.target_total, sketch.count, alphas
+    )
     return {"alphas": alphas, "scores": scores, "df": dofs, "rss": residuals}
 
 
@@ -191,6 +269,7 @@ class _KernelRidgeBase(BaseEstimator):
         alphas: Any = None,
         seed: int = 0,
         feature_map: FeatureMap | None = None,
+        rank: int | None = None,
     ) -> None:
         store_params(self, locals())
 
@@ -216,6 +295,8 @@ class _KernelRidgeBase(BaseEstimator):
             check_positive_int(self.n_features, "n_features")
             check_bandwidth(self.bandwidth)
         normalize_seed(self.seed)
+        if self.rank is not None:
+            check_positive_int(self.rank, "rank")
 
     def _initial_map(self) -> FeatureMap:
         if self.feature_map is not None:
@@ -230,27 +311,37 @@ class _KernelRidgeBase(BaseEstimator):
             )
 
     def _sketch(self, X: Any, targets: Any, client: Any, storage_options: StorageOptions, progress: bool) -> Any:
-        return sketch(
-            X, self._initial_map(), target=targets, client=client, storage_options=storage_options, progress=progress
-        )
+        job = {"client": client, "storage_options": storage_options, "progress": progress}
+        if self.rank is None:
+            return sketch(X, self._initial_map(), target=targets, **job)
+        source = open_source(X, storage_options=storage_options)
+        with connect(client) as active:
+            # Fit the map first (the seeded row sample; nothing else is read) to learn D.
+            fitted = fit_map(self._initial_map(), [source], client=active, progress=progress)
+            width = fitted.n_features_out_
+            if self.rank > width:
+                raise InputError(f"rank must be <= the map's output width D = {width}. Got {self.rank}; lower rank.")
+            return nystrom_sketch(
+                source, fitted, sketch_size=min(width, 2 * self.rank), seed=normalize_seed(self.seed),
+                target=targets, **{**job, "client": active},
+            )  # fmt: skip
 
     def _solve(self, sketch: RegressionSketch) -> None:
         """Coefficients, intercept, alpha and the GCV table from a regression sketch (trusted kind)."""
-        _check_sketch_rows(sketch)
         n = sketch.count
-        eigenvalues, eigenvectors, projected, target_total, mean, noise = _centred_system(sketch)
+        spectrum = _spectrum(sketch, self.rank)
         if self.alpha == "auto":
             if self.alphas is None:
-                alphas = default_alphas(eigenvalues, noise)
+                alphas = default_alphas(spectrum.eigenvalues, spectrum.noise, spectrum.trace)
             else:
                 alphas = _check_alphas(self.alphas, "alphas")
         else:
             alphas = np.array([float(self.alpha)])
-        scores, dofs, _ = _gcv_from_spectrum(eigenvalues, projected, target_total, n, alphas)
+        scores, dofs, _ = _gcv_from_spectrum(spectrum.eigenvalues, spectrum.projected, spectrum.target_total, n, alphas)
         best = int(np.argmin(scores)) if np.isfinite(scores).any() else len(alphas) - 1
         alpha = float(alphas[best])
-        coef = eigenvectors @ (projected / (eigenvalues + alpha)[:, None])  # (D, t)
-        intercept = sketch.target_sum / n - mean @ coef
+        coef = spectrum.eigenvectors @ (spectrum.projected / (spectrum.eigenvalues + alpha)[:, None])  # (D, t)
+        intercept = sketch.target_sum / n - spectrum.mean @ coef
         self.feature_map_ = sketch.feature_map
         self.n_features_in_ = sketch.feature_map.n_features_in_
         self.n_samples_ = n
@@ -260,13 +351,14 @@ class _KernelRidgeBase(BaseEstimator):
         self._intercepts = intercept
         self._target_ndim = sketch.target_ndim
 
-    def _load_sketch(self, sketch: Any, storage_options: StorageOptions) -> RegressionSketch:
+    def _load_sketch(self, sketch: Any, storage_options: StorageOptions) -> RegressionSketch | NystromRegressionSketch:
         return sketch_or_load(
             sketch,
-            (RegressionSketch,),
+            (RegressionSketch, NystromRegressionSketch),
             storage_options,
-            takes="a RegressionSketch or the path/URL of a saved one",
-            needs="Kernel ridge needs a regression sketch (streamrff.sketch(X, map, target=y))",
+            takes="a RegressionSketch, a NystromRegressionSketch or the path/URL of a saved one",
+            needs="Kernel ridge needs a regression sketch (streamrff.sketch(X, map, target=y) or "
+            "streamrff.nystrom_sketch(X, map, sketch_size, target=y))",
         )
 
     def _check_fitted(self) -> None:
@@ -324,9 +416,29 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
         variance), 4 per decade, leaving out alphas below 10 times the
         rounding level of the sums (see :func:`streamrff.ridge.default_alphas`).
     seed : int, default=0
-        Seed of the default map and of its row sample.
+        Seed of the default map, of its row sample and of the low-rank test matrix.
     feature_map : FeatureMap, optional
         Use this map instead of ``RFF(n_features, bandwidth, seed=seed)``.
+    rank : int, optional
+        Solve on the top ``rank`` eigen-directions of the centred feature
+        moment only (principal-component ridge regression), for wide maps
+        where a D x D float64 system does not fit (2 GiB at D = 16 384).
+        :meth:`fit` then makes the low-rank
+        :class:`~streamrff.NystromRegressionSketch` with ``sketch_size =
+        min(D, 2 rank)`` (``8 D l`` bytes per partial instead of ``8 D^2``)
+        in the same single pass; :meth:`fit_from_sketch` keeps the top
+        ``rank`` Nystrom eigenpairs of such a sketch (default: half its
+        ``sketch_size``) or of the exact moment of a :class:`RegressionSketch`.
+        What it drops: the complement of the captured range, i.e. the
+        directions of the smallest feature variance and the part of ``Z^T y``
+        in them (module notes of :mod:`streamrff.ridge`). How much that costs
+        depends on how fast the spectrum decays; measured on Friedman #1
+        (20 000 rows, D = 2 048, median bandwidth): test R^2 0.925 at rank 256,
+        0.952 at ranks 384 and 512, against 0.956 for the full solve; digits
+        (D = 4 096): accuracy 0.993 at rank 256, 0.995 at rank 512 and in
+        full (docs/guide/ridge.rst). None (default)
+        solves the full system; the choice is never automatic, since it changes
+        the model.
 
     Attributes
     ----------
@@ -367,6 +479,13 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
     True
     >>> model.coef_.shape, bool(model.alpha_ == model.gcv_["alphas"][np.argmin(model.gcv_["scores"])])
     ((128,), True)
+
+    The low-rank fit (a D x 2 rank sketch instead of D x D) on this smooth
+    target: rank 16 of D = 128 directions predicts as well.
+
+    >>> low = srf.KernelRidge(n_features=128, bandwidth=1.0, rank=16).fit(X, y)
+    >>> bool(np.abs(low.predict(grid) - np.sin(grid[:, 0])).max() < 0.05)
+    True
     """
 
     def fit(
@@ -404,7 +523,12 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
     def fit_from_sketch(
         self, sketch: RegressionSketch | PathOrURL, storage_options: StorageOptions = None
     ) -> KernelRidge:
-        """Solve from a :class:`RegressionSketch` (for instance several sites' merged sketches), or its path/URL.
+        """Solve from a regression sketch (for instance several sites' merged sketches), or its path/URL.
+
+        A :class:`RegressionSketch` gives the full solve (or the top ``rank``
+        eigen-directions when ``rank`` is set); a
+        :class:`~streamrff.NystromRegressionSketch` the low-rank one (see
+        ``rank``).
 
         Returns
         -------
@@ -413,7 +537,8 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
         Raises
         ------
         InputError
-            For another kind of sketch or fewer than 2 samples.
+            For another kind of sketch, fewer than 2 samples, or ``rank``
+            above the sketch's width (or ``sketch_size`` for a low-rank sketch).
         SketchFormatError
             If the path holds no valid sketch.
         """
@@ -458,7 +583,7 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
 
     Parameters
     ----------
-    alpha, n_features, bandwidth, alphas, seed, feature_map
+    alpha, n_features, bandwidth, alphas, seed, feature_map, rank
         As in :class:`KernelRidge`.
 
     Attributes

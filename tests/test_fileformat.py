@@ -488,6 +488,21 @@ def golden_rows() -> np.ndarray:
     return ((np.arange(36.0).reshape(12, 3) * 5) % 7 - 3) / 2
 
 
+def golden_features() -> np.ndarray:
+    """The features of the golden rows, by the RFF recipe: z = m^-1/2 [cos(X W^T / sigma), sin(X W^T / sigma)],
+    W = default_rng(seed).standard_normal((m, d)), m = D / 2 (D = 16, sigma = 1.5, seed 0)."""
+    X, m, sigma = golden_rows(), 8, 1.5
+    W = np.random.default_rng(0).standard_normal((m, 3))
+    phases = X @ W.T / sigma
+    return np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(m)
+
+
+def golden_targets() -> np.ndarray:
+    """The targets of tests/data/make_golden_v1_regression.py (exact binary fractions)."""
+    X = golden_rows()
+    return np.column_stack([X @ np.array([1.0, -0.5, 0.25]), X[:, 0] * X[:, 1]])
+
+
 @pytest.mark.filterwarnings("ignore::streamrff.SketchFormatWarning")  # no attributes digest in v1 golden files
 @pytest.mark.parametrize("name", ["golden_v1_mean.zarr", "golden_v1_mean.zip"])
 def test_golden_v1_mean_sketch_loads_and_matches_numpy(name):
@@ -503,12 +518,8 @@ def test_golden_v1_mean_sketch_loads_and_matches_numpy(name):
         "seed": 0,
     }
     assert sketch.count == 12 and sketch.n_invalid == 0 and sketch.has_moments
-    # Independent recomputation: z = m^-1/2 [cos(X W^T / sigma), sin(X W^T / sigma)],
-    # W = default_rng(seed).standard_normal((m, d)), m = D / 2.
-    X, m, sigma = golden_rows(), 8, 1.5
-    W = np.random.default_rng(0).standard_normal((m, 3))
-    phases = X @ W.T / sigma
-    Z = np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(m)
+    # Independent recomputation (golden_features: the RFF recipe).
+    X, Z = golden_rows(), golden_features()
     # The file holds float64 sums of float32 features.
     np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-6)
     np.testing.assert_allclose(sketch.moment, Z.T @ Z, rtol=0, atol=1e-6)
@@ -540,10 +551,7 @@ def test_golden_v1_nystrom_sketch_loads_and_matches_numpy(name):
     assert (sketch.test_seed, sketch.sketch_size) == (3, 6)
     # Independent recomputation: the RFF recipe of the mean golden file, and the test matrix
     # Omega = PCG64(SeedSequence([seed, 0x4E595354, D, l])).standard_normal((D, l)) / sqrt(D).
-    X, m, sigma = golden_rows(), 8, 1.5
-    W = np.random.default_rng(0).standard_normal((m, 3))
-    phases = X @ W.T / sigma
-    Z = np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(m)
+    Z = golden_features()
     omega = np.random.default_rng(np.random.SeedSequence([3, 0x4E595354, 16, 6])).standard_normal((16, 6)) / 4.0
     np.testing.assert_array_equal(sketch.test_matrix, omega)
     np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-6)
@@ -552,24 +560,40 @@ def test_golden_v1_nystrom_sketch_loads_and_matches_numpy(name):
     assert srf.load(DATA / "golden_v1_nystrom.zarr") == srf.load(DATA / "golden_v1_nystrom.zip")
 
 
+def check_golden_target_sums(sketch: srf.Sketch) -> np.ndarray:
+    """Assert what both golden regression kinds hold: the map of the mean golden file, 12 rows, the feature
+    and target sums of golden_features() and golden_targets(); return the features for the kind's own checks."""
+    assert sketch.spec == srf.load(DATA / "golden_v1_mean.zarr").spec
+    assert (sketch.count, sketch.n_invalid, sketch.n_targets, sketch.target_ndim) == (12, 0, 2, 2)
+    Y, Z = golden_targets(), golden_features()
+    np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-6)
+    assert sketch.squared_norm_sum == pytest.approx(12.0, abs=1e-5)
+    np.testing.assert_allclose(sketch.cross_moment, Z.T @ Y, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(sketch.target_sum, Y.sum(axis=0))
+    np.testing.assert_array_equal(sketch.target_moment, Y.T @ Y)
+    return Z
+
+
 @pytest.mark.filterwarnings("ignore::streamrff.SketchFormatWarning")  # the mean golden file has no digest
 @pytest.mark.parametrize("name", ["golden_v1_regression.zarr", "golden_v1_regression.zip"])
 def test_golden_v1_regression_sketch_loads_and_matches_numpy(name):
     sketch = srf.load(DATA / name)
     assert isinstance(sketch, srf.RegressionSketch)
-    assert sketch.spec == srf.load(DATA / "golden_v1_mean.zarr").spec
-    assert (sketch.count, sketch.n_invalid, sketch.n_targets, sketch.target_ndim) == (12, 0, 2, 2)
     assert sketch.classes is None  # regression targets (and files from before classes were recorded)
-    # Independent recomputation: the RFF recipe of the mean golden file, and the targets of
-    # tests/data/make_golden_v1_regression.py (exact binary fractions).
-    X, m, sigma = golden_rows(), 8, 1.5
-    Y = np.column_stack([X @ np.array([1.0, -0.5, 0.25]), X[:, 0] * X[:, 1]])
-    W = np.random.default_rng(0).standard_normal((m, 3))
-    phases = X @ W.T / sigma
-    Z = np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(m)
-    np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-6)
+    Z = check_golden_target_sums(sketch)
     np.testing.assert_allclose(sketch.moment, Z.T @ Z, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(sketch.cross_moment, Z.T @ Y, rtol=0, atol=1e-5)
-    np.testing.assert_array_equal(sketch.target_sum, Y.sum(axis=0))
-    np.testing.assert_array_equal(sketch.target_moment, Y.T @ Y)
     assert srf.load(DATA / "golden_v1_regression.zarr") == srf.load(DATA / "golden_v1_regression.zip")
+
+
+@pytest.mark.filterwarnings("ignore::streamrff.SketchFormatWarning")  # the Nystrom golden file has no digest
+@pytest.mark.parametrize("name", ["golden_v1_nystrom_regression.zarr", "golden_v1_nystrom_regression.zip"])
+def test_golden_v1_nystrom_regression_sketch_loads_and_matches_numpy(name):
+    sketch = srf.load(DATA / name)
+    assert isinstance(sketch, srf.NystromRegressionSketch)
+    assert (sketch.test_seed, sketch.sketch_size, sketch.classes) == (3, 6, None)
+    Z = check_golden_target_sums(sketch)
+    # The test matrix recipe of the Nystrom golden file.
+    omega = np.random.default_rng(np.random.SeedSequence([3, 0x4E595354, 16, 6])).standard_normal((16, 6)) / 4.0
+    np.testing.assert_array_equal(sketch.test_matrix, omega)
+    np.testing.assert_allclose(sketch.range_sketch, Z.T @ (Z @ omega), rtol=0, atol=1e-6)
+    assert srf.load(DATA / "golden_v1_nystrom_regression.zarr") == srf.load(DATA / "golden_v1_nystrom_regression.zip")

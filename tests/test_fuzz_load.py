@@ -73,6 +73,9 @@ BASES: dict[str, Callable[[], srf.Sketch]] = {
     "nystrom": lambda: srf.NystromSketch.from_rows(
         ROWS, srf.RFF(n_features=8, bandwidth=1.2, seed=1).fit(ROWS), sketch_size=3, test_seed=9
     ),
+    "nystrom-regression": lambda: srf.regression_sketch_array(
+        ROWS, ROWS[:, :2], srf.RFF(n_features=8, bandwidth=1.2, seed=1).fit(ROWS), sketch_size=3, test_seed=9
+    ),
     "twosample": lambda: _two_sample_sketch(),
 }
 

@@ -17,7 +17,7 @@ def test_package_public_names_and_submodules_resolve_in_a_fresh_process():
         "assert not missing, missing\n"
         "assert srf.io.as_row_chunked and srf.engine.sketch is srf.sketch\n"
         "assert sorted(srf.Sketch._registry) == "
-        "['cluster', 'index', 'landmark', 'mean', 'nystrom', 'regression', 'twosample']\n"
+        "['cluster', 'index', 'landmark', 'mean', 'nystrom', 'nystrom-regression', 'regression', 'twosample']\n"
         "assert set(srf.__all__) <= set(dir(srf)) and srf.__version__\n"
         "print('ok')\n"
     )

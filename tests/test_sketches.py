@@ -437,12 +437,13 @@ def _sum_sketch_builders(rff, rows):
         "mean": lambda part, offset: srf.sketch_array(part, rff, moments=True),
         "nystrom": lambda part, offset: srf.NystromSketch.from_rows(part, rff, 8, 1),
         "regression": lambda part, offset: srf.regression_sketch_array(part, part[:, :2], rff),
+        "nystrom-regression": lambda part, offset: srf.regression_sketch_array(part, part[:, :2], rff, sketch_size=8),
         "cluster": lambda part, offset: cluster_sketch_of_chunk(part, rff, centers, centers + 0.01),
         "twosample": lambda part, offset: two_sample_sketch_of_chunk(part, rff, offset, n // 2, n - n // 2, 7, 0),
     }
 
 
-@pytest.mark.parametrize("kind", ["mean", "nystrom", "regression", "cluster", "twosample"])
+@pytest.mark.parametrize("kind", ["mean", "nystrom", "regression", "nystrom-regression", "cluster", "twosample"])
 def test_sum_sketch_merge_many_equals_pairwise_fold_and_numpy_sums(kind):
     rows = np.random.default_rng(7).normal(size=(120, 3))
     rff = srf.RFF(n_features=32, bandwidth=1.0).fit(rows)

@@ -23,11 +23,15 @@ rows). alpha is chosen by generalized cross-validation unless given. Prints alph
 SOURCE). From --sketches, classification prints the R^2 of the +-1 scores instead: the sketches hold
 sums, not rows, so the accuracy needs the labels ('streamrff predict' at a site). The model file is the
 map file plus the coefficients (JSON, no pickle): 'streamrff predict MODEL SOURCE -o out.zarr'.
+For wide maps, --rank K solves on the top K eigen-directions of the feature covariance from a low-rank
+sketch (D x 2K numbers instead of D x D; 'streamrff.KernelRidge(rank=K)'); --sketches then also takes
+low-rank regression sketches.
 
 example: streamrff ridge X.zarr --target y.zarr -o model.json --features 2048
          streamrff ridge X.zarr --target labels.zarr --classify -o model.json
          streamrff ridge --sketches site-a.sketch site-b.sketch -o model.json
          streamrff ridge --sketches a.sketch b.sketch --classify --classes 0,1,2 -o model.json
+         streamrff ridge X.zarr --target y.zarr -o model.json --features 16384 --rank 512
 """
 
 
@@ -61,6 +65,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--alpha", type=alpha_value, default="auto",
         help="ridge penalty, or 'auto': chosen by generalized cross-validation from the sketch (default: auto)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rank", type=options.positive_int, default=None,
+        help="solve on the top K eigen-directions of a low-rank sketch (for wide maps; default: the full D x D "
+        "system, or with --sketches of low-rank sketches half their sketch size)",
     )  # fmt: skip
     options.add_map_file(parser, "--features, --bandwidth and --seed, and with --sketches (they fix the map)")
     options.add_features(parser)
@@ -121,6 +130,22 @@ def training_r2(sketch: Any, coef: Any) -> Any:
         return np.where(total > 0, 1.0 - residual / total, np.nan)
 
 
+def _training_r2(sketch: Any, model: Any) -> Any:
+    """Training R^2 per target from a full regression sketch's sums (:func:`training_r2`); for a low-rank
+    sketch, pooled over targets from the residual sum of squares of :func:`streamrff.ridge_gcv` at the
+    model's alpha and rank (that of the rank-k approximation of the moment, which is all the sketch holds)."""
+    import numpy as np  # here, not at the top: start-up time
+
+    from ..ridge import ridge_gcv
+
+    if sketch.kind == "regression":
+        return training_r2(sketch, np.atleast_2d(model.coef_).T)
+    target_mean = sketch.target_sum / sketch.count
+    total = float(np.sum(np.diag(sketch.target_moment) - sketch.count * target_mean**2))
+    rss = float(ridge_gcv(sketch, [model.alpha_], rank=model.rank)["rss"][0])
+    return np.array([1.0 - rss / total if total > 0 else np.nan])
+
+
 def _finite_or_none(values: Any) -> list[float | None]:
     return [float(value) if math.isfinite(value) else None for value in values]
 
@@ -129,15 +154,15 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
     """The fitted model, and what to report of its training data."""
     import numpy as np  # here, not at the top: start-up time
 
-    from .. import KernelRidge, KernelRidgeClassifier, merge, sketch
-    from ..engine import connect
+    from .. import KernelRidge, KernelRidgeClassifier, merge, nystrom_sketch, sketch
+    from ..engine import connect, fit_map
     from ..maps import RFF
 
     estimator = KernelRidgeClassifier if args.classify else KernelRidge
     if args.sketches is not None:
         sketches = load_checked_sketches(args.sketches, args.storage_options)  # one kind and one map, or refused
         for path, part in zip(args.sketches, sketches):
-            if part.kind != "regression":
+            if part.kind not in ("regression", "nystrom-regression"):
                 from ..errors import InputError
 
                 raise InputError(
@@ -154,12 +179,14 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
                     "The sketches' targets are not +-1 class encodings (every y^2 would be 1). Sketch each site "
                     "with `streamrff sketch SOURCE --target LABELS --classes ...`."
                 )
-            model = estimator(alpha=args.alpha).fit_from_sketch(merged, classes=classes_of(args.classes))
+            model = estimator(alpha=args.alpha, rank=args.rank).fit_from_sketch(
+                merged, classes=classes_of(args.classes)
+            )
         else:
-            model = estimator(alpha=args.alpha).fit_from_sketch(merged)
-        r2 = training_r2(merged, np.atleast_2d(model.coef_).T)
+            model = estimator(alpha=args.alpha, rank=args.rank).fit_from_sketch(merged)
+        r2 = _training_r2(merged, model)
         data = {"sketches": list(args.sketches), "training_r2": _finite_or_none(r2)}
-        what = " of the +-1 scores" if args.classify else ""
+        what = (" of the +-1 scores" if args.classify else "") + _rank_text(model)
         lines = [f"  training R^2{what} (from the sketches' sums): {_r2_text(r2)}"]
         if args.classify:
             lines.append(
@@ -178,7 +205,7 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
         if args.classify:
             from .labels import open_labels
 
-            model = estimator(alpha=args.alpha, **map_options)
+            model = estimator(alpha=args.alpha, rank=args.rank, **map_options)
             model.fit(args.source, args.target, **job)
             predicted = model.predict(args.source, storage_options=args.storage_options)
             labels = open_labels(args.target, args.storage_options).rechunk((predicted.chunks[0],))
@@ -189,11 +216,22 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
         # The sketch is kept for the training R^2: the same pass as KernelRidge.fit (map, target, engine).
         if feature_map is None:
             feature_map = RFF(**map_options)  # KernelRidge's default map
-        regression = sketch(args.source, feature_map, target=args.target, **job)
-    model = estimator(alpha=args.alpha).fit_from_sketch(regression)
-    r2 = training_r2(regression, np.atleast_2d(model.coef_).T)
+        if args.rank is None:
+            regression = sketch(args.source, feature_map, target=args.target, **job)
+        else:  # as KernelRidge(rank=K).fit: the map fitted first (D), then the D x min(D, 2K) sketch
+            fitted = fit_map(feature_map, [args.source], client=client, progress=job["progress"],
+                             storage_options=args.storage_options)  # fmt: skip
+            size = min(fitted.n_features_out_, 2 * args.rank)
+            regression = nystrom_sketch(args.source, fitted, size, seed=fitted.spec.get("seed", 0), target=args.target,
+                                        **job)  # fmt: skip
+    model = estimator(alpha=args.alpha, rank=args.rank).fit_from_sketch(regression)
+    r2 = _training_r2(regression, model)
     data = {"source": args.source, "target": args.target, "training_r2": _finite_or_none(r2)}
-    return model, data, [f"  training R^2 (from the sketch's sums): {_r2_text(r2)}"]
+    return model, data, [f"  training R^2{_rank_text(model)} (from the sketch's sums): {_r2_text(r2)}"]
+
+
+def _rank_text(model: Any) -> str:
+    return "" if model.rank is None else f" (rank {model.rank}, pooled over targets)"
 
 
 def _r2_text(r2: Any) -> str:
