@@ -283,12 +283,17 @@ def _block_sums(block, row_scales, first, offsets, lanes, largest, totals, out):
     width = min(n, row_scales.shape[0] - first)
     largest[:t] = 0.0
     if _sincos.WIDE_VECTORS and t == _TILE_ROWS:
-        for j in range(width):
-            factor = row_scales[first + j]
+        whole = width // _sincos.LANES * _sincos.LANES
+        for j in range(0, whole, _sincos.LANES):  # 16 rows at a time: their lane sums share vector adds
             if offsets.shape[0]:
-                _sincos._wide_row_sums(block, j, factor, offsets[first + j], largest, totals, 3)
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 3, 16)
             else:
-                _sincos._wide_row_sums(block, j, factor, np.float32(0.0), largest, totals, 1)
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 1, 16)
+        for j in range(whole, width):
+            if offsets.shape[0]:
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 3, 1)
+            else:
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 1, 1)
         for j in range(width):
             out[0, j] += totals[0, j]
             out[1, j] += totals[1, j]
