@@ -146,6 +146,49 @@ def _butterflies(typingctx, block, j, half, lane, radix, signs, source):
     return signature, codegen
 
 
+@intrinsic
+def _transpose_square(typingctx, rows, first_row, column, out, lane):
+    """``out[column + i, lane + r] = rows[first_row + r, column + i]`` for ``i, r < 16``: a 16 x 16
+    square of float32 ``rows`` (2-D, unit stride along a row; the caller checks) into the C-contiguous
+    float32 ``out``, in sixteen 16-lane loads, 64 two-vector shuffles (the off-diagonal halves,
+    quarters, ... of the square swapped) and sixteen stores. Moves values only: the same bits."""
+    for array in (rows, out):
+        if not (isinstance(array, types.Array) and array.ndim == 2 and array.dtype == types.float32):
+            return None
+    if out.layout != "C" or rows.layout not in ("C", "A"):
+        return None
+    signature = types.void(rows, first_row, column, out, lane)
+
+    def codegen(context, builder, signature, args):
+        intp = context.get_value_type(types.intp)
+        source = context.make_array(signature.args[0])(context, builder, args[0])
+        row_stride = cgutils.unpack_tuple(builder, source.strides, 2)[0]
+        target = context.make_array(signature.args[3])(context, builder, args[3])
+        target_columns = cgutils.unpack_tuple(builder, target.shape, 2)[1]
+        first, start, offset = (context.cast(builder, args[k], signature.args[k], types.intp) for k in (1, 2, 4))
+        origin = builder.add(builder.ptrtoint(source.data, intp), builder.mul(start, ir.Constant(intp, 4)))
+        values = []
+        for i in range(LANES):
+            address = builder.add(origin, builder.mul(builder.add(first, ir.Constant(intp, i)), row_stride))
+            values.append(builder.load(builder.inttoptr(address, _vector.as_pointer()), align=4))
+        step = LANES // 2
+        while step:
+            keep = [lane if not lane & step else LANES + lane - step for lane in range(LANES)]
+            swap = [lane + step if not lane & step else LANES + lane for lane in range(LANES)]
+            for i in range(LANES):
+                if not i & step:
+                    a, b = values[i], values[i + step]
+                    values[i] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_index, LANES), keep))
+                    values[i + step] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_index, LANES), swap))
+            step //= 2
+        for i, value in enumerate(values):
+            index = builder.add(builder.mul(builder.add(start, ir.Constant(intp, i)), target_columns), offset)
+            builder.store(value, builder.bitcast(builder.gep(target.data, [index]), _vector.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
 def padded_width(n_features_in: int) -> int:
     """The smallest power of two >= ``n_features_in`` (>= 1): the length of the transform.
 

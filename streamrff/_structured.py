@@ -163,7 +163,13 @@ def _transpose_tile(rows, start, t, rows_t):  # pragma: no cover - compiled
     """``rows_t[:, :t] = rows[start:start + t].T`` into a contiguous (d, t) view, returned."""
     d = rows.shape[1]
     view = rows_t.ravel()[: d * t].reshape(d, t)
-    for j in range(d):  # strided reads, contiguous writes: 5x the other order (d = 768, t = 64)
+    squares = 0  # columns moved in 16 x 16 squares of vectors (AVX-512, whole tiles)
+    if _hadamard.WIDE_VECTORS and t % _hadamard.LANES == 0 and rows.strides[1] == 4:
+        squares = d // _hadamard.LANES * _hadamard.LANES
+        for j in range(0, squares, _hadamard.LANES):
+            for r in range(0, t, _hadamard.LANES):
+                _hadamard._transpose_square(rows, start + r, j, view, r)
+    for j in range(squares, d):  # strided reads, contiguous writes: 5x the other order (d = 768, t = 64)
         column = view[j]
         for r in range(t):
             column[r] = rows[start + r, j]

@@ -245,3 +245,17 @@ def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
     sums = np.zeros((2, m))
     structured_feature_sums(X, params, NO_OFFSETS, sums)
     assert np.frombuffer(bytes.fromhex(outputs[0][0])).reshape(2, m).tolist() == sums.tolist()
+
+
+@pytest.mark.parametrize("d", [1, 5, 16, 33, 100, 768])
+def test_transpose_tile_is_numpy_transpose(d):
+    # Whole tiles move in 16 x 16 squares of vectors on AVX-512, the last d mod 16 columns and
+    # tiles of other widths by the loops; every value lands where numpy's transpose puts it.
+    from streamrff._structured import _transpose_tile
+
+    rows = rows_of(100, 2 * d, seed=d)
+    for array in (rows[:, :d], np.ascontiguousarray(rows[:, :d]), rows[:, ::2]):  # strided rows, contiguous, neither
+        for start, t in ((0, 32), (37, 32), (64, 16), (90, 7)):
+            scratch = np.full((d, 32), np.nan, np.float32)
+            view = _transpose_tile(array, start, t, scratch)
+            np.testing.assert_array_equal(view, array[start : start + t].T)
