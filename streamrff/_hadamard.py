@@ -72,14 +72,16 @@ _index = ir.IntType(32)
 
 
 @intrinsic
-def _butterflies(typingctx, block, j, half, lane, radix, signs):
+def _butterflies(typingctx, block, j, half, lane, radix, signs, source):
     """Stages ``half, 2 half, ..., radix half / 2`` of the transform on rows ``j + i half``
     (``i < radix``, a literal power of two up to 16) of the C-contiguous float32 (n, t)
     ``block``, on the 16 lanes from ``lane``, in registers. Every stage is the adds and
     subtractions of :func:`walsh_hadamard_columns` in the same order, so any grouping of the
     stages gives the same bits. ``signs``: None, or a float32 (n,) diagonal of +-1 that row
     ``j + i half`` is multiplied by as it is loaded (exact: the same bits as a pass of
-    :func:`_scale_rows` before)."""
+    :func:`_scale_rows` before). ``source``: None, or a C-contiguous float32 (d, t) array to
+    load the rows from instead of ``block`` (the results still go to ``block``; the caller
+    keeps every row ``j + i half`` below d): a copy into the block fused with the pass."""
     if not isinstance(radix, types.IntegerLiteral) or radix.literal_value not in (2, 4, 8, 16):
         return None
     if not (isinstance(block, types.Array) and block.ndim == 2 and block.dtype == types.float32):
@@ -91,8 +93,13 @@ def _butterflies(typingctx, block, j, half, lane, radix, signs):
         return None
     if not signed and not isinstance(signs, (types.NoneType, types.Omitted)):
         return None
+    copied = isinstance(source, types.Array)
+    if copied and not (source.ndim == 2 and source.dtype == types.float32 and source.layout == "C"):
+        return None
+    if not copied and not isinstance(source, (types.NoneType, types.Omitted)):
+        return None
     size = radix.literal_value
-    signature = types.void(block, j, half, lane, radix, signs)
+    signature = types.void(block, j, half, lane, radix, signs, source)
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
@@ -104,7 +111,16 @@ def _butterflies(typingctx, block, j, half, lane, radix, signs):
             first_row = builder.add(row, builder.mul(step, ir.Constant(intp, i)))
             index = builder.add(builder.mul(first_row, columns), lane_index)
             pointers.append(builder.bitcast(builder.gep(array.data, [index]), _vector.as_pointer()))
-        values = [builder.load(pointer, align=4) for pointer in pointers]
+        loads = pointers
+        if copied:
+            origin = context.make_array(signature.args[6])(context, builder, args[6])
+            origin_columns = cgutils.unpack_tuple(builder, origin.shape, 2)[1]
+            loads = []
+            for i in range(size):
+                first_row = builder.add(row, builder.mul(step, ir.Constant(intp, i)))
+                index = builder.add(builder.mul(first_row, origin_columns), lane_index)
+                loads.append(builder.bitcast(builder.gep(origin.data, [index]), _vector.as_pointer()))
+        values = [builder.load(pointer, align=4) for pointer in loads]
         if signed:
             diagonal = context.make_array(signature.args[5])(context, builder, args[5])
             stride = cgutils.unpack_tuple(builder, diagonal.strides, 1)[0]
@@ -125,6 +141,50 @@ def _butterflies(typingctx, block, j, half, lane, radix, signs):
             bit *= 2
         for pointer, value in zip(pointers, values, strict=True):
             builder.store(value, pointer, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def _transpose_square(typingctx, rows, first_row, column, out, lane):
+    """``out[column + i, lane + r] = rows[first_row + r, column + i]`` for ``i, r < 16``: a 16 x 16
+    square of float32 ``rows`` (2-D, unit stride along a row; the caller checks) into the C-contiguous
+    float32 ``out``, in sixteen 16-lane loads, 64 two-vector shuffles (the off-diagonal halves,
+    quarters, ... of the square swapped) and sixteen stores. Moves values only: the same bits.
+    A 32-row tile: 1.5-1.9x the scalar loops (d = 100, 768, 2000; one core, loaded machine)."""
+    for array in (rows, out):
+        if not (isinstance(array, types.Array) and array.ndim == 2 and array.dtype == types.float32):
+            return None
+    if out.layout != "C" or rows.layout not in ("C", "A"):
+        return None
+    signature = types.void(rows, first_row, column, out, lane)
+
+    def codegen(context, builder, signature, args):
+        intp = context.get_value_type(types.intp)
+        source = context.make_array(signature.args[0])(context, builder, args[0])
+        row_stride = cgutils.unpack_tuple(builder, source.strides, 2)[0]
+        target = context.make_array(signature.args[3])(context, builder, args[3])
+        target_columns = cgutils.unpack_tuple(builder, target.shape, 2)[1]
+        first, start, offset = (context.cast(builder, args[k], signature.args[k], types.intp) for k in (1, 2, 4))
+        origin = builder.add(builder.ptrtoint(source.data, intp), builder.mul(start, ir.Constant(intp, 4)))
+        values = []
+        for i in range(LANES):
+            address = builder.add(origin, builder.mul(builder.add(first, ir.Constant(intp, i)), row_stride))
+            values.append(builder.load(builder.inttoptr(address, _vector.as_pointer()), align=4))
+        step = LANES // 2
+        while step:
+            keep = [lane if not lane & step else LANES + lane - step for lane in range(LANES)]
+            swap = [lane + step if not lane & step else LANES + lane for lane in range(LANES)]
+            for i in range(LANES):
+                if not i & step:
+                    a, b = values[i], values[i + step]
+                    values[i] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_index, LANES), keep))
+                    values[i + step] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_index, LANES), swap))
+            step //= 2
+        for i, value in enumerate(values):
+            index = builder.add(builder.mul(builder.add(start, ir.Constant(intp, i)), target_columns), offset)
+            builder.store(value, builder.bitcast(builder.gep(target.data, [index]), _vector.as_pointer()), align=4)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -184,38 +244,41 @@ def _walsh_hadamard_wide(block):  # pragma: no cover - compiled
         for start in range(0, n, 16 * half):
             for j in range(start, start + half):
                 for lane in range(0, t, LANES):
-                    _butterflies(block, j, half, lane, 16, None)
+                    _butterflies(block, j, half, lane, 16, None, None)
         half *= 16
     if 8 * half == n:
         for j in range(half):
             for lane in range(0, t, LANES):
-                _butterflies(block, j, half, lane, 8, None)
+                _butterflies(block, j, half, lane, 8, None, None)
     elif 4 * half == n:
         for j in range(half):
             for lane in range(0, t, LANES):
-                _butterflies(block, j, half, lane, 4, None)
+                _butterflies(block, j, half, lane, 4, None, None)
     elif 2 * half == n:
         for j in range(half):
             for lane in range(0, t, LANES):
-                _butterflies(block, j, half, lane, 2, None)
+                _butterflies(block, j, half, lane, 2, None, None)
 
 
 @_jit
-def _radix_pass(block, half, radix, signs):  # pragma: no cover - compiled
+def _radix_pass(block, half, radix, signs, source=None, first=0, stop=-1):  # pragma: no cover - compiled
     """Stages ``half .. radix half / 2`` of the transform of a block of 16 k columns, in 16-lane
-    vectors (:func:`_butterflies`; ``signs``: None or the diagonal applied as the rows load)."""
+    vectors (:func:`_butterflies`; ``signs``: None or the diagonal applied as the rows load;
+    ``source``: None or the array the rows load from), on the groups of rows from row ``first``
+    (a multiple of ``radix half``) to ``stop`` (-1: the end)."""
     n, t = block.shape
-    for start in range(0, n, radix * half):
+    end = n if stop < 0 else stop
+    for start in range(first, end, radix * half):
         for j in range(start, start + half):
             for lane in range(0, t, LANES):
                 if radix == 16:
-                    _butterflies(block, j, half, lane, 16, signs)
+                    _butterflies(block, j, half, lane, 16, signs, source)
                 elif radix == 8:
-                    _butterflies(block, j, half, lane, 8, signs)
+                    _butterflies(block, j, half, lane, 8, signs, source)
                 elif radix == 4:
-                    _butterflies(block, j, half, lane, 4, signs)
+                    _butterflies(block, j, half, lane, 4, signs, source)
                 else:
-                    _butterflies(block, j, half, lane, 2, signs)
+                    _butterflies(block, j, half, lane, 2, signs, source)
 
 
 @_jit
@@ -227,20 +290,33 @@ def sorf_columns(columns, signs, block):  # pragma: no cover - compiled
     :func:`_butterflies`: call it when WIDE_VECTORS). The same bits as :func:`sorf_block` on
     the zero-padded rows (every lane sees the same adds in the same order; the signs are
     exact), with each sign diagonal applied by the first pass of its transform as it loads the
-    rows, and the copy in one flat loop: 0.91-0.95x the time of the copy, sign passes and
-    transforms apart (n = 1024, d = 768, t = 32, one core, loaded machine, four runs). Running
-    the first stages on groups of 128 rows held in L1 made no measurable difference there.
+    rows, and the copy into the block done by the first pass too: it loads the groups of 16
+    rows below d from ``columns``; only the last ``d mod 16`` rows are copied, and the padding
+    zeroed, in flat loops. The fused copy: 1.08-1.10x a flat copy of all d rows first (n = 1024,
+    d = 768 and n = 2048, d = 2000, t = 32; 1.01x at n = 128, d = 100; one core, loaded machine,
+    one run), which was itself 0.91-0.95x the time of the copy, sign passes and transforms
+    apart. Running the first stages on groups of 64-256 rows held in L1 made no measurable
+    difference (0.98-1.00x at n = 1024), nor did rows padded to 48 lanes against the cache's
+    set conflicts (slower), nor 32 rows per pass (radix 32: 0.55x, the values spill). Running
+    the last pass of a transform with the first pass of the next one in pieces of 16 rows held
+    in L1 was 1.07x alone at n = 1024 but made no difference to ``structured_feature_sums``
+    (0.95-1.00x), nor did running the third transform's last pass with the sums.
     """
     d, t = columns.shape
     n = block.shape[0]
-    source, target = columns.ravel(), block.ravel()  # flat: row slices would cost more than their copies
-    for i in range(d * t):  # indices from 0: no wrap-around checks, so the loops vectorise
+    loaded = d // LANES * LANES  # the groups of 16 rows that the first pass loads from `columns`
+    source, target = columns.ravel()[loaded * t :], block.ravel()[loaded * t :]  # flat: the loops vectorise
+    for i in range((d - loaded) * t):  # indices from 0: no wrap-around checks
         target[i] = source[i]
-    padding = target[d * t :]
+    padding = target[(d - loaded) * t :]
     for i in range((n - d) * t):
         padding[i] = 0.0
     for k in range(3):
-        _radix_pass(block, 1, 16, signs[k])
+        if k == 0:
+            _radix_pass(block, 1, 16, signs[0], columns, 0, loaded)
+            _radix_pass(block, 1, 16, signs[0], None, loaded)
+        else:
+            _radix_pass(block, 1, 16, signs[k])
         half = 16
         while half < n:
             radix = min(16, n // half)

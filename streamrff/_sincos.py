@@ -203,25 +203,43 @@ def _sincos(x):  # pragma: no cover - compiled
     return (-sin_x if q & 2 else sin_x), (-cos_x if (q + 1) & 2 else cos_x)
 
 
+def _tree_shuffles(count: int, width: int) -> tuple[list[int], list[int]]:
+    """The lanes of two 16-lane vectors (0-15 the first, 16-31 the second) that :func:`_wide_row_sums`
+    adds, ``first + second``, to halve ``count`` partial sums of ``width`` lanes each: the low and
+    the high half of every width-lane segment, the first vector's segment then the second's."""
+    low, high = [], []
+    for segment in range(count):
+        for source in (0, LANES):
+            base = source + segment * width
+            low.extend(range(base, base + width // 2))
+            high.extend(range(base + width // 2, base + width))
+    return low, high
+
+
 @intrinsic
-def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
-    """Row ``j`` of a C-contiguous float32 (n, 32) block of transposed projections: phases
-    ``x = block[j] * factor`` (mode 1) or ``block[j] * factor + offset`` (mode 3), their
-    sin/cos as :func:`_sincos`, ``largest[:32] = max(largest, |x|)``, and ``totals[0, j]``,
-    ``totals[1, j]`` = the sums over the 32 lanes of cos and sin (mode 1) or of cos and cos^2
-    (mode 3), each added as ``v[r] + v[r + 16]`` then by halves (lanes ``r`` and ``r + 8``,
+def _wide_row_sums(typingctx, block, j, row_scales, first, offsets, largest, totals, mode, count):
+    """Rows ``j .. j + count - 1`` (``count``: the literal 1 or 16) of a C-contiguous float32
+    (n, 32) block of transposed projections: phases ``x = block[j + i] * row_scales[first + j + i]``
+    (``mode`` 1; ``offsets`` unused) or that plus ``offsets[first + j + i]`` (mode 3), their
+    sin/cos as :func:`_sincos`, ``largest[:32] = max(largest, |x|)``, and ``totals[0, j + i]``,
+    ``totals[1, j + i]`` = the sums over the 32 lanes of cos and sin (mode 1) or of cos and
+    cos^2 (mode 3), each added as ``v[r] + v[r + 16]`` then by halves (lanes ``r`` and ``r + 8``,
     ``r + 4``, ...): the order of :func:`streamrff._structured._block_sums`' loops, so the
-    same bits. ``totals``: C-contiguous float32 (2, >= n).
+    same bits. With 16 rows the halving runs on two rows' partial sums per vector (each
+    vector add does the adds of both; :func:`_tree_shuffles`), 16 totals stored at once.
+    ``totals``: C-contiguous float32 (2, >= n); ``row_scales``, ``offsets``: float32 vectors.
     """
+    if not isinstance(count, types.IntegerLiteral) or count.literal_value not in (1, LANES):
+        return None
     if not isinstance(mode, types.IntegerLiteral) or mode.literal_value not in (1, 3):
         return None
-    for array, ndim in ((block, 2), (largest, 1), (totals, 2)):
+    for array, ndim in ((block, 2), (row_scales, 1), (offsets, 1), (largest, 1), (totals, 2)):
         if not (isinstance(array, types.Array) and array.ndim == ndim and array.dtype == types.float32):
             return None
     if block.layout != "C" or totals.layout != "C":
         return None
-    kind = mode.literal_value
-    signature = types.void(block, j, factor, offset, largest, totals, mode)
+    n_rows, shifted = count.literal_value, mode.literal_value == 3
+    signature = types.void(block, j, row_scales, first, offsets, largest, totals, mode, count)
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
@@ -234,46 +252,92 @@ def _wide_row_sums(typingctx, block, j, factor, offset, largest, totals, mode):
         def vector_pointer(data, index):
             return builder.bitcast(builder.gep(data, [index]), _vector.as_pointer())
 
+        def shuffle(a, b, lanes):
+            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(i32, len(lanes)), lanes))
+
         block_array = context.make_array(signature.args[0])(context, builder, args[0])
         columns = cgutils.unpack_tuple(builder, block_array.shape, 2)[1]
         row = context.cast(builder, args[1], signature.args[1], types.intp)
-        first = builder.mul(row, columns)
-        scale = splat(context.cast(builder, args[2], signature.args[2], types.float32))
-        shift = splat(context.cast(builder, args[3], signature.args[3], types.float32))
-        largest_data = context.make_array(signature.args[4])(context, builder, args[4]).data
+        scales = context.make_array(signature.args[2])(context, builder, args[2])
+        frequency = builder.add(context.cast(builder, args[3], signature.args[3], types.intp), row)
+        offset_data = context.make_array(signature.args[4])(context, builder, args[4]).data
+        largest_data = context.make_array(signature.args[5])(context, builder, args[5]).data
         fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_vector, [_vector]), "llvm.fabs.v16f32")
-        firsts, seconds = [], []
-        for part in range(2):
-            lane = ir.Constant(intp, part * LANES)
-            x = builder.fmul(builder.load(vector_pointer(block_array.data, builder.add(first, lane)), align=4), scale)
-            if kind == 3:
-                x = builder.fadd(x, shift)
-            largest_pointer = vector_pointer(largest_data, lane)
-            magnitude = builder.call(fabs, [x])
-            current = builder.load(largest_pointer, align=4)
-            bigger = builder.fcmp_ordered(">", magnitude, current)
-            builder.store(builder.select(bigger, magnitude, current), largest_pointer, align=4)
-            sin_x, cos_x = _emit_sincos(builder, x)
-            firsts.append(cos_x)
-            seconds.append(sin_x if kind == 1 else builder.fmul(cos_x, cos_x))
-        totals_array = context.make_array(signature.args[5])(context, builder, args[5])
-        totals_columns = cgutils.unpack_tuple(builder, totals_array.shape, 2)[1]
-        for which, parts in enumerate((firsts, seconds)):
-            total = builder.fadd(parts[0], parts[1])
-            lanes = LANES
-            while lanes > 1:  # (0..7) + (8..15), then (0..3) + (4..7), ...
-                lanes //= 2
-                low, high = (
-                    builder.shuffle_vector(total, total, ir.Constant(ir.VectorType(i32, lanes), picks))
-                    for picks in (list(range(lanes)), list(range(lanes, 2 * lanes)))
+        largest_pointers = [vector_pointer(largest_data, ir.Constant(intp, part * LANES)) for part in range(2)]
+        largest_values = [builder.load(pointer, align=4) for pointer in largest_pointers]
+        sums = []  # per row: the (cos, second) sums of its lanes r and r + 16
+        stack = []  # (width of the partial sums, their vectors); rows merged as a binary counter
+        for i in range(n_rows):
+            index = builder.add(frequency, ir.Constant(intp, i))
+            scale = splat(builder.load(builder.gep(scales.data, [index])))
+            shift = splat(builder.load(builder.gep(offset_data, [index]))) if shifted else None
+            firsts, seconds = [], []
+            for part in range(2):
+                position = builder.add(
+                    builder.mul(builder.add(row, ir.Constant(intp, i)), columns), ir.Constant(intp, part * LANES)
                 )
-                total = builder.fadd(low, high)
-            value = builder.extract_element(total, ir.Constant(i32, 0))
-            index = builder.add(builder.mul(ir.Constant(intp, which), totals_columns), row)
-            builder.store(value, builder.gep(totals_array.data, [index]))
+                x = builder.fmul(builder.load(vector_pointer(block_array.data, position), align=4), scale)
+                if shifted:
+                    x = builder.fadd(x, shift)
+                magnitude = builder.call(fabs, [x])
+                current = largest_values[part]
+                largest_values[part] = builder.select(builder.fcmp_ordered(">", magnitude, current), magnitude, current)
+                sin_x, cos_x = _emit_sincos(builder, x)
+                firsts.append(cos_x)
+                seconds.append(builder.fmul(cos_x, cos_x) if shifted else sin_x)
+            pair = (builder.fadd(firsts[0], firsts[1]), builder.fadd(seconds[0], seconds[1]))
+            if n_rows == 1:
+                sums.append(pair)
+                continue
+            stack.append((LANES, pair))
+            while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
+                (width, high_pair), (_, low_pair) = stack.pop(), stack.pop()
+                low, high = _tree_shuffles(LANES // width, width)
+                merged = tuple(
+                    builder.fadd(shuffle(a, b, low), shuffle(a, b, high))
+                    for a, b in zip(low_pair, high_pair, strict=True)
+                )
+                stack.append((width // 2, merged))
+        for pointer, value in zip(largest_pointers, largest_values, strict=True):
+            builder.store(value, pointer, align=4)
+        totals_array = context.make_array(signature.args[6])(context, builder, args[6])
+        totals_columns = cgutils.unpack_tuple(builder, totals_array.shape, 2)[1]
+        for which in range(2):
+            target = builder.add(builder.mul(ir.Constant(intp, which), totals_columns), row)
+            if n_rows == 1:
+                total = sums[0][which]
+                lanes = LANES
+                while lanes > 1:  # (0..7) + (8..15), then (0..3) + (4..7), ...
+                    lanes //= 2
+                    total = builder.fadd(
+                        shuffle(total, total, list(range(lanes))), shuffle(total, total, list(range(lanes, 2 * lanes)))
+                    )
+                builder.store(
+                    builder.extract_element(total, ir.Constant(i32, 0)), builder.gep(totals_array.data, [target])
+                )
+            else:
+                order = _merged_rows(n_rows)
+                total = shuffle(stack[0][1][which], stack[0][1][which], [order.index(r) for r in range(n_rows)])
+                builder.store(total, vector_pointer(totals_array.data, target), align=4)
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+def _merged_rows(count: int) -> list[int]:
+    """The row whose total each lane of :func:`_wide_row_sums`' last vector holds, after the merges
+    of :func:`_tree_shuffles` in binary-counter order."""
+    stack = []
+    for row in range(count):
+        stack.append((LANES, [row]))
+        while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
+            (width, high_rows), (_, low_rows) = stack.pop(), stack.pop()
+            segments = LANES // width
+            merged = []
+            for segment in range(segments):
+                merged += [low_rows[segment], high_rows[segment]]
+            stack.append((width // 2, merged))
+    return stack[0][1]
 
 
 @_jit

@@ -163,7 +163,13 @@ def _transpose_tile(rows, start, t, rows_t):  # pragma: no cover - compiled
     """``rows_t[:, :t] = rows[start:start + t].T`` into a contiguous (d, t) view, returned."""
     d = rows.shape[1]
     view = rows_t.ravel()[: d * t].reshape(d, t)
-    for j in range(d):  # strided reads, contiguous writes: 5x the other order (d = 768, t = 64)
+    squares = 0  # columns moved in 16 x 16 squares of vectors (AVX-512, whole tiles)
+    if _hadamard.WIDE_VECTORS and t % _hadamard.LANES == 0 and rows.strides[1] == 4:
+        squares = d // _hadamard.LANES * _hadamard.LANES
+        for j in range(0, squares, _hadamard.LANES):
+            for r in range(0, t, _hadamard.LANES):
+                _hadamard._transpose_square(rows, start + r, j, view, r)
+    for j in range(squares, d):  # strided reads, contiguous writes: 5x the other order (d = 768, t = 64)
         column = view[j]
         for r in range(t):
             column[r] = rows[start + r, j]
@@ -283,12 +289,17 @@ def _block_sums(block, row_scales, first, offsets, lanes, largest, totals, out):
     width = min(n, row_scales.shape[0] - first)
     largest[:t] = 0.0
     if _sincos.WIDE_VECTORS and t == _TILE_ROWS:
-        for j in range(width):
-            factor = row_scales[first + j]
+        whole = width // _sincos.LANES * _sincos.LANES
+        for j in range(0, whole, _sincos.LANES):  # 16 rows at a time: their lane sums share vector adds
             if offsets.shape[0]:
-                _sincos._wide_row_sums(block, j, factor, offsets[first + j], largest, totals, 3)
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 3, 16)
             else:
-                _sincos._wide_row_sums(block, j, factor, np.float32(0.0), largest, totals, 1)
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 1, 16)
+        for j in range(whole, width):
+            if offsets.shape[0]:
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 3, 1)
+            else:
+                _sincos._wide_row_sums(block, j, row_scales, first, offsets, largest, totals, 1, 1)
         for j in range(width):
             out[0, j] += totals[0, j]
             out[1, j] += totals[1, j]

@@ -99,10 +99,12 @@ def test_sorf_block_is_the_product_of_three_transforms_and_signs(n):
 
 @pytest.mark.skipif(not _hadamard.WIDE_VECTORS, reason="sorf_columns is compiled for AVX-512 only")
 @pytest.mark.parametrize(
-    ("n", "d"), [(16, 16), (32, 20), (128, 128), (256, 200), (1024, 768), (2048, 1025), (4096, 4096)]
+    ("n", "d"),
+    [(16, 5), (16, 16), (32, 20), (64, 33), (128, 128), (256, 200), (1024, 768), (2048, 1025), (4096, 4096)],
 )
 def test_sorf_columns_is_sorf_block_of_the_padded_rows_bit_for_bit(n, d):
-    # The fused transform (copy, padding and signs in the transforms' passes) against the three plain
+    # The fused transform (copy, padding and signs in the transforms' passes; d below, at and above a
+    # multiple of 16, where the first pass loads the rows from `columns`) against the three plain
     # transforms on the zero-padded block (one extra column: the loops, not the vectors), and both
     # against the float64 matrix product.
     rng = np.random.default_rng(n + d)

@@ -212,6 +212,8 @@ def test_structured_params_unknown_method():
 def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
     # On AVX-512 the transforms, sin/cos and tile sums run in 16-lane vectors; a portable numba
     # target ("generic") runs the loops. Same operations in the same order: the same bits.
+    # m = 300: blocks of 128, 128 and 44 frequencies (44: two groups of 16 rows of the block's lane
+    # sums and 12 rows alone); both variants (the cos+phase one sums cos and cos^2).
     d, m = 100, 300
     X = rows_of(130, d, seed=9)
     code = (
@@ -219,10 +221,13 @@ def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
         "from streamrff._structured import structured_feature_sums, structured_features, structured_params\n"
         "X = np.frombuffer(bytes.fromhex(sys.argv[1]), np.float32).reshape(130, 100).copy()\n"
         "params = structured_params(np.random.default_rng(1), 100, 300, 4.0)\n"
-        "sums = np.zeros((2, 300))\n"
-        "structured_feature_sums(X, params, np.zeros(0, np.float32), sums)\n"
-        "features = structured_features(X, params, np.zeros(0, np.float32), 0.5, np.empty((130, 600), np.float32))\n"
-        "print(sums.tobytes().hex(), features.tobytes().hex())"
+        "phases = np.random.default_rng(2).uniform(0, 2 * np.pi, 300).astype(np.float32)\n"
+        "for offsets in (np.zeros(0, np.float32), phases):\n"
+        "    sums = np.zeros((2, 300))\n"
+        "    structured_feature_sums(X, params, offsets, sums)\n"
+        "    out = np.empty((130, 300 if offsets.shape[0] else 600), np.float32)\n"
+        "    features = structured_features(X, params, offsets, 0.5, out)\n"
+        "    print(sums.tobytes().hex(), features.tobytes().hex())"
     )
     env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_CPU")}
     outputs = []
@@ -235,8 +240,22 @@ def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
             check=True,
         )
         outputs.append(result.stdout.split())
-    assert outputs[0] == outputs[1]
+    assert len(outputs[0]) == 4 and outputs[0] == outputs[1]
     params = structured_params(np.random.default_rng(1), d, m, 4.0)
     sums = np.zeros((2, m))
     structured_feature_sums(X, params, NO_OFFSETS, sums)
     assert np.frombuffer(bytes.fromhex(outputs[0][0])).reshape(2, m).tolist() == sums.tolist()
+
+
+@pytest.mark.parametrize("d", [1, 5, 16, 33, 100, 768])
+def test_transpose_tile_is_numpy_transpose(d):
+    # Whole tiles move in 16 x 16 squares of vectors on AVX-512, the last d mod 16 columns and
+    # tiles of other widths by the loops; every value lands where numpy's transpose puts it.
+    from streamrff._structured import _transpose_tile
+
+    rows = rows_of(100, 2 * d, seed=d)
+    for array in (rows[:, :d], np.ascontiguousarray(rows[:, :d]), rows[:, ::2]):  # strided rows, contiguous, neither
+        for start, t in ((0, 32), (37, 32), (64, 16), (90, 7)):
+            scratch = np.full((d, 32), np.nan, np.float32)
+            view = _transpose_tile(array, start, t, scratch)
+            np.testing.assert_array_equal(view, array[start : start + t].T)
