@@ -29,7 +29,7 @@ from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .checkpoint import PartialSlot, chunk_identities, load_partial, open_checkpoint
 from .errors import InputError, SketchFormatError
 from .io import RowSource, chunk_digest, open_source, open_sources
-from .maps import FeatureMap
+from .maps import RFF, FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
 from .regression import NystromRegressionSketch, RegressionSketch, regression_sketch_of_chunk
 from .sampling import bottom_k, row_keys
@@ -61,6 +61,7 @@ def _chunk_task(
     kernel: ChunkKernel,
     on_invalid: str,
     slot: PartialSlot | None,
+    shows_non_finite: Callable[[Sketch], bool] | None = None,
 ) -> Sketch:
     rows = np.asarray(block)
     if slot is not None and slot.identity is None:  # a dask chunk: its identity is its content, known now
@@ -70,25 +71,57 @@ def _chunk_task(
     if rows.dtype not in (np.float32, np.float64):
         rows = rows.astype(np.float64)
     valid = None
-    if not all_finite(rows):  # one compiled pass first: per-row flags cost 6x as much
-        finite = np.isfinite(rows).all(axis=1)
+    if shows_non_finite is not None:
+        # The kernel's result is non-finite whenever a row is: look at the rows only then (the
+        # result of finite rows that overflow is kept, as the check-first path keeps it).
+        partial = kernel(rows, row_offset, None)
+        if not shows_non_finite(partial) or all_finite(rows):
+            return _saved(partial, slot)
+        valid = _finite_rows(rows, where, on_invalid)
+    elif not all_finite(rows):  # one compiled pass first: per-row flags cost 6x as much
+        valid = _finite_rows(rows, where, on_invalid)
+    return _saved(kernel(rows if valid is None else rows[valid], row_offset, valid), slot)
+
+
+def _finite_rows(rows: np.ndarray, where: tuple[str, int, int], on_invalid: str) -> np.ndarray:
+    """Which rows of a chunk holding NaN or inf are finite; raises naming the chunk and its first bad row
+    unless ``on_invalid`` is "skip"."""
+    finite = np.isfinite(rows).all(axis=1)
+    if on_invalid != "skip":
         bad = np.flatnonzero(~finite)
-        if on_invalid != "skip":
-            name, chunk_index, local_start = where
-            hint = (
-                "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows."
-                if on_invalid == "raise"
-                else "Clean the data first: this analysis needs every row."
-            )
-            raise InputError(
-                f"NaN or inf in {bad.size} row(s) of {name} chunk {chunk_index} (rows {local_start}.."
-                f"{local_start + rows.shape[0] - 1}); first bad row: {name} row {local_start + int(bad[0])}. {hint}"
-            )
-        valid = finite
-    partial = kernel(rows if valid is None else rows[valid], row_offset, valid)
+        name, chunk_index, local_start = where
+        hint = (
+            "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows."
+            if on_invalid == "raise"
+            else "Clean the data first: this analysis needs every row."
+        )
+        raise InputError(
+            f"NaN or inf in {bad.size} row(s) of {name} chunk {chunk_index} (rows {local_start}.."
+            f"{local_start + rows.shape[0] - 1}); first bad row: {name} row {local_start + int(bad[0])}. {hint}"
+        )
+    return finite
+
+
+def _saved(partial: Sketch, slot: PartialSlot | None) -> Sketch:
     if slot is not None:
         slot.save(partial)
     return partial
+
+
+def _feature_sum_not_finite(partial: MeanSketch) -> bool:
+    return not bool(np.isfinite(partial.feature_sum).all())
+
+
+def _sums_show_non_finite(feature_map: FeatureMap, dtype: np.dtype, method: str) -> bool:
+    """Whether a mean sketch's feature sum is non-finite whenever a row of its chunk is (NaN or inf).
+
+    So for RFF maps, dense or structured, with float32 features (compiled, no warnings) on the
+    direct path ("auto" takes it for non-finite rows): a NaN in a row makes every phase it enters
+    NaN, an inf makes them infinite or NaN, and the sine and cosine of either are NaN, which
+    every sum keeps. Saves a pass over the chunk: 104 ns per row at d = 768 (3.8% of the
+    structured kernel at D = 4096; one core).
+    """
+    return isinstance(feature_map, RFF) and dtype == np.float32 and method != "nufft"
 
 
 def _merge_group(*partials: Sketch) -> Sketch:
@@ -108,6 +141,7 @@ def run_chunks(
     retries: int = 3,
     chunk_filter: Callable[[int, int], bool] | None = None,
     names: Sequence[str] | None = None,
+    shows_non_finite: Callable[[Sketch], bool] | None = None,
 ) -> Sketch:
     """Apply ``kernel`` to every row chunk of ``sources`` (pooled, in order) and tree-merge the partials.
 
@@ -121,6 +155,9 @@ def run_chunks(
     only the chunks that hold sampled rows). ``names`` label the sources in
     error messages (default: each source's name); ``on_invalid="require"`` fails on NaN/inf
     rows without suggesting to skip them (for analyses that need every row).
+    ``shows_non_finite(partial)``, for a kernel whose result is non-finite
+    whenever a row is, replaces the finiteness pass over every chunk by a
+    look at the kernel's result; rows are checked only when it says so.
     """
     if on_invalid not in (*_ON_INVALID, "require"):
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
@@ -158,7 +195,8 @@ def run_chunks(
                 partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
                 reused += 1
                 continue
-            partials.append(dask.delayed(_chunk_task, pure=True)(block, offset, where, kernel_key, on_invalid, slot))
+            task = dask.delayed(_chunk_task, pure=True)
+            partials.append(task(block, offset, where, kernel_key, on_invalid, slot, shows_non_finite))
         logger.info(
             "sketching %d chunk(s): %d from checkpoint, %d to compute%s", len(blocks), reused, len(blocks) - reused,
             " or from checkpoint as read" if any(slot and slot.identity is None for slot in slots) else "",
@@ -586,6 +624,7 @@ def sketch(
         kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=moments, dtype=dtype, method=method)
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
         kind: type[MeanSketch] = MeanSketch
+        shows_non_finite = _feature_sum_not_finite if _sums_show_non_finite(fitted, dtype, method) else None
         if target is not None:
             source, columns = _join_target(
                 source, target, fitted, chunk_rows, True, active, storage_options, sample_dim
@@ -593,12 +632,12 @@ def sketch(
             kernel = functools.partial(_regression_kernel, feature_map=fitted, dtype=dtype, **columns)
             n_targets = source.shape[1] - columns["n_columns"]
             job = f"regression-{fitted.fingerprint[:20]}-{n_targets}-{on_invalid}"
-            kind = RegressionSketch
+            kind, shows_non_finite = RegressionSketch, None
         return _run_job(
             source, fitted, kernel, job, dtype, kind, active,
             plan=chunk_rows is None and target is None, moments=moments, on_invalid=on_invalid,
             split_every=split_every, progress=progress, checkpoint=checkpoint, storage_options=storage_options,
-            retries=retries,
+            retries=retries, shows_non_finite=shows_non_finite,
         )  # fmt: skip
 
 
@@ -724,9 +763,10 @@ def _check_job_options(split_every: Any, on_invalid: Any) -> None:
 def _run_job(
     source: RowSource, feature_map: FeatureMap, kernel: ChunkKernel, job: str, dtype: np.dtype, kind: type[Sketch],
     client: Any, *, plan: bool, moments: bool, on_invalid: str, split_every: int, progress: bool, checkpoint: Any,
-    storage_options: StorageOptions, retries: int,
+    storage_options: StorageOptions, retries: int, shows_non_finite: Callable[[Sketch], bool] | None = None,
 ) -> Any:  # fmt: skip
-    """Run a sketch job over ``source``'s chunks, planned first if ``plan``; ``job`` names its checkpoint partials."""
+    """Run a sketch job over ``source``'s chunks, planned first if ``plan``; ``job`` names its checkpoint partials
+    (``shows_non_finite``: see :func:`run_chunks`)."""
     if plan:
         source = _plan_chunks(source, feature_map.n_features_out_, moments, client)
     if dtype == np.float64:
@@ -743,6 +783,7 @@ def _run_job(
         checkpoint_job=job,
         storage_options=storage_options,
         retries=retries,
+        shows_non_finite=shows_non_finite,
     )
     if not isinstance(result, kind):  # pragma: no cover - defensive: the kernels return this kind
         raise SketchFormatError(f"Internal error: expected a {kind.__name__}, got {type(result).__name__}.")

@@ -9,6 +9,7 @@ moto's S3 server.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -26,7 +27,14 @@ import zarr
 from scipy.spatial.distance import pdist
 
 import streamrff as srf
-from streamrff.engine import auto_chunk_rows, fit_map_and_sample, landmark_sample, run_chunks
+from streamrff.engine import (
+    _feature_sum_not_finite,
+    _mean_kernel,
+    auto_chunk_rows,
+    fit_map_and_sample,
+    landmark_sample,
+    run_chunks,
+)
 from streamrff.errors import InputError, SourceError
 from streamrff.io import open_source
 from streamrff.sampling import MEDIAN_SAMPLE_ROWS, row_keys
@@ -509,6 +517,62 @@ def test_sketch_skip_counts_invalid_rows_and_sums_finite_ones():
         result.feature_sum, expected.feature_sum, rtol=0, atol=1e-6 * np.abs(expected.feature_sum).max()
     )
     np.testing.assert_allclose(result.moment, expected.moment, rtol=0, atol=1e-6 * np.abs(expected.moment).max())
+
+
+# RFF sums with float32 features take no finiteness pass: a chunk's rows are checked only when its
+# feature sum comes out non-finite. Bad values in the first, a middle and the last column, in the
+# first and the last row of chunks, for dense and structured maps (d = 100 is padded to 128).
+_BAD_CELLS = ([0, 999, 1_000, 2_345, 2_999], [0, 57, 99, 3, 99], [np.nan, np.inf, -np.inf, np.nan, np.inf])
+
+
+@pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")
+@pytest.mark.parametrize("structured", [False, True], ids=["dense", "structured"])
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+@pytest.mark.parametrize("moments", [False, True], ids=["sums", "moments"])
+def test_rff_sketch_without_finiteness_pass_skips_and_raises_like_numpy(structured, variant, moments):
+    rows = np.random.default_rng(5).standard_normal((3_000, 100)).astype(np.float32)
+    bad_rows, bad_columns, values = _BAD_CELLS
+    rows[bad_rows, bad_columns] = values
+    finite = np.isfinite(rows).all(axis=1)
+    fitted = srf.RFF(n_features=256, bandwidth=10.0, variant=variant, structured=structured, seed=2).fit(rows[1:2])
+
+    result = srf.sketch(rows, fitted, moments=moments, chunk_rows=1_000, on_invalid="skip")
+
+    assert (result.count, result.n_invalid) == (3_000 - 5, 5)
+    features = fitted.transform(rows[finite]).astype(np.float64)  # numpy on the finite rows
+    expected = features.sum(axis=0)
+    np.testing.assert_allclose(result.feature_sum, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+    assert result.squared_norm_sum == pytest.approx(float((features**2).sum()), rel=1e-6)
+    if moments:
+        gram = features.T @ features
+        np.testing.assert_allclose(result.moment, gram, rtol=0, atol=1e-6 * np.abs(gram).max())
+    for chunk, n_bad, first_bad in [(0, 2, 0), (1, 1, 1_000), (2, 2, 2_345)]:
+        one_bad_chunk = np.where(finite[:, None] | (np.arange(3_000) // 1_000 == chunk)[:, None], rows, 0.0)
+        message = rf"{n_bad} row\(s\) of data chunk {chunk} \(rows .*\); first bad row: data row {first_bad}\."
+        with pytest.raises(InputError, match=message):
+            srf.sketch(one_bad_chunk, fitted, moments=moments, chunk_rows=1_000)
+
+
+def test_rff_sketch_without_finiteness_pass_equals_the_check_first_pass_bit_for_bit():
+    rows = X.copy()
+    rows[[10, 4_100, 4_321, 19_999], [0, 1, 1, 7]] = [np.nan, np.inf, -np.inf, np.nan]
+    fitted = srf.RFF(n_features=128, bandwidth=2.0, seed=4).fit(X[:1])
+    kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=False)
+    for data in (X, rows):
+        source = open_source(data, chunk_rows=1_000)
+        check_first = run_chunks([source], kernel, on_invalid="skip")
+        folded = run_chunks([source], kernel, on_invalid="skip", shows_non_finite=_feature_sum_not_finite)
+        assert folded.feature_sum.tobytes() == check_first.feature_sum.tobytes()
+        assert (folded.count, folded.n_invalid) == (check_first.count, check_first.n_invalid)
+
+
+def test_rff_sketch_of_finite_rows_that_overflow_is_not_an_input_error():
+    rows = np.full((40, 3), 3e38, np.float32)  # finite, but their phases overflow to inf
+    fitted = srf.RFF(n_features=16, bandwidth=0.1, seed=0).fit(rows[:1])
+
+    result = srf.sketch(rows, fitted, chunk_rows=20)
+
+    assert (result.count, result.n_invalid) == (40, 0)
 
 
 def test_sketch_fitted_map_of_other_width_is_rejected():

@@ -10,6 +10,7 @@ Convention: k(x, y) = exp(-||x - y||^2 / (2 sigma^2)), sigma = bandwidth.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -349,6 +350,25 @@ def test_jl_different_seeds_different_fingerprints(rows):
         for seed in range(1, 5)
     }
     assert len(fingerprints) == 9
+
+
+@pytest.mark.filterwarnings("ignore::streamrff.BiasWarning")  # structured blocks on 5 columns: irrelevant here
+@pytest.mark.parametrize("structured", [False, True])
+def test_fingerprint_is_sha256_of_spec_and_parameters_on_every_call(rows, structured):
+    feature_map = srf.RFF(n_features=64, bandwidth=1.0, structured=structured, seed=3).fit(rows)
+    reference = hashlib.sha256(json.dumps(feature_map.spec, sort_keys=True, separators=(",", ":")).encode())
+    for name, array in sorted(feature_map._params().items()):
+        reference.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
+        reference.update(np.ascontiguousarray(array).tobytes())
+    assert [feature_map.fingerprint for _ in range(3)] == [reference.hexdigest()] * 3
+
+
+def test_kjl_fingerprint_tells_landmarks_apart_under_one_spec(rows):
+    first = srf.KJL(n_landmarks=20, n_components=4, bandwidth=1.0, seed=0).fit(rows[:40])
+    second = srf.KJL(n_landmarks=20, n_components=4, bandwidth=1.0, seed=0).fit(rows[40:80])
+    assert first.spec == second.spec
+    assert not np.array_equal(first.landmarks_, second.landmarks_)
+    assert first.fingerprint != second.fingerprint
 
 
 def test_rff_parameters_change_fingerprint(rows):
