@@ -154,8 +154,8 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
     """The fitted model, and what to report of its training data."""
     import numpy as np  # here, not at the top: start-up time
 
-    from .. import KernelRidge, KernelRidgeClassifier, merge, nystrom_sketch, sketch
-    from ..engine import connect, fit_map
+    from .. import KernelRidge, KernelRidgeClassifier, merge
+    from ..engine import connect
     from ..maps import RFF
 
     estimator = KernelRidgeClassifier if args.classify else KernelRidge
@@ -213,17 +213,11 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
             accuracy = int(correct.compute() if client is None else client.compute(correct).result()) / model.n_samples_
             data = {"source": args.source, "target": args.target, "training_accuracy": accuracy}
             return model, data, [f"  training accuracy: {accuracy:.4f} (a second pass over {args.source})"]
-        # The sketch is kept for the training R^2: the same pass as KernelRidge.fit (map, target, engine).
+        # The sketch is kept for the training R^2: KernelRidge.fit's own pass (map, target, rank, engine).
         if feature_map is None:
             feature_map = RFF(**map_options)  # KernelRidge's default map
-        if args.rank is None:
-            regression = sketch(args.source, feature_map, target=args.target, **job)
-        else:  # as KernelRidge(rank=K).fit: the map fitted first (D), then the D x min(D, 2K) sketch
-            fitted = fit_map(feature_map, [args.source], client=client, progress=job["progress"],
-                             storage_options=args.storage_options)  # fmt: skip
-            size = min(fitted.n_features_out_, 2 * args.rank)
-            regression = nystrom_sketch(args.source, fitted, size, seed=fitted.spec.get("seed", 0), target=args.target,
-                                        **job)  # fmt: skip
+        sketcher = estimator(rank=args.rank, feature_map=feature_map, seed=feature_map.get_params().get("seed", 0))
+        regression = sketcher._sketch(args.source, args.target, **job)
     model = estimator(alpha=args.alpha, rank=args.rank).fit_from_sketch(regression)
     r2 = _training_r2(regression, model)
     data = {"source": args.source, "target": args.target, "training_r2": _finite_or_none(r2)}
