@@ -5,8 +5,10 @@ Both passes are ``srf.sketch`` calls with the same options, one after the other 
 * dense      - ``srf.sketch(source, RFF(n_features=D, bandwidth=sqrt(d)))``;
 * structured - ``srf.sketch(source, RFF(n_features=D, bandwidth=sqrt(d), structured=True))``
                (d padded to a power of two, D/2 frequencies in SORF blocks);
-* read       - reading and decoding the chunks alone (zarr only, a dask pass that touches every
-               chunk): the floor a pass can reach.
+* read       - reading and decoding the chunks alone (zarr only, a dask pass over ``da.from_zarr``
+               that touches every chunk): the floor a pass can reach through zarr;
+* engine read - the same pass over the array as the engine reads it (``srf.open_source``: whole
+               stored chunks decompressed directly, ``streamrff._chunkread``).
 
 for rows in memory (a numpy array, chunked by ``--chunk-rows``) and for a zarr array written by
 ``dask.array.to_zarr`` (zarr 3's default zstd codec). Prints rows/s and structured/dense ratios for
@@ -83,7 +85,7 @@ def timed_sketch(repeat: int, source, feature_map: srf.RFF, chunk_rows: int | No
 def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: int, repeat: int) -> None:
     print(f"srf.sketch pass, {n_rows} rows, chunks of {chunk_rows} rows: rows/s, seconds and ratios")
     print("(ratio: structured over dense speed; read: a pass that only reads and decodes the zarr chunks)")
-    columns = ("dense", "structured", "ratio", "read", "dense s", "struct s", "read s", "struct/read")
+    columns = ("dense", "structured", "ratio", "read", "dense s", "struct s", "read s", "struct/read", "engine read s")
     print(f"{'d':>5} {'D':>5} {'source':>7} " + " ".join(f"{name:>11}" for name in columns))
     with tempfile.TemporaryDirectory() as folder:
         for d in dims:
@@ -102,16 +104,18 @@ def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: i
                     dense_norm = float(np.sum(dense_sketch.feature_sum**2)) / n_rows**2
                     structured_norm = float(np.sum(structured_sketch.feature_sum**2)) / n_rows**2
                     assert abs(dense_norm - structured_norm) < 0.1, (dense_norm, structured_norm)
-                    read = read_time = read_ratio = ""
+                    read = read_time = read_ratio = engine_read = ""
                     if name == "zarr":
                         read_seconds = timed_read(repeat, da.from_zarr(path))
                         read = f"{n_rows / read_seconds:.0f}"
                         read_time = f"{read_seconds:.3f}"
                         read_ratio = f"{structured_seconds / read_seconds:.2f}"
+                        engine_read = f"{timed_read(repeat, srf.open_source(path).array):.3f}"
                     print(
                         f"{d:5d} {n_features:5d} {name:>7} {n_rows / dense_seconds:11.0f} "
                         f"{n_rows / structured_seconds:11.0f} {dense_seconds / structured_seconds:11.2f} "
-                        f"{read:>11} {dense_seconds:11.3f} {structured_seconds:11.3f} {read_time:>11} {read_ratio:>11}"
+                        f"{read:>11} {dense_seconds:11.3f} {structured_seconds:11.3f} {read_time:>11} {read_ratio:>11} "
+                        f"{engine_read:>13}"
                     )
 
 

@@ -16,7 +16,8 @@ all cores, and a distributed LocalCluster of 1 against ``cores`` single-threaded
 (the issue's target: 2 workers/threads >= 1.7x one).
 
 First, the parts of the pass at ``--parts-dim`` x ``--parts-features`` (d = 32, D = 1024 by default),
-each per row on one core in CPU time with one BLAS thread: decode (zarr read + zstd, on zarr's threads),
+each per row on one core in CPU time with one BLAS thread: decode (whole stored chunks read and decompressed
+as the engine reads them, ``streamrff._chunkread``; zarr's own read of the array, on zarr's threads, beside it),
 the projection GEMM in the kernel's tiles, the compiled sin/cos (``sincos_features``) on those tiles,
 numpy's float32 ``cos`` + ``sin`` on them, the fused sum kernel (``sincos_feature_sums``: GEMM + sin/cos +
 column sums, as a ratio to GEMM + sin/cos), the SYRK of a features tile in cache and the moments kernel
@@ -43,6 +44,7 @@ import zarr
 import streamrff as srf
 from streamrff import _sincos
 from streamrff._blas import one_blas_thread
+from streamrff._chunkread import ChunkRows
 from streamrff._moments import _moment_tile_rows
 from streamrff.maps.fourier import _MIN_PROJECTION_ROWS
 from streamrff.sketches import mean_sketch_of_chunk
@@ -179,6 +181,11 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
         for start in range(0, chunk.shape[0], tile):
             np.dot(chunk[start : start + tile], frequencies, phases)
 
+    def direct_decode() -> None:  # whole stored chunks, as the engine reads them
+        reader = ChunkRows(zarr.open_array(path, mode="r"))
+        for start in range(0, rows, reader.chunks[0]):
+            reader[start : min(rows, start + reader.chunks[0]), 0:d]
+
     def numpy_sincos() -> None:
         np.cos(phases, out=features[:, :m])
         np.sin(phases, out=features[:, m:])
@@ -189,7 +196,8 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
     with one_blas_thread():
         gemm()
         part = {
-            "decode": per_row(cpu_seconds(lambda: zarr.open_array(path, mode="r")[...]), rows),
+            "zarr read": per_row(cpu_seconds(lambda: zarr.open_array(path, mode="r")[...]), rows),
+            "decode": per_row(cpu_seconds(direct_decode), rows),
             "GEMM": per_row(cpu_seconds(gemm), chunk.shape[0]),
             "sin/cos": per_row(cpu_seconds(lambda: _sincos.sincos_features(phases, scale, features), 50), tile),
             "numpy": per_row(cpu_seconds(numpy_sincos, 50), tile),
@@ -206,7 +214,8 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
     sincos = part["GEMM"] + part["sin/cos"]
     syrk_share = part["moments"] - part["embed"]
     print(f"parts per row on one core (d = {d}, D = {D}; CPU time, one BLAS thread; {tile}-row tiles)")
-    print(f"  {'decode (zarr read + zstd)':40} {part['decode']:9.0f} ns")
+    print(f"  {'decode (whole chunks, as the engine reads)':40} {part['decode']:9.0f} ns")
+    print(f"  {'zarr read of the array (read + zstd)':40} {part['zarr read']:9.0f} ns")
     print(f"  {'projection GEMM':40} {part['GEMM']:9.0f} ns")
     print(f"  {'sin/cos (compiled)':40} {part['sin/cos']:9.0f} ns   {part['numpy'] / part['sin/cos']:.2f}x numpy's")
     print(f"  {'numpy float32 cos + sin':40} {part['numpy']:9.0f} ns")
@@ -217,15 +226,19 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
         f"  {'moments kernel (embed + SYRK + sums)':40} {part['moments']:9.0f} ns   "
         f"SYRK share {syrk_share:.0f} ns: {part['SYRK'] / syrk_share:.2f} of the in-cache rate"
     )
-    print(f"{'path':>8} {'limit s':>8} {'measured s':>10} {'fraction':>8} {'rows/s':>10} {'threads busy':>12}")
+    print("limit: decode + GEMM + sin/cos [+ SYRK] on every core, with the engine's decode (and with zarr's read)")
+    print(
+        f"{'path':>8} {'limit s':>8} {'measured s':>10} {'fraction':>8} {'zarr-read limit s':>17} {'fraction':>8} "
+        f"{'rows/s':>10} {'threads busy':>12}"
+    )
     for moments in (False, True):
-        per_core = part["decode"] + sincos + (part["SYRK"] if moments else 0.0)
-        limit = rows * per_core * 1e-9 / cores
+        compute = sincos + (part["SYRK"] if moments else 0.0)
+        limit, zarr_limit = (rows * (decode + compute) * 1e-9 / cores for decode in (part["decode"], part["zarr read"]))
         srf.sketch(path, rff, moments=moments)  # warm up
         measured, busy = timed_pass(lambda: srf.sketch(path, rff, moments=moments), cores, 2 if moments else 5)
         print(
             f"{'moments' if moments else 'sums':>8} {limit:>8.3f} {measured:>10.3f} {limit / measured:>8.2f} "
-            f"{rows / measured:>10.0f} {busy:>12.2f}"
+            f"{zarr_limit:>17.3f} {zarr_limit / measured:>8.2f} {rows / measured:>10.0f} {busy:>12.2f}"
         )
 
 

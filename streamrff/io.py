@@ -26,6 +26,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ._chunkread import ChunkRows
 from ._connection import connect
 from .errors import InputError, SourceError
 from .typing import StorageOptions
@@ -361,7 +362,7 @@ def open_source(
         zarr_array = open_zarr_array(os.fspath(source), storage_options)
         if zarr_array.path:
             location = location.rstrip("/") + "/" + zarr_array.path
-        array = da.from_zarr(zarr_array)
+        array = _zarr_rows(zarr_array)
     else:
         array = _as_array(source, sample_dim, allow_vector)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(
@@ -430,6 +431,17 @@ def as_row_chunked(
 def _absolute_location(url: str) -> str:
     location = url[len("file://") :] if url.startswith("file://") else url
     return location if _is_remote(location) else os.path.abspath(location)
+
+
+def _zarr_rows(zarr_array: Any) -> da.Array:
+    """The stored array as dask reads it, one task per stored chunk, whole row chunks decoded
+    without zarr's extra copies (:class:`streamrff._chunkread.ChunkRows`)."""
+    from dask.base import tokenize
+
+    rows = ChunkRows(zarr_array)
+    return da.from_array(
+        rows, chunks=rows.chunks, name="from-zarr-" + tokenize(rows), meta=np.empty((0,) * rows.ndim, rows.dtype)
+    )
 
 
 def _row_views(rows: np.ndarray, chunk_rows: int | None) -> da.Array:
