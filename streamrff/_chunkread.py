@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import SourceError
 
-__all__ = ["ChunkRows"]
+__all__ = ["ChunkRows", "frame_content_size"]
 
 
 def _direct_codec(zarr_array: Any) -> Any:
@@ -120,9 +120,13 @@ class ChunkRows:
         stored = sync((self.zarr_array.store_path / key).get(prototype=default_buffer_prototype()))
         if stored is None:  # never written: zarr's fill value, as zarr reads it
             return np.full((n_rows, self.shape[1]), self.zarr_array.fill_value, self.dtype)
+        compressed = stored.as_numpy_array()
         chunk = np.empty(self.chunks, self.dtype)  # edge chunks are stored whole
         try:
-            self._codec.decode(stored.as_numpy_array(), out=chunk)
+            size = frame_content_size(compressed)
+            if size != chunk.nbytes:  # numcodecs would fill only the start of a larger output
+                raise ValueError(f"the zstd frame holds {size} bytes, not {chunk.nbytes}")
+            self._codec.decode(compressed, out=chunk)
         except Exception as error:  # numcodecs raises RuntimeError/ValueError for corrupt or short data
             raise SourceError(
                 f"Cannot decode chunk {key!r} of the zarr array at {self.zarr_array.store_path}: "
@@ -130,3 +134,28 @@ class ChunkRows:
                 f"{self.chunks}; the chunk file is damaged or was written by another tool. Rewrite the array."
             ) from error
         return chunk[:n_rows]
+
+
+def frame_content_size(compressed: np.ndarray) -> int | None:
+    """The decompressed size a zstd frame declares in its header (RFC 8878, section 3.1.1.1), or
+    None when it declares none.
+
+    Examples
+    --------
+    >>> import numcodecs, numpy as np
+    >>> frame = numcodecs.Zstd().encode(np.zeros(1000, np.float32))
+    >>> frame_content_size(np.frombuffer(frame, np.uint8))
+    4000
+    """
+    if compressed.size < 5 or int.from_bytes(compressed[:4].tobytes(), "little") != 0xFD2FB528:
+        raise ValueError("not a zstd frame (its magic number is missing)")
+    descriptor = int(compressed[4])
+    size_flag, single_segment = descriptor >> 6, (descriptor >> 5) & 1
+    field = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if field == 0:
+        return None
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    if compressed.size < start + field:
+        raise ValueError("the zstd frame header is cut short")
+    size = int.from_bytes(compressed[start : start + field].tobytes(), "little")
+    return size + 256 if field == 2 else size

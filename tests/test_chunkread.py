@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dask.array as da
+import numcodecs
 import numpy as np
 import pytest
 import zarr
 
 import streamrff as srf
-from streamrff._chunkread import ChunkRows
+from streamrff._chunkread import ChunkRows, frame_content_size
 from streamrff.errors import SourceError
 from streamrff.io import open_source
 
@@ -125,3 +126,26 @@ def test_chunk_rows_sketch_equals_the_in_memory_sketch(tmp_path):
     in_memory = srf.sketch(ROWS, feature_map, chunk_rows=100)
 
     np.testing.assert_allclose(stored.feature_sum, in_memory.feature_sum, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_bytes", [4, 200, 255, 256, 257, 4_000, 65_791, 65_792, 1_000_000])
+def test_frame_content_size_is_the_size_numcodecs_decompresses(n_bytes):
+    frame = numcodecs.Zstd().encode(np.random.default_rng(n_bytes).integers(0, 4, n_bytes, dtype=np.uint8))
+
+    declared = frame_content_size(np.frombuffer(frame, np.uint8))
+
+    assert declared == len(numcodecs.Zstd().decode(frame)) == n_bytes
+
+
+def test_frame_content_size_refuses_what_is_not_a_zstd_frame():
+    with pytest.raises(ValueError, match="not a zstd frame"):
+        frame_content_size(np.frombuffer(b"PK\x03\x04 not zstd", np.uint8))
+
+
+def test_chunk_rows_chunk_of_the_wrong_size_fails_instead_of_returning_unwritten_memory(tmp_path):
+    path = tmp_path / "rows.zarr"
+    write(path, ROWS, (100, 7))
+    (path / "c" / "1" / "0").write_bytes(numcodecs.Zstd().encode(ROWS[:50].tobytes()))  # half a chunk
+
+    with pytest.raises(SourceError, match=r"chunk 'c/1/0' .*holds 1400 bytes, not 2800"):
+        open_source(str(path)).array.compute()
