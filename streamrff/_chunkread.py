@@ -93,13 +93,12 @@ class ChunkRows:
         return ("streamrff.ChunkRows", tokenize(self.zarr_array))
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        index = self._whole_chunk(key)
-        if index is None:
-            return np.asarray(self.zarr_array[key])
-        return self._read_chunk(index, key[0].stop - key[0].start)
+        chunk = self._whole_chunk(key)
+        rows = None if chunk is None else self._read_chunk(*chunk)
+        return np.asarray(self.zarr_array[key]) if rows is None else rows
 
-    def _whole_chunk(self, key: Any) -> int | None:
-        """The row-chunk index that ``key`` selects whole, or None."""
+    def _whole_chunk(self, key: Any) -> tuple[int, int] | None:
+        """The row-chunk index that ``key`` selects whole and its row count, or None."""
         if self._codec is None or not isinstance(key, tuple) or len(key) != 2:
             return None
         rows, columns = key
@@ -111,9 +110,11 @@ class ChunkRows:
         start, stop = rows.start or 0, self.shape[0] if rows.stop is None else rows.stop
         if start % chunk_rows or stop != min(start + chunk_rows, self.shape[0]) or start >= stop:
             return None
-        return start // chunk_rows
+        return start // chunk_rows, stop - start
 
-    def _read_chunk(self, index: int, n_rows: int) -> np.ndarray:
+    def _read_chunk(self, index: int, n_rows: int) -> np.ndarray | None:
+        """The first ``n_rows`` rows of stored chunk ``index``, or None for zarr to read (a zstd
+        frame that does not declare its size, which numcodecs decodes by streaming)."""
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
@@ -125,6 +126,8 @@ class ChunkRows:
         chunk = np.empty(self.chunks, self.dtype)  # edge chunks are stored whole
         try:
             size = frame_content_size(compressed)
+            if size is None:
+                return None
             if size != chunk.nbytes:  # numcodecs would fill only the start of a larger output
                 raise ValueError(f"the zstd frame holds {size} bytes, not {chunk.nbytes}")
             self._codec.decode(compressed, out=chunk)

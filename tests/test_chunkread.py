@@ -149,3 +149,29 @@ def test_chunk_rows_chunk_of_the_wrong_size_fails_instead_of_returning_unwritten
 
     with pytest.raises(SourceError, match=r"chunk 'c/1/0' .*holds 1400 bytes, not 2800"):
         open_source(str(path)).array.compute()
+
+
+def without_declared_size(frame: bytes) -> bytes:
+    """The same zstd frame with its content size left out of the header (RFC 8878 3.1.1.1): a
+    window descriptor of 2^12 bytes instead of a single-segment frame's size field."""
+    descriptor = frame[4]
+    assert descriptor >> 5 & 1 and descriptor >> 6 == 1, "expected a single-segment frame with a 2-byte size"
+    header = bytes([descriptor & 0b00011111]) + bytes([(12 - 10) << 3])
+    return frame[:4] + header + frame[7:]
+
+
+def test_chunk_rows_frame_without_declared_size_is_read_by_zarr(tmp_path):
+    path = tmp_path / "rows.zarr"
+    write(path, ROWS, (100, 7))
+    frame = without_declared_size(numcodecs.Zstd().encode(ROWS[100:200].tobytes()))
+    assert frame_content_size(np.frombuffer(frame, np.uint8)) is None
+    (path / "c" / "1" / "0").write_bytes(frame)
+
+    np.testing.assert_array_equal(open_source(str(path)).array.compute(), ROWS)
+
+
+def test_chunk_rows_whole_chunk_keys_without_start_or_stop(tmp_path):
+    reader = ChunkRows(write(tmp_path / "rows.zarr", ROWS, (100, 7)))
+
+    np.testing.assert_array_equal(reader[slice(None, 100), slice(None)], ROWS[:100])
+    np.testing.assert_array_equal(reader[slice(1000, None), slice(0, 7)], ROWS[1000:])
