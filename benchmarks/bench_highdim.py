@@ -127,7 +127,7 @@ def gram_mse(features: np.ndarray, kernel: np.ndarray) -> float:
 def sklearn_extra_fastfood(rows: np.ndarray, n_features: int, bandwidth: float, seed: int) -> np.ndarray | None:
     try:
         from sklearn_extra.kernel_approximation import Fastfood
-    except ImportError:
+    except (ImportError, ValueError):  # 0.3.0 beside numpy 2: "numpy.dtype size changed" (ValueError)
         return None
     sampler = Fastfood(sigma=bandwidth, n_components=n_features, random_state=seed)
     return sampler.fit(rows).transform(rows)
