@@ -312,16 +312,25 @@ def sorf_columns(columns, signs, block):  # pragma: no cover - compiled
     for i in range((n - d) * t):
         padding[i] = 0.0
     for k in range(3):
+        # The first transform skips the groups of rows that are all padding: their butterflies
+        # would only add zeros to zeros, and the rows stay the zeros written above (d = 768:
+        # a quarter of the first two passes of that transform).
         if k == 0:
             _radix_pass(block, 1, 16, signs[0], columns, 0, loaded)
-            _radix_pass(block, 1, 16, signs[0], None, loaded)
+            _radix_pass(block, 1, 16, signs[0], None, loaded, _groups_end(d, 16, n))
         else:
             _radix_pass(block, 1, 16, signs[k])
         half = 16
         while half < n:
             radix = min(16, n // half)
-            _radix_pass(block, half, radix, None)
+            _radix_pass(block, half, radix, None, None, 0, _groups_end(d, radix * half, n) if k == 0 else -1)
             half *= radix
+
+
+@_jit
+def _groups_end(d, group, n):  # pragma: no cover - compiled
+    """The end of the last group of ``group`` rows that holds any of the first ``d`` rows (at most n)."""
+    return min(n, -(-d // group) * group)
 
 
 @_jit
