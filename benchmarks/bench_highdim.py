@@ -1,6 +1,7 @@
 """Structured (SORF) against dense random Fourier features for high-dimensional rows: pass speed and kernel error.
 
-Both passes are ``srf.sketch`` calls with the same options, one after the other in one run:
+Both passes are ``srf.sketch`` calls with the same options, taken in turns in one run (the ratio
+is the median of the turns' ratios, so a machine whose speed drifts moves both alike):
 
 * dense      - ``srf.sketch(source, RFF(n_features=D, bandwidth=sqrt(d)))``;
 * structured - ``srf.sketch(source, RFF(n_features=D, bandwidth=sqrt(d), structured=True))``
@@ -71,20 +72,32 @@ def timed_read(repeat: int, array: da.Array) -> float:
     return best
 
 
-def timed_sketch(repeat: int, source, feature_map: srf.RFF, chunk_rows: int | None) -> tuple[float, srf.MeanSketch]:
-    """Best wall time of ``srf.sketch(source, feature_map)`` (fitted map: no sample pass), and the sketch."""
-    srf.sketch(source, feature_map, chunk_rows=chunk_rows)  # compile (or load numba's cache) outside the timing
-    best, sketch = math.inf, None
+def timed_sketches(
+    repeat: int, source, maps: tuple[srf.RFF, srf.RFF], chunk_rows: int | None
+) -> tuple[list[float], list[srf.MeanSketch], float]:
+    """Wall times of ``srf.sketch(source, feature_map)`` for both (fitted) maps, taken in turns.
+
+    Returns each map's best time, its sketch, and the median over the ``repeat`` turns of the
+    ratio of the first map's time to the second's: a machine whose speed drifts over a run
+    (a cloud machine's neighbours) moves both passes of a turn alike.
+    """
+    sketches = [srf.sketch(source, feature_map, chunk_rows=chunk_rows) for feature_map in maps]  # compile first
+    times: list[list[float]] = [[], []]
     for _ in range(repeat):
-        start = time.perf_counter()
-        sketch = srf.sketch(source, feature_map, chunk_rows=chunk_rows)
-        best = min(best, time.perf_counter() - start)
-    return best, sketch
+        for index, feature_map in enumerate(maps):
+            start = time.perf_counter()
+            sketches[index] = srf.sketch(source, feature_map, chunk_rows=chunk_rows)
+            times[index].append(time.perf_counter() - start)
+    ratio = float(np.median(np.array(times[0]) / np.array(times[1])))
+    return [min(each) for each in times], sketches, ratio
 
 
 def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: int, repeat: int) -> None:
     print(f"srf.sketch pass, {n_rows} rows, chunks of {chunk_rows} rows: rows/s, seconds and ratios")
-    print("(ratio: structured over dense speed; read: a pass that only reads and decodes the zarr chunks)")
+    print(
+        "(rows/s and seconds: best of --repeat passes, dense and structured in turns; ratio: the median over the "
+        "turns of structured over dense speed; read: a pass that only reads and decodes the zarr chunks)"
+    )
     columns = ("dense", "structured", "ratio", "read", "dense s", "struct s", "read s", "struct/read", "engine read s")
     print(f"{'d':>5} {'D':>5} {'source':>7} " + " ".join(f"{name:>11}" for name in columns))
     with tempfile.TemporaryDirectory() as folder:
@@ -98,8 +111,9 @@ def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: i
                 dense = srf.RFF(n_features=n_features, bandwidth=bandwidth).fit(rows[:1])
                 structured = srf.RFF(n_features=n_features, bandwidth=bandwidth, structured=True).fit(rows[:1])
                 for name, (source, source_chunks) in sources.items():
-                    dense_seconds, dense_sketch = timed_sketch(repeat, source, dense, source_chunks)
-                    structured_seconds, structured_sketch = timed_sketch(repeat, source, structured, source_chunks)
+                    (dense_seconds, structured_seconds), (dense_sketch, structured_sketch), ratio = timed_sketches(
+                        repeat, source, (dense, structured), source_chunks
+                    )
                     # Both estimate the kernel mean embedding's squared norm (sampling error ~ D^-1/2).
                     dense_norm = float(np.sum(dense_sketch.feature_sum**2)) / n_rows**2
                     structured_norm = float(np.sum(structured_sketch.feature_sum**2)) / n_rows**2
@@ -113,7 +127,7 @@ def speed_table(n_rows: int, dims: list[int], features: list[int], chunk_rows: i
                         engine_read = f"{timed_read(repeat, srf.open_source(path).array):.3f}"
                     print(
                         f"{d:5d} {n_features:5d} {name:>7} {n_rows / dense_seconds:11.0f} "
-                        f"{n_rows / structured_seconds:11.0f} {dense_seconds / structured_seconds:11.2f} "
+                        f"{n_rows / structured_seconds:11.0f} {ratio:11.2f} "
                         f"{read:>11} {dense_seconds:11.3f} {structured_seconds:11.3f} {read_time:>11} {read_ratio:>11} "
                         f"{engine_read:>13}"
                     )
