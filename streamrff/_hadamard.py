@@ -289,8 +289,10 @@ def sorf_columns(columns, signs, block):  # pragma: no cover - compiled
     C-contiguous, n >= max(d, 16) a power of two, t a multiple of 16 (the vectors of
     :func:`_butterflies`: call it when WIDE_VECTORS). The same bits as :func:`sorf_block` on
     the zero-padded rows (every lane sees the same adds in the same order; the signs are
-    exact), with each sign diagonal applied by the first pass of its transform as it loads the
-    rows, and the copy into the block done by the first pass too: it loads the groups of 16
+    exact; only a zero may differ in sign, as the first transform leaves the groups of
+    padding rows +0 instead of adding signed zeros), with each sign diagonal applied by the
+    first pass of its transform as it loads the rows, and the copy into the block done by the
+    first pass too: it loads the groups of 16
     rows below d from ``columns``; only the last ``d mod 16`` rows are copied, and the padding
     zeroed, in flat loops. The fused copy: 1.08-1.10x a flat copy of all d rows first (n = 1024,
     d = 768 and n = 2048, d = 2000, t = 32; 1.01x at n = 128, d = 100; one core, loaded machine,
