@@ -48,11 +48,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 DIM = 8
+#: Starts the alibi-detect worker's progress lines on its stderr (``progress``; ``run_alibi`` prints them).
+PROGRESS_MARKER = "alibi-progress: "
 TABLES = ("calibration", "alibi", "delay", "cost", "throughput", "memory")
 
 
@@ -154,11 +157,11 @@ def run_alibi(python: str, config: dict) -> dict:
     )  # fmt: skip
     with ThreadPoolExecutor(1) as reader:
         stdout = reader.submit(worker.stdout.read)  # read both pipes at once: neither can fill up and block
-        stderr_tail, marker = [], "alibi-progress: "
+        stderr_tail, label = deque(maxlen=40), f"    [alibi N_ref={config['n_reference']}] "
         for line in worker.stderr:
-            stderr_tail = (stderr_tail + [line])[-40:]
-            if line.startswith(marker):
-                print(f"    [alibi N_ref={config['n_reference']}] {line.removeprefix(marker)}", end="", flush=True)
+            stderr_tail.append(line)
+            if line.startswith(PROGRESS_MARKER):
+                print(label + line.removeprefix(PROGRESS_MARKER), end="", flush=True)
         status = worker.wait()
         output = stdout.result()
     if status:
@@ -169,7 +172,7 @@ def run_alibi(python: str, config: dict) -> dict:
 
 def progress(message: str) -> None:
     """A worker's progress line (on stderr, so that stdout carries only the result), with its RSS."""
-    print(f"alibi-progress: {message}; RSS {rss_mb():,.0f} MB", file=sys.stderr, flush=True)  # run_alibi's marker
+    print(f"{PROGRESS_MARKER}{message}; RSS {rss_mb():,.0f} MB", file=sys.stderr, flush=True)
 
 
 # ---- shared protocol --------------------------------------------------------------------------

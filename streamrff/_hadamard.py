@@ -287,22 +287,22 @@ def sorf_columns(columns, signs, block):  # pragma: no cover - compiled
 
     ``columns``: float32 (d, t), the transposed rows of a tile; ``block``: float32 (n, t),
     C-contiguous, n >= max(d, 16) a power of two, t a multiple of 16 (the vectors of
-    :func:`_butterflies`: call it when WIDE_VECTORS). The same bits as :func:`sorf_block` on
-    the zero-padded rows (every lane sees the same adds in the same order; the signs are
-    exact; only a zero may differ in sign, as the first transform leaves the groups of
-    padding rows +0 instead of adding signed zeros), with each sign diagonal applied by the
-    first pass of its transform as it loads the rows, and the copy into the block done by the
-    first pass too: it loads the groups of 16
-    rows below d from ``columns``; only the last ``d mod 16`` rows are copied, and the padding
-    zeroed, in flat loops. The fused copy: 1.08-1.10x a flat copy of all d rows first (n = 1024,
-    d = 768 and n = 2048, d = 2000, t = 32; 1.01x at n = 128, d = 100; one core, loaded machine,
-    one run), which was itself 0.91-0.95x the time of the copy, sign passes and transforms
-    apart. Running the first stages on groups of 64-256 rows held in L1 made no measurable
-    difference (0.98-1.00x at n = 1024), nor did rows padded to 48 lanes against the cache's
-    set conflicts (slower), nor 32 rows per pass (radix 32: 0.55x, the values spill). Running
-    the last pass of a transform with the first pass of the next one in pieces of 16 rows held
-    in L1 was 1.07x alone at n = 1024 but made no difference to ``structured_feature_sums``
-    (0.95-1.00x), nor did running the third transform's last pass with the sums.
+    :func:`_butterflies`: call it when WIDE_VECTORS). The same bits as :func:`sorf_block` on the
+    zero-padded rows (every lane sees the same adds in the same order; the signs are exact; only
+    a zero may differ in sign, as the first transform leaves the groups of padding rows +0
+    instead of adding signed zeros), with each sign diagonal applied by the first pass of its
+    transform as it loads the rows, and the copy into the block done by the first pass too: it
+    loads the groups of 16 rows below d from ``columns``; only the last ``d mod 16`` rows are
+    copied, and the padding zeroed, in flat loops. The fused copy: 1.08-1.10x a flat copy of all
+    d rows first (n = 1024, d = 768 and n = 2048, d = 2000, t = 32; 1.01x at n = 128, d = 100;
+    one core, loaded machine, one run), which was itself 0.91-0.95x the time of the copy, sign
+    passes and transforms apart. Running the first stages on groups of 64-256 rows held in L1
+    made no measurable difference (0.98-1.00x at n = 1024), nor did rows padded to 48 lanes
+    against the cache's set conflicts (slower), nor 32 rows per pass (radix 32: 0.55x, the
+    values spill). Running the last pass of a transform with the first pass of the next one in
+    pieces of 16 rows held in L1 was 1.07x alone at n = 1024 but made no difference to
+    ``structured_feature_sums`` (0.95-1.00x), nor did running the third transform's last pass
+    with the sums.
     """
     d, t = columns.shape
     n = block.shape[0]
