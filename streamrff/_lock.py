@@ -33,7 +33,8 @@ class LockHeld(Exception):
 
 def holder_record() -> dict[str, Any]:
     """Who this process is, as a lock file records it: host, process id and start time (UTC)."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since": since}
 
 
 def describe_holder(holder: dict[str, Any] | None) -> str:

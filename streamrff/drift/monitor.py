@@ -295,6 +295,7 @@ class DriftMonitor(BaseEstimator):
         """
         window, ert = self._check_params()
         seed = normalize_seed(self.seed)
+        self._check_memory(reference, window, ert)  # before the reference pass: a window too large fails at once
         if isinstance(reference, MeanSketch):
             simulation = "gaussian" if self.simulation == "auto" else self.simulation
             if simulation == "resample":
@@ -332,6 +333,18 @@ class DriftMonitor(BaseEstimator):
         self.source_cursor_ = None
         self._start_run(window, width)
         return self
+
+    def _check_memory(self, reference: Any, window: int, ert: float) -> None:
+        from .._memory import _map_width, check_monitor_fits, memory_available
+
+        if isinstance(reference, MeanSketch):
+            width = _map_width(reference.feature_map)
+        elif self.feature_map is not None:
+            width = _map_width(self.feature_map)
+        else:
+            width = int(self.n_features)
+        if width is not None:
+            check_monitor_fits(window, width, self._streams(window, ert, width), memory_available())
 
     def _sketch_reference(
         self, reference: Any, simulation: str, seed: int, client: Any, storage_options: StorageOptions, progress: bool
