@@ -169,6 +169,7 @@ def kill_and_restart(fitted, tmp_path, n_kills: int, n_chunks: int, pause: float
             finally:
                 watcher.kill()  # SIGKILL: no handler runs
                 watcher.wait(timeout=60)
+                lines += watcher.stdout.read().splitlines(keepends=True)  # printed before the kill
             assert watcher.returncode == -signal.SIGKILL
             assert (tmp_path / ".state.lock").exists()  # left behind: the next watcher takes it over
         watcher = watch_process(follow_argv(path, state))
