@@ -36,8 +36,7 @@ example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 100
 exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; state saved)
              1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it)
              2 usage (a bad or contradictory option)
-             3 source refused (another array, replaced, shrunk, re-laid-out, or a chunk missing past
-               --missing-chunk-timeout: state saved at the last row consumed)
+             3 source refused (another array, replaced, shrunk, re-laid-out, a chunk unwritten too long)
              4 state locked (another watcher holds --save-monitor)
              5 drift alarm (with --exit-on-drift; state saved after the alarm's chunk)
 """
