@@ -182,6 +182,7 @@ def kill_and_restart(fitted, tmp_path, n_kills: int, n_chunks: int, pause: float
     assert watcher.returncode == 0, err
     summary = json.loads(out.splitlines()[-1])
     assert summary["event"] == "summary" and summary["stopped_by"] == "SIGTERM" and summary["next_row"] == total
+    assert not list(tmp_path.glob(".state.partial-*"))  # staging copies of killed saves are removed by the next owner
     return load_monitor(state), stream_rows(total), lines
 
 

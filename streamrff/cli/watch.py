@@ -510,11 +510,14 @@ def _state_lock(path: str | None) -> Iterator[None]:
         yield
         return
     from .._lock import LockHeld, describe_holder, exclusive_lock
+    from .._publish import remove_path
     from ..errors import StateLockedError
 
     target = Path(path[len("file://") :] if path.startswith("file://") else path).absolute()
     try:
         with exclusive_lock(target.parent / f".{target.name}.lock", record_holder=True):
+            for staging in target.parent.glob(f".{target.name}.partial-*"):  # left by a killed watcher: ours now
+                remove_path(staging)
             yield
     except LockHeld as error:
         raise StateLockedError(
