@@ -583,10 +583,10 @@ def _run(args: argparse.Namespace) -> int:
                 f"--save-monitor must be a local directory (monitors are saved locally). Got {args.save_monitor}."
             )
         options.check_output_free(args.save_monitor, None, args.overwrite)
-    from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
+    with _state_lock(args.save_monitor):  # first: a second watcher is refused at once; the state read is the latest
+        from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
 
-    source = _open(args)  # before the reference is fitted: a wrong SOURCE fails fast
-    with _state_lock(args.save_monitor):  # before the state is read: it is the latest one
+        source = _open(args)  # before the reference is fitted: a wrong SOURCE fails fast
         monitor, kind = _monitor_of_reference(args)
         cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
         if source.shape[1] != monitor.n_features_in_:
