@@ -514,6 +514,10 @@ def _state_lock(path: str | None) -> Iterator[None]:
     from ..errors import StateLockedError
 
     target = Path(path[len("file://") :] if path.startswith("file://") else path).absolute()
+    if not target.parent.is_dir():
+        raise options.UsageError(
+            f"--save-monitor {path}: directory {target.parent} does not exist. Create it first, or choose another path."
+        )
     try:
         with exclusive_lock(target.parent / f".{target.name}.lock", record_holder=True):
             for staging in target.parent.glob(f".{target.name}.partial-*"):  # left by a killed watcher: ours now
