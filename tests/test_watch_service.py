@@ -242,7 +242,9 @@ def test_a_second_watcher_is_refused_with_one_line_naming_the_holder(fitted, tmp
     assert json.loads(out.splitlines()[-1])["rows_seen"] == 250
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGINT ignored at start"])
+@pytest.mark.parametrize(
+    "how", ["SIGTERM", "SIGINT ignored at start", pytest.param("SIGHUP", marks=pytest.mark.slow)]
+)  # SIGHUP: the same handler as SIGTERM
 def test_every_stop_signal_saves_and_prints_the_summary(fitted, tmp_path, how):
     path = str(tmp_path / "idle.zarr")
     zarr.create_array(path, data=stream_rows(300), chunks=(CHUNK, 3))
