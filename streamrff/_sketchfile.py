@@ -225,6 +225,7 @@ def _write_group(store: Any, parts: SketchParts, signing_key: bytes | None = Non
             chunks=chunks if all(chunks) else "auto",
             serializer=BytesCodec(endian="little"),
             fill_value=0,
+            config={"write_empty_chunks": True},  # every chunk stored: the reader refuses absent ones
         )
         if little.size:
             target[...] = little

@@ -277,7 +277,7 @@ def test_load_while_another_process_saves_returns_a_whole_sketch(tmp_path: Path)
 def test_zstd_content_size_reads_the_size_numcodecs_wrote(n_bytes: int) -> None:
     from numcodecs import Zstd
 
-    from streamrff.fileformat import _zstd_content_size
+    from streamrff._zarrcheck import zstd_content_size as _zstd_content_size
 
     frame = Zstd(level=1).encode(np.random.default_rng(n_bytes).integers(0, 4, n_bytes, dtype=np.uint8).tobytes())
     assert _zstd_content_size(frame[:18]) == n_bytes
