@@ -421,7 +421,8 @@ def fit_map(
     Raises
     ------
     InputError
-        If the sources differ in width, or a fitted map expects another width.
+        If the sources differ in width, a fitted map expects another width, or the map
+        cannot fit in a task thread's memory (the message gives the largest width that fits).
 
     Examples
     --------
@@ -435,7 +436,9 @@ def fit_map(
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
     sources = open_sources(arrays, storage_options=storage_options, argument="arrays")
-    return fit_map_and_sample(feature_map, sources, 0, 0, client=client, progress=progress)[0]
+    with connect(client) as active:  # a map that cannot fit a task thread is one line, as for sketch()
+        check_sizes_fit(feature_map, sources[0].shape[1], _memory_per_thread(active))
+        return fit_map_and_sample(feature_map, sources, 0, 0, client=active, progress=progress)[0]
 
 
 def fit_map_and_sample(

@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from ._bounded_read import read_regular_file
 from ._validation import check_format_version
-from .errors import InputError, MapFormatError, ModelFormatError, SourceError, StreamRFFError
+from .errors import InputError, MapFormatError, ModelFormatError, SketchFormatError, SourceError, StreamRFFError
 from .mapfile import _decode_array, _encode_array, _is_url, _local_path, _publish, map_from_json, map_to_json
 from .ridge import KernelRidge, KernelRidgeClassifier
 from .typing import PathOrURL, StorageOptions
@@ -193,9 +194,10 @@ def _read_model_bytes(target: str, storage_options: StorageOptions) -> bytes:
             f"{path} is a directory (a sketch?), not a model file. Expected a file written by "
             "`streamrff ridge` or streamrff.save_model."
         )
-    if path.stat().st_size > MAX_MODEL_FILE_BYTES:
-        raise ModelFormatError(f"{path} is larger than {MAX_MODEL_FILE_BYTES:,} bytes: not a model file.")
-    return path.read_bytes()
+    try:  # a regular file only (not /dev/zero, not a FIFO), read up to the cap and no further
+        return read_regular_file(path, MAX_MODEL_FILE_BYTES, "a model file")
+    except SketchFormatError as error:
+        raise ModelFormatError(str(error)) from None
 
 
 def _decode_classes(entry: Any, target: str) -> np.ndarray:

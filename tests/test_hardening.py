@@ -442,6 +442,25 @@ def test_cli_features_too_large_for_memory_names_the_flag_and_the_largest_that_f
     assert not (tmp_path / "out.sketch").exists()
 
 
+def test_cli_map_features_too_large_for_memory_is_the_same_one_line_as_sketch(tmp_path: Path, tmp_zarr) -> None:
+    # Issue 38: `map --features 1000000000000` ended in "Unable to allocate 29.1 TiB" (a traceback).
+    import os
+    import re
+
+    import psutil
+
+    source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
+    output = tmp_path / "map.json"
+    completed = _run_cli_process("map", source, "-o", str(output), "--features", "1000000000000", "--bandwidth", "1")
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stderr.startswith("streamrff map: error: n_features (CLI --features) = 1,000,000,000,000 needs")
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+    per_feature = (ROWS.shape[1] + 1) * 8 + 256 * 8 + 9 * 8  # as for sketch, above
+    largest = int(re.search(r"largest n_features that fits is ([\d,]+)", completed.stderr).group(1).replace(",", ""))
+    assert largest == int(psutil.virtual_memory().total / os.cpu_count() // per_feature)
+    assert not output.exists()
+
+
 def test_sketch_with_moments_too_large_is_refused_before_any_work() -> None:
     import dask.array as da
 
