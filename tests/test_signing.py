@@ -350,3 +350,79 @@ def test_cli_merge_with_a_key_refuses_unverified_inputs_unless_sign_unverified(t
         capsys, "merge", str(signed), str(signed), "--sign-key", str(key_file), "-o", str(tmp_path / "aa.sketch")
     )
     assert code == 0 and srf.load(tmp_path / "aa.sketch", verify_key=KEY).count == 20, err
+
+
+# -- model files (issue 38) ---------------------------------------------------------------------------------
+
+
+def fitted_model() -> srf.KernelRidge:
+    return srf.KernelRidge(n_features=16, bandwidth=1.0, seed=0).fit(ROWS, np.sin(ROWS[:, 0]))
+
+
+def rewrite_model(path: Path, **changes) -> None:
+    """Edit a model file as an attacker who knows the format would: change keys, recompute the digest."""
+    document = json.loads(path.read_text())
+    document.update(changes)
+    covered = {name: value for name, value in document.items() if name != "digest"}
+    document["digest"] = hashlib.sha256(canonical(covered).encode()).hexdigest()
+    path.write_text(json.dumps(document))
+
+
+def test_model_signature_is_the_documented_hmac_and_verifies_only_with_its_key(tmp_path):
+    model, signed, unsigned = fitted_model(), tmp_path / "signed.json", tmp_path / "unsigned.json"
+    srf.save_model(model, signed, signing_key=KEY)
+    srf.save_model(model, unsigned)
+    document = json.loads(signed.read_text())
+    covered = {name: value for name, value in document.items() if name not in ("digest", "signature")}
+    message = b"streamrff.model signature v1\n" + hashlib.sha256(canonical(covered).encode()).hexdigest().encode()
+    assert document["signature"] == {"algorithm": "hmac-sha256", "value": hmac.new(KEY, message, "sha256").hexdigest()}
+    assert KEY not in signed.read_bytes() and "signature" not in json.loads(unsigned.read_text())
+    for loaded in (srf.load_model(signed, verify_key=KEY), srf.load_model(signed), srf.load_model(unsigned)):
+        assert np.array_equal(loaded.predict(ROWS), model.predict(ROWS))  # bit for bit
+    with pytest.raises(srf.ModelSignatureError, match="unsigned.json is not signed"):
+        srf.load_model(unsigned, verify_key=KEY)
+    with pytest.raises(srf.ModelSignatureError, match="does not match the verify key"):
+        srf.load_model(signed, verify_key=OTHER_KEY)
+    rewrite_model(signed, alpha=document["alpha"] * 2)  # the digest cannot tell, the signature can
+    assert srf.load_model(signed).alpha_ == 2 * model.alpha_
+    with pytest.raises(srf.ModelSignatureError, match="edited after signing"):
+        srf.load_model(signed, verify_key=KEY)
+    with pytest.raises(srf.InputError, match="at least 16 bytes"):
+        srf.save_model(model, tmp_path / "short.json", signing_key=b"short")
+    assert not (tmp_path / "short.json").exists()
+
+
+def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch, capsys):
+    import zarr
+
+    monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
+    for name, values in (("x.zarr", ROWS), ("y.zarr", np.sin(ROWS[:, 0]))):
+        zarr.create_array(store=str(tmp_path / name), shape=values.shape, dtype="f8", chunks=(10, *values.shape[1:]))[
+            ...
+        ] = values
+    key_file = write_key(tmp_path / "site.key")
+    model = tmp_path / "model.json"
+    arguments = ["ridge", str(tmp_path / "x.zarr"), "--target", str(tmp_path / "y.zarr"), "--features", "16"]
+    code, out, err = cli_in_process(
+        capsys, *arguments, "--bandwidth", "1", "--sign-key", str(key_file), "-o", str(model)
+    )
+    assert code == 0, err
+    assert srf.load_model(model, verify_key=KEY).n_samples_ == len(ROWS)
+    code, out, err = cli_in_process(
+        capsys,
+        "predict",
+        str(model),
+        str(tmp_path / "x.zarr"),
+        "--sign-key",
+        str(key_file),
+        "-o",
+        str(tmp_path / "p.zarr"),
+    )
+    assert code == 0, err
+    assert np.allclose(zarr.open_array(str(tmp_path / "p.zarr"))[...], srf.load_model(model).predict(ROWS), rtol=1e-6)
+    monkeypatch.setenv("STREAMRFF_SIGNING_KEY", OTHER_KEY.decode())
+    code, out, err = cli_in_process(
+        capsys, "predict", str(model), str(tmp_path / "x.zarr"), "-o", str(tmp_path / "q.zarr")
+    )
+    assert_one_line_error(code, err, "streamrff predict: error: ", "does not match the verify key")
+    assert not (tmp_path / "q.zarr").exists()
