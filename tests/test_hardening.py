@@ -515,3 +515,67 @@ def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
         srf.sketch(X, srf.RFF(n_features=8, bandwidth="median"), on_invalid="skip")
     # A numeric bandwidth needs no sample: every row is skipped and counted.
     assert srf.sketch(X, srf.RFF(n_features=8, bandwidth=1.0), on_invalid="skip").n_invalid == 40
+
+
+# -- issue 38, item 5: ridge names the target row and suggests only its own flags --------------------------
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli_main(list(arguments))
+    return code, capsys.readouterr().err
+
+
+def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
+    tmp_path: Path, tmp_zarr, capsys
+) -> None:
+    y = np.sin(ROWS[:, 0])
+    y[37] = np.nan
+    X_bad = ROWS.copy()
+    X_bad[40, 1] = np.inf
+    source, target = tmp_zarr(ROWS, 17, "x.zarr"), tmp_zarr(y, 17, "y.zarr")
+    fit = ["--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "model.json")]
+    code, err = _cli(capsys, "ridge", source, "--target", target, *fit)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "first bad row: target row 37" in err and "data row" not in err  # rows 34..50: chunk 2
+    assert "--on-invalid" not in err and "on_invalid" not in err and "Clean the data first" in err
+    code, err = _cli(capsys, "ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit)
+    assert code == 1 and "first bad row: data row 40" in err and "--on-invalid" not in err, err
+    # `sketch --target` has --on-invalid: it names the target row and suggests the flag.
+    code, err = _cli(capsys, "sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch"))
+    assert code == 1 and "first bad row: target row 37" in err and "--on-invalid skip" in err, err
+    import dask.array as da
+
+    with pytest.raises(srf.InputError, match=r"target row 37\. Clean the data first") as caught:
+        srf.KernelRidge(n_features=16, bandwidth=1.0).fit(da.from_array(ROWS, chunks=17), da.from_array(y, chunks=17))
+    assert "on_invalid" not in str(caught.value)
+    assert not (tmp_path / "model.json").exists()
+
+
+@pytest.mark.parametrize(
+    "labels", [np.array(["a", "b"] * 25 + ["c"]), np.array(["1.5"] * 51), np.array([object()] * 51)]
+)
+def test_ridge_refuses_non_numeric_targets_with_one_line_naming_y(labels: np.ndarray) -> None:
+    with pytest.raises(
+        srf.InputError, match=r"^y must be numbers \(regression targets\)\. Got dtype .*KernelRidgeClassifier"
+    ) as caught:
+        srf.KernelRidge(n_features=16, bandwidth=1.0).fit(ROWS, labels)
+    assert "\n" not in str(caught.value)
+
+
+def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, capsys) -> None:
+    import zarr
+
+    text = zarr.create_array(str(tmp_path / "labels.zarr"), shape=(51,), chunks=(17,), dtype=str)
+    text[...] = np.array(["a", "b"] * 25 + ["c"])
+    code, err = _cli(capsys, "ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
+                     "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "The target must be real numbers" in err and "labels.zarr" in err
+
+
+def _x_zarr(tmp_path: Path) -> str:
+    import zarr
+
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=ROWS.shape, chunks=(17, 3), dtype="f8")[...] = ROWS
+    return str(tmp_path / "x.zarr")
