@@ -131,6 +131,23 @@ def test_sketch_with_an_edited_checkpoint_partial_is_refused(tmp_path: Path, tmp
     assert srf.sketch(source, feature_map, checkpoint=checkpoint).count == 51
 
 
+def test_sketch_with_a_checkpoint_partial_missing_a_chunk_is_refused_naming_it(tmp_path: Path, tmp_zarr) -> None:
+    # Issue 38: zarr reads an absent chunk as zeros; a partial's moment above 8 MiB (D = 1100) must be whole.
+    source = tmp_zarr(ROWS[:20].astype(np.float32), chunk_rows=10)
+    feature_map = srf.RFF(n_features=1100, bandwidth=1.0, seed=1)
+    checkpoint = tmp_path / "checkpoint"
+    first = srf.sketch(source, feature_map, moments=True, checkpoint=checkpoint)
+    partial = sorted(checkpoint.rglob("rows-*.zarr"))[1]
+    (partial / "moment" / "c" / "0" / "0").unlink()
+    with pytest.raises(SketchFormatError, match=r"array 'moment' chunk c/0/0 is missing.*delete it to recompute"):
+        srf.sketch(source, feature_map, moments=True, checkpoint=checkpoint)
+    shutil.rmtree(partial)
+    again = srf.sketch(source, feature_map, moments=True, checkpoint=checkpoint)
+    reference = feature_map.fit(ROWS[:20]).transform(ROWS[:20].astype(np.float32)).astype(np.float64)
+    np.testing.assert_allclose(again.moment, reference.T @ reference, rtol=1e-5, atol=1e-6)
+    assert again == first
+
+
 # -- 3. concurrent writers: exactly one wins, nothing is silently replaced -------------------------------
 
 
@@ -520,7 +537,7 @@ def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
 # -- issue 38, item 5: ridge names the target row and suggests only its own flags --------------------------
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
+def _cli_in_process(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
     capsys.readouterr()
     code = cli_main(list(arguments))
     return code, capsys.readouterr().err
@@ -535,14 +552,18 @@ def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
     X_bad[40, 1] = np.inf
     source, target = tmp_zarr(ROWS, 17, "x.zarr"), tmp_zarr(y, 17, "y.zarr")
     fit = ["--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "model.json")]
-    code, err = _cli(capsys, "ridge", source, "--target", target, *fit)
+    code, err = _cli_in_process(capsys, "ridge", source, "--target", target, *fit)
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "first bad row: target row 37" in err and "data row" not in err  # rows 34..50: chunk 2
     assert "--on-invalid" not in err and "on_invalid" not in err and "Clean the data first" in err
-    code, err = _cli(capsys, "ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit)
+    code, err = _cli_in_process(
+        capsys, "ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit
+    )
     assert code == 1 and "first bad row: data row 40" in err and "--on-invalid" not in err, err
     # `sketch --target` has --on-invalid: it names the target row and suggests the flag.
-    code, err = _cli(capsys, "sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch"))
+    code, err = _cli_in_process(
+        capsys, "sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch")
+    )
     assert code == 1 and "first bad row: target row 37" in err and "--on-invalid skip" in err, err
     import dask.array as da
 
@@ -568,7 +589,7 @@ def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, ca
 
     text = zarr.create_array(str(tmp_path / "labels.zarr"), shape=(51,), chunks=(17,), dtype=str)
     text[...] = np.array(["a", "b"] * 25 + ["c"])
-    code, err = _cli(capsys, "ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
+    code, err = _cli_in_process(capsys, "ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
                      "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "The target must be real numbers" in err and "labels.zarr" in err
