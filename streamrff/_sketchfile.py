@@ -135,18 +135,25 @@ def check_signing_key(key: Any, name: str) -> bytes:
     return key
 
 
-def read_signing_key(path: str | os.PathLike[str] | None = None) -> bytes | None:
+def read_signing_key(path: str | os.PathLike[str] | None = None, allow_readable: bool = False) -> bytes | None:
     """Read a sketch signing key from a file, or from ``STREAMRFF_SIGNING_KEY`` when ``path`` is None.
 
     A key file is read as bytes, with trailing line breaks removed (so
     ``echo SECRET > key`` and ``STREAMRFF_SIGNING_KEY=SECRET`` give the same
-    key); it must be a regular file of at most 4 KiB. Keys never come from the
-    command line, where other users could read them in the process list.
+    key); it must be a regular file of at most 4 KiB that only its owner can
+    read or write (as ssh requires of private keys: ``chmod 600 FILE``). Keys
+    never come from the command line, where other users could read them in the
+    process list.
 
     Parameters
     ----------
     path : str or PathLike, optional
-        The key file. None: the environment variable, or None if it is unset or empty.
+        The key file. None: the environment variable, or None if it is unset. A
+        variable that is set but empty is an error, never "no key" (a template
+        that forgot to fill it in would otherwise switch signing off silently).
+    allow_readable : bool, default=False
+        Accept a key file that group or others may read or write (CLI:
+        ``--allow-readable-key``), e.g. a mounted secret whose mode you cannot set.
 
     Returns
     -------
@@ -155,31 +162,49 @@ def read_signing_key(path: str | os.PathLike[str] | None = None) -> bytes | None
     Raises
     ------
     InputError
-        If the file cannot be read, is not a small regular file, or the key is
-        shorter than 16 bytes. Messages name the file, never the key.
+        If the file cannot be read, is not a small regular file, is open to group
+        or others (unless ``allow_readable``), the variable is set but empty, or the
+        key is shorter than 16 bytes. Messages name the file, never the key.
 
     Examples
     --------
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "site.key")
-    >>> with open(path, "wb") as handle:
+    >>> with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as handle:
     ...     _ = handle.write(b"a shared secret of 32 bytes.....\\n")
     >>> read_signing_key(path)
     b'a shared secret of 32 bytes.....'
+    >>> os.chmod(path, 0o644)
+    >>> read_signing_key(path)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: The signing key file ... is open to group or others (mode 0644)....
     """
     if path is None:
-        text = os.environ.get(SIGNING_KEY_ENVIRONMENT, "")
-        if not text:
+        text = os.environ.get(SIGNING_KEY_ENVIRONMENT)
+        if text is None:
             return None
+        if not text.strip("\r\n"):
+            raise InputError(
+                f"${SIGNING_KEY_ENVIRONMENT} is set but empty. Expected a key of at least {MIN_KEY_BYTES} bytes; "
+                f"set it to the key, or unset it (`unset {SIGNING_KEY_ENVIRONMENT}`) to neither sign nor verify."
+            )
         return check_signing_key(os.fsencode(text).rstrip(b"\r\n"), f"the key in ${SIGNING_KEY_ENVIRONMENT}")
     name = os.fspath(path)
     try:
         # Symlinks are followed (mounted secrets are symlinks); O_NONBLOCK keeps a FIFO from hanging the open.
         descriptor = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         try:
-            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
                 raise InputError(
                     f"The signing key file {name} is not a regular file. Expected a small file holding the key."
+                )
+            if mode & 0o077 and not allow_readable:
+                raise InputError(
+                    f"The signing key file {name} is open to group or others (mode {stat.S_IMODE(mode):04o}). "
+                    f"Expected a file only its owner can read: `chmod 600 {name}`, or pass --allow-readable-key "
+                    "(allow_readable=True) for a mounted secret whose mode you cannot set."
                 )
             data = os.read(descriptor, MAX_KEY_FILE_BYTES + 1)
         finally:
@@ -225,6 +250,7 @@ def _write_group(store: Any, parts: SketchParts, signing_key: bytes | None = Non
             chunks=chunks if all(chunks) else "auto",
             serializer=BytesCodec(endian="little"),
             fill_value=0,
+            config={"write_empty_chunks": True},  # every chunk stored: the reader refuses absent ones
         )
         if little.size:
             target[...] = little

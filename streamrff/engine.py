@@ -57,7 +57,7 @@ _ON_INVALID = ("raise", "skip")
 def _chunk_task(
     block: np.ndarray,
     row_offset: int,
-    where: tuple[str, int, int],
+    where: tuple[str, int, int, int | None],
     kernel: ChunkKernel,
     on_invalid: str,
     slot: PartialSlot | None,
@@ -83,21 +83,26 @@ def _chunk_task(
     return _saved(kernel(rows if valid is None else rows[valid], row_offset, valid), slot)
 
 
-def _finite_rows(rows: np.ndarray, where: tuple[str, int, int], on_invalid: str) -> np.ndarray:
+def _finite_rows(rows: np.ndarray, where: tuple[str, int, int, int | None], on_invalid: str) -> np.ndarray:
     """Which rows of a chunk holding NaN or inf are finite; raises naming the chunk and its first bad row
-    unless ``on_invalid`` is "skip"."""
+    unless ``on_invalid`` is "skip". ``where``: the source's name, the chunk's index, its first row and, for
+    rows joined with their targets, the number of data columns (the rest are the target's)."""
     finite = np.isfinite(rows).all(axis=1)
     if on_invalid != "skip":
         bad = np.flatnonzero(~finite)
-        name, chunk_index, local_start = where
+        name, chunk_index, local_start, data_columns = where
+        first = int(bad[0])
+        # A row whose data is finite is bad for its target: name it as the target's row.
+        in_target = data_columns is not None and bool(np.isfinite(rows[first, :data_columns]).all())
         hint = (
             "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows."
             if on_invalid == "raise"
-            else "Clean the data first: this analysis needs every row."
+            else "Clean the data first: every row is needed here."
         )
         raise InputError(
             f"NaN or inf in {bad.size} row(s) of {name} chunk {chunk_index} (rows {local_start}.."
-            f"{local_start + rows.shape[0] - 1}); first bad row: {name} row {local_start + int(bad[0])}. {hint}"
+            f"{local_start + rows.shape[0] - 1}); first bad row: {'target' if in_target else name} row "
+            f"{local_start + first}. {hint}"
         )
     return finite
 
@@ -172,7 +177,7 @@ def run_chunks(
                 blocks.append(block)
                 offsets.append(start)
                 sizes.append(size)
-                places.append((name, index, local))
+                places.append((name, index, local, source.joined[0].shape[1] if source.joined else None))
             start += size
             local += size
     if not blocks:
@@ -421,7 +426,8 @@ def fit_map(
     Raises
     ------
     InputError
-        If the sources differ in width, or a fitted map expects another width.
+        If the sources differ in width, a fitted map expects another width, or the map
+        cannot fit in a task thread's memory (the message gives the largest width that fits).
 
     Examples
     --------
@@ -435,7 +441,9 @@ def fit_map(
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
     sources = open_sources(arrays, storage_options=storage_options, argument="arrays")
-    return fit_map_and_sample(feature_map, sources, 0, 0, client=client, progress=progress)[0]
+    with connect(client) as active:  # a map that cannot fit a task thread is one line, as for sketch()
+        check_sizes_fit(feature_map, sources[0].shape[1], _memory_per_thread(active))
+        return fit_map_and_sample(feature_map, sources, 0, 0, client=active, progress=progress)[0]
 
 
 def fit_map_and_sample(
@@ -548,7 +556,8 @@ def sketch(
         for the same unchanged rows (see :mod:`streamrff.checkpoint`).
     on_invalid : {"raise", "skip"}, default="raise"
         What to do with NaN/inf rows: fail naming the chunk and rows, or skip
-        them and count them in ``result.n_invalid``.
+        them and count them in ``result.n_invalid``. (``"require"`` fails like
+        "raise" without suggesting to skip, for callers that cannot skip rows.)
     progress : bool, default=False
         Show a progress bar (dask's for local runs, distributed's on a cluster).
     split_every : int, default=8
@@ -756,7 +765,7 @@ def _join_target(
 def _check_job_options(split_every: Any, on_invalid: Any) -> None:
     if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
         raise InputError(f"split_every must be an integer >= 2. Got {split_every!r}.")
-    if on_invalid not in _ON_INVALID:
+    if on_invalid not in (*_ON_INVALID, "require"):
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "SketchSignatureError",
     "SketchBeingWrittenError",
     "ModelFormatError",
+    "ModelSignatureError",
     "SourceError",
     "SourceChangedError",
     "OutputError",
@@ -206,6 +207,27 @@ class ModelFormatError(MapFormatError):
     ... except srf.MapFormatError as error:
     ...     print(type(error).__name__, "-", str(error).split(": ", 1)[1].split(". ")[0])
     ModelFormatError - expected format='streamrff.model', got 'streamrff.map'
+    """
+
+
+class ModelSignatureError(ModelFormatError):
+    """A model file loaded with a verify key is unsigned, signed with another key, or edited after signing.
+
+    A subclass of :class:`ModelFormatError`; the model-file twin of
+    :class:`SketchSignatureError` (same keys, same HMAC rule; see Security).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, streamrff as srf
+    >>> X = np.random.default_rng(0).normal(size=(40, 2))
+    >>> model = srf.KernelRidge(n_features=8, bandwidth=1.0).fit(X, X[:, 0])
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.json")
+    >>> srf.save_model(model, path, signing_key=b"site A key......")
+    >>> try:
+    ...     srf.load_model(path, verify_key=b"another site key")
+    ... except srf.ModelSignatureError as error:
+    ...     print(str(error).split(": ", 1)[1].split(" (")[0])
+    the signature does not match the verify key
     """
 
 

@@ -42,7 +42,6 @@ The writer lives in :mod:`streamrff._sketchfile`, below :mod:`streamrff.sketches
 from __future__ import annotations
 
 import hmac
-import itertools
 import json
 import os
 import time
@@ -55,7 +54,7 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.errors import ContainsArrayError
 
-from ._bounded_read import MAX_JSON_BYTES, GuardedLocalStore, GuardedZipStore, _file_type, stored_size
+from ._bounded_read import MAX_JSON_BYTES, GuardedLocalStore, GuardedZipStore, _file_type
 from ._memory import memory_available
 from ._publish import publish
 from ._sketchfile import (
@@ -75,6 +74,7 @@ from ._sketchfile import (
     write_state_path,
 )
 from ._validation import check_format_version
+from ._zarrcheck import check_stored_chunks, read_by_chunk
 from .errors import (
     SketchBeingWrittenError,
     SketchFormatError,
@@ -439,6 +439,10 @@ def check_map_cost(spec: dict[str, Any], target: str) -> None:
 
 #: Array elements load() reads before it has verified the attributes digest (8 MiB of float64).
 _UNVERIFIED_READ_ELEMENTS = 2**20
+#: An array may lack chunks only if it declares at most this many bytes: earlier streamrff let
+#: zarr skip all-zero chunks (read back as the fill value 0); it now writes every chunk, so an
+#: absent chunk of a larger array is a partial copy or a tampered file, refused before reading.
+_MISSING_CHUNK_BYTES = 8 * _UNVERIFIED_READ_ELEMENTS
 #: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
 #: clusters k, target columns t). A new sketch kind with another sizing attribute adds its name here.
 _SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets")
@@ -473,103 +477,6 @@ def _check_declared_size(node: Any, name: str, spec: dict[str, Any], attrs: dict
         )
 
 
-def _zstd_content_size(header: bytes) -> int | None:
-    """The decoded size a zstd frame header declares (RFC 8878 sec. 3.1.1.1), None if absent."""
-    if len(header) < 6 or header[:4] != b"\x28\xb5\x2f\xfd":
-        return None
-    descriptor = header[4]
-    single_segment = bool(descriptor & 0x20)
-    size_bytes = {0: 1 if single_segment else 0, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
-    start = 5 + (0 if single_segment else 1) + {0: 0, 1: 1, 2: 2, 3: 4}[descriptor & 0x03]
-    field = header[start : start + size_bytes]
-    if not size_bytes or len(field) != size_bytes:
-        return None
-    return int.from_bytes(field, "little") + (256 if size_bytes == 2 else 0)
-
-
-#: Bytes a compressor may add to data it cannot shrink, at most: zstd's bound is about n/256 + 64,
-#: deflate's n/1000 + 18, blosc's a 16-32 byte header; a stored chunk beyond it was not encoded
-#: from the declared chunk shape.
-def _largest_encoding(n_bytes: int) -> int:
-    return n_bytes + n_bytes // 64 + 1024
-
-
-def _chunk_header(node: Any, key: str, n_bytes: int) -> bytes:
-    from zarr.abc.store import RangeByteRequest
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    request = RangeByteRequest(0, n_bytes)
-    value = sync((node.store_path / key).get(prototype=default_buffer_prototype(), byte_range=request))
-    return b"" if value is None else value.to_bytes()
-
-
-def _decoded_size(node: Any, key: str, compressor: Any, stored: int, crc_bytes: int, expected: int) -> int | None:
-    """The size the stored chunk ``key`` decodes to, as its compressor's header says (or a bounded inflate)."""
-    if isinstance(compressor, ZstdCodec):
-        return _zstd_content_size(_chunk_header(node, key, 18))  # None: a frame that hides its size
-    if isinstance(compressor, BloscCodec):
-        header = _chunk_header(node, key, 16)  # version, versionlz, flags, typesize, nbytes (u32 LE), ...
-        return int.from_bytes(header[4:8], "little") if len(header) == 16 else None
-    import zlib  # gzip states its size only modulo 2**32, at the end: inflate, never past the expected size
-
-    member = _chunk_header(node, key, stored)[: stored - crc_bytes]
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        decoded = len(inflater.decompress(member, expected + 1))
-    except zlib.error:
-        return None
-    return decoded if inflater.eof and not inflater.unused_data else None
-
-
-def _check_stored_chunks(node: Any, name: str, target: str) -> None:
-    """Compare each stored chunk's size, and the decoded size its codec declares, with the chunk shape.
-
-    Runs before any chunk is read: zarr allocates the declared chunk shape before decoding, and
-    a decompressor believes its input, so a small chunk under a lied shape, or a chunk that
-    inflates far beyond it (a zip or zstd bomb), would cost the lie. A chunk without
-    compressor must have exactly the chunk's bytes; a compressed one at most what its codec
-    can make of them, and its zstd or blosc header must state exactly the chunk's size (gzip
-    chunks are inflated up to that size, no further). The stored size comes from the file
-    system, the zip directory (the size an entry declares, past which Python's zipfile never
-    inflates) or the object store, without reading the chunk. A missing chunk is a chunk of
-    zeros (zarr skips writing those); the declared sizes bound it.
-    """
-    if node.size == 0:
-        return
-    expected = int(np.prod(node.chunks)) * np.dtype(node.dtype).itemsize
-    compressors = list(node.compressors)
-    crc_bytes = 4 * sum(isinstance(codec, Crc32cCodec) for codec in compressors)
-    shrinking = [codec for codec in compressors if not isinstance(codec, Crc32cCodec)]
-    if len(shrinking) > 1 or (shrinking and compressors.index(shrinking[0]) != 0):
-        raise SketchFormatError(
-            f"{target}: array {name!r} stacks compressors {[type(codec).__name__ for codec in compressors]}; sketch "
-            "arrays have at most one, optionally followed by crc32c (tampered or not a streamrff sketch)."
-        )
-    largest = _largest_encoding(expected) + crc_bytes if shrinking else expected + crc_bytes
-    grid = [range(-(-extent // step)) for extent, step in zip(node.shape, node.chunks)]
-    for coords in itertools.product(*grid):
-        key = node.metadata.encode_chunk_key(coords)
-        stored = stored_size(node.store_path.store, f"{node.store_path.path}/{key}".lstrip("/"))
-        if stored is None:
-            continue
-        if stored > largest or (not shrinking and stored != largest):
-            raise SketchFormatError(
-                f"{target}: array {name!r} chunk {key} stores {stored:,} bytes, but its declared chunk shape "
-                f"{node.chunks} of {np.dtype(node.dtype)} encodes to {'at most ' if shrinking else ''}{largest:,} "
-                "(tampered array metadata or chunk)."
-            )
-        if not shrinking:
-            continue
-        declared = _decoded_size(node, key, shrinking[0], stored, crc_bytes, expected)
-        if declared != expected:
-            found = "does not state its decoded size" if declared is None else f"decodes to {declared:,} bytes"
-            raise SketchFormatError(
-                f"{target}: array {name!r} chunk {key} {found}, but its declared chunk shape {node.chunks} of "
-                f"{np.dtype(node.dtype)} needs {expected:,} (tampered array metadata or chunk)."
-            )
-
-
 def _check_memory(nodes: dict[str, Any], target: str) -> None:
     """Refuse arrays that this process cannot hold (see :func:`streamrff._memory.memory_available`), before reading.
 
@@ -585,26 +492,6 @@ def _check_memory(nodes: dict[str, Any], target: str) -> None:
             f"{available / 2**30:.2f} GiB (free memory, ulimit -v and cgroup limit). Load it on a machine "
             "with more memory, or check where the file came from (a few-kB file declaring this much is tampered)."
         )
-
-
-def _read_array(node: Any) -> np.ndarray:
-    """Read ``node`` one chunk at a time.
-
-    A failing chunk (wrong size, bad compression) then leaves no other reads pending
-    in zarr's event loop, which would otherwise print "Task was destroyed but it is
-    pending!" and "Event loop is closed" noise at exit.
-    """
-    if node.size == 0 or node.ndim == 0:
-        return np.asarray(node[...])
-    grid = [range(0, extent, step) for extent, step in zip(node.shape, node.chunks)]
-    value = None
-    for corner in itertools.product(*grid):
-        region = tuple(slice(start, start + step) for start, step in zip(corner, node.chunks))
-        chunk = node[region]
-        if value is None:  # allocate after the first chunk decoded: a wrong-sized one fails first
-            value = np.empty(node.shape, dtype=node.dtype)
-        value[region] = chunk
-    return value
 
 
 def _describe_sizes(level: dict[str, Any]) -> str:
@@ -647,9 +534,10 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
         if isinstance(spec, dict):
             _check_declared_size(node, name, spec, attrs, target)
         nodes[name] = node
-    _check_memory(nodes, target)
     for name, node in nodes.items():
-        _check_stored_chunks(node, name, target)
+        # Before the memory check, so that a file whose chunks were deleted is named for that.
+        check_stored_chunks(node, name, target, missing_allowed_bytes=_MISSING_CHUNK_BYTES)
+    _check_memory(nodes, target)
     if not isinstance(spec, dict):
         raise SketchFormatError(f"{target}: missing map spec.")
     _check_spec_sizes(spec, {name: node.shape for name, node in nodes.items()}, target)
@@ -664,7 +552,7 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
         raise _digest_error(target)
     arrays: dict[str, np.ndarray] = {}
     for name, expected in checksums.items():
-        value = _read_array(nodes[name])
+        value = read_by_chunk(nodes[name])
         if _checksum(value) != expected:
             raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (tampered or corrupt).")
         arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)

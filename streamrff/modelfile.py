@@ -16,8 +16,21 @@ Layout (version 1)::
         "intercept": (t,) <f8,
         "gcv_alphas", "gcv_scores", "gcv_df": (g,) <f8    the gcv_ table (scores may be inf)
       },
+      "signature": {...},              optional: {"algorithm": "hmac-sha256", "value": hex}, see below
       "digest": "..."                  sha256 of the canonical JSON of every other key
     }
+
+A model saved with a signing key (``save_model(..., signing_key=key)``, CLI
+``ridge --sign-key FILE`` or ``$STREAMRFF_SIGNING_KEY``) carries
+``signature.value = HMAC-SHA256(key, "streamrff.model signature v1\\n" + sha256
+hex of the canonical JSON of every key but the digest and the signature)``, the
+rule of sketch signatures (docs/security.rst; a model's arrays are inside the
+document, so no separate checksums). The digest then covers the signature, so
+readers that know nothing of signatures still verify the file, and unsigned
+model files written before signatures load as they did.
+``load_model(..., verify_key=key)`` (CLI ``predict --sign-key FILE``) refuses a
+model that is unsigned, signed with another key or edited after signing, with
+:class:`~streamrff.ModelSignatureError`.
 
 Floats are written in Python's shortest round-trip form and arrays as their
 bytes, so a loaded model predicts exactly (bit for bit) what the saved one did.
@@ -36,6 +49,7 @@ files are.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -43,8 +57,18 @@ from typing import Any
 
 import numpy as np
 
+from ._bounded_read import read_regular_file
+from ._sketchfile import SIGNATURE_ALGORITHM, check_signing_key
 from ._validation import check_format_version
-from .errors import InputError, MapFormatError, ModelFormatError, SourceError, StreamRFFError
+from .errors import (
+    InputError,
+    MapFormatError,
+    ModelFormatError,
+    ModelSignatureError,
+    SketchFormatError,
+    SourceError,
+    StreamRFFError,
+)
 from .mapfile import _decode_array, _encode_array, _is_url, _local_path, _publish, map_from_json, map_to_json
 from .ridge import KernelRidge, KernelRidgeClassifier
 from .typing import PathOrURL, StorageOptions
@@ -67,6 +91,37 @@ def _canonical_digest(document: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+#: Domain separation: a model signature is never valid as a sketch's, or any other HMAC of the same key.
+_SIGNATURE_CONTEXT = b"streamrff.model signature v1\n"
+
+
+def model_signature_value(document: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 (hex) of the digest of every key of a model document but the digest and the signature."""
+    covered = {name: value for name, value in document.items() if name not in ("digest", "signature")}
+    message = _SIGNATURE_CONTEXT + _canonical_digest(covered).encode("ascii")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _check_model_signature(document: dict[str, Any], verify_key: bytes, target: str) -> None:
+    """Refuse a model document not signed with ``verify_key`` (after its digest matched)."""
+    stored = document.get("signature")
+    if stored is None:
+        raise ModelSignatureError(
+            f"{target} is not signed. Expected a model file signed with the verify key (save_model(..., "
+            "signing_key=...) or `streamrff ridge --sign-key FILE`); ask its sender to sign it."
+        )
+    value = stored.get("value") if isinstance(stored, dict) else None
+    if (
+        not isinstance(value, str)
+        or stored.get("algorithm") != SIGNATURE_ALGORITHM
+        or not hmac.compare_digest(value.encode("utf-8"), model_signature_value(document, verify_key).encode("ascii"))
+    ):
+        raise ModelSignatureError(
+            f"{target}: the signature does not match the verify key (signed with another key, or edited after "
+            "signing). Expected a model signed with this key; check that both sites use the same key file."
+        )
+
+
 def _encode_classes(classes: np.ndarray) -> dict[str, Any]:
     if classes.dtype.kind in "OT":  # Python strings, numpy's variable-width StringDType: stored as fixed-width text
         if not all(isinstance(label, str) for label in classes.tolist()):
@@ -86,8 +141,8 @@ def _encode_classes(classes: np.ndarray) -> dict[str, Any]:
     return {"dtype": classes.dtype.str, "values": classes.tolist()}
 
 
-def model_to_json(model: KernelRidge | KernelRidgeClassifier) -> str:
-    """The model file's text for a fitted model (see the module docstring for the layout).
+def model_to_json(model: KernelRidge | KernelRidgeClassifier, signing_key: bytes | None = None) -> str:
+    """The model file's text for a fitted model (see the module docstring for the layout), signed if a key is given.
 
     Raises
     ------
@@ -122,6 +177,11 @@ def model_to_json(model: KernelRidge | KernelRidgeClassifier) -> str:
         "classes": classes,
         "arrays": {name: _encode_array(value) for name, value in arrays.items()},
     }
+    if signing_key is not None:
+        signing_key = check_signing_key(signing_key, "signing_key")
+        document = json.loads(json.dumps(document, allow_nan=False))  # exactly what the file will hold
+        signature = model_signature_value(document, signing_key)
+        document["signature"] = {"algorithm": SIGNATURE_ALGORITHM, "value": signature}
     document["digest"] = _canonical_digest(document)
     return json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
@@ -131,6 +191,7 @@ def save_model(
     path_or_url: PathOrURL,
     storage_options: StorageOptions = None,
     overwrite: bool = False,
+    signing_key: bytes | None = None,
 ) -> None:
     """Write a fitted kernel ridge model to a JSON model file: its map file plus the coefficients.
 
@@ -140,12 +201,17 @@ def save_model(
         A fitted model.
     path_or_url, storage_options, overwrite
         As in :func:`~streamrff.save_map` (e.g. ``"model.json"`` or ``"s3://bucket/model.json"``).
+    signing_key : bytes, optional
+        Sign the model (at least 16 bytes; HMAC-SHA256, the rule of sketch
+        signatures): ``load_model(path, verify_key=key)`` then proves a holder of
+        the key wrote it. The key itself is never written.
 
     Raises
     ------
     InputError
-        If ``model`` is not a KernelRidge or KernelRidgeClassifier, or its class
-        labels are not numbers, booleans or text.
+        If ``model`` is not a KernelRidge or KernelRidgeClassifier, its class
+        labels are not numbers, booleans or text, or ``signing_key`` is not bytes of
+        at least 16.
     NotFittedMapError
         If ``model`` is not fitted.
     FileExistsError, SourceError, OutputError
@@ -164,7 +230,7 @@ def save_model(
     >>> bool(np.array_equal(loaded.predict(X), model.predict(X))), loaded.alpha_ == model.alpha_
     (True, True)
     """
-    text = model_to_json(model)
+    text = model_to_json(model, signing_key)
     _publish(text.encode("utf-8"), os.fspath(path_or_url), storage_options, overwrite)
 
 
@@ -193,9 +259,10 @@ def _read_model_bytes(target: str, storage_options: StorageOptions) -> bytes:
             f"{path} is a directory (a sketch?), not a model file. Expected a file written by "
             "`streamrff ridge` or streamrff.save_model."
         )
-    if path.stat().st_size > MAX_MODEL_FILE_BYTES:
-        raise ModelFormatError(f"{path} is larger than {MAX_MODEL_FILE_BYTES:,} bytes: not a model file.")
-    return path.read_bytes()
+    try:  # a regular file only (not /dev/zero, not a FIFO), read up to the cap and no further
+        return read_regular_file(path, MAX_MODEL_FILE_BYTES, "a model file")
+    except SketchFormatError as error:
+        raise ModelFormatError(str(error)) from None
 
 
 def _decode_classes(entry: Any, target: str) -> np.ndarray:
@@ -235,13 +302,17 @@ def _positive_int(document: dict[str, Any], name: str, target: str) -> int:
     return value
 
 
-def model_from_json(text: str | bytes, target: str = "<model>") -> KernelRidge | KernelRidgeClassifier:
+def model_from_json(
+    text: str | bytes, target: str = "<model>", verify_key: bytes | None = None
+) -> KernelRidge | KernelRidgeClassifier:
     """Rebuild and verify the model of a model file's text (the inverse of :func:`model_to_json`).
 
     Raises
     ------
     ModelFormatError
         On anything but a complete, untampered model file of a known version.
+    ModelSignatureError
+        If ``verify_key`` is given and the model is not signed with it.
     """
     try:
         document = json.loads(text)
@@ -271,6 +342,8 @@ def model_from_json(text: str | bytes, target: str = "<model>") -> KernelRidge |
             f"{target}: the model does not match its digest (tampered or corrupt). Expected the file as "
             "saved; restore it from its source or fit the model again."
         )
+    if verify_key is not None:
+        _check_model_signature(document, verify_key, target)
     kind = document.get("kind")
     if kind not in _KINDS:
         raise ModelFormatError(f"{target}: unknown model kind {kind!r}; expected one of {sorted(_KINDS)}.")
@@ -334,7 +407,9 @@ def model_from_json(text: str | bytes, target: str = "<model>") -> KernelRidge |
     return model
 
 
-def load_model(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> KernelRidge | KernelRidgeClassifier:
+def load_model(
+    path_or_url: PathOrURL, storage_options: StorageOptions = None, verify_key: bytes | None = None
+) -> KernelRidge | KernelRidgeClassifier:
     """Read a model file written by :func:`save_model` (or ``streamrff ridge``), validating everything.
 
     The model is rebuilt with ``alpha`` set to the fitted ``alpha_`` and
@@ -349,6 +424,9 @@ def load_model(path_or_url: PathOrURL, storage_options: StorageOptions = None) -
         A local path, ``file://`` or fsspec URL.
     storage_options : dict, optional
         fsspec options for URLs. Never logged.
+    verify_key : bytes, optional
+        Accept only a model signed with this key (``save_model(..., signing_key=key)``).
+        Without it the signature, if any, is not checked (the digest always is).
 
     Returns
     -------
@@ -359,6 +437,9 @@ def load_model(path_or_url: PathOrURL, storage_options: StorageOptions = None) -
     ModelFormatError
         If the file is missing, too large, not a model file (a map file or a
         sketch is named as such), of a newer format version, or tampered with.
+    ModelSignatureError
+        If ``verify_key`` is given and the model is unsigned, signed with another
+        key, or edited after signing.
     SourceError
         If a URL cannot be read.
 
@@ -375,4 +456,6 @@ def load_model(path_or_url: PathOrURL, storage_options: StorageOptions = None) -
     (['left', 'right'], True)
     """
     target = os.fspath(path_or_url)
-    return model_from_json(_read_model_bytes(target, storage_options), target)
+    if verify_key is not None:
+        verify_key = check_signing_key(verify_key, "verify_key")
+    return model_from_json(_read_model_bytes(target, storage_options), target, verify_key)

@@ -312,6 +312,7 @@ class _KernelRidgeBase(BaseEstimator):
 
     def _sketch(self, X: Any, targets: Any, client: Any, storage_options: StorageOptions, progress: bool) -> Any:
         job = {"client": client, "storage_options": storage_options, "progress": progress}
+        job["on_invalid"] = "require"  # no rows are skipped: a NaN in X or y is named, with no option to skip
         if self.rank is None:
             return sketch(X, self._initial_map(), target=targets, **job)
         source = open_source(X, storage_options=storage_options)
@@ -809,10 +810,29 @@ def _labels_as_dask(y: Any, storage_options: StorageOptions) -> Any:
     return labels
 
 
+def _numeric_targets(y: Any) -> Any:
+    """In-memory regression targets as numbers: text (or objects that are not numbers) is one error naming y."""
+    values = np.asarray(y)
+    if values.dtype.kind in "biuf":
+        return y
+    try:
+        if values.dtype.kind in "USTV":  # text is never taken for numbers, even "1.5"
+            raise TypeError(values.dtype)
+        return values.astype(np.float64)
+    except (TypeError, ValueError):
+        example = values.reshape(-1)[0] if values.size else None
+        raise InputError(
+            f"y must be numbers (regression targets). Got dtype {values.dtype} with values such as {example!r}; "
+            "convert them to floats (y.astype(float)), or fit a KernelRidgeClassifier for class labels."
+        ) from None
+
+
 def _validate_xy(model: Any, X: Any, y: Any, y_numeric: bool, multi_output: bool) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's ``validate_data`` for X and y, plus streamrff's finite checks."""
     from sklearn.utils.validation import validate_data
 
+    if y_numeric:
+        y = _numeric_targets(y)
     try:
         X, y = validate_data(
             model, X, y, dtype=[np.float64, np.float32], ensure_all_finite=False,

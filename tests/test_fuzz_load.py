@@ -790,6 +790,18 @@ def test_load_refuses_declared_shape_lies_under_a_memory_ceiling_without_asyncio
         assert noise not in completed.stderr, completed.stderr[-3000:]
 
 
+def test_load_reads_an_absent_chunk_of_a_small_array_as_zeros_as_older_files_stored_it(tmp_path: Path) -> None:
+    # streamrff before issue 38 let zarr skip all-zero chunks: an empty sketch's sums were never stored.
+    empty = srf.MeanSketch.empty(srf.RFF(n_features=8, bandwidth=1.0, seed=0).fit(ROWS), moments=True)
+    path = tmp_path / "empty.sketch"
+    empty.save(path)
+    assert sorted(p.name for p in (path / "moment" / "c").rglob("*") if p.is_file()) == ["0"]  # now stored
+    shutil.rmtree(path / "moment" / "c")
+    shutil.rmtree(path / "feature_sum" / "c")
+    loaded = srf.load(path)
+    assert loaded.count == 0 and not np.any(loaded.moment) and loaded == empty
+
+
 # -- map files ----------------------------------------------------------------------------------
 
 MAP_BASES: dict[str, Callable[[], srf.FeatureMap]] = {

@@ -131,6 +131,23 @@ def test_sketch_with_an_edited_checkpoint_partial_is_refused(tmp_path: Path, tmp
     assert srf.sketch(source, feature_map, checkpoint=checkpoint).count == 51
 
 
+def test_sketch_with_a_checkpoint_partial_missing_a_chunk_is_refused_naming_it(tmp_path: Path, tmp_zarr) -> None:
+    # Issue 38: zarr reads an absent chunk as zeros; a partial's moment above 8 MiB (D = 1100) must be whole.
+    source = tmp_zarr(ROWS[:20].astype(np.float32), chunk_rows=10)
+    feature_map = srf.RFF(n_features=1100, bandwidth=1.0, seed=1)
+    checkpoint = tmp_path / "checkpoint"
+    first = srf.sketch(source, feature_map, moments=True, checkpoint=checkpoint)
+    partial = sorted(checkpoint.rglob("rows-*.zarr"))[1]
+    (partial / "moment" / "c" / "0" / "0").unlink()
+    with pytest.raises(SketchFormatError, match=r"array 'moment' chunk c/0/0 is missing.*delete it to recompute"):
+        srf.sketch(source, feature_map, moments=True, checkpoint=checkpoint)
+    shutil.rmtree(partial)
+    again = srf.sketch(source, feature_map, moments=True, checkpoint=checkpoint)
+    reference = feature_map.fit(ROWS[:20]).transform(ROWS[:20].astype(np.float32)).astype(np.float64)
+    np.testing.assert_allclose(again.moment, reference.T @ reference, rtol=1e-5, atol=1e-6)
+    assert again == first
+
+
 # -- 3. concurrent writers: exactly one wins, nothing is silently replaced -------------------------------
 
 
@@ -277,7 +294,7 @@ def test_load_while_another_process_saves_returns_a_whole_sketch(tmp_path: Path)
 def test_zstd_content_size_reads_the_size_numcodecs_wrote(n_bytes: int) -> None:
     from numcodecs import Zstd
 
-    from streamrff.fileformat import _zstd_content_size
+    from streamrff._zarrcheck import zstd_content_size as _zstd_content_size
 
     frame = Zstd(level=1).encode(np.random.default_rng(n_bytes).integers(0, 4, n_bytes, dtype=np.uint8).tobytes())
     assert _zstd_content_size(frame[:18]) == n_bytes
@@ -442,6 +459,25 @@ def test_cli_features_too_large_for_memory_names_the_flag_and_the_largest_that_f
     assert not (tmp_path / "out.sketch").exists()
 
 
+def test_cli_map_features_too_large_for_memory_is_the_same_one_line_as_sketch(tmp_path: Path, tmp_zarr) -> None:
+    # Issue 38: `map --features 1000000000000` ended in "Unable to allocate 29.1 TiB" (a traceback).
+    import os
+    import re
+
+    import psutil
+
+    source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
+    output = tmp_path / "map.json"
+    completed = _run_cli_process("map", source, "-o", str(output), "--features", "1000000000000", "--bandwidth", "1")
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stderr.startswith("streamrff map: error: n_features (CLI --features) = 1,000,000,000,000 needs")
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+    per_feature = (ROWS.shape[1] + 1) * 8 + 256 * 8 + 9 * 8  # as for sketch, above
+    largest = int(re.search(r"largest n_features that fits is ([\d,]+)", completed.stderr).group(1).replace(",", ""))
+    assert largest == int(psutil.virtual_memory().total / os.cpu_count() // per_feature)
+    assert not output.exists()
+
+
 def test_sketch_with_moments_too_large_is_refused_before_any_work() -> None:
     import dask.array as da
 
@@ -496,3 +532,71 @@ def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
         srf.sketch(X, srf.RFF(n_features=8, bandwidth="median"), on_invalid="skip")
     # A numeric bandwidth needs no sample: every row is skipped and counted.
     assert srf.sketch(X, srf.RFF(n_features=8, bandwidth=1.0), on_invalid="skip").n_invalid == 40
+
+
+# -- issue 38, item 5: ridge names the target row and suggests only its own flags --------------------------
+
+
+def _cli_in_process(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli_main(list(arguments))
+    return code, capsys.readouterr().err
+
+
+def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
+    tmp_path: Path, tmp_zarr, capsys
+) -> None:
+    y = np.sin(ROWS[:, 0])
+    y[37] = np.nan
+    X_bad = ROWS.copy()
+    X_bad[40, 1] = np.inf
+    source, target = tmp_zarr(ROWS, 17, "x.zarr"), tmp_zarr(y, 17, "y.zarr")
+    fit = ["--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "model.json")]
+    code, err = _cli_in_process(capsys, "ridge", source, "--target", target, *fit)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "first bad row: target row 37" in err and "data row" not in err  # rows 34..50: chunk 2
+    assert "--on-invalid" not in err and "on_invalid" not in err and "Clean the data first" in err
+    code, err = _cli_in_process(
+        capsys, "ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit
+    )
+    assert code == 1 and "first bad row: data row 40" in err and "--on-invalid" not in err, err
+    # `sketch --target` has --on-invalid: it names the target row and suggests the flag.
+    code, err = _cli_in_process(
+        capsys, "sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch")
+    )
+    assert code == 1 and "first bad row: target row 37" in err and "--on-invalid skip" in err, err
+    import dask.array as da
+
+    with pytest.raises(srf.InputError, match=r"target row 37\. Clean the data first") as caught:
+        srf.KernelRidge(n_features=16, bandwidth=1.0).fit(da.from_array(ROWS, chunks=17), da.from_array(y, chunks=17))
+    assert "on_invalid" not in str(caught.value)
+    assert not (tmp_path / "model.json").exists()
+
+
+@pytest.mark.parametrize(
+    "labels", [np.array(["a", "b"] * 25 + ["c"]), np.array(["1.5"] * 51), np.array([object()] * 51)]
+)
+def test_ridge_refuses_non_numeric_targets_with_one_line_naming_y(labels: np.ndarray) -> None:
+    with pytest.raises(
+        srf.InputError, match=r"^y must be numbers \(regression targets\)\. Got dtype .*KernelRidgeClassifier"
+    ) as caught:
+        srf.KernelRidge(n_features=16, bandwidth=1.0).fit(ROWS, labels)
+    assert "\n" not in str(caught.value)
+
+
+def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, capsys) -> None:
+    import zarr
+
+    text = zarr.create_array(str(tmp_path / "labels.zarr"), shape=(51,), chunks=(17,), dtype=str)
+    text[...] = np.array(["a", "b"] * 25 + ["c"])
+    code, err = _cli_in_process(capsys, "ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
+                     "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "The target must be real numbers" in err and "labels.zarr" in err
+
+
+def _x_zarr(tmp_path: Path) -> str:
+    import zarr
+
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=ROWS.shape, chunks=(17, 3), dtype="f8")[...] = ROWS
+    return str(tmp_path / "x.zarr")

@@ -99,7 +99,7 @@ def test_engine_sketch_with_target_checks_rows_and_finiteness():
         srf.sketch(X, MAP, target=np.zeros((700, 2, 2)))
     broken = Y.copy()
     broken[123, 1] = np.nan
-    with pytest.raises(InputError, match="first bad row: data row 123"):
+    with pytest.raises(InputError, match="first bad row: target row 123"):
         srf.sketch(X, MAP, target=broken)
     skipped = srf.sketch(X, MAP, target=broken, on_invalid="skip")
     keep = np.arange(700) != 123

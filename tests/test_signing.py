@@ -151,6 +151,7 @@ def test_bad_keys_are_refused_without_showing_them(tmp_path, bad_key):
 def test_read_signing_key_from_a_file_or_the_environment(tmp_path, monkeypatch):
     key_file = tmp_path / "site.key"
     key_file.write_bytes(KEY + b"\n")
+    key_file.chmod(0o600)
     monkeypatch.setenv("STREAMRFF_SIGNING_KEY", KEY.decode())
     assert srf.read_signing_key(key_file) == KEY == srf.read_signing_key()
     monkeypatch.delenv("STREAMRFF_SIGNING_KEY")
@@ -159,6 +160,7 @@ def test_read_signing_key_from_a_file_or_the_environment(tmp_path, monkeypatch):
     os.mkfifo(fifo)
     big = tmp_path / "big.key"
     big.write_bytes(b"k" * 5000)
+    big.chmod(0o600)
     for path, expected in [
         (tmp_path / "missing.key", "Cannot read the signing key file"),
         (fifo, "is not a regular file"),  # would block a plain open()
@@ -203,6 +205,7 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
     key_file = tmp_path / "keys" / "site.key"
     key_file.parent.mkdir()
     key_file.write_bytes(KEY + b"\n")
+    key_file.chmod(0o600)
     out = tmp_path / "out"
     out.mkdir()
     runs = {
@@ -246,3 +249,180 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
     for secret in (KEY, KEY.hex().encode()):
         assert secret not in all_bytes(out)
         assert all(secret.decode() not in text for text in texts)
+
+
+# -- secrets refused rather than half-used (issue 38) ---------------------------------------------------
+
+
+def cli_in_process(capsys, *arguments: str) -> tuple[int, str, str]:
+    from streamrff.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(arguments))
+    except SystemExit as usage:  # usage errors exit through argparse
+        code = usage.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
+    assert code != 0 and err.count("\n") == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert KEY.decode() not in err
+
+
+def write_key(path: Path, mode: int = 0o600) -> Path:
+    path.write_bytes(KEY + b"\n")
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("value", ["", "\n"])
+def test_an_empty_signing_key_variable_is_an_error_not_no_key(tmp_path, monkeypatch, capsys, value):
+    # Issue 38: STREAMRFF_SIGNING_KEY= (set but empty) silently switched signing and verification off.
+    make_sketch().save(tmp_path / "s.sketch")
+    monkeypatch.setenv("STREAMRFF_SIGNING_KEY", value)
+    with pytest.raises(srf.InputError, match=r"\$STREAMRFF_SIGNING_KEY is set but empty"):
+        srf.read_signing_key()
+    code, out, err = cli_in_process(capsys, "info", str(tmp_path / "s.sketch"))
+    assert_one_line_error(code, err, "streamrff info: error: $STREAMRFF_SIGNING_KEY is set but empty", "unset")
+    code, out, err = cli_in_process(capsys, "merge", str(tmp_path / "s.sketch"), "-o", str(tmp_path / "m.sketch"))
+    assert_one_line_error(code, err, "is set but empty")
+    assert not (tmp_path / "m.sketch").exists()
+    monkeypatch.delenv("STREAMRFF_SIGNING_KEY")
+    assert srf.read_signing_key() is None  # unset: no key
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o644])
+def test_a_key_file_open_to_group_or_others_is_refused_unless_allowed(tmp_path, monkeypatch, capsys, mode):
+    monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
+    key_file = write_key(tmp_path / "site.key", mode)
+    with pytest.raises(srf.InputError, match=rf"open to group or others \(mode 0{mode:o}\).*chmod 600"):
+        srf.read_signing_key(key_file)
+    assert srf.read_signing_key(key_file, allow_readable=True) == KEY
+    make_sketch().save(tmp_path / "s.sketch", signing_key=KEY)
+    code, out, err = cli_in_process(capsys, "info", str(tmp_path / "s.sketch"), "--sign-key", str(key_file))
+    assert_one_line_error(code, err, f"{key_file} is open to group or others", "--allow-readable-key")
+    code, out, err = cli_in_process(
+        capsys, "info", str(tmp_path / "s.sketch"), "--sign-key", str(key_file), "--allow-readable-key", "--json"
+    )
+    assert code == 0 and json.loads(out)["signature"] == "verified", err
+    link = tmp_path / "mounted.key"  # mounted secrets are links: the mode checked is the key's own
+    link.symlink_to(key_file)
+    key_file.chmod(0o600)
+    assert srf.read_signing_key(link) == KEY
+
+
+def test_cli_merge_with_a_key_refuses_unverified_inputs_unless_sign_unverified(tmp_path, monkeypatch, capsys):
+    # Issue 38: `merge --sign-key` signed a merge of unverified inputs unless --require-signed was given.
+    monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
+    key_file = write_key(tmp_path / "site.key")
+    signed, unsigned, other = tmp_path / "a.sketch", tmp_path / "u.sketch", tmp_path / "o.sketch"
+    feature_map = srf.RFF(n_features=16, seed=0).fit(ROWS)
+    srf.sketch_array(ROWS[:10], feature_map).save(signed, signing_key=KEY)
+    srf.sketch_array(ROWS[10:], feature_map).save(unsigned)
+    srf.sketch_array(ROWS[10:], feature_map).save(other, signing_key=OTHER_KEY)
+    for name, suspect, fragment in [
+        ("u", unsigned, "u.sketch is not signed"),
+        ("o", other, "does not match the verify key"),
+    ]:
+        output = tmp_path / f"{name}-merged.sketch"
+        code, out, err = cli_in_process(
+            capsys, "merge", str(signed), str(suspect), "--sign-key", str(key_file), "-o", str(output)
+        )
+        assert_one_line_error(code, err, "streamrff merge: error: ", fragment, "--sign-unverified")
+        assert not output.exists()
+    output = tmp_path / "merged.sketch"
+    code, out, err = cli_in_process(
+        capsys, "merge", str(signed), str(unsigned), "--sign-key", str(key_file), "--sign-unverified", "-o", str(output)
+    )
+    assert code == 0, err
+    merged = srf.load(output, verify_key=KEY)  # signed on purpose
+    assert merged.count == len(ROWS) and np.allclose(
+        merged.feature_sum, srf.sketch_array(ROWS, feature_map).feature_sum, rtol=1e-6
+    )
+    code, out, err = cli_in_process(capsys, "merge", str(signed), "--sign-unverified", "-o", str(tmp_path / "x.sketch"))
+    assert code == 2 and "--sign-unverified" in err and err.count("\n") == 1, err
+    # Inputs that verify need no flag.
+    code, out, err = cli_in_process(
+        capsys, "merge", str(signed), str(signed), "--sign-key", str(key_file), "-o", str(tmp_path / "aa.sketch")
+    )
+    assert code == 0 and srf.load(tmp_path / "aa.sketch", verify_key=KEY).count == 20, err
+
+
+# -- model files (issue 38) ---------------------------------------------------------------------------------
+
+
+def fitted_model() -> srf.KernelRidge:
+    return srf.KernelRidge(n_features=16, bandwidth=1.0, seed=0).fit(ROWS, np.sin(ROWS[:, 0]))
+
+
+def rewrite_model(path: Path, **changes) -> None:
+    """Edit a model file as an attacker who knows the format would: change keys, recompute the digest."""
+    document = json.loads(path.read_text())
+    document.update(changes)
+    covered = {name: value for name, value in document.items() if name != "digest"}
+    document["digest"] = hashlib.sha256(canonical(covered).encode()).hexdigest()
+    path.write_text(json.dumps(document))
+
+
+def test_model_signature_is_the_documented_hmac_and_verifies_only_with_its_key(tmp_path):
+    model, signed, unsigned = fitted_model(), tmp_path / "signed.json", tmp_path / "unsigned.json"
+    srf.save_model(model, signed, signing_key=KEY)
+    srf.save_model(model, unsigned)
+    document = json.loads(signed.read_text())
+    covered = {name: value for name, value in document.items() if name not in ("digest", "signature")}
+    message = b"streamrff.model signature v1\n" + hashlib.sha256(canonical(covered).encode()).hexdigest().encode()
+    assert document["signature"] == {"algorithm": "hmac-sha256", "value": hmac.new(KEY, message, "sha256").hexdigest()}
+    assert KEY not in signed.read_bytes() and "signature" not in json.loads(unsigned.read_text())
+    for loaded in (srf.load_model(signed, verify_key=KEY), srf.load_model(signed), srf.load_model(unsigned)):
+        assert np.array_equal(loaded.predict(ROWS), model.predict(ROWS))  # bit for bit
+    with pytest.raises(srf.ModelSignatureError, match="unsigned.json is not signed"):
+        srf.load_model(unsigned, verify_key=KEY)
+    with pytest.raises(srf.ModelSignatureError, match="does not match the verify key"):
+        srf.load_model(signed, verify_key=OTHER_KEY)
+    rewrite_model(signed, alpha=document["alpha"] * 2)  # the digest cannot tell, the signature can
+    assert srf.load_model(signed).alpha_ == 2 * model.alpha_
+    with pytest.raises(srf.ModelSignatureError, match="edited after signing"):
+        srf.load_model(signed, verify_key=KEY)
+    with pytest.raises(srf.InputError, match="at least 16 bytes"):
+        srf.save_model(model, tmp_path / "short.json", signing_key=b"short")
+    assert not (tmp_path / "short.json").exists()
+
+
+def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch, capsys):
+    import zarr
+
+    monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
+    for name, values in (("x.zarr", ROWS), ("y.zarr", np.sin(ROWS[:, 0]))):
+        zarr.create_array(store=str(tmp_path / name), shape=values.shape, dtype="f8", chunks=(10, *values.shape[1:]))[
+            ...
+        ] = values
+    key_file = write_key(tmp_path / "site.key")
+    model = tmp_path / "model.json"
+    arguments = ["ridge", str(tmp_path / "x.zarr"), "--target", str(tmp_path / "y.zarr"), "--features", "16"]
+    code, out, err = cli_in_process(
+        capsys, *arguments, "--bandwidth", "1", "--sign-key", str(key_file), "-o", str(model)
+    )
+    assert code == 0, err
+    assert srf.load_model(model, verify_key=KEY).n_samples_ == len(ROWS)
+    code, out, err = cli_in_process(
+        capsys,
+        "predict",
+        str(model),
+        str(tmp_path / "x.zarr"),
+        "--sign-key",
+        str(key_file),
+        "-o",
+        str(tmp_path / "p.zarr"),
+    )
+    assert code == 0, err
+    assert np.allclose(zarr.open_array(str(tmp_path / "p.zarr"))[...], srf.load_model(model).predict(ROWS), rtol=1e-6)
+    monkeypatch.setenv("STREAMRFF_SIGNING_KEY", OTHER_KEY.decode())
+    code, out, err = cli_in_process(
+        capsys, "predict", str(model), str(tmp_path / "x.zarr"), "-o", str(tmp_path / "q.zarr")
+    )
+    assert_one_line_error(code, err, "streamrff predict: error: ", "does not match the verify key")
+    assert not (tmp_path / "q.zarr").exists()

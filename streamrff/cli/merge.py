@@ -28,11 +28,16 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--require-signed", action="store_true", help="refuse any input not signed with the --sign-key key (exit 1)"
     )
+    parser.add_argument(
+        "--sign-unverified", action="store_true",
+        help="sign the merge even of inputs not signed with the key (by default, signing verifies every input)",
+    )  # fmt: skip
     options.add_common(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import merge  # here, not at the top: start-up time
+    from ..errors import SketchSignatureError
     from ..fileformat import check_writable
 
     options.check_output_free(args.output, args.storage_options, args.overwrite)
@@ -40,8 +45,22 @@ def run(args: argparse.Namespace) -> int:
     key = options.signing_key(args)
     if args.require_signed and key is None:
         raise options.UsageError("--require-signed needs the key: pass --sign-key FILE or set STREAMRFF_SIGNING_KEY.")
-    verify_key = key if args.require_signed else None
-    sketches = load_checked_sketches(args.sketches, args.storage_options, same_moments=True, verify_key=verify_key)
+    if args.sign_unverified and (key is None or args.require_signed):
+        raise options.UsageError(
+            "--sign-unverified signs a merge of inputs not verified with the key: it needs the key (--sign-key FILE "
+            "or STREAMRFF_SIGNING_KEY) and contradicts --require-signed; drop one."
+        )
+    # A signature vouches for the whole merge, so signing verifies every input with the same key.
+    verify_key = None if args.sign_unverified else key
+    try:
+        sketches = load_checked_sketches(args.sketches, args.storage_options, same_moments=True, verify_key=verify_key)
+    except SketchSignatureError as error:
+        if args.require_signed:
+            raise
+        raise SketchSignatureError(
+            f"{error} (A signed merge vouches for its inputs, so each must verify with the key; pass "
+            "--sign-unverified to sign anyway, or merge without a key.)"
+        ) from None
     merged = merge(*sketches)
     merged.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     title = f"merged {len(sketches)} sketches ({merged.count:,} rows) into {args.output}"

@@ -181,13 +181,17 @@ def add_overwrite(
 def add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
     """``--sign-key FILE`` (docs/security.rst): a key file or the environment, never the key on the command line."""
     parser.add_argument("--sign-key", metavar="FILE", default=None, help=f"{purpose} (default: $STREAMRFF_SIGNING_KEY)")
+    parser.add_argument(
+        "--allow-readable-key", action="store_true",
+        help="accept a key file that group or others can read (refused otherwise, as ssh does; chmod 600 it)",
+    )  # fmt: skip
 
 
 def signing_key(args: argparse.Namespace) -> bytes | None:
     """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key)."""
     from ..fileformat import read_signing_key  # here, not at the top: start-up time
 
-    return read_signing_key(args.sign_key)
+    return read_signing_key(args.sign_key, allow_readable=args.allow_readable_key)
 
 
 def add_plot(parser: argparse.ArgumentParser, help: str) -> None:

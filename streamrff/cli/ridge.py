@@ -75,6 +75,7 @@ def add_parser(commands: Any) -> None:
     options.add_features(parser)
     options.add_bandwidth(parser)
     options.add_seed(parser, "seed of the map and of its row sample")
+    options.add_sign_key(parser, "sign the model file with the key in FILE (HMAC-SHA256)")
     options.add_job_options(parser)
 
 
@@ -244,8 +245,9 @@ def run(args: argparse.Namespace) -> int:
 
     _check_inputs(args)
     options.check_output_free(args.output, args.storage_options, args.overwrite)
+    key = options.signing_key(args)  # before the fit: a bad key costs no pass over the data
     model, data, lines = _fit(args)
-    save_model(model, args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    save_model(model, args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     gcv = model.gcv_
     chosen = "given" if args.alpha != "auto" else f"chosen by generalized cross-validation over {len(gcv['alphas'])}"
     kind = "classifier" if args.classify else "regression"
