@@ -341,7 +341,7 @@ class _KernelRidgeBase(BaseEstimator):
         best = int(np.argmin(scores)) if np.isfinite(scores).any() else len(alphas) - 1
         alpha = float(alphas[best])
         coef = spectrum.eigenvectors @ (spectrum.projected / (spectrum.eigenvalues + alpha)[:, None])  # (D, t)
-        intercept = sketch.target_sum / n - spectrum.mean @ coef
+        intercept = sketch.target_mean - spectrum.mean @ coef
         self.feature_map_ = sketch.feature_map
         self.n_features_in_ = sketch.feature_map.n_features_in_
         self.n_samples_ = n
