@@ -62,7 +62,7 @@ from .nystrom import nystrom_reconstruction
 from .regression import NystromRegressionSketch, RegressionSketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "default_alphas"]
+__all__ = ["KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "default_alphas", "rank_tolerance", "rounding_level"]
 
 #: alpha="auto" without ``alphas``: this grid times the trace of the centred second moment
 #: (4 per decade). The trace is n times the total feature variance, so the grid follows n.
@@ -72,7 +72,7 @@ _RELATIVE_ALPHAS = np.logspace(-12.0, 0.0, 49)
 class _Spectrum(NamedTuple):
     """The centred system in eigen-coordinates: what the solve and GCV need."""
 
-    eigenvalues: np.ndarray  # (r,), >= 0: of the centred moment C (all D, or the rank-k captured range)
+    eigenvalues: np.ndarray  # (r,), > 0: of the centred moment C above its rank tolerance (or the rank-k range)
     eigenvectors: np.ndarray  # (D, r), orthonormal columns
     projected: np.ndarray  # (r, t): eigenvectors^T c
     target_total: np.ndarray  # (t,): ||y_c||^2 per target
@@ -82,7 +82,9 @@ class _Spectrum(NamedTuple):
 
 
 def _centred_targets(sketch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(mu, c, ||y_c||^2)``: feature mean, centred cross moment ``Z^T y - n mu ybar^T`` and centred target norms."""
+    """``(mu, c, ||y_c||^2)``: feature mean, centred cross moment ``Z^T y - n mu ybar^T`` and centred target norms.
+
+    The target sums are about the sketch's shift ``c0`` (``y - c0``); centring does not depend on it."""
     n = sketch.count
     mean = sketch.feature_sum / n
     target_mean = sketch.target_sum / n
@@ -91,9 +93,75 @@ def _centred_targets(sketch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, cross, np.clip(target_total, 0.0, None)
 
 
+#: Unit roundoff of the tile products behind the centred second moment: float32
+#: (:func:`streamrff.regression.regression_sketch_of_chunk`); see :func:`rounding_level`.
+_PRODUCT_EPSILON = float(np.finfo(np.float32).eps)
+
+
+def rank_tolerance(eigenvalues: np.ndarray, n_rows: int) -> float:
+    """The eigenvalue of the centred moment at or below which a direction is not counted (``numpy.linalg.matrix_rank``).
+
+    ``matrix_rank`` of a Hermitian D x D matrix counts the eigenvalues above
+    ``S.max() * D * eps`` (float64 eps: the backward error of the decomposition), and so
+    does this: ``s.max() * max(n, D) * eps64``. The centred moment of n rows has rank at
+    most n - 1 besides, so at most the n - 1 largest count (:func:`_centred_system`).
+
+    Why not a float32 tolerance, although the moment's tile products are float32? Their
+    rounding moves every eigenvalue by up to its spectral norm, measured at 0.2 to 0.8 times
+    ``s.max() * eps32`` (D = 1024; 331 diabetes, 1 500 Friedman #1 and 1 500 digits rows),
+    but the directions below that are still mostly real variance: cutting at
+    ``s.max() * eps32`` dropped 6 of 330 directions on diabetes and 145 of 1 023 on Friedman
+    #1 and moved GCV by up to 7e-3 from numpy's on the same float32 features, where counting
+    them kept it within 4e-5 (float64 features: 4e-12). Below n rows, the rounding-level
+    directions beyond the n - 1 that rows can span are what numpy would count and this does
+    not. The float32 rounding instead sets the floor of the alpha grid
+    (:func:`rounding_level`, :func:`default_alphas`): an alpha 10 times above it gives a
+    direction it perturbs at most a tenth of a degree of freedom's change.
+
+    Parameters
+    ----------
+    eigenvalues : ndarray
+        Computed eigenvalues of the centred moment (any order).
+    n_rows : int
+        Rows sketched.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrff.ridge import rank_tolerance
+    >>> bool(rank_tolerance(np.array([4.0, 1.0, 1e-9]), 100) == 4.0 * 100 * np.finfo(np.float64).eps)
+    True
+    """
+    largest = float(np.max(eigenvalues, initial=0.0))
+    return largest * max(int(n_rows), int(np.size(eigenvalues))) * float(np.finfo(np.float64).eps)
+
+
+def rounding_level(eigenvalues: np.ndarray) -> float:
+    """How far the float32 tile products move the centred moment's eigenvalues: ``max(s.max() * eps32, noise)``.
+
+    ``noise`` is the magnitude of the most negative computed eigenvalue (the exact moment is
+    positive semi-definite, so at least that much rounding is present); ``s.max() * eps32``
+    bounds what was measured (0.2 to 0.8 times it, see :func:`rank_tolerance`) when no
+    eigenvalue comes out negative. The ``alpha="auto"`` grid starts at 10 times it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrff.ridge import rounding_level
+    >>> bool(rounding_level(np.array([-1e-3, 0.5, 4.0])) == 1e-3)
+    True
+    """
+    largest = float(np.max(eigenvalues, initial=0.0))
+    return max(largest * _PRODUCT_EPSILON, -float(np.min(eigenvalues, initial=0.0)))
+
+
 def _centred_system(sketch: RegressionSketch, rank: int | None = None) -> _Spectrum:
-    """Eigenpairs of the centred moment (clipped at 0; the top ``rank`` if given) and ``V^T c``; ``noise``
-    is the magnitude of its most negative eigenvalue, the rounding level of the sums."""
+    """Eigenpairs of the centred moment above its rank tolerance (:func:`rank_tolerance`; at most n - 1 of them,
+    the rank of n centred rows; the top ``rank`` if given) and ``V^T c``; ``noise`` is :func:`rounding_level`."""
     n = sketch.count
     mean, cross, target_total = _centred_targets(sketch)
     centred = sketch.moment - n * np.outer(mean, mean)
@@ -101,11 +169,12 @@ def _centred_system(sketch: RegressionSketch, rank: int | None = None) -> _Spect
     centred /= 2.0
     with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
         eigenvalues, eigenvectors = np.linalg.eigh(centred)
-    noise = float(max(-eigenvalues[0], 0.0))
-    eigenvalues = np.clip(eigenvalues, 0.0, None)
-    trace = float(eigenvalues.sum())
+    trace = float(np.clip(eigenvalues, 0.0, None).sum())
+    resolved = min(int(np.count_nonzero(eigenvalues > rank_tolerance(eigenvalues, n))), n - 1)
     if rank is not None:
-        eigenvalues, eigenvectors = eigenvalues[::-1][:rank], eigenvectors[:, ::-1][:, :rank]
+        resolved = min(resolved, rank)
+    noise = rounding_level(eigenvalues)
+    eigenvalues, eigenvectors = eigenvalues[::-1][:resolved], eigenvectors[:, ::-1][:, :resolved]
     return _Spectrum(eigenvalues, eigenvectors, eigenvectors.T @ cross, target_total, mean, noise, trace)
 
 
@@ -116,7 +185,7 @@ def _low_rank_system(sketch: NystromRegressionSketch, rank: int) -> _Spectrum:
     with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
         # float64 epsilon: the range sketch's tile products are float64 (regression_sketch_of_chunk)
         values, vectors, trace, shift = nystrom_reconstruction(sketch, rank, epsilon=float(np.finfo(float).eps))
-    resolved = values > 0.0  # at or below the shift: no variance resolved, and no direction to fit
+    resolved = np.flatnonzero(values > 0.0)[: n - 1]  # at or below the shift: no variance resolved, no direction
     eigenvalues, eigenvectors = n * values[resolved], vectors[:, resolved]
     return _Spectrum(eigenvalues, eigenvectors, eigenvectors.T @ cross, target_total, mean, n * shift, n * trace)
 
@@ -145,11 +214,11 @@ def default_alphas(eigenvalues: np.ndarray, noise: float, trace: float | None = 
     ``trace`` is that of the centred moment, by default ``eigenvalues.sum()``
     (pass it when the eigenvalues are only the top ones of a low-rank fit).
 
-    The exact centred moment is positive semi-definite, so its most negative
-    computed eigenvalue measures the rounding in the sums (float32 features and
-    tile products: about ``1e-8`` of the trace). Directions at that level are
-    noise, and an alpha near it would fit the noise while the GCV formula, which
-    trusts the sums, reports a good score; so the grid starts at 10 times it.
+    ``noise`` is the rounding level of the eigenvalues (:func:`rounding_level`:
+    float32 tile products, about ``1e-7`` of the largest eigenvalue). Directions
+    at that level are rounding, and an alpha near it would fit the rounding while
+    the GCV formula, which trusts the sums, reports a good score; so the grid
+    starts at 10 times it.
     """
     trace = float(eigenvalues.sum() if trace is None else trace) or 1.0
     grid = trace * _RELATIVE_ALPHAS
@@ -160,16 +229,36 @@ def default_alphas(eigenvalues: np.ndarray, noise: float, trace: float | None = 
 def _gcv_from_spectrum(
     eigenvalues: np.ndarray, projected: np.ndarray, target_total: np.ndarray, n: int, alphas: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GCV scores (summed over targets), effective degrees of freedom and RSS per alpha."""
-    squared = projected**2  # (D, t)
+    """GCV scores (summed over targets), effective degrees of freedom and RSS per alpha.
+
+    Over the r counted eigenvalues ``s`` (all > 0, r <= n - 1; :func:`rank_tolerance`) and
+    ``b = V^T c``, written so that neither ``n - df`` nor the RSS is a difference of two
+    nearly equal numbers where that can be avoided:
+
+    - ``n - df = (n - 1 - r) + sum alpha / (s + alpha)``: positive for every alpha > 0, where
+      ``n - 1 - sum s / (s + alpha)`` loses it to rounding at small alphas (and below full rank
+      reached 0, an infinite score);
+    - ``RSS = ||y_c||^2 - sum b^2 (s + 2 alpha) / (s + alpha)^2``, term by term the same as
+      ``[||y_c||^2 - sum b^2 / s] + sum b^2 alpha^2 / (s (s + alpha)^2)``: the second form for the
+      directions with ``s >= alpha`` (the least-squares fit they hold, less what the penalty
+      leaves of it, without cancelling), the first for those below alpha (where ``b^2 / s``
+      would amplify the rounding of a small ``s``).
+    """
+    squared = projected**2  # (r, t)
+    rank = eigenvalues.shape[0]
     scores, dofs, residuals = [], [], []
     for alpha in alphas:
-        shrink = (eigenvalues + 2.0 * alpha) / (eigenvalues + alpha) ** 2
-        rss = np.clip(target_total - shrink @ squared, 0.0, None)  # (t,)
-        dof = 1.0 + float(np.sum(eigenvalues / (eigenvalues + alpha)))
-        scores.append(float(np.sum(n * rss / (n - dof) ** 2)) if dof < n else np.inf)
-        dofs.append(dof)
+        kept = alpha / (eigenvalues + alpha)  # the share of each direction that the penalty keeps out of the fit
+        large = eigenvalues >= alpha
+        fitted = np.where(large, 1.0 / eigenvalues, (eigenvalues + 2.0 * alpha) / (eigenvalues + alpha) ** 2)
+        left_in_large = np.where(large, kept**2 / eigenvalues, 0.0)
+        rss = np.clip(target_total - fitted @ squared, 0.0, None) + left_in_large @ squared  # (t,)
+        left = (n - 1 - rank) + float(np.sum(kept))  # n - df
+        dofs.append(n - left)
         residuals.append(float(rss.sum()))
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            score = float(np.sum(n * rss / left**2))
+        scores.append(score if np.isfinite(score) else np.inf)
     return np.array(scores), np.array(dofs), np.array(residuals)
 
 
