@@ -212,11 +212,11 @@ class RegressionSketch(_TargetSums, MeanSketch):
     moment : ndarray of shape (D, D), float64
         Second moment ``sum z_i z_i^T`` (never None here).
     cross_moment : ndarray of shape (D, t), float64
-        ``Z^T Y = sum z_i y_i^T``.
+        ``Z^T (Y - c) = sum z_i (y_i - c)^T``, ``c`` the ``target_shift``.
     target_sum : ndarray of shape (t,), float64
-        ``sum y_i``.
+        ``sum (y_i - c)``.
     target_moment : ndarray of shape (t, t), float64
-        ``Y^T Y = sum y_i y_i^T``.
+        ``(Y - c)^T (Y - c)``.
     target_ndim : {1, 2}
         Whether the targets were a vector (t = 1) or a matrix; predictions
         take the same shape.
@@ -229,6 +229,16 @@ class RegressionSketch(_TargetSums, MeanSketch):
         else one per class. Kept as a tuple of Python scalars (a list in the
         file's attributes); sketches of other classes do not merge, even with
         as many columns. None for regression targets.
+    target_shift : array-like of shape (t,), optional
+        The constant ``c`` the target sums are taken about, one per column
+        (default 0, as in files written before it existed). Sketches fix it
+        from the first target row they see (:func:`first_target_values`; the
+        engine: the source's first row, for every chunk), so that a large
+        offset in ``y`` (``y = 1e8 + signal``) does not cancel the signal out
+        of ``(y - c)^T (y - c)``. Sketches of different shifts merge: the
+        parts are re-expressed about the smallest shift of each column
+        (:meth:`with_target_shift`, exact algebra). ``target_mean`` is the
+        mean of ``y`` itself.
 
     Examples
     --------
@@ -237,11 +247,13 @@ class RegressionSketch(_TargetSums, MeanSketch):
     >>> X, y = rng.normal(size=(200, 3)), rng.normal(size=200)
     >>> rff = srf.RFF(n_features=32, bandwidth=1.0).fit(X)
     >>> s = srf.regression_sketch_array(X, y, rff)
-    >>> Z = rff.transform(X).astype(np.float64)
-    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ y)), bool(np.isclose(s.target_moment[0, 0], y @ y))
-    (True, True)
+    >>> Z, shifted = rff.transform(X).astype(np.float64), y - s.target_shift[0]  # about the first target
+    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ shifted))
+    True
+    >>> bool(np.isclose(s.target_moment[0, 0], shifted @ shifted))
+    True
     >>> first, rest = srf.regression_sketch_array(X[:80], y[:80], rff), srf.regression_sketch_array(X[80:], y[80:], rff)
-    >>> halves = first.merge(rest)
+    >>> halves = first.merge(rest).with_target_shift(s.target_shift)  # the parts' shifts differ: exact algebra
     >>> halves.count, bool(np.allclose(halves.cross_moment, s.cross_moment))
     (200, True)
 
@@ -250,7 +262,7 @@ class RegressionSketch(_TargetSums, MeanSketch):
     >>> labels = np.where(y > 0, "up", "down")
     >>> targets = srf.KernelRidgeClassifier.encode_targets(labels, ["down", "up"])
     >>> labelled = srf.regression_sketch_array(X, targets, rff, classes=["down", "up"])
-    >>> labelled.classes, bool(np.allclose(labelled.target_sum, [np.sum(np.where(y > 0, 1.0, -1.0))]))
+    >>> labelled.classes, bool(np.allclose(labelled.target_mean * 200, [np.sum(np.where(y > 0, 1.0, -1.0))]))
     (('down', 'up'), True)
     """
 
@@ -341,7 +353,7 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
         As for :class:`~streamrff.NystromSketch`.
     n_invalid : int, default=0
         Rows skipped because their features or targets held NaN or inf.
-    cross_moment, target_sum, target_moment, target_ndim, classes
+    cross_moment, target_sum, target_moment, target_ndim, classes, target_shift
         As for :class:`RegressionSketch` (keyword-only).
 
     Examples
@@ -355,7 +367,7 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
     >>> Z = rff.transform(X).astype(np.float64)
     >>> bool(np.allclose(s.range_sketch, Z.T @ (Z @ test_matrix(1, 32, 8))))
     True
-    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ y)), s.n_targets
+    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ (y - y[0]))), s.n_targets
     (True, 1)
     >>> halves = srf.regression_sketch_array(X[:80], y[:80], rff, sketch_size=8, test_seed=1).merge(
     ...     srf.regression_sketch_array(X[80:], y[80:], rff, sketch_size=8, test_seed=1))
@@ -693,7 +705,7 @@ def regression_sketch_array(
     >>> rng = np.random.default_rng(1)
     >>> X, Y = rng.normal(size=(50, 2)), rng.normal(size=(50, 3))
     >>> s = srf.regression_sketch_array(X, Y, srf.RFF(n_features=16, bandwidth=1.0))
-    >>> s.cross_moment.shape, s.n_targets, bool(np.allclose(s.target_moment, Y.T @ Y))
+    >>> s.cross_moment.shape, s.n_targets, bool(np.allclose(s.with_target_shift(0.0).target_moment, Y.T @ Y))
     ((16, 3), 3, True)
     """
     if not isinstance(feature_map, FeatureMap):
