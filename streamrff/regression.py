@@ -127,8 +127,10 @@ class _TargetSums:
 
     def _sum_of(self, parts: Any) -> Any:
         """Parts of different shifts are first re-expressed about their smallest shift, column by column (a choice
-        that does not depend on the order of the parts, so merges stay commutative and associative)."""
-        shift = np.min([part.target_shift for part in parts], axis=0)
+        that does not depend on the order of the parts, so merges stay commutative and associative); parts of no
+        rows have no say (any shift is exact for them)."""
+        with_rows = [part for part in parts if part.count > 0] or list(parts)
+        shift = np.min([part.target_shift for part in with_rows], axis=0)
         aligned = [part.with_target_shift(shift) for part in parts]
         return super(_TargetSums, aligned[0])._sum_of(aligned)  # type: ignore[misc]
 

@@ -89,6 +89,9 @@ def test_regression_sketch_merge_is_the_sketch_of_the_union_and_refuses_other_ta
         assert_sums_close(result.with_target_shift(whole.target_shift), whole)
         assert_sums_close(result, numpy_sums(X, Y, result.target_shift))
         np.testing.assert_allclose(result.target_mean, Y.mean(axis=0), rtol=1e-12)
+    # A part of no rows has no say in the shift (its sums are 0 about any shift).
+    empty = srf.RegressionSketch.empty(MAP, n_targets=2, target_ndim=2)
+    assert srf.merge(empty, whole) == whole and srf.merge(whole, empty) == whole
     with pytest.raises(SketchMismatchError, match="different targets"):
         parts[0].merge(srf.regression_sketch_array(X[:10], Y[:10, 0], MAP))
     with pytest.raises(SketchMismatchError, match="'regression' sketch with a 'mean'"):
