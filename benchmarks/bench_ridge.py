@@ -15,15 +15,15 @@ next; peak RSS from ``getrusage``):
 Friedman #1 (``make_friedman1(noise=1.0)``) at N = 2e4 and 2e5 training rows (``--huge`` adds 2e6),
 4 000 test rows; the R^2 ceiling with noise 1 is 0.960. Then the cost of the fit pass against a
 moment-sketch pass on the same rows (1e6 x 10, D = 1024, chunks of 50 000 rows; target <= 1.3),
-in one process: the per-chunk kernels on one core, and whole jobs through ``srf.sketch``. The
-regression sketch takes its tile products in float64 (see docs/guide/ridge.rst), the moment sketch
-in float32 on tiles centred on their means; a third kernel row shows the fit pass with float32
-centred products, which streamrff does not ship (merged halves' coefficients differ by 1e-4 to 2e-3).
+in one process: the per-chunk kernels on one core, and whole jobs through ``srf.sketch``, each
+pair taken in turns (moments, then fit) so that a drifting machine moves both alike; the ratio
+printed is the median of the turns' ratios. Both take their tile products in float32 on tiles
+centred on their means (``streamrff._moments``); the fit adds ``Z^T y`` and the target sums.
 
 Timings are only meaningful on an otherwise idle machine (the load average is printed).
 
 Run: python benchmarks/bench_ridge.py [--quick] [--huge] [--features 2048]
-     python benchmarks/bench_ridge.py --pass-ratio [--quick] [--repeats 2]
+     python benchmarks/bench_ridge.py --pass-ratio [--quick] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -143,39 +143,10 @@ def run_streamrff(config: dict) -> dict:
     return {"r2": float(model.score(X_test, y_test)), "seconds": seconds, "alpha": model.alpha_}
 
 
-def centred_float32_regression_kernel(rows, targets, feature_map):
-    """The regression kernel with float32 tile products (tile-centred, as the moment sketch's), for comparison.
-
-    Not what streamrff ships: at the alphas GCV picks, these products move the coefficients of
-    two merged halves from those of the whole by 1e-4 (digits, D = 1024) to 2e-3 (Friedman #1,
-    D = 2048), against 1e-10 with float64 products (docs/guide/ridge.rst).
-    """
-    from streamrff._moments import _MOMENT_TILE_ROWS, _CentredMoments
-    from streamrff.regression import RegressionSketch
-
-    targets = targets.reshape(rows.shape[0], -1)
-    width = feature_map.n_features_out_
-    sums = _CentredMoments(width, np.dtype(np.float32))
-    cross_moment = np.zeros((width, targets.shape[1]))
-    wide = np.empty((min(_MOMENT_TILE_ROWS, rows.shape[0]), width))
-    for start, features in feature_map.embed_tiles(rows, tile_rows=_MOMENT_TILE_ROWS):
-        tile_targets = targets[start : start + features.shape[0]]
-        shift = sums.add(features)
-        centred = wide[: features.shape[0]]
-        centred[...] = features
-        cross_moment += centred.T @ tile_targets + np.outer(shift, tile_targets.sum(axis=0))
-    feature_sum, squared_norm_sum, moment = sums.totals()
-    return RegressionSketch(
-        feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, cross_moment,
-        targets.sum(axis=0), targets.T @ targets, 2,
-    )  # fmt: skip
-
-
 def run_pass_ratio(config: dict) -> dict:
-    """Seconds of a fit pass and of a moment-sketch pass on the same rows: the per-chunk kernels on one
-    core, chunk by chunk, and whole jobs through ``srf.sketch`` (the engine), interleaved, best of repeats."""
+    """Seconds of a moment-sketch pass and of a fit pass on the same rows, in turns: the per-chunk kernels on
+    one core, chunk by chunk, and whole jobs through ``srf.sketch`` (the engine); every turn's ratio."""
     import streamrff as srf
-    from streamrff._blas import single_blas_thread
     from streamrff.regression import regression_sketch_of_chunk
     from streamrff.sketches import mean_sketch_of_chunk
 
@@ -185,38 +156,41 @@ def run_pass_ratio(config: dict) -> dict:
     feature_map = srf.RFF(n_features=config["features"], bandwidth=3.0, seed=0).fit(X[:1])
     chunk = config["chunk_rows"]
     starts = range(0, config["rows"], chunk)
-    float32_kernel = single_blas_thread(centred_float32_regression_kernel)
-    passes = {
-        "kernel: moments": lambda: [mean_sketch_of_chunk(X[i : i + chunk], feature_map, moments=True) for i in starts],
-        "kernel: fit (float64 products)": lambda: [
-            regression_sketch_of_chunk(X[i : i + chunk], y[i : i + chunk], feature_map) for i in starts
-        ],
-        "kernel: fit (float32 centred products)": lambda: [
-            float32_kernel(X[i : i + chunk], y[i : i + chunk], feature_map) for i in starts
-        ],
-        "srf.sketch: moments": lambda: srf.sketch(X, feature_map, moments=True, chunk_rows=chunk),
-        "srf.sketch: fit": lambda: srf.sketch(X, feature_map, target=y, chunk_rows=chunk),
+    pairs = {
+        "kernel": (
+            lambda: [mean_sketch_of_chunk(X[i : i + chunk], feature_map, moments=True) for i in starts],
+            lambda: [regression_sketch_of_chunk(X[i : i + chunk], y[i : i + chunk], feature_map) for i in starts],
+        ),
+        "srf.sketch": (
+            lambda: srf.sketch(X, feature_map, moments=True, chunk_rows=chunk),
+            lambda: srf.sketch(X, feature_map, target=y, chunk_rows=chunk),
+        ),
     }
     srf.sketch(X[:chunk], feature_map, moments=True)  # warm-up: numba compilation, thread pools
-    timings = {name: np.inf for name in passes}
+    turns: dict[str, list[tuple[float, float]]] = {name: [] for name in pairs}
     for _ in range(config["repeats"]):
-        for name, run in passes.items():
-            started = time.perf_counter()
-            run()
-            timings[name] = min(timings[name], time.perf_counter() - started)
-    return {"seconds": timings, "load": os.getloadavg()}
+        for name, (moments_pass, fit_pass) in pairs.items():
+            seconds = []
+            for run in (moments_pass, fit_pass):
+                started = time.perf_counter()
+                run()
+                seconds.append(time.perf_counter() - started)
+            turns[name].append((seconds[0], seconds[1]))
+    return {"turns": turns, "load": os.getloadavg()}
 
 
 def print_pass_ratio(result: dict, rows: int, features: int) -> None:
-    if "seconds" not in result:
+    if "turns" not in result:
         print(f"\nfit pass ratio: {describe(result)}")
         return
-    seconds = result["seconds"]
-    print(f"\nfit pass / moment-sketch pass ({rows:,} x 10, D = {features}; target <= 1.3), "
+    print(f"\nfit pass / moment-sketch pass ({rows:,} x 10, D = {features}; target <= 1.3), in turns, "
           f"load average before/after {result['load_before'][0]:.2f} / {result['load'][0]:.2f}")  # fmt: skip
-    for name, value in seconds.items():
-        base = seconds["srf.sketch: moments" if name.startswith("srf") else "kernel: moments"]
-        print(f"  {name:40s} {value:7.2f} s   ratio {value / base:.2f}")
+    print(f"  {'':12s} {'moments (s)':>12s} {'fit (s)':>9s}   ratio per turn -> median")
+    for name, turns in result["turns"].items():
+        moments, fits = (np.median([turn[i] for turn in turns]) for i in (0, 1))
+        ratios = [fit / moment for moment, fit in turns]
+        listed = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+        print(f"  {name:12s} {moments:12.2f} {fits:9.2f}   {listed} -> {np.median(ratios):.2f}")
 
 
 METHODS = {
@@ -255,7 +229,7 @@ def main() -> None:
     parser.add_argument("--max-exact-rows", type=int, default=8_000, help="memory cap of the exact n x n Gram")
     parser.add_argument("--max-feature-bytes", type=float, default=2 * 2**30, help="cap on RBFSampler's N x D")
     parser.add_argument("--pass-ratio", action="store_true", help="only the fit-pass / moment-pass ratio")
-    parser.add_argument("--repeats", type=int, default=2, help="best of this many runs in the pass ratio")
+    parser.add_argument("--repeats", type=int, default=3, help="turns of the pass ratio (its median is printed)")
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pass_ratio:

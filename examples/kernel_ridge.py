@@ -2,7 +2,8 @@
 
 Shows: KernelRidgeClassifier on scikit-learn's bundled digits (alpha chosen by generalized
 cross-validation, the table it compared), two sites' regression sketches merged into one fit
-(equal to the fit on all rows), and KernelRidge on Friedman #1.
+(which predicts like the fit on all rows: the merge contract is on the sums and the predictions),
+and KernelRidge on Friedman #1.
 
 Run: python examples/kernel_ridge.py [--features 4096]
 """
@@ -34,8 +35,9 @@ def main(n_features: int) -> None:
     site_a = srf.sketch(X[train[:600]], model.feature_map_, target=targets[:600])
     site_b = srf.sketch(X[train[600:]], model.feature_map_, target=targets[600:])
     merged = srf.KernelRidgeClassifier().fit_from_sketch(srf.merge(site_a, site_b), classes=model.classes_)
-    same = np.allclose(merged.coef_, model.coef_, rtol=1e-6, atol=1e-6 * np.abs(model.coef_).max())
-    print("merged fit equals whole fit:", same)
+    gap = np.abs(merged.decision_function(X[test]) - model.decision_function(X[test])).max()
+    same = bool((merged.predict(X[test]) == model.predict(X[test])).all())
+    print(f"merged fit predicts like the whole fit: {same} (largest score gap {gap:.1e}, float32 sums)")
 
     inputs, values = make_friedman1(n_samples=6000, noise=1.0, random_state=0)
     regressor = srf.KernelRidge(alpha="auto", n_features=min(n_features, 1024)).fit(inputs[:5000], values[:5000])

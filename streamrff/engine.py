@@ -31,7 +31,7 @@ from .errors import InputError, SketchFormatError
 from .io import RowSource, chunk_digest, open_source, open_sources
 from .maps import RFF, FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
-from .regression import NystromRegressionSketch, RegressionSketch, regression_sketch_of_chunk
+from .regression import NystromRegressionSketch, RegressionSketch, first_target_values, regression_sketch_of_chunk
 from .sampling import bottom_k, row_keys
 from .sketches import (
     LandmarkSketch,
@@ -305,12 +305,13 @@ def _regression_kernel(
     dtype: Any = "float32",
     sketch_size: int | None = None,
     test_seed: int = 0,
+    target_shift: tuple[float, ...] | None = None,
 ) -> RegressionSketch | NystromRegressionSketch:
     n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
     data, targets = _rows_and_targets(rows, n_columns, rows_dtype)
     return regression_sketch_of_chunk(
         data, targets, feature_map, n_invalid=n_invalid, dtype=dtype, target_ndim=target_ndim,
-        sketch_size=sketch_size, test_seed=test_seed,
+        sketch_size=sketch_size, test_seed=test_seed, target_shift=target_shift,
     )  # fmt: skip
 
 
@@ -758,8 +759,21 @@ def _join_target(
         "n_columns": source.shape[1],
         "rows_dtype": np.dtype(np.float32 if source.dtype == np.float32 else np.float64),
         "target_ndim": targets.given_ndim,
+        "target_shift": _target_shift(targets, client),
     }
     return source.with_columns_of(targets), columns
+
+
+#: Rows of the target read before the pass for its shift (:func:`_target_shift`).
+_SHIFT_ROWS = 4096
+
+
+def _target_shift(targets: RowSource, client: Any) -> tuple[float, ...]:
+    """One shift for every chunk of a regression job: each target column's first finite value among its first
+    rows (:func:`streamrff.regression.first_target_values`), so the sums do not depend on the chunking."""
+    head = _compute(targets.array[: min(_SHIFT_ROWS, targets.shape[0])], client, False, retries=3)
+    head = np.asarray(head, dtype=np.float64)
+    return tuple(float(value) for value in first_target_values(head))
 
 
 def _check_job_options(split_every: Any, on_invalid: Any) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import single_blas_thread
-from ._moments import _MOMENT_TILE_ROWS, _rank_k_update
+from ._moments import _CentredMoments, _moment_tile_rows
 from ._validation import check_feature_dtype, check_rows, check_width, normalize_seed
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap
@@ -35,6 +35,7 @@ __all__ = [
     "regression_sketch_of_chunk",
     "regression_sketch_array",
     "check_targets",
+    "first_target_values",
 ]
 
 
@@ -51,16 +52,92 @@ class _TargetSums:
     target_moment: np.ndarray = dataclasses.field(kw_only=True)
     target_ndim: int = dataclasses.field(default=1, kw_only=True)
     classes: tuple[Any, ...] | None = dataclasses.field(default=None, kw_only=True)
+    target_shift: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.classes is not None:
             self.classes = check_encoded_classes(self.classes, self.target_sum.shape[0], self.target_ndim)
+        self.target_shift = check_target_shift(self.target_shift, self.target_sum.shape[0])
         super().__post_init__()  # type: ignore[misc]
 
     @property
     def n_targets(self) -> int:
         """Number of target columns t."""
         return int(self.target_sum.shape[0])
+
+    @property
+    def target_mean(self) -> np.ndarray:
+        """Mean of each target column, ``target_shift + target_sum / count`` (NaN without rows)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.target_shift + self.target_sum / self.count
+
+    def with_target_shift(self, shift: Any) -> Any:
+        """This sketch with its target sums re-expressed about another shift (a new object; exact algebra).
+
+        With ``d = target_shift - shift`` per column, ``n`` rows and feature sum ``f``:
+        ``Z^T (y - shift) = Z^T (y - target_shift) + f d^T``,
+        ``sum (y - shift) = sum (y - target_shift) + n d`` and
+        ``(y - shift)^T (y - shift) = M + s d^T + d s^T + n d d^T`` (``s``, ``M``
+        the sums about ``target_shift``): float64 arithmetic, no pass over the rows.
+
+        Parameters
+        ----------
+        shift : float or array-like of shape (t,)
+            The new shift, one finite value per target column.
+
+        Returns
+        -------
+        RegressionSketch or NystromRegressionSketch
+            ``self`` itself when the shift is already ``shift``.
+
+        Raises
+        ------
+        InputError
+            Unless ``shift`` is finite with one value per target column.
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> rng = np.random.default_rng(0)
+        >>> X, y = rng.normal(size=(50, 2)), 1e3 + rng.normal(size=50)
+        >>> s = srf.regression_sketch_array(X, y, srf.RFF(n_features=8, bandwidth=1.0))
+        >>> bool(s.target_shift[0] == y[0]), bool(np.isclose(s.target_mean[0], y.mean(), rtol=1e-14))
+        (True, True)
+        >>> raw = s.with_target_shift(0.0)
+        >>> bool(np.isclose(raw.target_moment[0, 0], y @ y, rtol=1e-12))
+        True
+        """
+        shift = check_target_shift(np.broadcast_to(np.asarray(shift, dtype=np.float64), (self.n_targets,)),
+                                   self.n_targets)  # fmt: skip
+        if np.array_equal(shift, self.target_shift):
+            return self
+        delta = self.target_shift - shift
+        target_sum = self.target_sum + self.count * delta
+        target_moment = (
+            self.target_moment + np.outer(self.target_sum, delta) + np.outer(delta, self.target_sum)
+            + self.count * np.outer(delta, delta)
+        )  # fmt: skip
+        return dataclasses.replace(  # type: ignore[type-var]
+            self,
+            cross_moment=self.cross_moment + np.outer(self.feature_sum, delta),  # type: ignore[attr-defined]
+            target_sum=target_sum,
+            target_moment=(target_moment + target_moment.T) / 2.0,
+            target_shift=shift,
+        )
+
+    def _sum_of(self, parts: Any) -> Any:
+        """Parts of different shifts are first re-expressed about their smallest shift, column by column (a choice
+        that does not depend on the order of the parts, so merges stay commutative and associative); parts of no
+        rows have no say (any shift is exact for them)."""
+        with_rows = [part for part in parts if part.count > 0] or list(parts)
+        shift = np.min([part.target_shift for part in with_rows], axis=0)
+        aligned = [part.with_target_shift(shift) for part in parts]
+        return super(_TargetSums, aligned[0])._sum_of(aligned)  # type: ignore[misc]
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = dict(super()._arrays())  # type: ignore[misc]
+        arrays.pop("target_shift", None)  # an attribute of the file, beside n_targets
+        return arrays
 
     def with_classes(self, classes: Any) -> Any:
         """This sketch (a new object sharing its arrays) recording that its targets encode ``classes`` one vs rest.
@@ -93,6 +170,8 @@ class _TargetSums:
         attrs: dict[str, Any] = {"n_targets": self.n_targets}
         if self.classes is not None:  # absent, not null, for regression targets: the files of before
             attrs["classes"] = list(self.classes)
+        if self.target_shift.any():  # absent for no shift: the files of before, which it reads as 0
+            attrs["target_shift"] = [float(value) for value in self.target_shift]
         return attrs
 
     @staticmethod
@@ -110,6 +189,7 @@ class _TargetSums:
             "target_moment": _expect_array(arrays, "target_moment", (n_targets, n_targets), np.float64),
             "target_ndim": target_ndim,
             "classes": _expect_classes(attrs),
+            "target_shift": _expect_target_shift(attrs, n_targets),
         }
 
     def _targets_repr(self) -> str:
@@ -134,11 +214,11 @@ class RegressionSketch(_TargetSums, MeanSketch):
     moment : ndarray of shape (D, D), float64
         Second moment ``sum z_i z_i^T`` (never None here).
     cross_moment : ndarray of shape (D, t), float64
-        ``Z^T Y = sum z_i y_i^T``.
+        ``Z^T (Y - c) = sum z_i (y_i - c)^T``, ``c`` the ``target_shift``.
     target_sum : ndarray of shape (t,), float64
-        ``sum y_i``.
+        ``sum (y_i - c)``.
     target_moment : ndarray of shape (t, t), float64
-        ``Y^T Y = sum y_i y_i^T``.
+        ``(Y - c)^T (Y - c)``.
     target_ndim : {1, 2}
         Whether the targets were a vector (t = 1) or a matrix; predictions
         take the same shape.
@@ -151,6 +231,16 @@ class RegressionSketch(_TargetSums, MeanSketch):
         else one per class. Kept as a tuple of Python scalars (a list in the
         file's attributes); sketches of other classes do not merge, even with
         as many columns. None for regression targets.
+    target_shift : array-like of shape (t,), optional
+        The constant ``c`` the target sums are taken about, one per column
+        (default 0, as in files written before it existed). Sketches fix it
+        from the first target row they see (:func:`first_target_values`; the
+        engine: the source's first row, for every chunk), so that a large
+        offset in ``y`` (``y = 1e8 + signal``) does not cancel the signal out
+        of ``(y - c)^T (y - c)``. Sketches of different shifts merge: the
+        parts are re-expressed about the smallest shift of each column
+        (:meth:`with_target_shift`, exact algebra). ``target_mean`` is the
+        mean of ``y`` itself.
 
     Examples
     --------
@@ -159,11 +249,13 @@ class RegressionSketch(_TargetSums, MeanSketch):
     >>> X, y = rng.normal(size=(200, 3)), rng.normal(size=200)
     >>> rff = srf.RFF(n_features=32, bandwidth=1.0).fit(X)
     >>> s = srf.regression_sketch_array(X, y, rff)
-    >>> Z = rff.transform(X).astype(np.float64)
-    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ y)), bool(np.isclose(s.target_moment[0, 0], y @ y))
-    (True, True)
+    >>> Z, shifted = rff.transform(X).astype(np.float64), y - s.target_shift[0]  # about the first target
+    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ shifted))
+    True
+    >>> bool(np.isclose(s.target_moment[0, 0], shifted @ shifted))
+    True
     >>> first, rest = srf.regression_sketch_array(X[:80], y[:80], rff), srf.regression_sketch_array(X[80:], y[80:], rff)
-    >>> halves = first.merge(rest)
+    >>> halves = first.merge(rest).with_target_shift(s.target_shift)  # the parts' shifts differ: exact algebra
     >>> halves.count, bool(np.allclose(halves.cross_moment, s.cross_moment))
     (200, True)
 
@@ -172,7 +264,7 @@ class RegressionSketch(_TargetSums, MeanSketch):
     >>> labels = np.where(y > 0, "up", "down")
     >>> targets = srf.KernelRidgeClassifier.encode_targets(labels, ["down", "up"])
     >>> labelled = srf.regression_sketch_array(X, targets, rff, classes=["down", "up"])
-    >>> labelled.classes, bool(np.allclose(labelled.target_sum, [np.sum(np.where(y > 0, 1.0, -1.0))]))
+    >>> labelled.classes, bool(np.allclose(labelled.target_mean * 200, [np.sum(np.where(y > 0, 1.0, -1.0))]))
     (('down', 'up'), True)
     """
 
@@ -181,7 +273,7 @@ class RegressionSketch(_TargetSums, MeanSketch):
         "count", "feature_sum", "squared_norm_sum", "moment", "cross_moment", "target_sum", "target_moment",
         "n_invalid",
     )  # fmt: skip
-    _fixed_fields = ("feature_map", "target_ndim", "classes")
+    _fixed_fields = ("feature_map", "target_ndim", "classes", "target_shift")
 
     def __init__(
         self,
@@ -196,10 +288,11 @@ class RegressionSketch(_TargetSums, MeanSketch):
         target_ndim: int = 1,
         n_invalid: int = 0,
         classes: Any = None,
+        target_shift: Any = None,
     ) -> None:
         # The target fields first: MeanSketch's constructor then checks every field (__post_init__).
         self.cross_moment, self.target_sum, self.target_moment = cross_moment, target_sum, target_moment
-        self.target_ndim, self.classes = target_ndim, classes
+        self.target_ndim, self.classes, self.target_shift = target_ndim, classes, target_shift
         MeanSketch.__init__(self, feature_map, count, feature_sum, squared_norm_sum, moment, n_invalid)
 
     @classmethod
@@ -262,7 +355,7 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
         As for :class:`~streamrff.NystromSketch`.
     n_invalid : int, default=0
         Rows skipped because their features or targets held NaN or inf.
-    cross_moment, target_sum, target_moment, target_ndim, classes
+    cross_moment, target_sum, target_moment, target_ndim, classes, target_shift
         As for :class:`RegressionSketch` (keyword-only).
 
     Examples
@@ -276,7 +369,7 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
     >>> Z = rff.transform(X).astype(np.float64)
     >>> bool(np.allclose(s.range_sketch, Z.T @ (Z @ test_matrix(1, 32, 8))))
     True
-    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ y)), s.n_targets
+    >>> bool(np.allclose(s.cross_moment[:, 0], Z.T @ (y - y[0]))), s.n_targets
     (True, 1)
     >>> halves = srf.regression_sketch_array(X[:80], y[:80], rff, sketch_size=8, test_seed=1).merge(
     ...     srf.regression_sketch_array(X[80:], y[80:], rff, sketch_size=8, test_seed=1))
@@ -289,7 +382,7 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
         "count", "feature_sum", "squared_norm_sum", "range_sketch", "cross_moment", "target_sum", "target_moment",
         "n_invalid",
     )  # fmt: skip
-    _fixed_fields = ("feature_map", "test_seed", "target_ndim", "classes")
+    _fixed_fields = ("feature_map", "test_seed", "target_ndim", "classes", "target_shift")
 
     @classmethod
     def empty(  # type: ignore[override]
@@ -349,6 +442,43 @@ def check_encoded_classes(classes: Any, n_targets: int, target_ndim: int) -> tup
     return tuple(labels)
 
 
+def check_target_shift(shift: Any, n_targets: int) -> np.ndarray:
+    """The target shift as a float64 array of shape (n_targets,) (zeros for None), or raise InputError."""
+    if shift is None:
+        return np.zeros(n_targets)
+    values = np.array(shift, dtype=np.float64).reshape(-1)
+    if values.shape != (n_targets,) or not np.isfinite(values).all():
+        raise InputError(
+            f"target_shift must be {n_targets} finite number(s), one per target column. Got {shift!r}."
+        )
+    return values
+
+
+def first_target_values(targets: np.ndarray) -> np.ndarray:
+    """The shift of a regression sketch: each target column's first finite value (0 for a column with none).
+
+    Any constant is exact algebra; one near the targets' values keeps the float64 sums
+    ``Z^T (y - c)`` and ``(y - c)^T (y - c)`` free of the cancellation that a large offset in
+    ``y`` causes (y = 1e8 + signal: ``y^T y`` holds the signal's variance in its last 6 digits).
+    The first value, not a mean, so that it does not depend on how the rows are chunked.
+    """
+    columns = np.asarray(targets, dtype=np.float64).reshape(targets.shape[0], -1)
+    finite = np.isfinite(columns)
+    first = np.argmax(finite, axis=0)
+    values = columns[first, np.arange(columns.shape[1])] if columns.shape[0] else np.zeros(columns.shape[1])
+    return np.where(finite.any(axis=0), values, 0.0) if columns.shape[0] else values
+
+
+def _expect_target_shift(attrs: dict[str, Any], n_targets: int) -> np.ndarray:
+    """The ``target_shift`` attribute: absent (0) in files of unshifted sums and in every file before it existed."""
+    shift = attrs.get("target_shift")
+    if shift is None:
+        return np.zeros(n_targets)
+    if not isinstance(shift, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in shift):
+        raise InputError(f"Attribute 'target_shift' must be a list of {n_targets} numbers. Got {shift!r}.")
+    return check_target_shift(shift, n_targets)
+
+
 def _describe_classes(classes: tuple[Any, ...] | None) -> str:
     return "no classes (regression targets)" if classes is None else f"classes {list(classes)!r}"
 
@@ -376,22 +506,25 @@ def regression_sketch_of_chunk(
     classes: Any = None,
     sketch_size: int | None = None,
     test_seed: int = 0,
+    target_shift: Any = None,
 ) -> RegressionSketch | NystromRegressionSketch:
     """Sketch trusted, finite rows and their targets: the pure per-chunk kernel of both regression sketches.
 
-    Features are embedded tile by tile (as :func:`streamrff.sketches.mean_sketch_of_chunk`
-    with moments), but each tile's ``Z^T Z`` is a float64 symmetric rank-k
-    update of the features widened to float64 (twice the flops of the mean
-    sketch's float32 update): the ridge solve at small alpha amplifies the
-    rounding of float32 products, which depends on where tiles start, into
-    the coefficients (even products of centred tiles moved merged halves'
-    coefficients by 1e-4 to 2e-3; see docs/guide/ridge.rst).
-    The feature sums and ``Z^T y`` come from the same float64 tile (so the
-    centred moment ``Z^T Z - n mu mu^T`` stays positive semi-definite to
-    float64 rounding), with float64 targets; ``sum y`` and ``y^T y`` are float64.
-    With ``sketch_size`` the tile's range sketch ``Z^T (Z Omega)`` replaces
-    ``Z^T Z``: two float64 GEMMs (``4 D l`` flops per row), so the ``C Omega``
-    the low-rank solve reconstructs ``C`` from carries no float32 product rounding.
+    The second moment is the moment sketch's (:func:`streamrff.sketches.mean_sketch_of_chunk`
+    with moments): each tile of features is centred on its own mean and its ``Z^T Z`` taken
+    by a symmetric rank-k update in the features' dtype (float32 ``ssyrk``), accumulated in
+    float64 with the mean's terms (:class:`streamrff._moments._CentredMoments`). So the
+    sums agree with float64 arithmetic on the same features to float32 rounding (relative
+    1e-6, as every sketch), and a fit pass costs little more than a moments pass. That
+    rounding depends on where tiles start; the ridge solve at the alphas GCV picks amplifies
+    it into the coefficients, but not into the predictions (the merge contract of
+    docs/guide/ridge.rst is on the sums and the predictions).
+    The targets are shifted by ``target_shift`` (float64, exact algebra) and ``Z^T (y - c)``
+    is a float64 product of the centred tile widened to float64 plus ``c_tile (sum y - c)^T``;
+    ``sum (y - c)`` and ``(y - c)^T (y - c)`` are float64.
+    With ``sketch_size`` the tile's range sketch ``Z^T (Z Omega)`` replaces ``Z^T Z``: two
+    float64 GEMMs (``4 D l`` flops per row), so the ``C Omega`` the low-rank solve
+    reconstructs ``C`` from carries no float32 product rounding.
 
     Parameters
     ----------
@@ -414,6 +547,10 @@ def regression_sketch_of_chunk(
         this many columns l (``1 <= l <= D``, trusted).
     test_seed : int, default=0
         Seed of the test matrix (:func:`streamrff.nystrom.test_matrix`), with ``sketch_size``.
+    target_shift : array-like of shape (t,), optional
+        The constant subtracted from each target column before summing (see
+        :class:`RegressionSketch`); default :func:`first_target_values` of ``targets``.
+        The engine passes one shift, from the source's first rows, to every chunk.
 
     Returns
     -------
@@ -421,42 +558,60 @@ def regression_sketch_of_chunk(
     """
     width = feature_map.n_features_out_
     target_ndim = targets.ndim if target_ndim is None else int(target_ndim)
+    columns = np.asarray(targets, dtype=np.float64).reshape(rows.shape[0], -1)
+    shift = first_target_values(columns) if target_shift is None else check_target_shift(target_shift, columns.shape[1])
+    shifted = columns - shift
+    dtype = np.dtype(dtype)
     if sketch_size is None:
-        second_moment = np.zeros((width, width))
-        tile_moment = np.empty((width, width))
-        tile_rows = _MOMENT_TILE_ROWS
-
-        def add_second_moment(tile: np.ndarray) -> None:
-            second_moment[...] += _rank_k_update(tile, tile_moment)
-
-    else:
-        omega = test_matrix(test_seed, width, sketch_size)
-        second_moment = np.zeros((width, sketch_size))
-        tile_rows = max(_MIN_TILE_ROWS, feature_map._tile_rows(width))
-
-        def add_second_moment(tile: np.ndarray) -> None:
-            second_moment[...] += tile.T @ (tile @ omega)
-
-    sums = _tile_sums(rows, targets, feature_map, tile_rows, dtype, add_second_moment)
-    feature_sum, squared_norm_sum, cross_moment, target_sum, target_moment = sums
-    if sketch_size is None:
+        sums = _CentredMoments(width, dtype)
+        cross_moment = _centred_tile_sums(rows, shifted, feature_map, sums, dtype)
+        feature_sum, squared_norm_sum, moment = sums.totals()
         return RegressionSketch(
-            feature_map, rows.shape[0], feature_sum, squared_norm_sum, second_moment, cross_moment, target_sum,
-            target_moment, target_ndim, n_invalid, classes,
+            feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, cross_moment,
+            shifted.sum(axis=0), shifted.T @ shifted, target_ndim, n_invalid, classes, shift,
         )  # fmt: skip
+    omega = test_matrix(test_seed, width, sketch_size)
+    range_sketch = np.zeros((width, sketch_size))
+
+    def add_range_sketch(tile: np.ndarray) -> None:
+        range_sketch[...] += tile.T @ (tile @ omega)
+
+    tile_rows = max(_MIN_TILE_ROWS, feature_map._tile_rows(width))
+    feature_sum, squared_norm_sum, cross_moment = _tile_sums(
+        rows, shifted, feature_map, tile_rows, dtype, add_range_sketch
+    )
     return NystromRegressionSketch(
-        feature_map, rows.shape[0], feature_sum, squared_norm_sum, second_moment, test_seed, n_invalid,
-        cross_moment=cross_moment, target_sum=target_sum, target_moment=target_moment, target_ndim=target_ndim,
-        classes=classes,
+        feature_map, rows.shape[0], feature_sum, squared_norm_sum, range_sketch, test_seed, n_invalid,
+        cross_moment=cross_moment, target_sum=shifted.sum(axis=0), target_moment=shifted.T @ shifted,
+        target_ndim=target_ndim, classes=classes, target_shift=shift,
     )  # fmt: skip
+
+
+def _centred_tile_sums(
+    rows: np.ndarray, targets: np.ndarray, feature_map: FeatureMap, sums: _CentredMoments, dtype: np.dtype
+) -> np.ndarray:
+    """Add every tile's features to ``sums`` (centred float32 rank-k updates) and return ``Z^T targets``.
+
+    ``Z^T y = Zc^T y + c (sum y)^T`` per tile, ``Zc`` the centred tile widened exactly to
+    float64 (the features ``sums`` holds are ``Zc + c``, so both describe the same features)."""
+    tile_rows = _moment_tile_rows(dtype)
+    cross_moment = np.zeros((feature_map.n_features_out_, targets.shape[1]))
+    wide = np.empty((min(tile_rows, rows.shape[0]), feature_map.n_features_out_))
+    for start, features in feature_map.embed_tiles(rows, tile_rows=tile_rows, dtype=dtype):
+        tile_targets = targets[start : start + features.shape[0]]
+        shift = sums.add(features)  # features now hold the centred tile
+        centred = wide[: features.shape[0]]
+        centred[...] = features
+        cross_moment += centred.T @ tile_targets
+        cross_moment += np.outer(shift, tile_targets.sum(axis=0))
+    return cross_moment
 
 
 def _tile_sums(
     rows: np.ndarray, targets: np.ndarray, feature_map: FeatureMap, tile_rows: int, dtype: Any, add_second_moment: Any
-) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
-    """``(sum z, sum ||z||^2, Z^T y, sum y, y^T y)`` over row tiles widened to float64 (exactly);
-    ``add_second_moment(tile)`` accumulates each tile's second moment (or its range sketch)."""
-    targets = np.asarray(targets, dtype=np.float64).reshape(rows.shape[0], -1)
+) -> tuple[np.ndarray, float, np.ndarray]:
+    """``(sum z, sum ||z||^2, Z^T y)`` over row tiles widened to float64 (exactly);
+    ``add_second_moment(tile)`` accumulates each tile's range sketch."""
     width = feature_map.n_features_out_
     feature_sum = np.zeros(width)
     cross_moment = np.zeros((width, targets.shape[1]))
@@ -469,7 +624,7 @@ def _tile_sums(
         squared_norm_sum += float(np.einsum("ij,ij->", tile, tile))
         add_second_moment(tile)
         cross_moment += tile.T @ targets[start : start + features.shape[0]]
-    return feature_sum, squared_norm_sum, cross_moment, targets.sum(axis=0), targets.T @ targets
+    return feature_sum, squared_norm_sum, cross_moment
 
 
 def check_targets(y: Any, n_rows: int, name: str = "y") -> np.ndarray:
@@ -552,7 +707,7 @@ def regression_sketch_array(
     >>> rng = np.random.default_rng(1)
     >>> X, Y = rng.normal(size=(50, 2)), rng.normal(size=(50, 3))
     >>> s = srf.regression_sketch_array(X, Y, srf.RFF(n_features=16, bandwidth=1.0))
-    >>> s.cross_moment.shape, s.n_targets, bool(np.allclose(s.target_moment, Y.T @ Y))
+    >>> s.cross_moment.shape, s.n_targets, bool(np.allclose(s.with_target_shift(0.0).target_moment, Y.T @ Y))
     ((16, 3), 3, True)
     """
     if not isinstance(feature_map, FeatureMap):

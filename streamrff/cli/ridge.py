@@ -175,7 +175,8 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
             from ..errors import InputError
             from .labels import classes_of
 
-            if not np.array_equal(np.diag(merged.target_moment), np.full(merged.n_targets, float(merged.count))):
+            raw = merged.with_target_shift(0.0)  # the sums of y itself, not of y less the sketch's shift
+            if not np.array_equal(np.diag(raw.target_moment), np.full(merged.n_targets, float(merged.count))):
                 raise InputError(
                     "The sketches' targets are not +-1 class encodings (every y^2 would be 1). Sketch each site "
                     "with `streamrff sketch SOURCE --target LABELS --classes ...`."
