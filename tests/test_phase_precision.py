@@ -121,6 +121,8 @@ def test_rff_phase_precision_spec_round_trip_and_map_file(tmp_path):
     assert rebuilt.phase_precision_ == "float64" and rebuilt.fingerprint == rff.fingerprint
     float32_phases = srf.RFF(n_features=32, bandwidth=rff.bandwidth_, phase_precision="float32").fit(X)
     assert rff.fingerprint != float32_phases.fingerprint
+    # The engine fits the map on the same seeded sample: the same decision, the same map.
+    assert srf.sketch(X, srf.RFF(n_features=32), chunk_rows=20).fingerprint == rff.fingerprint
     srf.save_map(rff, tmp_path / "map.zarr")
     loaded = srf.load_map(tmp_path / "map.zarr")
     assert loaded.fingerprint == rff.fingerprint
@@ -144,6 +146,10 @@ def test_rff_float64_phases_every_path_agrees_with_numpy():
     labels = srf.kmeans.cluster_sketch_of_chunk(X, rff, centers.astype(np.float32)).counts
     distances = ((expected[:, None, :] - centers[None]) ** 2).sum(axis=-1)
     np.testing.assert_array_equal(labels, np.bincount(distances.argmin(axis=1), minlength=2))
+    # The drift window's sum of the last `window` rows' features.
+    monitor = srf.DriftMonitor(window=50, ert=100, feature_map=rff, n_streams=1000).fit(X[:600])
+    monitor.update(X[600:700])
+    np.testing.assert_allclose(monitor.window_sum_, expected[650:700].sum(axis=0), rtol=0, atol=1e-5)
 
 
 def test_rff_phase_precision_rejects_unknown_value():
