@@ -237,16 +237,18 @@ def _float32_offsets(kind: str, spec_json: str) -> np.ndarray:
     return offsets
 
 
-def _largest_phase_bound(sample: np.ndarray, frequencies: np.ndarray, variant: str) -> float:
-    """An upper bound of ``|W x|`` (+ 2 pi for cosphase) over the rows of ``sample``: the product
-    ``max ||x|| max ||w||`` when that is within PHASE_PRECISION_LIMIT (one pass over the norms),
-    else the largest phase itself (a product of the sample and ``W`` in tiles)."""
+def _largest_phase_bound(rows: np.ndarray, frequencies: np.ndarray, variant: str, exact: bool = True) -> float:
+    """An upper bound of ``|W x|`` (+ 2 pi for cosphase) over ``rows``: the product
+    ``max ||x|| max ||w||`` when that is within PHASE_PRECISION_LIMIT (one pass over the norms) or
+    ``exact`` is False, else the largest phase itself (a product of the rows and ``W`` in tiles)."""
     offset = 2.0 * np.pi if variant == "cosphase" else 0.0
-    rows = np.asarray(sample, dtype=np.float64)
-    norms = float(np.sqrt(np.einsum("ij,ij->i", rows, rows).max()))
+    if rows.shape[0] == 0:
+        return offset
+    norms = float(np.sqrt(np.einsum("ij,ij->i", rows, rows).max()))  # in the rows' dtype: a bound
     bound = norms * float(np.sqrt(np.einsum("ij,ij->i", frequencies, frequencies).max())) + offset
-    if bound <= PHASE_PRECISION_LIMIT:
+    if bound <= PHASE_PRECISION_LIMIT or not exact:
         return bound
+    rows = np.asarray(rows, dtype=np.float64)
     largest = 0.0
     for start in range(0, rows.shape[0], _PHASE_CHECK_ROWS):
         largest = max(largest, float(np.abs(rows[start : start + _PHASE_CHECK_ROWS] @ frequencies.T).max()))
@@ -382,7 +384,9 @@ class RFF(FourierFeatureMap):
     D; with float64 phases the error falls as their sec. 7 shows.
 
     The rows the fit sees: the seeded sample of the median heuristic, which
-    an in-memory :meth:`fit` also takes for a numeric bandwidth. The Dask
+    an in-memory :meth:`fit` also takes for a numeric bandwidth (only when
+    ``max ||x|| max ||w||`` over all its rows exceeds the limit: otherwise
+    every sample's phases are within it, and no sample is drawn). The Dask
     engine draws no sample for a numeric bandwidth (that would be a pass of
     its own), so ``"auto"`` gives float32 there: pass
     ``phase_precision="float64"``, or fit the map on a sample first.
@@ -473,8 +477,16 @@ class RFF(FourierFeatureMap):
             warn_if_biased(self.n_features_in_, stacklevel=3)
         return sample_request
 
-    def _in_memory_sample_rows(self) -> int:
-        return MEDIAN_SAMPLE_ROWS if self.phase_precision == "auto" else 0
+    def _in_memory_sample_rows(self, X: np.ndarray) -> int:
+        if self.phase_precision != "auto" or self.bandwidth == "median":
+            return 0  # nothing to decide, or the median's sample is drawn anyway
+        # The norm bound over all rows first (one cheap pass, no hashing of row indices): if it is
+        # within the limit, so is every sample's, and the sample would decide float32 too.
+        super()._finish_fit(X[:0])  # the numeric bandwidth, which the frequencies need
+        self.phase_precision_ = "float32"
+        if _largest_phase_bound(X, self._frequencies(), self.variant, exact=False) <= PHASE_PRECISION_LIMIT:
+            return 0
+        return MEDIAN_SAMPLE_ROWS
 
     def _finish_fit(self, sample: np.ndarray) -> RFF:
         super()._finish_fit(sample)
