@@ -12,9 +12,10 @@ All use one kernel per data set: a sincos RFF map (D = ``--features``) with the 
 bandwidth fitted on the pooled rows; the exact test uses that bandwidth. Problems:
 
 - blobs (Gretton et al. 2012; Jitkrittum et al. 2016): a 3 x 3 grid of Gaussian clusters with
-  spacing 3; X's clusters are N(mu, I), Y's have covariance eigenvalues (eps, 1), eps = 4,
-  rotated by 45 degrees. The samples differ at the scale of a cluster, below the median distance
-  (~4.8); with spacing 10 the median bandwidth (~13) sees no difference at all (power ~ level);
+  spacing 3; X's clusters are N(mu, I), Y's have covariance eigenvalues (eps, 1) rotated by 45
+  degrees, eps = 1 + 3 sqrt(200 / n) (4 at n = 200; at eps = 4 every test has power 1.00 at
+  n = 2 000). The samples differ at the scale of a cluster, below the median distance (~4.8); with
+  spacing 10 the median bandwidth (~13) sees no difference at all (power ~ level);
 - mean shift: N(0, I_5) against N(delta e_1, I_5), delta = 0.25 sqrt(200 / n): as hard at every n
   for a test of the means (at delta = 0.25 every test has power 1.00 at n = 2 000);
 - same (level): blobs against blobs from the same law, so the rejection rate is the test's size.
@@ -48,7 +49,7 @@ def blobs(rng: np.random.Generator, n: int, ratio: float) -> np.ndarray:
 
 def problem(name: str, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     if name == "blobs":
-        return blobs(rng, n, 1.0), blobs(rng, n, 4.0)
+        return blobs(rng, n, 1.0), blobs(rng, n, 1.0 + 3.0 * np.sqrt(200 / n))
     if name == "mean shift":
         return rng.normal(size=(n, 5)), rng.normal(size=(n, 5)) + np.r_[0.25 * np.sqrt(200 / n), np.zeros(4)]
     return blobs(rng, n, 1.0), blobs(rng, n, 1.0)  # "same": the level
