@@ -13,7 +13,13 @@ rarely samples. Two families of pairs, exact D_K from numpy Gram blocks:
 For every map (several seeds) the script prints, per D_K^2 bin, the fraction of pairs within
 10% relative error and the worst error, for both maps side by side.
 
-Run: python benchmarks/bench_relative_error.py [--features 4096 16384] [--seeds 4]
+A third family (``--shifted``, and after the others by default) tests the claim that plain
+RFF's relative error grows as D_K^2 shrinks: disks, circles and squares against copies of
+themselves shifted by s (s geometric, so that D_K^2 runs from ~1 down to 1e-4), with
+RelativeErrorRFF's floor alpha = 1e-4. Per D_K^2 decade it prints the RMS and worst relative
+error of both maps and the ratio of their RMS errors.
+
+Run: python benchmarks/bench_relative_error.py [--features 4096 16384] [--seeds 4] [--shifted]
 """
 
 from __future__ import annotations
@@ -89,13 +95,69 @@ def stripe_pairs(frequencies, width: float = 2.5, n: int = 56) -> list[tuple[str
     return pairs
 
 
+#: RelativeErrorRFF's floor in the shifted-sets comparison: the smallest D_K^2 it covers.
+SHIFT_ALPHA = 1e-4
+
+
+def shifted_pairs(n_points: int = 200) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Disks, circles and squares against themselves shifted by s along a random direction."""
+    rng = np.random.default_rng(11)
+    pairs = []
+    for kind in ("disk", "circle", "square"):
+        points = outline(kind, n_points, rng)
+        for shift in np.geomspace(0.01, 2.0, 12):
+            angle = rng.uniform(0, 2 * np.pi)
+            pairs.append((f"{kind} s={shift:.3g}", points, points + shift * np.array([np.cos(angle), np.sin(angle)])))
+    return pairs
+
+
+def shifted_comparison(features: list[int], seeds: int, eps: float) -> None:
+    pairs = shifted_pairs()
+    exact = np.array([kappa(P, P) + kappa(Q, Q) - 2 * kappa(P, Q) for _, P, Q in pairs])
+    makers = {
+        "RelativeErrorRFF": lambda D, seed: srf.RelativeErrorRFF(
+            n_features=D, bandwidth=SIGMA, alpha=SHIFT_ALPHA, eps=eps, seed=seed
+        ),
+        "RFF sincos": lambda D, seed: srf.RFF(n_features=D, bandwidth=SIGMA, seed=seed),
+    }
+    print(f"\nShifted sets: {len(pairs)} pairs, D_K^2 from {exact.min():.1e} to {exact.max():.2f}; "
+          f"RelativeErrorRFF alpha = {SHIFT_ALPHA:g}, eps = {eps}")  # fmt: skip
+    edges = [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 3.0]
+    for D in features:
+        errors = {}
+        for label, make in makers.items():
+            per_seed = []
+            for seed in range(seeds):
+                feature_map = make(D, seed).fit(np.zeros((1, 2)))
+                estimates = [
+                    srf.kernel_distance(srf.sketch_array(P, feature_map), srf.sketch_array(Q, feature_map))
+                    for _, P, Q in pairs
+                ]
+                per_seed.append(np.abs(np.array(estimates) / np.sqrt(exact) - 1))
+            errors[label] = np.stack(per_seed)
+        print(f"D = {D}, {seeds} maps each: RMS / worst relative error of D_K, and RMS ratio (relative / RFF)")
+        print(f"{'D_K^2 range':<20}{'pairs':>6}" + "".join(f"{label:>22}" for label in makers) + f"{'ratio':>8}")
+        for low, high in zip(edges[:-1], edges[1:]):
+            inside = (exact >= low) & (exact < high)
+            if not inside.any():
+                continue
+            rms = {label: float(np.sqrt(np.mean(errors[label][:, inside] ** 2))) for label in makers}
+            cells = "".join(f"{rms[label]:>13.4f} / {errors[label][:, inside].max():.3f}" for label in makers)
+            ratio = rms["RelativeErrorRFF"] / rms["RFF sincos"]
+            print(f"[{low:.0e}, {high:.0e}){'':<4}{inside.sum():>6}{cells}{ratio:>8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--features", type=int, nargs="+", default=[4096, 16384], help="D values")
     parser.add_argument("--seeds", type=int, default=4, help="maps per D")
     parser.add_argument("--eps", type=float, default=0.1, help="RelativeErrorRFF eps")
+    parser.add_argument("--shifted", action="store_true", help="only the shifted-sets comparison")
     args = parser.parse_args()
 
+    if args.shifted:
+        shifted_comparison(args.features, args.seeds, args.eps)
+        return
     started = time.perf_counter()
     pairs = shape_pairs() + stripe_pairs([2.6, 2.8, 3.0, 3.2, 3.4, 3.6, 3.8, 4.0])
     exact = np.array([kappa(P, P) + kappa(Q, Q) - 2 * kappa(P, Q) for _, P, Q in pairs])
@@ -149,6 +211,7 @@ def main() -> None:
             print(f"  {pairs[index][0]:<14} D_K^2 = {exact[index]:.2e}" + "".join(
                 f"{label:>20} max {errors[label][:, index].max():.3f}" for label in makers
             ))
+    shifted_comparison(args.features, args.seeds, args.eps)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

@@ -114,6 +114,30 @@ def test_cli_sketch_halves_then_ridge_sketches_give_the_whole_data_fit(capsys, a
     assert np.abs(loaded.predict(X) - whole.predict(X)).max() < 1e-3 * Y.std()
 
 
+def test_cli_sketch_target_prints_rows_target_summary_and_ridge_command(capsys, arrays, tmp_path):
+    map_path = str(tmp_path / "map.json")
+    srf.save_map(srf.RFF(n_features=32, bandwidth=1.0).fit(X), map_path)
+    output = str(tmp_path / "a.sketch")
+    assert main(["sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path, "-o", output]) == 0
+    text = capsys.readouterr().out
+    mean, std = Y[:HALF].mean(axis=0), Y[:HALF].std(axis=0)  # numpy's, on the same rows
+    assert f"wrote {output}: {HALF:,} rows sketched" in text
+    assert f"target mean (std): {mean[0]:.4g} ({std[0]:.4g}), {mean[1]:.4g} ({std[1]:.4g})" in text
+    assert f"next: streamrff ridge --sketches {output} [other sites' sketches] -o model.json" in text
+    assert "explained variance" not in text  # kernel PCA's spectrum is not what a ridge user needs
+    payload = run_in_process(capsys, "sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path,
+                             "-o", str(tmp_path / "b.sketch"))  # fmt: skip
+    np.testing.assert_allclose(payload["target"]["mean"], mean, rtol=1e-12)
+    np.testing.assert_allclose(payload["target"]["std"], std, rtol=1e-9)
+    assert "explained_variance_ratio" not in payload and payload["count"] == HALF
+    labelled = str(tmp_path / "c.sketch")
+    assert main(["sketch", arrays["X_a"], "--target", arrays["labels_a"], "--classes", "0,1,2", "--map", map_path,
+                 "-o", labelled]) == 0  # fmt: skip
+    assert f"next: streamrff ridge --sketches {labelled} [other sites' sketches] --classify --classes 0,1,2" in (
+        capsys.readouterr().out
+    )
+
+
 def test_cli_classification_at_two_sites_and_from_one_source(capsys, arrays, tmp_path):
     map_path = str(tmp_path / "map.json")
     srf.save_map(srf.RFF(n_features=64, bandwidth=1.0).fit(X), map_path)

@@ -73,6 +73,7 @@ def test_rff_get_params_and_set_params():
         "orthogonal": True,
         "structured": False,
         "seed": 5,
+        "phase_precision": "auto",
     }
     assert rff.set_params(n_features=32, bandwidth=1.5) is rff
     assert rff.fit(X).transform(X).shape == (len(X), 32)

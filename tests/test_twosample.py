@@ -721,7 +721,9 @@ def test_hotelling_reports_a_p_value_below_float64_from_log_space():
     exponent = int(np.floor(expected))
     mantissa = 10.0 ** (expected - exponent)
     text = result.p_value_text
-    assert text.endswith(f"e{exponent}") or (mantissa >= 9.95 and text == f"1.0e{exponent + 1}")
+    assert text.endswith(" (log-space)")  # computed from its logarithm, said where it is printed
+    number = text.removesuffix(" (log-space)")
+    assert number.endswith(f"e{exponent}") or (mantissa >= 9.95 and number == f"1.0e{exponent + 1}")
     assert float(text.split("e")[0]) == pytest.approx(mantissa, abs=0.051)
     assert f"p-value:                    {text}" in repr(result)
     payload = json.loads(json.dumps(result.to_dict()))
@@ -753,7 +755,7 @@ def test_p_value_text_rounds_and_bounds():
     from streamrff.twosample.result import _format_p_value
 
     assert _format_p_value(0.5) == "0.5" and _format_p_value(1e-300) == "1e-300"
-    assert _format_p_value(0.0, -1000.0) == "1.0e-1000"
-    assert _format_p_value(0.0, np.log10(9.97) - 500) == "1.0e-499"
-    assert _format_p_value(0.0, np.log10(3.24) - 305) == "3.2e-305"
+    assert _format_p_value(0.0, -1000.0) == "1.0e-1000 (log-space)"
+    assert _format_p_value(0.0, np.log10(9.97) - 500) == "1.0e-499 (log-space)"
+    assert _format_p_value(0.0, np.log10(3.24) - 305) == "3.2e-305 (log-space)"
     assert _format_p_value(0.0, -np.inf) == "< 1e-300" and _format_p_value(0.0) == "< 1e-300"

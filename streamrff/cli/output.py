@@ -12,6 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+#: Target columns whose mean and std the text summary shows (JSON has all).
+_TARGET_COLUMNS_SHOWN = 5
+
 
 def show_progress(args: argparse.Namespace) -> bool:
     """Progress bars go to a terminal's stderr, never next to ``--json``."""
@@ -62,18 +65,55 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
         summary["n_targets"] = sketch.n_targets
         if sketch.classes is not None:
             summary["classes"] = list(sketch.classes)
+        if sketch.count:
+            summary["target"] = target_summary(sketch)
+        summary["next"] = ridge_command(path, sketch.classes)
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
     if hasattr(sketch, "sketch_size"):  # a Nystrom sketch: the second moment's range sketch
         summary["sketch_size"] = int(sketch.sketch_size)
         summary["test_seed"] = int(sketch.test_seed)
-    if (getattr(sketch, "has_moments", False) or summary.get("sketch_size", 0) > 1) and sketch.count >= 2:
+    # Kernel PCA's spectrum describes a sketch made for kpca or test; a regression sketch is for ridge.
+    spectrum = getattr(sketch, "has_moments", False) or summary.get("sketch_size", 0) > 1
+    if spectrum and "n_targets" not in summary and sketch.count >= 2:
         from ..kpca import KernelPCA  # here, not at the top: start-up time
 
         components = min(10, sketch.feature_sum.shape[0], summary.get("sketch_size", 11) - 1)
         kpca = KernelPCA(n_components=components).fit_from_sketch(sketch)
         summary["explained_variance_ratio"] = [float(v) for v in kpca.explained_variance_ratio_]
     return summary
+
+
+def target_summary(sketch: Any) -> dict[str, list[float]]:
+    """Mean and standard deviation of each target column of a regression sketch, from its sums.
+
+    ``mean = c + sum (y - c) / n`` and ``std = sqrt(max((y - c)^T (y - c) / n - (mean - c)^2, 0))`` per
+    column, with ``c`` the sketch's target shift (the population standard deviation; for one-vs-rest
+    classes the mean is ``2 share - 1``).
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.cli.output import target_summary
+    >>> X, y = np.zeros((4, 2)), np.array([1.0, 2.0, 3.0, 6.0])
+    >>> sketch = srf.regression_sketch_array(X, y, srf.RFF(n_features=8, bandwidth=1.0))
+    >>> target_summary(sketch)
+    {'mean': [3.0], 'std': [1.8708286933869707]}
+    """
+    import numpy as np  # here, not at the top: start-up time
+
+    shifted_mean = sketch.target_sum / sketch.count  # the sums are about the sketch's target shift
+    variance = np.maximum(np.diag(sketch.target_moment) / sketch.count - shifted_mean**2, 0.0)
+    return {
+        "mean": [float(value) for value in sketch.target_mean],
+        "std": [float(value) for value in np.sqrt(variance)],
+    }
+
+
+def ridge_command(path: str, classes: Any) -> str:
+    """The command that fits kernel ridge on a regression sketch written to ``path`` (and the other sites')."""
+    classify = "" if classes is None else f" --classify --classes {','.join(map(str, classes))}"
+    return f"streamrff ridge --sketches {path} [other sites' sketches]{classify} -o model.json"
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -92,12 +132,22 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"  target columns: {summary['n_targets']} (Z^T y, sum y, y^T y)")
     if "classes" in summary:
         lines.append(f"  classes (one vs rest): {', '.join(map(str, summary['classes']))}")
+    if "target" in summary:
+        shown = _TARGET_COLUMNS_SHOWN
+        columns = zip(summary["target"]["mean"][:shown], summary["target"]["std"][:shown], strict=True)
+        more = len(summary["target"]["mean"]) - shown
+        lines.append(
+            "  target mean (std): " + ", ".join(f"{mean:.4g} ({std:.4g})" for mean, std in columns)
+            + (f", ... ({more} more columns; --json has all)" if more > 0 else "")
+        )  # fmt: skip
     if summary.get("explained_variance_ratio"):
         ratios = ", ".join(f"{value:.3f}" for value in summary["explained_variance_ratio"])
         lines.append(f"  explained variance ratio of the top kernel PCs: {ratios}")
     if summary.get("n_invalid"):
         lines.append(f"  rows skipped as NaN/inf: {summary['n_invalid']:,}")
     lines.append(f"  fingerprint: {summary['fingerprint']}")
+    if "next" in summary:
+        lines.append(f"next: {summary['next']}")
     return lines
 
 

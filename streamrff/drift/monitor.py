@@ -504,7 +504,7 @@ class DriftMonitor(BaseEstimator):
         cached = getattr(self, "_kernel_cache", None)
         feature_map, reference_sum, norm_sum, count, thresholds = sources
         if cached is None or not all(map(operator.is_, cached[0], sources)):
-            dense_rff = type(feature_map) is RFF and not feature_map.structured
+            dense_rff = type(feature_map) is RFF and not feature_map.structured and feature_map._float32_phases()
             rff_args = (*feature_map._float32_kernel_args(), _TILE_ROWS) if dense_rff else None
             term = float(reference_term(reference_sum, norm_sum, float(count)))
             cached = (sources, rff_args, (reference_sum, term, float(count), thresholds))

@@ -129,7 +129,7 @@ def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarr
         return labels
     tile_rows = _lloyd_tile_rows(rows.shape[0], centers.shape[1])
     nearest = _NearestCentres([centers], tile_rows)
-    if isinstance(feature_map, RFF):
+    if isinstance(feature_map, RFF) and feature_map._float32_phases():
         return lloyd_step(rows, feature_map, tile_rows, nearest)[0]
     for start, features in feature_map.embed_tiles(rows, tile_rows=tile_rows):
         length = float(np.sqrt(_squared_row_norms(features).max()))

@@ -306,7 +306,7 @@ def cluster_sketch_of_chunk(
     [2, 1]
     """
     centers, previous_centers = _check_centers(feature_map, centers, previous_centers)
-    if isinstance(feature_map, RFF) and rows.shape[0]:
+    if isinstance(feature_map, RFF) and feature_map._float32_phases() and rows.shape[0]:
         return _compiled_lloyd_step(rows, feature_map, centers, previous_centers)[0]
     k, width = centers.shape
     tile_rows, current, previous, move = _scorers(rows.shape[0], centers, previous_centers)

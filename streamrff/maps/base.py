@@ -183,6 +183,9 @@ class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin
         try:
             X = self._validate_input(X, reset=True)
             n_rows, sample_seed = self._begin_fit(X.shape[1])
+            # With the rows at hand, a map may look at a sample it would not ask the engine to
+            # draw (an extra pass there): RFF's phase precision check (_in_memory_sample_rows).
+            n_rows = max(n_rows, self._in_memory_sample_rows(X))
             if n_rows:
                 sample = X[bottom_k(row_keys(sample_seed, 0, X.shape[0]), n_rows)]
             else:
@@ -329,6 +332,12 @@ class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin
     @classmethod
     def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
         return {}
+
+    def _in_memory_sample_rows(self, X: np.ndarray) -> int:
+        """Rows of the seeded sample that an in-memory :meth:`fit` on ``X`` passes to ``_finish_fit``
+        even when ``_begin_fit`` asks for fewer (called after it): a look at data already in memory,
+        which the Dask engine skips rather than pay a pass. 0 here."""
+        return 0
 
     @abstractmethod
     def _spec_entries(self) -> MapSpec:

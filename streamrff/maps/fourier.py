@@ -33,13 +33,20 @@ from ..typing import MapSpec, Seed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
-__all__ = ["FourierFeatureMap", "RFF"]
+__all__ = ["FourierFeatureMap", "PHASE_PRECISION_LIMIT", "RFF"]
 
 #: Fewest rows per projection GEMM in the compiled RFF sums (see RFF._feature_sums).
 _MIN_PROJECTION_ROWS = 256
 #: The offsets argument of the compiled kernels for the sincos variant (which has none).
 _NO_OFFSETS = np.zeros(0, np.float32)
 _NO_OFFSETS.setflags(write=False)  # read-only like the cosphase offsets: one numba type for both
+#: ``phase_precision="auto"`` takes float64 phases when a phase |W x| (+ 2 pi for cosphase) of the
+#: fit's sample exceeds this many radians (the bound is derived in RFF's Notes).
+PHASE_PRECISION_LIMIT = 64.0
+#: The phase precisions of RFF (``"auto"`` resolves to one of the other two at fit time).
+_PHASE_PRECISIONS = ("auto", "float32", "float64")
+#: Sample rows projected at once by the phase check (bounds its memory at 128 x m float64).
+_PHASE_CHECK_ROWS = 128
 
 
 class FourierFeatureMap(FeatureMap):
@@ -73,6 +80,10 @@ class FourierFeatureMap(FeatureMap):
     #: Entries written after those only when they differ from their default (name -> default): options
     #: added later, so that the specs, fingerprints and files of maps without them stay as they were.
     _optional_params: ClassVar[dict[str, Any]] = {}
+    #: Like ``_optional_params``, for options the fit resolves (``"auto"``): the spec records the
+    #: fitted value (attribute ``name + "_"``) when it differs from the default, and a map rebuilt
+    #: from a spec is constructed with the recorded value.
+    _fitted_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, n_features: int, bandwidth: float | str, seed: Seed, **family_params: Any) -> None:
         # scikit-learn's rule: store the arguments unchanged (get_params reads the subclass's
@@ -111,6 +122,11 @@ class FourierFeatureMap(FeatureMap):
                 for name, default in self._optional_params.items()
                 if getattr(self, name) != default
             },
+            **{
+                name: type(default)(getattr(self, name + "_"))
+                for name, default in self._fitted_options.items()
+                if getattr(self, name + "_") != default
+            },
             "seed": self.seed_,
         }
 
@@ -122,6 +138,7 @@ class FourierFeatureMap(FeatureMap):
             bandwidth=bandwidth,
             **{name: _require(spec, name) for name in cls._family_params},
             **{name: spec.get(name, default) for name, default in cls._optional_params.items()},
+            **{name: spec.get(name, default) for name, default in cls._fitted_options.items()},
             seed=_require(spec, "seed"),
         )
         # _setup, not _begin_fit: warnings about the parameters were given when the map was
@@ -220,6 +237,33 @@ def _float32_offsets(kind: str, spec_json: str) -> np.ndarray:
     return offsets
 
 
+def _largest_phase_bound(rows: np.ndarray, frequencies: np.ndarray, variant: str, exact: bool = True) -> float:
+    """An upper bound of ``|W x|`` (+ 2 pi for cosphase) over ``rows``: the product
+    ``max ||x|| max ||w||`` when that is within PHASE_PRECISION_LIMIT (one pass over the norms) or
+    ``exact`` is False, else the largest phase itself (a product of the rows and ``W`` in tiles)."""
+    offset = 2.0 * np.pi if variant == "cosphase" else 0.0
+    if rows.shape[0] == 0:
+        return offset
+    norms = float(np.sqrt(np.einsum("ij,ij->i", rows, rows).max()))  # in the rows' dtype: a bound
+    bound = norms * float(np.sqrt(np.einsum("ij,ij->i", frequencies, frequencies).max())) + offset
+    if bound <= PHASE_PRECISION_LIMIT or not exact:
+        return bound
+    rows = np.asarray(rows, dtype=np.float64)
+    largest = 0.0
+    for start in range(0, rows.shape[0], _PHASE_CHECK_ROWS):
+        largest = max(largest, float(np.abs(rows[start : start + _PHASE_CHECK_ROWS] @ frequencies.T).max()))
+    return largest + offset
+
+
+@functools.lru_cache(maxsize=16)
+def _zero_offsets(m: int) -> np.ndarray:
+    """Read-only float32 zeros of length m: the offsets of a cosphase map whose phases b are already
+    in the reduced phase (read-only like the cached offsets: one numba type for both)."""
+    zeros = np.zeros(m, np.float32)
+    zeros.setflags(write=False)
+    return zeros
+
+
 @functools.cache
 def _compiled_sincos() -> Any:
     """The compiled float32 sin/cos kernels, imported on first use (numba takes ~0.2 s to import)."""
@@ -284,6 +328,16 @@ class RFF(FourierFeatureMap):
         combined with ``orthogonal=True`` (it already is orthogonal).
     seed : int, numpy.random.Generator or None, default=0
         Seed of the frequencies (and of the row sample for ``"median"``).
+    phase_precision : {"auto", "float32", "float64"}, default="auto"
+        Precision of the phases ``W x`` behind the float32 features.
+        ``"float32"``: a float32 projection (the fast path). ``"float64"``: the
+        rows, as given, are projected in float64 and every phase is reduced
+        modulo 2 pi in float64 before the float32 sine and cosine (about 2x
+        the time of a dense embedding): for data far from the origin in units
+        of the bandwidth. ``"auto"``: float64 when a phase of the rows the fit
+        sees exceeds ``PHASE_PRECISION_LIMIT`` (64 radians; see Notes), else
+        float32. The spec records ``"phase_precision": "float64"`` only: maps
+        with float32 phases keep the specs, fingerprints and files they had.
 
     Attributes
     ----------
@@ -293,6 +347,8 @@ class RFF(FourierFeatureMap):
         Bandwidth in use.
     seed_ : int
         Integer seed recorded in :attr:`spec`.
+    phase_precision_ : {"float32", "float64"}
+        Phase precision in use.
 
     Raises
     ------
@@ -306,12 +362,43 @@ class RFF(FourierFeatureMap):
     BiasWarning
         With ``structured=True`` on 16 input columns or fewer.
 
+    Notes
+    -----
+    Phase precision. A float32 phase ``theta = w.x`` carries a rounding error
+    of about ``|theta| 2^-24`` radians (the rounding of the rows, of the
+    frequencies and of the product; a GEMM's accumulation adds a few ulps).
+    Two rows ``delta`` apart have phase differences of about ``delta / sigma``,
+    so this error moves their feature distance by a relative
+    ``|theta| 2^-24 sigma / delta``, while the float32 sines and cosines
+    themselves already carry ``2^-24``, a relative ``2^-24 sigma / delta``:
+    the phase rounding is ``|theta|`` times the features' own. With every
+    phase within ``PHASE_PRECISION_LIMIT`` = 64 radians it stays below
+    ``2^-18 sigma / delta`` (1% for rows 4e-4 sigma apart), and ``"auto"``
+    keeps float32. Standardised data with the median bandwidth have
+    ``theta ~ N(0, ||x||^2 / sigma^2)`` with ``||x|| ~ sigma / sqrt 2``:
+    phases below ~6 on a sample of 1 000 rows, far under the limit, and the
+    check costs one pass over the sample's norms (a product of the sample
+    and ``W`` only when ``max ||x|| max ||w||`` exceeds the limit). Chen &
+    Phillips' demo (rows in a ball of radius 500, sigma = 1) has phases of
+    ~1 000: with float32 phases pairs 1e-4 apart come out ~25% off whatever
+    D; with float64 phases the error falls as their sec. 7 shows.
+
+    The rows the fit sees: the seeded sample of the median heuristic, which
+    an in-memory :meth:`fit` also takes for a numeric bandwidth (only when
+    ``max ||x|| max ||w||`` over all its rows exceeds the limit: otherwise
+    every sample's phases are within it, and no sample is drawn). The Dask
+    engine draws no sample for a numeric bandwidth (that would be a pass of
+    its own), so ``"auto"`` gives float32 there: pass
+    ``phase_precision="float64"``, or fit the map on a sample first.
+
     References
     ----------
     Sutherland, D. J. & Schneider, J. (2015). On the error of random Fourier
     features. UAI. Eqs. (1), (2), (5), (6).
     Yu, F. X. et al. (2016). Orthogonal random features. NeurIPS. Sec. 3
     (orthogonal), sec. 4 (structured).
+    Chen, D. & Phillips, J. M. (2016). Relative error embeddings of the
+    Gaussian kernel distance. Sec. 7 (pairs in a ball of radius 500).
 
     Examples
     --------
@@ -331,11 +418,18 @@ class RFF(FourierFeatureMap):
     >>> Z = sorf.transform(X)
     >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 20.0)).max() < 0.1), sorf.spec["structured"]
     (True, True)
+
+    Rows far from the origin (in units of the bandwidth) get float64 phases:
+
+    >>> far = 500.0 + np.random.default_rng(2).normal(size=(5, 2))
+    >>> srf.RFF(n_features=64, bandwidth=1.0).fit(far).phase_precision_
+    'float64'
     """
 
     kind = "rff"
     _family_params = {"variant": str, "orthogonal": bool}
     _optional_params = {"structured": False}
+    _fitted_options = {"phase_precision": "float32"}
     #: The feature layouts: cos and sin of D/2 frequencies, or the cosine of D frequencies plus phases.
     _variants = ("sincos", "cosphase")
 
@@ -347,8 +441,12 @@ class RFF(FourierFeatureMap):
         orthogonal: bool = False,
         structured: bool = False,
         seed: Seed = 0,
+        phase_precision: Literal["auto", "float32", "float64"] = "auto",
     ) -> None:
-        super().__init__(n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal, structured=structured)
+        super().__init__(
+            n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal, structured=structured,
+            phase_precision=phase_precision,
+        )  # fmt: skip
 
     def _check_params(self) -> None:
         if self.variant not in self._variants:
@@ -367,6 +465,10 @@ class RFF(FourierFeatureMap):
                 "already orthogonal within each block. Pass structured=True alone for fast orthogonal "
                 "features, or orthogonal=True alone for dense ones."
             )
+        if not isinstance(self.phase_precision, str) or self.phase_precision not in _PHASE_PRECISIONS:
+            raise InputError(
+                f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}."
+            )
         check_bandwidth(self.bandwidth)
 
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
@@ -374,6 +476,32 @@ class RFF(FourierFeatureMap):
         if self.structured:
             warn_if_biased(self.n_features_in_, stacklevel=3)
         return sample_request
+
+    def _in_memory_sample_rows(self, X: np.ndarray) -> int:
+        if self.phase_precision != "auto" or self.bandwidth == "median":
+            return 0  # nothing to decide, or the median's sample is drawn anyway
+        # The norm bound over all rows first (one cheap pass, no hashing of row indices): if it is
+        # within the limit, so is every sample's, and the sample would decide float32 too.
+        super()._finish_fit(X[:0])  # the numeric bandwidth, which the frequencies need
+        self.phase_precision_ = "float32"
+        if _largest_phase_bound(X, self._frequencies(), self.variant, exact=False) <= PHASE_PRECISION_LIMIT:
+            return 0
+        return MEDIAN_SAMPLE_ROWS
+
+    def _finish_fit(self, sample: np.ndarray) -> RFF:
+        super()._finish_fit(sample)
+        # float32 first: the spec (which the frequencies are regenerated from) needs a value.
+        self.phase_precision_ = "float32" if self.phase_precision == "auto" else str(self.phase_precision)
+        if self.phase_precision == "auto" and sample.shape[0]:
+            if _largest_phase_bound(sample, self._frequencies(), self.variant) > PHASE_PRECISION_LIMIT:
+                self.phase_precision_ = "float64"
+        return self
+
+    def _float32_phases(self) -> bool:
+        """Whether the float32 features come from float32 phases: the compiled kernels that project
+        float32 rows themselves (k-means' Lloyd step, the drift window, the shared-draw two-sample
+        embedder) serve only such maps; the others take :meth:`_embed_tile`."""
+        return self.phase_precision_ == "float32"
 
     @classmethod
     def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
@@ -398,6 +526,9 @@ class RFF(FourierFeatureMap):
         # it: the phase is rounded to float32 before the cosine anyway, and a float64
         # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
         # matmul, cos and sin run ~15% faster on it than on column halves of `out`.
+        if out.dtype == np.float32 and not self._float32_phases():
+            self._embed_float64_phases(X, out)
+            return
         if out.dtype == np.float32 and self.structured:
             # The SORF blocks, never formed; the same compiled call as the Lloyd kernel's.
             _, offsets, scale = self._float32_kernel_args()
@@ -420,6 +551,25 @@ class RFF(FourierFeatureMap):
             np.add(projection, phases, out=out)
             np.cos(out, out=out)
         out *= out.dtype.type(self._scale(frequencies.shape[1]))
+
+    def _embed_float64_phases(self, X: np.ndarray, out: np.ndarray) -> None:
+        """Float32 features from float64 phases: ``X @ W`` (plus the phases b) in float64, reduced
+        to [-pi, pi] in float64 (exact to ~|phase| 2^-53), then the compiled float32 sin/cos of the
+        reduced phase, whose float32 rounding is at most pi 2^-24 whatever the phase."""
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
+        projection = np.empty((X.shape[0], frequencies.shape[1]))
+        _project(X.astype(np.float64, copy=False), frequencies, out=projection)
+        with np.errstate(invalid="ignore"):  # a non-finite row gives NaN features, as on the float32 path
+            if phases is not None:
+                projection += phases
+            turns = np.rint(projection * (1.0 / (2.0 * np.pi)))
+            projection -= turns * (2.0 * np.pi)
+        reduced = projection.astype(np.float32)
+        scale = np.float32(self._scale(frequencies.shape[1]))
+        if self.variant == "sincos":
+            _compiled_sincos().sincos_features(reduced, scale, out)
+        else:
+            _compiled_sincos().cos_features(reduced, _zero_offsets(frequencies.shape[1]), scale, out)
 
     def _float32_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
         """``(frequencies (d, m), offsets, scale)`` of :func:`streamrff._sincos.rff_features`:
@@ -455,6 +605,8 @@ class RFF(FourierFeatureMap):
         # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
         # The sums agree with those of transform's features to float32 rounding.
         dtype = np.dtype(dtype)
+        if dtype == np.float32 and not self._float32_phases():
+            return super()._feature_sums(X, dtype)  # tile by tile through _embed_float64_phases
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)
         frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), dtype.char)

@@ -84,6 +84,9 @@ class JL(FeatureMap):
         # No inner map means RFF(), whose bandwidth is the median heuristic.
         return self.inner_map is None or (isinstance(self.inner_map, FeatureMap) and self.inner_map._median_bandwidth())
 
+    def _in_memory_sample_rows(self, X: np.ndarray) -> int:
+        return self.inner_map_._in_memory_sample_rows(X)
+
     def _finish_fit(self, sample: np.ndarray) -> JL:
         self.inner_map_._finish_fit(sample)
         return self

@@ -14,10 +14,13 @@ __all__ = ["TwoSampleResult", "AggregatedTwoSampleResult"]
 
 #: Below this, a p-value is written from its log10 (float64 would round it to 0 or a subnormal).
 _SMALLEST_PRINTED_P = 1e-300
+#: Appended to a p-value printed from its log10 (below _SMALLEST_PRINTED_P).
+_LOG_SPACE = "(log-space)"
 
 
 def _format_p_value(p_value: float, log10_p_value: float | None = None) -> str:
-    """A p-value as text: ``"0.0123"``, or from its log10 when float64 cannot hold it (``"3.2e-412"``).
+    """A p-value as text: ``"0.0123"``, or from its log10 when float64 cannot hold it
+    (``"3.2e-412 (log-space)"``).
 
     Parameters
     ----------
@@ -30,14 +33,15 @@ def _format_p_value(p_value: float, log10_p_value: float | None = None) -> str:
     -------
     str
         ``p_value`` to 4 significant digits when it is at least 1e-300; below, two significant
-        digits and the exponent of ``10 ** log10_p_value``; ``"< 1e-300"`` when only an
-        upper bound is known (no or an infinite log10).
+        digits and the exponent of ``10 ** log10_p_value``, followed by ``" (log-space)"`` so
+        that a reader knows the number was computed from its logarithm (float64 holds no such
+        value); ``"< 1e-300"`` when only an upper bound is known (no or an infinite log10).
 
     Examples
     --------
     >>> from streamrff.twosample.result import _format_p_value
     >>> _format_p_value(0.012345), _format_p_value(0.0, -411.49485002168), _format_p_value(0.0)
-    ('0.01235', '3.2e-412', '< 1e-300')
+    ('0.01235', '3.2e-412 (log-space)', '< 1e-300')
     """
     if p_value >= _SMALLEST_PRINTED_P:
         return f"{p_value:.4g}"
@@ -47,7 +51,7 @@ def _format_p_value(p_value: float, log10_p_value: float | None = None) -> str:
     mantissa = round(10.0 ** (log10_p_value - exponent), 1)
     if mantissa >= 10.0:  # 9.96 rounds up to the next power of ten
         mantissa, exponent = mantissa / 10.0, exponent + 1
-    return f"{mantissa:.1f}e{exponent}"
+    return f"{mantissa:.1f}e{exponent} {_LOG_SPACE}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,8 +84,8 @@ class TwoSampleResult:
         (``-inf`` only when T^2 is infinite); ``log10(p_value)`` otherwise. The
         permutation and spectral p-values are at least ``1 / (1 + len(null))``.
     p_value_text : str
-        The p-value as printed: 4 significant digits, or ``"3.2e-412"`` (from
-        ``log10_p_value``) where ``p_value`` is below 1e-300.
+        The p-value as printed: 4 significant digits, or ``"3.2e-412 (log-space)"``
+        (from ``log10_p_value``) where ``p_value`` is below 1e-300.
     degrees_of_freedom : int or None
         ``"hotelling"``: the chi-square null's degrees of freedom (the number of
         principal directions kept); None for the other methods.
@@ -129,7 +133,7 @@ class TwoSampleResult:
 
     @property
     def p_value_text(self) -> str:
-        """The p-value as printed: ``"0.01235"``, or ``"3.2e-412"`` below float64's range."""
+        """The p-value as printed: ``"0.01235"``, or ``"3.2e-412 (log-space)"`` below float64's range."""
         return _format_p_value(self.p_value, self.log10_p_value)
 
     @property

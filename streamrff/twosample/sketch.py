@@ -482,7 +482,9 @@ def _shared_draw_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
     (``|phase| * 6e-8``); they may be overwritten before the next map's. Returns None for
     any other list of maps (or one map).
     """
-    if len(feature_maps) < 2 or any(type(feature_map) is not RFF for feature_map in feature_maps):
+    if len(feature_maps) < 2 or any(
+        type(feature_map) is not RFF or not feature_map._float32_phases() for feature_map in feature_maps
+    ):
         return None
     specs = [dict(feature_map.spec) for feature_map in feature_maps]
     bandwidths = [spec.pop("bandwidth") for spec in specs]
