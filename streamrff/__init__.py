@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         TwoSampleResult,
         TwoSampleSketch,
         Witness,
+        explain,
         marginal_tests,
         mmd_test,
         permutation_indices,
@@ -78,7 +79,7 @@ _LOCATIONS = {
     "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
     "twosample": (
         "AggregatedTwoSampleResult", "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices",
-        "permutation_test", "two_sample_test", "witness", "Witness", "marginal_tests", "MarginalTestResult",
+        "permutation_test", "two_sample_test", "witness", "Witness", "marginal_tests", "MarginalTestResult", "explain",
     ),
 }  # fmt: skip
 
@@ -127,6 +128,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "explain",
     "witness",
     "Witness",
     "marginal_tests",

@@ -32,7 +32,9 @@ def test_mmd2_variance_matches_the_spread_of_the_statistic_over_repeated_samples
         Zx, Zy = rff.transform(X).astype(np.float64), rff.transform(Y).astype(np.float64)
         Kxx, Kyy = Zx @ Zx.T, Zy @ Zy.T  # the exact unbiased U-statistic of the feature kernel
         draws.append(
-            (Kxx.sum() - np.trace(Kxx)) / (200 * 199) + (Kyy.sum() - np.trace(Kyy)) / (150 * 149) - 2 * (Zx @ Zy.T).mean()
+            (Kxx.sum() - np.trace(Kxx)) / (200 * 199)
+            + (Kyy.sum() - np.trace(Kyy)) / (150 * 149)
+            - 2 * (Zx @ Zy.T).mean()
         )
     estimates = [
         mmd2_variance(
@@ -147,7 +149,10 @@ def test_top_rows_are_those_of_a_full_sort_whatever_the_chunking():
     f = srf.witness(srf.sketch_array(A, rff), srf.sketch_array(B, rff))
     source = rng.normal(0.0, 1.5, size=(3000, 2))
     values = rff.transform(source).astype(np.float64) @ f.direction
-    for which, order in (("largest", np.argsort(-values, kind="stable")), ("smallest", np.argsort(values, kind="stable"))):
+    for which, order in (
+        ("largest", np.argsort(-values, kind="stable")),
+        ("smallest", np.argsort(values, kind="stable")),
+    ):
         for chunks in (3000, 257, 1000):
             rows, top = f.top_rows(da.from_array(source, chunks=(chunks, 2)), k=15, which=which)
             np.testing.assert_array_equal(rows, order[:15])
@@ -212,9 +217,11 @@ def test_marginal_statistics_are_each_columns_exact_unbiased_mmd2():
         # the exact kernel the RFF approximates: the statistic is near the exact Gram-matrix MMD^2
         Kxx = _gaussian_kernel(A[:, [column]], A[:, [column]], bandwidth)
         Kyy = _gaussian_kernel(B[:, [column]], B[:, [column]], bandwidth)
-        exact = (Kxx.sum() - 300) / (300 * 299) + (Kyy.sum() - 250) / (250 * 249) - 2 * _gaussian_kernel(
-            A[:, [column]], B[:, [column]], bandwidth
-        ).mean()
+        exact = (
+            (Kxx.sum() - 300) / (300 * 299)
+            + (Kyy.sum() - 250) / (250 * 249)
+            - 2 * _gaussian_kernel(A[:, [column]], B[:, [column]], bandwidth).mean()
+        )
         assert result.statistics[position] == pytest.approx(exact, abs=0.01)
     np.testing.assert_allclose(result.adjusted_p_values, np.sort(holm(result.p_values)))
 

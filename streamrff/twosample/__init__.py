@@ -45,12 +45,13 @@ from __future__ import annotations
 from . import nulls, permutations, sketch
 from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, shared_map_seed
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
-from .permutations import FEISTEL_ROUNDS, permutation_indices
 from .effect import EffectSize, mmd2_variance
+from .explain import Explanation, WitnessProfile, explain
 from .marginal import MarginalTestResult, holm, marginal_tests
+from .permutations import FEISTEL_ROUNDS, permutation_indices
 from .result import AggregatedTwoSampleResult, TwoSampleResult
-from .witness import TopRows, Witness, witness
 from .sketch import *  # noqa: F403 - the sketches, their chunk kernels and size limit: sketch.__all__, listed once
+from .witness import TopRows, Witness, witness
 
 __all__ = [
     *sketch.__all__,
@@ -64,6 +65,9 @@ __all__ = [
     "marginal_tests",
     "MarginalTestResult",
     "holm",
+    "explain",
+    "Explanation",
+    "WitnessProfile",
     "aggregated_permutation_test",
     "auto_bandwidths",
     "bandwidth_maps",

@@ -36,10 +36,9 @@ from .aggregated import (
     shared_map_seed,
     standardise,
 )
-from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
 from .effect import EffectSize, effect_of_sketches, effect_of_sums
+from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
 from .result import AggregatedTwoSampleResult, TwoSampleResult, _bandwidth_of, _result
-from .with_moments import with_moments_kernel
 from .sketch import (
     DEFAULT_MAX_ACCUMULATOR_BYTES,
     AggregatedTwoSampleSketch,
@@ -48,6 +47,7 @@ from .sketch import (
     two_sample_sketch_of_chunk,
     two_sample_sketches_of_chunk,
 )
+from .with_moments import with_moments_kernel
 
 __all__ = ["permutation_test", "aggregated_permutation_test", "mmd_test", "two_sample_test", "bandwidth_maps"]
 

@@ -30,7 +30,7 @@ from ..typing import Seed, StorageOptions
 from .aggregated import standardise
 from .api import permutation_test
 from .nulls import _monte_carlo_p_value, _permutation_null
-from .result import TwoSampleResult, _result
+from .result import TwoSampleResult
 from .sketch import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
 
 __all__ = ["marginal_tests", "MarginalTestResult", "holm"]
@@ -263,7 +263,9 @@ def marginal_tests(
     n_features = check_positive_int(n_features, "n_features")
     n_permutations = check_positive_int(n_permutations, "n_permutations")
     if n_features % 2:
-        raise InputError(f"n_features must be even (sincos features come in pairs). Got {n_features}; use {n_features + 1}.")
+        raise InputError(
+            f"n_features must be even (sincos features come in pairs). Got {n_features}; use {n_features + 1}."
+        )
     if components is not None:
         components = check_positive_int(components, "components")
     seed = normalize_seed(seed)

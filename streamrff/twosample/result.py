@@ -420,9 +420,8 @@ class AggregatedTwoSampleResult:
         level = check_level(level)
         if not self.has_interval:
             raise InputError(NO_MOMENTS_MESSAGE)
-        return np.array(
-            [normal_interval(float(stat), effect.variance, level) for stat, effect in zip(self.statistics, self.effects)]
-        )
+        pairs = zip(self.statistics, self.effects)
+        return np.array([normal_interval(float(statistic), effect.variance, level) for statistic, effect in pairs])
 
     def witness(self, bandwidth: float | None = None) -> Any:
         """The witness of X against Y at one bandwidth (default: the largest standardised statistic).
