@@ -55,6 +55,16 @@ class EffectSize:
         (exactly 1 for sincos RFF): the witness is divided by it to read in kernel units.
     variance : float or None
         Estimated ``Var[MMD^2_u]`` (:func:`mmd2_variance`); None without moments.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(np.zeros((1, 2)))
+    >>> rng = np.random.default_rng(0)
+    >>> sx, sy = (srf.sketch_array(rng.normal(size=(100, 2)), rff, moments=True) for _ in range(2))
+    >>> effect = effect_of_sketches(sx, sy)
+    >>> effect.kernel_diagonal, effect.variance > 0, effect.mean_x.shape
+    (1.0, True, (64,))
     """
 
     feature_map: FeatureMap = field(repr=False)

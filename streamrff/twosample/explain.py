@@ -117,6 +117,18 @@ class Explanation:
     edges, counts : ndarray
         Histogram of the witness over the source.
     witness : Witness
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> A, B = rng.normal(size=(500, 1)), rng.normal(1.0, 1.0, size=(500, 1))
+    >>> rff = srf.RFF(n_features=256, bandwidth=1.0).fit(A)
+    >>> found = srf.explain(srf.sketch_array(A, rff), srf.sketch_array(B, rff), A, k=2)
+    >>> found.which, found.interval, int(found.counts.sum())
+    ('largest', None, 500)
+    >>> found.lines()[0]
+    'effect size: MMD = 0.427 (MMD^2 = 0.1823), interval: sketch both samples with --moments'
     """
 
     statistic: float

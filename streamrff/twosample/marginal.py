@@ -259,6 +259,18 @@ def marginal_tests(
     ----------
     Gretton, A. et al. (2012). A kernel two-sample test. JMLR 13.
     Holm, S. (1979). A simple sequentially rejective multiple test procedure. Scand. J. Statist. 6(2).
+
+    Examples
+    --------
+    A shift in column 1 of 3; the joint test of whole rows rides along in the same pass:
+
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(3)
+    >>> A, B = rng.normal(size=(500, 3)), rng.normal(size=(500, 3))
+    >>> B[:, 1] += 0.5
+    >>> result = srf.marginal_tests(A, B, n_permutations=199, feature_map=srf.RFF(n_features=128))
+    >>> result.columns.tolist()[0], float(result.p_values[0]), result.joint.p_value
+    (1, 0.005, 0.005)
     """
     n_features = check_positive_int(n_features, "n_features")
     n_permutations = check_positive_int(n_permutations, "n_permutations")
