@@ -80,8 +80,14 @@ def test_cli_test_moments_and_columns_print_the_interval_and_the_table(capsys, p
     columns = payload["columns"]
     assert columns["columns"][0] == 1 and len(columns["columns"]) == 4
     assert columns["adjusted_p_values"] == sorted(columns["adjusted_p_values"])
-    code, out, _ = run(capsys, "test", a_path, b_path, "--features", "64", "--permutations", "19")
-    assert code == 0 and "sketch with --moments" in out
+    code, out, _ = run(capsys, "test", a_path, b_path, "--features", "64", "--permutations", "19", "--columns",
+                       "--json")  # fmt: skip
+    one_pass = json.loads(out)  # the joint test rode along with the column tests: the same as alone
+    code, out, _ = run(capsys, "test", a_path, b_path, "--features", "64", "--permutations", "19", "--json")
+    alone = json.loads(out)
+    assert one_pass["statistic"] == pytest.approx(alone["statistic"], rel=1e-6)
+    assert one_pass["p_value"] == alone["p_value"] and one_pass["columns"]["columns"][0] == 1
+    assert one_pass["confidence_interval"] is None and "--moments" in one_pass["confidence_interval_note"]
     with pytest.raises(SystemExit) as exit_info:
         main(["test", "--sketches", a_path, b_path, "--columns"])
     assert exit_info.value.code == 2 and "--columns" in capsys.readouterr().err

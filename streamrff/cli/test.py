@@ -234,6 +234,8 @@ def _test_data(args: argparse.Namespace) -> Any:
     with connect(args.scheduler) as client:
         if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
             feature_map = options.fit_on_sources(unfitted, args.sources, client, args.storage_options)
+        if _columns_ride_along(args):  # the joint test and the per-column tests in one pass
+            return _test_columns(args, client, feature_map if feature_map is not None else unfitted)
         return two_sample_test(
             args.sources[0],
             args.sources[1],
@@ -251,17 +253,22 @@ def _test_data(args: argparse.Namespace) -> Any:
         )
 
 
-def _test_columns(args: argparse.Namespace) -> Any:
-    """The per-column (or per-component) tests of ``--columns`` / ``--components``."""
-    from ..engine import connect  # here, not at the top: start-up time
-    from ..twosample import marginal_tests
+def _columns_ride_along(args: argparse.Namespace) -> bool:
+    """Whether the per-column tests and the joint permutation test run in one pass (no moments needed)."""
+    wanted = args.columns or args.components is not None
+    return wanted and not args.sketches and args.null == "permutation" and not args.moments
 
-    with connect(args.scheduler) as client:
-        return marginal_tests(
-            args.sources[0], args.sources[1], n_features=args.column_features, n_permutations=args.permutations,
-            seed=0 if args.seed is None else args.seed, components=args.components, client=client,
-            storage_options=args.storage_options,
-        )  # fmt: skip
+
+def _test_columns(args: argparse.Namespace, client: Any, joint_map: Any = None) -> Any:
+    """The per-column (or per-component) tests of ``--columns`` / ``--components``; with ``joint_map``
+    the joint permutation test rides along in the same pass (``result.joint``)."""
+    from ..twosample import marginal_tests  # here, not at the top: start-up time
+
+    return marginal_tests(
+        args.sources[0], args.sources[1], n_features=args.column_features, n_permutations=args.permutations,
+        seed=0 if args.seed is None else args.seed, components=args.components, feature_map=joint_map,
+        client=client, storage_options=args.storage_options,
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,15 +276,22 @@ def run(args: argparse.Namespace) -> int:
     options.refuse(_usage_problems(args))
     options.check_plot_free(args)
     result = _test_sketches(args) if args.sketches else _test_data(args)
+    columns = None
+    if _columns_ride_along(args):
+        columns, result = result, result.joint
+    elif args.columns or args.components is not None:
+        from ..engine import connect  # here, not at the top: start-up time
+
+        with connect(args.scheduler) as client:
+            columns = _test_columns(args, client)
     if args.plot:
         from ..plot import save_report_figure  # here, not at the top: start-up time
 
         save_report_figure(args.plot, result=result, overwrite=args.overwrite)
     payload = result.to_dict(include_null=False)
     lines = _test_lines(result) + _effect_lines(result)
-    if args.columns or args.components is not None:
-        columns = _test_columns(args)
-        payload["columns"] = columns.to_dict()
+    if columns is not None:
+        payload["columns"] = {key: value for key, value in columns.to_dict().items() if key != "joint"}
         lines += _column_lines(columns)
     emit(args, payload, lines + ([f"wrote {args.plot}"] if args.plot else []))
     return options.EXIT_OK
