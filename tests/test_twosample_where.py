@@ -270,3 +270,15 @@ def test_marginal_holm_family_rejects_rarely_under_no_change(single_threaded_bla
         result = srf.marginal_tests(A, B, n_features=16, n_permutations=199, seed=seed)
         rejections += result.rejected(0.05).size > 0
     assert rejections <= 5  # level 0.05: expected 1.5 of 30
+
+
+def test_marginal_tests_on_a_real_cluster_equal_the_local_run(dask_client, tmp_zarr):
+    rng = np.random.default_rng(8)
+    A, B = rng.normal(size=(600, 3)), rng.normal(size=(500, 3))
+    B[:, 2] += 0.6
+    a_path, b_path = tmp_zarr(A, 150, "a.zarr"), tmp_zarr(B, 170, "b.zarr")
+    local = srf.marginal_tests(A, B, n_permutations=99, components=2)
+    remote = srf.marginal_tests(a_path, b_path, n_permutations=99, components=2, client=dask_client)
+    np.testing.assert_array_equal(remote.columns, local.columns)
+    np.testing.assert_allclose(remote.statistics, local.statistics, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(remote.p_values, local.p_values)
