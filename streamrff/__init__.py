@@ -24,7 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         SketchFormatWarning,
         SketchMismatchError,
         SketchSignatureError,
+        SourceChangedError,
         SourceError,
+        StateLockedError,
         StreamRFFError,
         VarianceWarning,
     )
@@ -63,7 +65,8 @@ _LOCATIONS = {
     "errors": (
         "BiasWarning", "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "ModelFormatError",
         "NotFittedMapError", "OutputError", "SketchBeingWrittenError", "SketchFormatError", "SketchFormatWarning",
-        "SketchMismatchError", "SketchSignatureError", "SourceError", "StreamRFFError", "VarianceWarning",
+        "SketchMismatchError", "SketchSignatureError", "SourceChangedError", "SourceError", "StateLockedError",
+        "StreamRFFError", "VarianceWarning",
     ),
     "fileformat": ("load", "read_signing_key"),
     "io": ("open_source", "RowSource"),
@@ -177,6 +180,8 @@ __all__ = [
     "MapFormatError",
     "ModelFormatError",
     "SourceError",
+    "SourceChangedError",
+    "StateLockedError",
     "OutputError",
     "SketchSignatureError",
     "SketchBeingWrittenError",

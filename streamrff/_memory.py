@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["task_bytes", "check_sizes_fit", "memory_available"]
+__all__ = ["task_bytes", "check_sizes_fit", "monitor_bytes", "check_monitor_fits", "memory_available"]
 
 #: Feature tile rows the chunk kernels use at most (projection tiles; moment tiles).
 _TILE_ROWS, _MOMENT_TILE_ROWS = 256, 2048
@@ -115,6 +115,46 @@ def check_sizes_fit(
         f"n_features (CLI --features) = {width:,} needs about {_gib(need)} per task thread ({parts}); a task "
         f"thread has {_gib(memory_per_thread)}. The largest n_features that fits is {largest:,}: use that or "
         "less, or workers with more memory."
+    )
+
+
+def monitor_bytes(window: int, n_features: int, n_streams: int) -> int:
+    """Bytes a drift monitor of ``window`` rows and ``n_features`` features needs at most, ``n_streams`` calibrating.
+
+    The window's ring buffer (window x D float32 features and their float64 norms) and the
+    calibration's simulated streams (``n_streams`` x 2 window int32 row indices and float64 statistics).
+
+    Examples
+    --------
+    >>> round(monitor_bytes(200, 512, 20_000) / 2**20)  # MiB: mostly the calibration's statistics
+    92
+    """
+    return window * (n_features * 4 + 8) + n_streams * 2 * window * (4 + 8)
+
+
+def check_monitor_fits(window: int, n_features: int, n_streams: int, available: float) -> None:
+    """Raise InputError naming ``window`` (CLI --window) when such a monitor cannot fit, and the largest that fits.
+
+    Examples
+    --------
+    >>> check_monitor_fits(200, 512, 20_000, available=2**30)
+    >>> check_monitor_fits(10**9, 512, 2000, available=2**30)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: window (CLI --window) = 1,000,000,000 rows with 512 features needs about 46618.3
+    GiB (the window's features and the calibration's 2,000 simulated streams); this process has 1.0 GiB available.
+    The largest window that fits is 21,450: use that or less, fewer features or streams, or a machine with more
+    memory.
+    """
+    need = monitor_bytes(window, n_features, n_streams)
+    if need <= available:
+        return
+    largest = _largest(lambda rows: monitor_bytes(rows, n_features, n_streams) <= available, window)
+    raise InputError(
+        f"window (CLI --window) = {window:,} rows with {n_features:,} features needs about {_gib(need)} (the "
+        f"window's features and the calibration's {n_streams:,} simulated streams); this process has "
+        f"{_gib(available)} available. The largest window that fits is {largest:,}: use that or less, fewer "
+        "features or streams, or a machine with more memory."
     )
 
 

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._lock import LockHeld, exclusive_lock
 from ._publish import publish_text, remove_path
 from .errors import CheckpointMismatchError, SketchFormatError
 from .fileformat import load
@@ -160,25 +161,19 @@ def open_checkpoint(
 
 @contextlib.contextmanager
 def _locked_record(folder: Path, record: dict[str, Any], checkpoint: str) -> Iterator[None]:
-    import fcntl
-
     path = folder / "source.json"
     if not path.exists():
         with contextlib.suppress(FileExistsError):  # another job may have written it meanwhile: checked below
             publish_text(path, json.dumps(record))
-    with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as error:
-            raise CheckpointMismatchError(
-                f"Checkpoint folder {checkpoint} is in use by another running job on {record['source']}. Wait "
-                "for it to finish, or pass another --checkpoint folder."
-            ) from error
-        try:
+    try:
+        with exclusive_lock(path) as handle:  # released by the kernel if this process is killed
             _check_record(_parse_record(handle.read(1 << 16), str(path)), record, checkpoint)
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    except LockHeld as error:
+        raise CheckpointMismatchError(
+            f"Checkpoint folder {checkpoint} is in use by another running job on {record['source']}. Wait "
+            "for it to finish, or pass another --checkpoint folder."
+        ) from error
 
 
 def _check_record(stored: dict[str, Any] | None, record: dict[str, Any], checkpoint: str) -> None:

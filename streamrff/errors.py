@@ -22,7 +22,9 @@ __all__ = [
     "SketchBeingWrittenError",
     "ModelFormatError",
     "SourceError",
+    "SourceChangedError",
     "OutputError",
+    "StateLockedError",
     "ClusterError",
     "VarianceWarning",
     "BiasWarning",
@@ -219,6 +221,37 @@ class SourceError(StreamRFFError, OSError):
     ...     except OSError as error:  # also an OSError
     ...         print(type(error).__name__, "-", str(error).split(": ", 1)[1])
     SourceError - the path does not exist. Check the path.
+    """
+
+
+class SourceChangedError(SourceError):
+    """A followed source is no longer the one a saved state was built on: replaced, shrunk, re-laid-out.
+
+    ``streamrff watch`` refuses such a source (CLI exit status 3) rather than mix
+    two arrays in one window, with one line naming what changed and the last row
+    consumed; the state stays as saved at that row. Also raised when a stored chunk
+    inside the array stays missing past the deadline (its rows were never written).
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> issubclass(srf.SourceChangedError, srf.SourceError), issubclass(srf.SourceChangedError, OSError)
+    (True, True)
+    """
+
+
+class StateLockedError(StreamRFFError, RuntimeError):
+    """Another running process holds the lock of a state (a drift monitor, a checkpoint folder).
+
+    The message names the holder (host and process id) as the holder recorded it.
+    A lock left by a process that died is released by the operating system and
+    taken over by the next process (CLI exit status 4 for ``watch``).
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> issubclass(srf.StateLockedError, srf.StreamRFFError), issubclass(srf.StateLockedError, RuntimeError)
+    (True, True)
     """
 
 

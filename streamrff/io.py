@@ -262,6 +262,63 @@ class RowSource:
             identities.append(hashlib.sha256(f"{self.identity}\n{listing}".encode()).hexdigest())
         return tuple(identities)
 
+    def stored_objects(self, start: int, stop: int) -> dict[str, list[Any] | None]:
+        """The stored objects that hold rows ``start..stop-1`` of a zarr source, each asked for on its own.
+
+        For each object key (every column block of the stored chunks or shards
+        those rows fall in): ``[size, ETag or modification time, inode]`` as the
+        store reports them (None where it has none), or None if the object does
+        not exist (zarr would read fill values there). One ``info`` request per
+        object, no listing: cheap enough for every poll of a followed array.
+
+        Raises
+        ------
+        SourceError
+            If the source is not a zarr array, or the store cannot be asked.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, zarr
+        >>> from streamrff import open_source
+        >>> path = os.path.join(tempfile.mkdtemp(), "rows.zarr")
+        >>> array = zarr.create_array(path, shape=(10, 2), chunks=(4, 2), dtype="float32")
+        >>> array[:4] = 1.0
+        >>> objects = open_source(path).stored_objects(2, 6)
+        >>> sorted(objects), objects["c/0/0"][0] > 0, objects["c/1/0"]
+        (['c/0/0', 'c/1/0'], True, None)
+        """
+        import fsspec
+
+        if self.zarr_array is None or self.location is None:
+            raise SourceError(f"{self.description} is not a zarr array: it has no stored objects.")
+        metadata = self.zarr_array.metadata
+        grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
+        grid_rows, column_blocks = int(grid[0]), -(-self.shape[1] // int(grid[1]))
+        keys = [
+            metadata.encode_chunk_key((row_block, column_block))
+            for row_block in range(start // grid_rows, (max(stop, start + 1) - 1) // grid_rows + 1)
+            for column_block in range(column_blocks)
+        ]
+        options = (self.storage_options or {}) if _is_remote(self.location) else {}
+        try:
+            filesystem, root = fsspec.core.url_to_fs(self.location, **options)
+            objects: dict[str, list[Any] | None] = {}
+            for key in keys:
+                path = f"{root.rstrip('/')}/{key}"
+                filesystem.invalidate_cache(path)  # a cached listing would hide an object written since
+                try:
+                    info = filesystem.info(path)
+                except FileNotFoundError:
+                    objects[key] = None
+                    continue
+                version = info.get("ETag") or info.get("mtime") or info.get("LastModified")
+                objects[key] = [info.get("size"), version if version is None else str(version), info.get("ino")]
+        except Exception as error:  # fsspec/botocore raise many types
+            raise SourceError(
+                f"Cannot look up the chunks of {self.description}: {type(error).__name__}: {error}"
+            ) from error
+        return objects
+
     @cached_property
     def _stored_object_stats(self) -> dict[str, list[Any]]:
         import fsspec

@@ -333,3 +333,74 @@ def test_drift_monitor_other_maps_statistic_exact_and_batches_agree(reference, f
         exact = exact_unbiased_mmd2(reference_features, stream_features[max(0, row + 1 - 12) : row + 1])
         assert whole.statistic[row] == pytest.approx(exact, abs=1e-6), row
     np.testing.assert_allclose(one_by_one.window_sum_, stream_features[-12:].astype(np.float64).sum(axis=0), atol=1e-12)
+
+
+@pytest.mark.parametrize("as_list", [False, True], ids=["ndarray", "list"])
+def test_drift_monitor_skip_invalid_rows_equals_the_finite_rows_alone(reference, fitted, as_list):
+    rng = np.random.default_rng(14)
+    rows = rng.normal(size=(30, 3))
+    rows[[4, 17], [1, 0]] = [np.nan, np.inf]
+    monitor = fresh(fitted)
+    monitor.update(rng.normal(size=(3, 3)))
+    update = monitor.update(rows.tolist() if as_list else rows, on_invalid="skip")
+    assert update.skipped.tolist() == [4, 17] and monitor.n_rows_skipped_ == 2
+    assert update.statistic.shape == (28,) and update.n_rows_seen == 31
+    # against numpy: the last statistic is the exact MMD^2 of the last 20 finite rows' features
+    finite = np.delete(rows, [4, 17], axis=0)
+    feature_map = monitor.feature_map_
+    exact = exact_unbiased_mmd2(feature_map.transform(reference), feature_map.transform(finite[-20:]))
+    assert update.statistic[-1] == pytest.approx(exact, abs=1e-6)
+
+
+def test_drift_monitor_invalid_row_message_names_the_stream_row_and_changes_nothing(fitted):
+    monitor = fresh(fitted)
+    monitor.update(np.random.default_rng(15).normal(size=(40, 3)))
+    rows = np.random.default_rng(16).normal(size=(10, 3))
+    rows[6, 2] = np.nan
+    before = monitor.window_sum_.copy()
+    with pytest.raises(InputError, match=r"Row 6 of this batch is row 46 of the monitor's stream since fit"):
+        monitor.update(rows)
+    with pytest.raises(InputError, match="on_invalid must be 'raise' or 'skip'"):
+        monitor.update(rows, on_invalid="drop")
+    assert monitor.n_rows_seen_ == 40 and np.array_equal(monitor.window_sum_, before)
+
+
+def test_drift_monitor_saves_its_cursor_and_skipped_count_in_format_version_2(fitted, tmp_path):
+    monitor = fresh(fitted)
+    rows = np.random.default_rng(17).normal(size=(25, 3))
+    rows[3, 0] = np.nan
+    monitor.update(rows, on_invalid="skip")
+    monitor.source_cursor_ = {"version": 1, "next_row": 25, "source": "live.zarr"}
+    monitor.save(tmp_path / "monitor")
+    attrs = zarr.open_group(str(tmp_path / "monitor"), mode="r").attrs
+    assert attrs["version"] == 2 and attrs["n_rows_skipped"] == 1
+    loaded = load_monitor(tmp_path / "monitor")
+    assert loaded.source_cursor_ == monitor.source_cursor_ and loaded.n_rows_skipped_ == 1
+
+
+def test_drift_monitor_declaring_a_huge_window_without_chunks_is_refused_before_any_read(fitted, tmp_path):
+    import json
+    import shutil
+
+    from streamrff._sketchfile import _attributes_digest
+
+    path = tmp_path / "monitor"
+    fresh(fitted).save(path)
+    # a window of 4e6 rows x 64 features declared, its chunk absent: zarr would read 1 GB of zeros
+    attrs_path = path / "zarr.json"
+    group = json.loads(attrs_path.read_text())
+    attributes = group["attributes"]
+    attributes["params"]["window"] = 4_000_000
+    del attributes["attributes_digest"]
+    attributes["attributes_digest"] = _attributes_digest(attributes)
+    attrs_path.write_text(json.dumps(group))
+    for name, shape in (("window_features", [4_000_000, 64]), ("window_squared_norms", [4_000_000]),
+                        ("thresholds", [4_000_001])):  # fmt: skip
+        metadata_path = path / name / "zarr.json"
+        metadata = json.loads(metadata_path.read_text())
+        metadata["shape"] = shape
+        metadata["chunk_grid"]["configuration"]["chunk_shape"] = shape
+        metadata_path.write_text(json.dumps(metadata))
+        shutil.rmtree(path / name / "c", ignore_errors=True)
+    with pytest.raises(SketchFormatError, match="has no stored chunk"):
+        load_monitor(path)

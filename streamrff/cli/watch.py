@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import signal
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from . import options
 
-#: ``streamrff watch --help``: the line ``streamrff --help`` shows, the description, the example.
+#: ``streamrff watch --help``: the line ``streamrff --help`` shows, the description, the example and exit statuses.
 HELP = """\
 watch a zarr array for drift against a reference, chunk by chunk, optionally as rows are appended
 
@@ -18,14 +23,28 @@ Slide a window of the last --window rows of SOURCE over its chunks, in order, an
 the reference after every row (unbiased MMD^2 of random Fourier features); the alarm threshold is
 calibrated from the reference alone so that, with no change, a false alarm comes once every --ert
 rows on average. REF is a zarr array (a new monitor is fitted on it), a sketch file with second
-moments, or a monitor saved with --save-monitor (it continues where it stopped). One line per
-processed chunk; with --follow, new complete chunks are processed as they land, until --max-rows
-or Ctrl-C.
+moments, or a monitor saved with --save-monitor: it continues at the row of SOURCE after the last
+one it consumed (its saved cursor), and refuses a SOURCE that is not the array it follows. One line
+per processed chunk; with --follow, new complete chunks are processed once their stored objects exist,
+until --max-rows or a signal. With --save-monitor the state is saved atomically, with its cursor, every
+--save-interval seconds and at every stop; one watcher at a time may hold it (a lock beside it).
+SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
          streamrff watch live.zarr --reference train.sketch --window 200 --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json --save-monitor monitor.zarr --overwrite
+exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; state saved)
+             1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it)
+             2 usage (a bad or contradictory option)
+             3 source refused (another array, replaced, shrunk, re-laid-out, a chunk unwritten too long)
+             4 state locked (another watcher holds --save-monitor)
+             5 drift alarm (with --exit-on-drift; state saved after the alarm's chunk)
 """
+
+#: Exit statuses of ``watch`` besides options.EXIT_OK (0), EXIT_FAILED (1) and EXIT_USAGE (2).
+EXIT_SOURCE_REFUSED, EXIT_LOCKED, EXIT_DRIFT = 3, 4, 5
+#: Signals that stop a watcher cleanly (save, summary, exit 0), however it was started.
+_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 #: Options that define a new monitor, refused next to a saved one (it fixes them).
 _MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
@@ -60,7 +79,13 @@ def add_parser(commands: Any) -> None:
     options.add_seed(parser, "seed of the map, the calibration sample and the simulated streams")
     parser.add_argument(
         "--from-row", type=int, default=None, metavar="R",
-        help="first row of SOURCE to read (default: its current end with --follow, else 0)",
+        help="first row of SOURCE to read (default: a saved monitor's next row; for a new monitor, SOURCE's "
+        "current end with --follow, else 0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--restart", action="store_true",
+        help="start anew on SOURCE on purpose: drop a saved monitor's cursor and empty its window (reference and "
+        "thresholds stay); needed to watch another array than the one it follows",
     )  # fmt: skip
     parser.add_argument("--follow", action="store_true", help="keep polling for appended rows after the end")
     parser.add_argument(
@@ -71,13 +96,34 @@ def add_parser(commands: Any) -> None:
         "--max-rows", type=options.positive_int, default=None, metavar="N", help="stop after N rows of SOURCE"
     )
     parser.add_argument(
+        "--missing-chunk-timeout", type=options.non_negative_float, default=60.0, metavar="SECONDS",
+        help="with --follow: how long a chunk inside the array may stay unwritten (its stored object absent) "
+        "before watch stops with status 3; without --follow it stops at once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--on-invalid", choices=("raise", "skip"), default="raise",
+        help="a row holding NaN or inf: raise (stop with status 1, the state saved up to the row before) or skip "
+        "it (counted and reported)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--exit-on-drift", action="store_true",
+        help=f"stop at the first alarm of this session with status {EXIT_DRIFT} (after saving), so a supervisor "
+        "can act",
+    )  # fmt: skip
+    parser.add_argument(
         "--streams", type=options.positive_int, default=None, metavar="N",
         help="simulated streams that calibrate a new monitor's thresholds (default: enough for --ert, capped)",
     )  # fmt: skip
     options.add_plot(parser, "draw the statistic against the threshold over the rows, with the alarm marked")
     parser.add_argument(
         "--save-monitor", metavar="PATH", default=None,
-        help="save the monitor (a local directory) at the end, so 'watch --reference PATH' continues from there",
+        help="save the monitor and its cursor (a local directory) while running and at the end, so 'watch "
+        "--reference PATH' continues from there; locked while this watcher runs",
+    )  # fmt: skip
+    parser.add_argument(
+        "--save-interval", type=options.non_negative_float, default=None, metavar="SECONDS",
+        help="with --save-monitor: save after processed chunks at most every SECONDS (0: after every chunk; "
+        "default: 5)",
     )  # fmt: skip
     options.add_overwrite(parser, "replace an existing --plot or --save-monitor output")
     options.add_scheduler(parser)
@@ -95,6 +141,8 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--poll goes with --follow; add --follow, or drop --poll.")
     if args.plot and args.save_monitor and args.plot == args.save_monitor:
         problems.append("--plot and --save-monitor name the same path; give two paths.")
+    if args.save_interval is not None and not args.save_monitor:
+        problems.append("--save-interval goes with --save-monitor; add --save-monitor PATH, or drop --save-interval.")
     return problems
 
 
@@ -102,8 +150,9 @@ def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
     """What ``--reference`` holds: "monitor", "sketch" or "data" (from the zarr group's ``format`` attribute)."""
     import fsspec  # here, not at the top: start-up time
 
+    from .._bounded_read import MAX_JSON_BYTES
     from ..drift import MONITOR_FORMAT_NAME
-    from ..errors import SourceError
+    from ..errors import SketchFormatError, SourceError
 
     if path.rstrip("/").endswith(".zip"):
         return "sketch"  # a zipped sketch file; monitors are saved as directories
@@ -112,13 +161,23 @@ def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
         if not filesystem.exists(root):
             raise SourceError(f"No reference at {path}: the path does not exist. Check --reference.")
         try:
-            metadata = json.loads(filesystem.cat_file(root.rstrip("/") + "/zarr.json"))
-        except (FileNotFoundError, ValueError):
-            return "data"  # not a zarr v3 node with readable metadata: let the data reader say what is wrong
+            text = filesystem.cat_file(root.rstrip("/") + "/zarr.json", start=0, end=MAX_JSON_BYTES)
+        except (FileNotFoundError, IsADirectoryError):
+            return "data"  # not a zarr v3 node: let the data reader say what is wrong
     except SourceError:
         raise
     except Exception as error:  # fsspec backends raise many types
         raise SourceError(f"Cannot reach {path}: {type(error).__name__}: {error}") from error
+    try:
+        metadata = json.loads(text)
+    except ValueError:
+        what = "drift monitor" if MONITOR_FORMAT_NAME.encode() in text else (
+            "sketch" if b"streamrff.sketch" in text else "zarr node"
+        )  # fmt: skip
+        raise SketchFormatError(
+            f"--reference {path} is a corrupt {what}: its zarr.json is truncated or not JSON. Restore it from a "
+            "copy, or give another reference."
+        ) from None
     name = metadata.get("attributes", {}).get("format") if isinstance(metadata, dict) else None
     if name == MONITOR_FORMAT_NAME:
         return "monitor"
@@ -176,83 +235,160 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
     return monitor.fit(args.reference, client=args.scheduler, storage_options=args.storage_options), kind
 
 
-class _Watch:
-    """The state of one ``watch`` session: where it is in SOURCE, what it printed, what the figure needs."""
+class _Refusal(Exception):
+    """A stop with a status of its own: the one-line message (``{saved}`` says where the state was saved)."""
 
-    def __init__(self, args: argparse.Namespace, monitor: Any, start: int) -> None:
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Watch:
+    """The state of one ``watch`` session: the monitor, its cursor in SOURCE, what it printed, what the figure needs."""
+
+    def __init__(self, args: argparse.Namespace, monitor: Any, source: Any, cursor: dict[str, Any]) -> None:
         self.args = args
         self.monitor = monitor
-        self.start = start
-        self.position = start
-        self.first_seen = int(monitor.n_rows_seen_)  # the monitor's row counter at `start`
+        self.source = source
+        self.cursor = cursor
+        self.start = int(cursor["next_row"])
         self.chunks = 0
-        self.settling = -1  # with --follow: the end of a chunk seen complete at the end of the array, read next poll
-        self.alarm_printed = monitor.drift_at_ is not None and monitor.drift_at_ < self.first_seen
+        self.rows_skipped = 0
+        self.settling: Any = None  # with --follow: the last chunk of the array and its stored objects, seen once
+        self.missing_since: tuple[int, float] | None = None  # the row whose chunk is absent, and since when
+        self.alarm_before = monitor.drift_at_ is not None
+        self.alarm_printed = self.alarm_before
+        self.drift_exit = False
+        self.stop_signal: int | None = None
+        self.saved_once = False
+        self.saved_at = time.monotonic()
+        self.written: list[str] = []
         self.statistics: list[Any] = []
         self.thresholds: list[Any] = []
 
-    def source_row(self, monitor_row: int | None) -> int | None:
-        """The row of SOURCE of one of the monitor's global rows (None before this session)."""
-        if monitor_row is None or monitor_row < self.first_seen:
-            return None
-        return self.start + monitor_row - self.first_seen
+    @property
+    def position(self) -> int:
+        return int(self.cursor["next_row"])
 
     def rows_left(self) -> int | None:
         if self.args.max_rows is None:
             return None
         return self.args.max_rows - (self.position - self.start)
 
-    def process(self, rows: Any) -> None:
-        """Update the monitor with the next rows of SOURCE and print their line (and the alarm line)."""
-        update = self.monitor.update(rows)
-        first, self.position = self.position, self.position + rows.shape[0]
+    def process(self, rows: Any, objects: dict[str, Any] | None) -> None:
+        """Update the monitor with the next rows of SOURCE, move the cursor and print their line (and the alarm's)."""
+        import numpy as np  # here, not at the top: start-up time
+
+        from ..drift.follow import advance
+        from ..errors import InputError
+
+        first, seen_before = self.position, int(self.monitor.n_rows_seen_)
+        if self.args.on_invalid == "skip":
+            update = self.monitor.update(rows, on_invalid="skip")
+        else:
+            try:
+                update = self.monitor.update(rows)
+            except InputError:
+                finite = np.isfinite(rows).all(axis=1)
+                bad = int(np.flatnonzero(~finite)[0]) if not finite.all() else None
+                if bad is None:
+                    raise
+                if bad:
+                    self.process(rows[:bad], None)  # the rows before it are consumed and saved
+                raise _Refusal(
+                    options.EXIT_FAILED,
+                    f"row {first + bad:,} of {self.args.source} holds NaN or inf (row {bad} of its chunk from row "
+                    f"{first:,}); {{saved}}. Clean the row and run again, or pass --on-invalid skip to skip such rows.",
+                ) from None
+        skipped = first + update.skipped
+        self.rows_skipped += int(skipped.size)
+        if update.drift_at is not None and update.drift_at >= seen_before and self.cursor.get("drift_at_row") is None:
+            kept = np.delete(np.arange(rows.shape[0]), update.skipped)
+            self.cursor["drift_at_row"] = first + int(kept[update.drift_at - seen_before])
+        self.cursor = advance(self.cursor, first + rows.shape[0], objects)
         self.chunks += 1
         if self.args.plot:
             self.statistics.append(update.statistic)
             self.thresholds.append(update.threshold)
+        statistic = update.statistic[-1] if update.statistic.size else math.nan
+        threshold = update.threshold[-1] if update.threshold.size else math.nan
         line = {
             "event": "chunk",
             "rows": [first, self.position],
             "rows_seen": update.n_rows_seen,
-            "statistic": _number(update.statistic[-1]),
-            "threshold": _number(update.threshold[-1]),
+            "statistic": _number(statistic),
+            "threshold": _number(threshold),
             "drift": bool(update.drift),
             "drift_at": update.drift_at,
-            "drift_at_row": self.source_row(update.drift_at),
+            "drift_at_row": self.drift_at_row(update.drift_at),
+            "skipped": [int(row) for row in skipped],
         }
         if self.args.json:
             _print(json.dumps(line))
         else:
             statistic = "n/a" if line["statistic"] is None else f"{line['statistic']:.4g}"
             threshold = "n/a" if line["threshold"] is None else f"{line['threshold']:.4g}"
+            skips = ""
+            if skipped.size:
+                shown = ", ".join(f"{row:,}" for row in skipped[:5]) + (" ..." if skipped.size > 5 else "")
+                skips = f", skipped {skipped.size} rows with NaN or inf ({shown})"
             _print(
                 f"rows {first:,}-{self.position - 1:,} ({update.n_rows_seen:,} seen): statistic {statistic}, "
-                f"threshold {threshold}, drift {'yes' if update.drift else 'no'}"
+                f"threshold {threshold}, drift {'yes' if update.drift else 'no'}{skips}"
             )
         if update.drift and not self.alarm_printed:
             self.alarm_printed = True
-            row = self.source_row(update.drift_at)
+            self.drift_exit = bool(self.args.exit_on_drift)
+            row = self.drift_at_row(update.drift_at)
             if self.args.json:
                 _print(json.dumps({"event": "alarm", "drift_at": update.drift_at, "drift_at_row": row}))
             else:
                 _print(f"ALARM: drift at row {row:,} of {self.args.source} (row {update.drift_at:,} of the monitor)")
+        self.save(periodic=True)
 
-    def summary(self, interrupted: bool) -> dict[str, Any]:
+    def drift_at_row(self, monitor_row: int | None) -> int | None:
+        """The row of SOURCE of the current alarm (None before it, or for an alarm of a monitor without cursor)."""
+        return None if monitor_row is None else self.cursor.get("drift_at_row")
+
+    def save(self, periodic: bool = False) -> None:
+        """Publish the monitor with its cursor (atomically); ``periodic``: only if --save-interval has passed."""
+        if not self.args.save_monitor:
+            return
+        interval = 5.0 if self.args.save_interval is None else self.args.save_interval
+        if periodic and time.monotonic() - self.saved_at < interval:
+            return
+        self.monitor.source_cursor_ = dict(self.cursor)
+        self.monitor.save(self.args.save_monitor, overwrite=self.args.overwrite or self.saved_once)
+        self.saved_once, self.saved_at = True, time.monotonic()
+
+    def saved_text(self) -> str:
+        if not self.args.save_monitor:
+            return "nothing saved (no --save-monitor)"
+        return (
+            f"the monitor is saved up to row {self.position - 1:,} (next row {self.position:,}) in "
+            f"{self.args.save_monitor}"
+        )
+
+    def summary(self) -> dict[str, Any]:
         monitor = self.monitor
+        stopped_by = None if self.stop_signal is None else signal.Signals(self.stop_signal).name
         return {
             "event": "summary",
             "source": self.args.source,
             "reference": self.args.reference,
             "rows": [self.start, self.position],
+            "next_row": self.position,
             "chunks": self.chunks,
             "rows_seen": int(monitor.n_rows_seen_),
+            "rows_skipped": self.rows_skipped,
             "drift": monitor.drift_at_ is not None,
             "drift_at": monitor.drift_at_,
-            "drift_at_row": self.source_row(monitor.drift_at_),
+            "drift_at_row": self.drift_at_row(monitor.drift_at_),
             "window": int(monitor.window_features_.shape[0]),
             "ert": float(monitor.ert),
             "n_features": int(monitor.reference_sum_.shape[0]),
-            "interrupted": interrupted,
+            "interrupted": stopped_by is not None,
+            "stopped_by": stopped_by,
         }
 
 
@@ -266,36 +402,63 @@ def _print(line: str) -> None:
     print(line, flush=True)  # flushed: a pipe reader sees each chunk as it is processed
 
 
-def _process_available(watch: _Watch, source: Any, follow: bool) -> bool:
-    """Process the chunks of ``source`` after ``watch.position`` that are complete; True when --max-rows is reached.
+def _process_available(watch: _Watch, follow: bool) -> bool:
+    """Process the chunks of SOURCE after the cursor whose stored objects exist; True when the session is done.
 
     Rows are read in the chunks of SOURCE (its shards if it is sharded), so each read is whole stored objects;
-    without ``follow`` the last, partial chunk is processed too. With ``follow``, a chunk that ends the array is
-    read one poll after it was first seen complete (an appending writer resizes the array before it writes).
+    without ``follow`` the last, partial chunk is processed too. A chunk is read only once its stored objects
+    exist (zarr reads an absent one as fill values); with ``follow``, a chunk that ends the array is read once
+    its stored objects were seen unchanged at two looks (a writer may fill a chunk in several writes).
     """
     import numpy as np  # here, not at the top: start-up time
 
-    array = source.zarr_array
-    unit = int((array.shards or array.chunks)[0])
+    from ..drift.follow import chunk_rows, missing_objects
+
+    source = watch.source
+    unit = chunk_rows(source)
     n_rows = source.shape[0]
-    while watch.position < n_rows:
-        end = (watch.position // unit + 1) * unit
+    while watch.position < n_rows and watch.stop_signal is None:
+        position = watch.position
+        end = (position // unit + 1) * unit
         if end > n_rows:
             if follow:
                 return False  # the last chunk is still growing
             end = n_rows
-        if follow and end == n_rows and watch.settling != end:
-            # A writer resizes the array before it writes the rows (unwritten rows read as fill values): the
-            # last chunk is read once the array extends past it, or at the next poll.
-            watch.settling = end
+        objects, missing = missing_objects(source, position, end)
+        if missing:
+            _wait_for_chunk(watch, follow, position, end, n_rows, missing[0])
             return False
+        watch.missing_since = None
+        if follow and end == n_rows:
+            seen = (end, json.dumps(objects, sort_keys=True))
+            if watch.settling != seen:
+                watch.settling = seen
+                return False
         left = watch.rows_left()
-        if left is not None:
-            end = min(end, watch.position + left)
-        watch.process(np.asarray(array[watch.position : end]))
-        if watch.rows_left() == 0:
+        stop = end if left is None else min(end, position + left)
+        watch.process(np.asarray(source.zarr_array[position:stop]), objects if stop == end else None)
+        if watch.rows_left() == 0 or watch.drift_exit:
             return True
     return False
+
+
+def _wait_for_chunk(watch: _Watch, follow: bool, start: int, stop: int, n_rows: int, key: str) -> None:
+    """Wait for an absent chunk inside the array, up to --missing-chunk-timeout; refuse it after (at once without
+    --follow)."""
+    now = time.monotonic()
+    if watch.missing_since is None or watch.missing_since[0] != start:
+        watch.missing_since = (start, now)
+    waited = now - watch.missing_since[1]
+    if follow and waited < watch.args.missing_chunk_timeout:
+        return
+    how_long = f"still absent after {waited:.0f} s (--missing-chunk-timeout)" if follow else "absent"
+    raise _Refusal(
+        EXIT_SOURCE_REFUSED,
+        f"rows {start:,}-{stop - 1:,} of {watch.args.source} lie inside its {n_rows:,} rows, but their stored chunk "
+        f"{key} is {how_long}: those rows were never written (zarr would read them as fill values); {{saved}}. "
+        "Write the chunk (a writer that died between resizing and writing), or store chunks of fill values too "
+        "(zarr config write_empty_chunks=True).",
+    )
 
 
 def _open(args: argparse.Namespace) -> Any:
@@ -308,7 +471,114 @@ def _open(args: argparse.Namespace) -> Any:
     return source
 
 
+def _starting_cursor(args: argparse.Namespace, monitor: Any, kind: str, source: Any) -> dict[str, Any]:
+    """Where this session starts: a saved monitor's cursor (checked against SOURCE), or a new cursor."""
+    from ..drift.follow import new_cursor, refuse_change, source_change
+    from ..errors import SourceError
+
+    if args.restart and kind != "monitor":
+        raise options.UsageError(
+            f"--restart starts a saved monitor anew; --reference {args.reference} is a {kind} reference (a new "
+            "monitor starts anew anyway). Drop --restart."
+        )
+    saved = getattr(monitor, "source_cursor_", None) if kind == "monitor" else None
+    if args.restart:
+        monitor.reset()  # no window mixing two arrays: the run starts anew, the reference and thresholds stay
+        saved = None
+    if saved is not None:
+        what = source_change(saved, source)
+        if what is not None:
+            error = refuse_change(what, saved, source, "the state is unchanged")
+            raise _Refusal(EXIT_SOURCE_REFUSED, str(error))
+        cursor = {**saved} if args.from_row is None else {**saved, "next_row": args.from_row}
+    else:
+        start = args.from_row if args.from_row is not None else (source.shape[0] if args.follow else 0)
+        cursor = new_cursor(source, start)
+    if cursor["next_row"] > source.shape[0] and not args.follow:
+        raise SourceError(
+            f"Row {cursor['next_row']} (the {'--from-row' if args.from_row is not None else 'saved next row'}) is past "
+            f"the end of {args.source} ({source.shape[0]} rows). Give a smaller --from-row, or --follow to wait for "
+            "the rows."
+        )
+    return cursor
+
+
+@contextlib.contextmanager
+def _state_lock(path: str | None) -> Iterator[None]:
+    """Hold the lock of the --save-monitor state (a file beside it) for the session: one watcher per state."""
+    if not path:
+        yield
+        return
+    from .._lock import LockHeld, describe_holder, exclusive_lock
+    from .._publish import remove_path
+    from ..errors import StateLockedError
+
+    target = Path(path[len("file://") :] if path.startswith("file://") else path).absolute()
+    if not target.parent.is_dir():
+        raise options.UsageError(
+            f"--save-monitor {path}: directory {target.parent} does not exist. Create it first, or choose another path."
+        )
+    try:
+        with exclusive_lock(target.parent / f".{target.name}.lock", record_holder=True):
+            for staging in target.parent.glob(f".{target.name}.partial-*"):  # left by a killed watcher: ours now
+                remove_path(staging)
+            yield
+    except LockHeld as error:
+        raise StateLockedError(
+            f"The monitor state {path} is in use by {describe_holder(error.holder)}: one watcher per state. Stop "
+            "that watcher first, or save to another --save-monitor path."
+        ) from None
+
+
+@contextlib.contextmanager
+def _stop_signals(watch: _Watch) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP ask the session to stop after the chunk in hand (installed explicitly: a process
+    started in the background by a shell ignores SIGINT otherwise)."""
+
+    def stop(number: int, frame: Any) -> None:
+        if watch.stop_signal is None:
+            watch.stop_signal = number
+
+    previous = {}
+    for name in _STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None:  # pragma: no cover - SIGHUP is POSIX only
+            continue
+        try:
+            previous[number] = signal.signal(number, stop)
+        except ValueError:  # not the main thread: signals stay as they are
+            break
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _pause(watch: _Watch, seconds: float) -> None:
+    """Sleep ``seconds``, or less if a stop signal arrives (checked every 50 ms)."""
+    deadline = time.monotonic() + seconds
+    while watch.stop_signal is None and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.05))
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..errors import SourceChangedError, StateLockedError  # here, not at the top: start-up time
+
+    try:
+        return _run(args)
+    except _Refusal as refusal:  # before the session started: nothing processed, nothing saved
+        print(f"streamrff watch: error: {str(refusal).replace('{saved}', 'the state is unchanged')}", file=sys.stderr)
+        return refusal.status
+    except StateLockedError as error:
+        print(f"streamrff watch: error: {error}", file=sys.stderr)
+        return EXIT_LOCKED
+    except SourceChangedError as error:
+        print(f"streamrff watch: error: {error}", file=sys.stderr)
+        return EXIT_SOURCE_REFUSED
+
+
+def _run(args: argparse.Namespace) -> int:
     options.refuse(_usage_problems(args))
     options.check_plot_free(args)
     if args.save_monitor:
@@ -317,41 +587,60 @@ def run(args: argparse.Namespace) -> int:
                 f"--save-monitor must be a local directory (monitors are saved locally). Got {args.save_monitor}."
             )
         options.check_output_free(args.save_monitor, None, args.overwrite)
-    from ..errors import InputError, SourceError  # here, not at the top: start-up time
+    with _state_lock(args.save_monitor):  # first: a second watcher is refused at once; the state read is the latest
+        from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
 
-    source = _open(args)  # before the reference is fitted: a wrong SOURCE fails fast
-    monitor, _ = _monitor_of_reference(args)
-    if source.shape[1] != monitor.n_features_in_:
-        raise InputError(
-            f"SOURCE {args.source} has {source.shape[1]} columns but the reference has {monitor.n_features_in_}. "
-            "Watch a source of the reference's columns."
-        )
-    start = args.from_row if args.from_row is not None else (source.shape[0] if args.follow else 0)
-    if start > source.shape[0] and not args.follow:
-        raise SourceError(
-            f"--from-row {start} is past the end of {args.source} ({source.shape[0]} rows). "
-            "Give a smaller --from-row, or --follow to wait for the rows."
-        )
-    watch = _Watch(args, monitor, start)
-    interrupted = False
-    try:
-        done = _process_available(watch, source, args.follow)
-        while args.follow and not done:
-            time.sleep(5.0 if args.poll is None else args.poll)
-            source = _open(args)  # the array's metadata again: its new shape
-            done = _process_available(watch, source, follow=True)
-    except KeyboardInterrupt:
-        interrupted = True
-    _finish(args, watch, interrupted)
-    return options.EXIT_OK
+        source = _open(args)  # before the reference is fitted: a wrong SOURCE fails fast
+        monitor, kind = _monitor_of_reference(args)
+        cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
+        if source.shape[1] != monitor.n_features_in_:
+            raise InputError(
+                f"SOURCE {args.source} has {source.shape[1]} columns but the reference has "
+                f"{monitor.n_features_in_}. Watch a source of the reference's columns."
+            )
+        watch = _Watch(args, monitor, source, cursor)
+        watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
+        with _stop_signals(watch):
+            try:
+                _follow(watch)
+            except _Refusal as refusal:
+                _finish(args, watch)
+                print(f"streamrff watch: error: {str(refusal).replace('{saved}', watch.saved_text())}", file=sys.stderr)
+                return refusal.status
+            except StreamRFFError:
+                with contextlib.suppress(StreamRFFError, OSError):
+                    watch.save()  # the rows consumed so far are not read again
+                raise
+        _finish(args, watch)
+    return EXIT_DRIFT if watch.drift_exit else options.EXIT_OK
 
 
-def _finish(args: argparse.Namespace, watch: _Watch, interrupted: bool) -> None:
+def _follow(watch: _Watch) -> None:
+    """Process SOURCE's chunks, and with --follow keep polling, until the session is done or a signal stops it."""
+    from ..drift.follow import source_change
+
+    args = watch.args
+    done = _process_available(watch, args.follow)
+    while args.follow and not done and watch.stop_signal is None:
+        _pause(watch, 5.0 if args.poll is None else args.poll)
+        if watch.stop_signal is not None:
+            break
+        source = _open(args)  # the array's metadata again: its new shape
+        what = source_change(watch.cursor, source)
+        if what is not None:
+            from ..drift.follow import refuse_change
+
+            raise _Refusal(EXIT_SOURCE_REFUSED, str(refuse_change(what, watch.cursor, source, "{saved}")))
+        watch.source = source
+        done = _process_available(watch, follow=True)
+
+
+def _finish(args: argparse.Namespace, watch: _Watch) -> None:
     """Save the monitor and the figure, and print the summary."""
-    summary = watch.summary(interrupted)
+    summary = watch.summary()
     written = []
     if args.save_monitor:
-        watch.monitor.save(args.save_monitor, overwrite=args.overwrite)
+        watch.save()
         written.append(args.save_monitor)
     if args.plot:
         import numpy as np  # here, not at the top: start-up time
@@ -360,22 +649,28 @@ def _finish(args: argparse.Namespace, watch: _Watch, interrupted: bool) -> None:
 
         statistic = np.concatenate(watch.statistics) if watch.statistics else np.zeros(0)
         threshold = np.concatenate(watch.thresholds) if watch.thresholds else np.zeros(0)
+        drift_row = summary["drift_at_row"] if not watch.alarm_before else None
         save_drift_figure(
-            args.plot, statistic, threshold, first_row=watch.start, drift_at=summary["drift_at_row"],
-            overwrite=args.overwrite,
+            args.plot, statistic, threshold, first_row=watch.start, drift_at=drift_row, overwrite=args.overwrite,
         )  # fmt: skip
         written.append(args.plot)
     if args.json:
         _print(json.dumps(summary | {"wrote": written}))
         return
-    verdict = "no drift" if not summary["drift"] else (
-        f"drift at row {summary['drift_at_row']:,}" if summary["drift_at_row"] is not None
-        else f"drift raised before this session (row {summary['drift_at']:,} of the monitor)"
-    )  # fmt: skip
-    stop = "interrupted" if interrupted else "stopped"
+    if not summary["drift"]:
+        verdict = "no drift"
+    elif watch.alarm_before:
+        where = f"row {summary['drift_at_row']:,} of the source" if summary["drift_at_row"] is not None else (
+            f"row {summary['drift_at']:,} of the monitor"
+        )  # fmt: skip
+        verdict = f"drift raised before this session ({where})"
+    else:
+        verdict = f"drift at row {summary['drift_at_row']:,}"
+    stop = {None: "stopped", "SIGINT": "interrupted"}.get(summary["stopped_by"], f"stopped by {summary['stopped_by']}")
+    skipped = f", {watch.rows_skipped:,} skipped (NaN or inf)" if watch.rows_skipped else ""
     lines = [
         f"{stop} after {watch.position - watch.start:,} rows of {args.source} from row {watch.start:,} "
-        f"({summary['chunks']} chunks): {verdict}",
+        f"({summary['chunks']} chunks{skipped}): {verdict}",
         f"  monitor: window {summary['window']}, ERT {summary['ert']:g}, D = {summary['n_features']}, "
         f"{summary['rows_seen']:,} rows seen",
     ] + [f"wrote {path}" for path in written]

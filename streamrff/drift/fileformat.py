@@ -1,11 +1,14 @@
 """The drift monitor file format: one zarr v3 group per monitor, written atomically. No pickle.
 
 The state of a :class:`~streamrff.DriftMonitor` (format ``"streamrff.drift-monitor"``,
-version 1)::
+version 2; version 1 files load too)::
 
     <monitor>/zarr.json               group; attrs: format, version, map (spec),
                                       fingerprint, params, counters, checksums,
-                                      attributes_digest
+                                      attributes_digest; version 2 adds
+                                      n_rows_skipped and cursor (null, or where in
+                                      its source a follower stopped:
+                                      :mod:`streamrff.drift.follow`)
     <monitor>/reference_sum           (D,) float64
     <monitor>/thresholds              (window + 1,) float64; [0] is +inf
     <monitor>/window_features         (window, D) float32 ring buffer
@@ -18,6 +21,14 @@ sha256 of each array's little-endian bytes and ``attributes_digest`` the sha256 
 the canonical JSON of every other attribute, so every saved value is verified on
 load. The group is written under a temporary name beside the target, its
 attributes last, and published in one step (:func:`streamrff._publish.publish`).
+
+Reading is bounded: before any array is read, every array's declared shape and
+dtype must be the ones the attributes imply (the window and the reference width),
+its one stored chunk must have exactly the bytes of that shape, and the arrays
+together must fit in the memory available (the checks sketch files pass,
+:mod:`streamrff.fileformat`). Version 2 stores every chunk (zeros
+too), so a missing chunk is a damaged file; in version 1, whose all-zero arrays
+were not stored, only an empty window (``run_length`` 0) may lack its chunks.
 """
 
 from __future__ import annotations
@@ -33,12 +44,17 @@ from .._bounded_read import GuardedLocalStore
 from .._publish import publish, remove_path, staging_path
 from .._sketchfile import _attributes_digest, _checksum
 from ..errors import InputError, SketchFormatError
+from ..fileformat import _check_stored_chunks
 from ..typing import PathOrURL
 
 __all__ = ["MONITOR_FORMAT_NAME", "MONITOR_FORMAT_VERSION", "write_monitor_group", "read_monitor_group"]
 
 MONITOR_FORMAT_NAME = "streamrff.drift-monitor"
-MONITOR_FORMAT_VERSION = 1
+MONITOR_FORMAT_VERSION = 2
+#: Versions :func:`read_monitor_group` reads (1: no cursor, no skipped-row count).
+READABLE_VERSIONS = (1, 2)
+#: Elements of an absent (all-zero) array a version 1 file may imply.
+_MAX_IMPLIED_ELEMENTS = 2**24
 
 
 def write_monitor_group(
@@ -47,6 +63,8 @@ def write_monitor_group(
     """Write a monitor's attributes and arrays as a new local zarr group (see :meth:`DriftMonitor.save`)."""
     import zarr  # here, not at the top: `import streamrff.drift` stays light until a monitor is saved
     from zarr.codecs import BytesCodec
+
+    attrs = {"n_rows_skipped": 0, "cursor": None, **attrs}
 
     target = Path(_local_target(path))
     if target.exists() and not overwrite:
@@ -67,7 +85,7 @@ def write_monitor_group(
             little = little.astype(little.dtype.newbyteorder("<"), copy=False)
             node = root.create_array(
                 name, shape=little.shape, dtype=little.dtype, chunks=little.shape if little.size else "auto",
-                serializer=BytesCodec(endian="little"), fill_value=0,
+                serializer=BytesCodec(endian="little"), fill_value=0, config={"write_empty_chunks": True},
             )  # fmt: skip
             if little.size:
                 node[...] = little
@@ -106,10 +124,11 @@ def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.nd
         attrs = dict(root.attrs)
     except Exception as error:  # zarr raises many types for a damaged group
         raise SketchFormatError(f"{target} is not a readable zarr group: {type(error).__name__}: {error}") from error
-    if attrs.get("format") != MONITOR_FORMAT_NAME or attrs.get("version") != MONITOR_FORMAT_VERSION:
+    if attrs.get("format") != MONITOR_FORMAT_NAME or attrs.get("version") not in READABLE_VERSIONS:
         raise SketchFormatError(
-            f"Expected format {MONITOR_FORMAT_NAME!r} version {MONITOR_FORMAT_VERSION} at {target}. Got format "
-            f"{attrs.get('format')!r} version {attrs.get('version')!r}; a sketch loads with srf.load instead."
+            f"Expected format {MONITOR_FORMAT_NAME!r} version {' or '.join(map(str, READABLE_VERSIONS))} at "
+            f"{target}. Got format {attrs.get('format')!r} version {attrs.get('version')!r}; a sketch loads with "
+            "srf.load instead."
         )
     digest = attrs.get("attributes_digest")
     try:
@@ -120,6 +139,9 @@ def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.nd
         raise SketchFormatError(f"{target}: the group attributes do not match their digest (tampered or incomplete).")
     arrays: dict[str, np.ndarray] = {}
     checksums = attrs["checksums"]
+    if not isinstance(checksums, dict):
+        raise SketchFormatError(f"{target}: the attribute 'checksums' is not a mapping (not a drift monitor).")
+    _check_declared_arrays(root, attrs, target)
     for name, expected in checksums.items():
         try:
             value = np.asarray(root[name][...])
@@ -129,3 +151,71 @@ def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.nd
             raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (corrupt).")
         arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
     return attrs, arrays
+
+
+def _expected_shapes(attrs: dict[str, Any], width: int, target: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    window = attrs.get("params", {}).get("window") if isinstance(attrs.get("params"), dict) else None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise SketchFormatError(f"{target}: params.window must be an integer >= 2. Got {window!r} (not a monitor).")
+    return {
+        "reference_sum": ((width,), "float64"),
+        "thresholds": ((window + 1,), "float64"),
+        "window_features": ((window, width), "float32"),
+        "window_squared_norms": ((window,), "float64"),
+        "window_sum": ((width,), "float64"),
+    }
+
+
+def _check_declared_arrays(root: Any, attrs: dict[str, Any], target: str) -> None:
+    """Refuse, before reading any array, shapes the attributes do not imply, chunks of the wrong size, absent
+    chunks a file of this version stores, and arrays that would not fit in memory (see the module docstring)."""
+    from .._memory import memory_available
+
+    names = list(attrs["checksums"])
+    nodes = {}
+    for name in names:
+        try:
+            nodes[name] = root[name]
+        except Exception as error:  # zarr raises many types for damaged metadata
+            raise SketchFormatError(f"{target}: array {name!r} is missing or unreadable ({error}).") from error
+    if "reference_sum" not in nodes or nodes["reference_sum"].ndim != 1:
+        raise SketchFormatError(f"{target}: no 1-D array 'reference_sum' (not a drift monitor, or damaged).")
+    expected = _expected_shapes(attrs, int(nodes["reference_sum"].shape[0]), target)
+    empty_window = attrs.get("version") == 1 and attrs.get("run_length") == 0
+    total = 0
+    for name, node in nodes.items():
+        shape, dtype = expected.get(name, (tuple(node.shape), str(node.dtype)))
+        if tuple(node.shape) != shape or str(node.dtype) != dtype:
+            raise SketchFormatError(
+                f"{target}: array {name!r} declares shape {tuple(node.shape)} and dtype {node.dtype}; the monitor's "
+                f"attributes imply {shape} and {dtype} (tampered or damaged)."
+            )
+        n_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        total += n_bytes
+        if not n_bytes:
+            continue
+        if node.nchunks != 1:
+            raise SketchFormatError(
+                f"{target}: array {name!r} declares {node.nchunks:,} chunks; a monitor stores each array as one "
+                "chunk (tampered or damaged)."
+            )
+        if not _chunk_stored(target, name, node):
+            implied = empty_window and name.startswith("window_") and node.size <= _MAX_IMPLIED_ELEMENTS
+            if not implied:
+                raise SketchFormatError(
+                    f"{target}: array {name!r} of shape {shape} has no stored chunk (damaged or tampered: a monitor "
+                    "stores its arrays). Restore the monitor from a copy, or fit a new one."
+                )
+        _check_stored_chunks(node, name, target)  # its stored and decoded sizes against the declared shape
+    available = memory_available()
+    if total > available:
+        raise SketchFormatError(
+            f"{target}: the monitor declares {total / 2**30:.1f} GiB of arrays; this process has "
+            f"{available / 2**30:.1f} GiB available. Load it on a machine with more memory."
+        )
+
+
+def _chunk_stored(target: str, name: str, node: Any) -> bool:
+    """Whether the one chunk of a monitor array is stored (zarr reads an absent one as zeros)."""
+    key = node.metadata.encode_chunk_key((0,) * node.ndim)
+    return os.path.lexists(Path(target) / name / key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import operator
 import os
@@ -60,9 +61,13 @@ class DriftUpdate:
         Global index (rows counted from the first row ever passed to ``update``)
         of the first row of the current run whose statistic crossed its threshold.
     n_rows_seen : int
-        Rows passed to ``update`` since ``fit``, this batch included.
+        Rows passed to ``update`` since ``fit``, this batch included (skipped rows not counted).
     run_length : int
         Rows since the start of the current run (``fit`` or ``reset``).
+    skipped : ndarray of int64
+        With ``on_invalid="skip"``: the indices, in this batch, of the rows
+        skipped for NaN or inf (``statistic`` and ``threshold`` then hold the
+        kept rows only); empty otherwise.
 
     Examples
     --------
@@ -82,6 +87,7 @@ class DriftUpdate:
     drift_at: int | None
     n_rows_seen: int
     run_length: int
+    skipped: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 class DriftMonitor(BaseEstimator):
@@ -167,6 +173,13 @@ class DriftMonitor(BaseEstimator):
         Rows passed to ``update`` since ``fit``.
     drift_at_ : int or None
         Global index of the current run's first alarm.
+    n_rows_skipped_ : int
+        Rows skipped by ``update(..., on_invalid="skip")`` since ``fit``.
+    source_cursor_ : dict or None
+        Where in its source a follower of the stream stopped (``streamrff watch``
+        records the source's identity and the next row to read; see
+        :mod:`streamrff.drift.follow`); saved and loaded with the monitor. None
+        after ``fit``.
 
     Notes
     -----
@@ -282,6 +295,7 @@ class DriftMonitor(BaseEstimator):
         """
         window, ert = self._check_params()
         seed = normalize_seed(self.seed)
+        self._check_memory(reference, window, ert)  # before the reference pass: a window too large fails at once
         if isinstance(reference, MeanSketch):
             simulation = "gaussian" if self.simulation == "auto" else self.simulation
             if simulation == "resample":
@@ -315,8 +329,22 @@ class DriftMonitor(BaseEstimator):
         self.reference_sum_ = np.array(summary.feature_sum, dtype=np.float64)
         self.reference_squared_norm_sum_ = float(summary.squared_norm_sum)
         self.n_rows_seen_ = 0
+        self.n_rows_skipped_ = 0
+        self.source_cursor_ = None
         self._start_run(window, width)
         return self
+
+    def _check_memory(self, reference: Any, window: int, ert: float) -> None:
+        from .._memory import _map_width, check_monitor_fits, memory_available
+
+        if isinstance(reference, MeanSketch):
+            width = _map_width(reference.feature_map)
+        elif self.feature_map is not None:
+            width = _map_width(self.feature_map)
+        else:
+            width = int(self.n_features)
+        if width is not None:
+            check_monitor_fits(window, width, self._streams(window, ert, width), memory_available())
 
     def _sketch_reference(
         self, reference: Any, simulation: str, seed: int, client: Any, storage_options: StorageOptions, progress: bool
@@ -359,7 +387,7 @@ class DriftMonitor(BaseEstimator):
         self._start_run(self.window_features_.shape[0], self.window_features_.shape[1])
         return self
 
-    def update(self, rows: Any) -> DriftUpdate:
+    def update(self, rows: Any, on_invalid: str = "raise") -> DriftUpdate:
         """Slide the window over ``rows`` (a batch of any size) and return every row's statistic.
 
         One compiled call per batch (:mod:`streamrff.drift._sliding`; per tile of
@@ -373,7 +401,13 @@ class DriftMonitor(BaseEstimator):
         Parameters
         ----------
         rows : array-like of shape (n_rows, n_features_in)
-            The next rows of the stream, in order; finite.
+            The next rows of the stream, in order.
+        on_invalid : {"raise", "skip"}, default="raise"
+            A row holding NaN or inf: "raise" refuses the batch (the monitor is
+            unchanged; the message names the first such row, in the batch and in
+            the stream since ``fit``); "skip" leaves such rows out (the others
+            enter the window in order), lists them in ``DriftUpdate.skipped``
+            and counts them in ``n_rows_skipped_``.
 
         Returns
         -------
@@ -382,9 +416,26 @@ class DriftMonitor(BaseEstimator):
         Raises
         ------
         InputError
-            If ``rows`` is not 2-D, has another width or holds NaN or inf.
+            If ``rows`` is not 2-D, has another width, or holds NaN or inf with ``on_invalid="raise"``.
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> rng = np.random.default_rng(0)
+        >>> monitor = srf.DriftMonitor(window=10, ert=100, n_features=32, n_streams=500).fit(rng.normal(size=(300, 2)))
+        >>> rows = rng.normal(size=(6, 2))
+        >>> rows[2, 1] = np.nan
+        >>> update = monitor.update(rows, on_invalid="skip")
+        >>> update.skipped.tolist(), update.n_rows_seen, monitor.n_rows_skipped_
+        ([2], 5, 1)
         """
         self._check_fitted()
+        if on_invalid != "raise":
+            return self._update_skipping(rows, on_invalid)
+        fix = (
+            "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
+            "rows, or pass on_invalid='skip' to skip them."
+        )
         rff_args, reference_args = self._kernel_constants()
         kernel_ready = (  # then the compiled call checks the values and casts them itself (no numpy call)
             rff_args is not None and type(rows) is np.ndarray and rows.dtype in _KERNEL_ROW_DTYPES
@@ -392,7 +443,7 @@ class DriftMonitor(BaseEstimator):
             and rows.flags.writeable
         )  # fmt: skip
         if not kernel_ready:
-            rows = check_rows(rows, "rows", allow_empty=True)
+            rows = check_rows(rows, "rows", allow_empty=True, fix=fix, row_offset=self.n_rows_seen_)
             check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
             if rff_args is not None:
                 rows = rows.astype(np.float32, order="C")  # one compiled type (C, writeable)
@@ -416,7 +467,7 @@ class DriftMonitor(BaseEstimator):
                 statistic = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0)
                 threshold = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
         if first == NOT_FINITE:  # nothing changed; the check words the error
-            check_finite_rows(rows, "rows")
+            check_finite_rows(rows, "rows", fix=fix, row_offset=self.n_rows_seen_)
         n_rows = rows.shape[0]
         self.window_squared_norm_sum_ = norm_sum  # a float from the compiled call
         n_rows_seen = self.n_rows_seen_ + n_rows
@@ -426,6 +477,19 @@ class DriftMonitor(BaseEstimator):
         self.n_rows_seen_ = n_rows_seen
         # positional: a keyword call costs a third more, paid per row by one-row updates
         return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
+
+    def _update_skipping(self, rows: Any, on_invalid: str) -> DriftUpdate:
+        """:meth:`update` with ``on_invalid="skip"``: the finite rows, in order, and the indices of the others."""
+        if on_invalid != "skip":
+            raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+        array = np.asarray(rows)
+        if array.ndim != 2 or array.dtype.kind not in "fc":  # integers are finite; the update words other errors
+            return self.update(rows)
+        finite = np.isfinite(array).all(axis=1)
+        skipped = np.flatnonzero(~finite)
+        update = self.update(array[finite] if skipped.size else array)
+        self.n_rows_skipped_ = getattr(self, "n_rows_skipped_", 0) + int(skipped.size)
+        return dataclasses.replace(update, skipped=skipped.astype(np.int64))
 
     def _kernel_constants(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...]]:
         """The constant arguments of :func:`slide_rows`: ``(frequencies, offsets, scale, tile_rows)`` of a dense
@@ -448,7 +512,7 @@ class DriftMonitor(BaseEstimator):
         return cached[1], cached[2]
 
     def save(self, path: PathOrURL, overwrite: bool = False) -> None:
-        """Write the monitor (reference sums, thresholds, window state) to a local zarr directory.
+        """Write the monitor (reference sums, thresholds, window state, source cursor) to a local zarr directory.
 
         Written under a temporary name and published in one step
         (:func:`streamrff._publish.publish`): a reader never sees a half-written
@@ -496,6 +560,8 @@ class DriftMonitor(BaseEstimator):
             "run_length": self.run_length_,
             "n_rows_seen": self.n_rows_seen_,
             "drift_at": self.drift_at_,
+            "n_rows_skipped": int(getattr(self, "n_rows_skipped_", 0)),
+            "cursor": getattr(self, "source_cursor_", None),
         }
         return attrs, arrays
 
@@ -542,6 +608,11 @@ class DriftMonitor(BaseEstimator):
             monitor.run_length_ = int(attrs["run_length"])
             monitor.n_rows_seen_ = int(attrs["n_rows_seen"])
             monitor.drift_at_ = None if attrs["drift_at"] is None else int(attrs["drift_at"])
+            monitor.n_rows_skipped_ = int(attrs.get("n_rows_skipped", 0))  # version 1: none
+            cursor = attrs.get("cursor")
+            if cursor is not None and not isinstance(cursor, dict):
+                raise SketchFormatError(f"{target}: the attribute 'cursor' must be null or a mapping.")
+            monitor.source_cursor_ = cursor
         except SketchFormatError:
             raise
         except (KeyError, TypeError, ValueError) as error:
