@@ -45,12 +45,17 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
     from .twosample import (
         AggregatedTwoSampleResult,
+        MarginalTestResult,
         TwoSampleResult,
         TwoSampleSketch,
+        Witness,
+        explain,
+        marginal_tests,
         mmd_test,
         permutation_indices,
         permutation_test,
         two_sample_test,
+        witness,
     )
 
 
@@ -78,7 +83,7 @@ _LOCATIONS = {
     "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
     "twosample": (
         "AggregatedTwoSampleResult", "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices",
-        "permutation_test", "two_sample_test",
+        "permutation_test", "two_sample_test", "witness", "Witness", "marginal_tests", "MarginalTestResult", "explain",
     ),
 }  # fmt: skip
 
@@ -127,6 +132,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "explain",
+    "witness",
+    "Witness",
+    "marginal_tests",
+    "MarginalTestResult",
     "RFF",
     "JL",
     "KJL",

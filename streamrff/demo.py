@@ -177,7 +177,19 @@ def run_demo(
     FileExistsError
         If ``out`` exists and ``overwrite`` is False.
     """
-    from . import RFF, KernelPCA, fit_map, load_map, merge, mmd2, mmd_test, save_map, sketch, two_sample_test
+    from . import (
+        RFF,
+        KernelPCA,
+        fit_map,
+        load_map,
+        merge,
+        mmd2,
+        mmd_test,
+        save_map,
+        sketch,
+        two_sample_test,
+        witness,
+    )  # fmt: skip
     from .io import open_source
     from .kmeans import KernelKMeans
 
@@ -238,6 +250,8 @@ def run_demo(
     hotelling = mmd_test(sketches["site_a"], sketches["site_b"], method="hotelling")
     kpca = KernelPCA(n_components=5).fit_from_sketch(pooled)
     scores = kpca.transform(sample)
+    # Where the sites differ: the witness of site A against site B over the sample rows (from the sketches).
+    witness_values = witness(sketches["site_a"], sketches["site_b"])(sample)
     cluster_sizes = [int(v) for v in np.bincount(clusters.labels_, minlength=3)]
     # Each cluster's share of each site's sample rows: where the sites differ.
     site_shares = {
@@ -272,6 +286,13 @@ def run_demo(
             ),
         },
         "drift": drift,
+        "witness": {
+            "confidence_interval_mmd2": list(spectral.confidence_interval(0.95)),
+            "mmd": spectral.mmd,
+            "sample_rows_most_site_b": [int(v) for v in np.argsort(witness_values)[:10]],
+            "meaning": "witness f(x) = mean k(x, site A) - mean k(x, site B) from the sketches; negative where "
+            "site B is over-represented; rows index the k-means sample (first half site A, second half site B)",
+        },
         "kmeans_on_sample": {
             "rows": int(sample.shape[0]),
             "inertia": float(clusters.inertia_),
@@ -289,13 +310,16 @@ def run_demo(
             f"{j}: {100 * site_shares['site_a'][j]:.0f}% of site A, {100 * site_shares['site_b'][j]:.0f}% of site B"
             for j in range(3)
         ]
-        save_report_figure(str(figure), result=permutation, scores=scores, labels=clusters.labels_, label_names=names)
+        save_report_figure(
+            str(figure), result=permutation, scores=scores, labels=clusters.labels_, label_names=names,
+            witness_map=(scores[:, :2], witness_values),
+        )  # fmt: skip
         report["figure"] = str(figure)
     except ImportError:
         echo("matplotlib is not installed: no report.png (pip install 'streamrff[plot]')")
     report["timings"] = {**timings, "total_s": time.perf_counter() - started}
     publish_text(out_dir / "report.json", json.dumps(report, indent=2), overwrite=True)  # whole or not at all
-    echo(f"MMD^2 (unbiased) between the sites: {report['mmd2_unbiased']:.3e}")
+    echo(f"MMD^2 (unbiased) between the sites: {report['mmd2_unbiased']:.3e}; {spectral.effect_text()}")
     for name, result in (("spectral", spectral), ("hotelling", hotelling), ("permutation", permutation)):
         echo(f"  {name:12s} p = {result.p_value_text}")
     echo(f"kernel PCA explained variance ratio (pooled sketch): {np.round(kpca.explained_variance_ratio_, 3).tolist()}")

@@ -9,7 +9,15 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["plot_null", "plot_bandwidths", "plot_scores", "save_report_figure"]
+__all__ = [
+    "plot_null",
+    "plot_bandwidths",
+    "plot_scores",
+    "plot_witness",
+    "plot_witness_map",
+    "save_report_figure",
+    "save_explain_figure",
+]
 
 
 def _pyplot() -> Any:
@@ -282,6 +290,96 @@ def save_drift_figure(
     _publish_figure(figure, path, overwrite)
 
 
+def plot_witness(explanation: Any, ax: Any = None, other: Any = None, other_label: str = "other source") -> Any:
+    """The witness's distribution over the source (and ``other`` values), with its means under A and B.
+
+    Parameters
+    ----------
+    explanation : Explanation
+        From :func:`streamrff.explain`.
+    ax : matplotlib Axes, optional
+    other : array-like of float, optional
+        Witness values of another sample's rows, drawn as a second histogram.
+    other_label : str
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    ax = _axes(ax, (5, 3.5))
+    edges, counts = np.asarray(explanation.edges), np.asarray(explanation.counts, dtype=float)
+    total = max(counts.sum(), 1.0)
+    ax.stairs(counts / total, edges, fill=True, alpha=0.5, color="C0", label=f"source ({int(total):,} rows)")
+    if other is not None:
+        values = np.clip(np.asarray(other, dtype=float), edges[0], edges[-1])
+        other_counts = np.histogram(values, bins=edges)[0].astype(float)
+        ax.stairs(other_counts / max(other_counts.sum(), 1.0), edges, color="C1", label=other_label)
+    ax.axvline(explanation.mean_a, color="C2", linestyle="--", label=f"mean under A ({explanation.mean_a:.3g})")
+    ax.axvline(explanation.mean_b, color="C3", linestyle="--", label=f"mean under B ({explanation.mean_b:.3g})")
+    ax.set_xlabel("witness f(x) = mean k(x, A) - mean k(x, B)")
+    ax.set_ylabel("fraction of rows")
+    ax.set_title(f"witness (MMD = {explanation.mmd:.3g})")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_witness_map(
+    points: Any,
+    values: Any,
+    ax: Any = None,
+    axis_names: Sequence[str] = ("kernel PC 1", "kernel PC 2"),
+    highlight: Any = None,
+) -> Any:
+    """A 2-D map of the witness: ``points`` (n, 2) coloured by ``values``; ``highlight`` rows ringed.
+
+    Red where A is over-represented, blue where B is (a diverging map centred on 0).
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    from matplotlib.colors import TwoSlopeNorm
+
+    ax = _axes(ax, (5, 4))
+    points, values = np.asarray(points, dtype=float), np.asarray(values, dtype=float)
+    if points.ndim != 2 or points.shape[1] != 2 or points.shape[0] != values.shape[0]:
+        raise InputError(f"points must be (n, 2) with one value each. Got {points.shape} and {values.shape}.")
+    reach = float(np.abs(values).max()) if values.size else 1.0
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-reach or -1.0, vmax=reach or 1.0)
+    drawn = ax.scatter(points[:, 0], points[:, 1], c=values, cmap="coolwarm", norm=norm, s=8, alpha=0.8)
+    if highlight is not None and len(highlight):
+        highlight = np.asarray(highlight, dtype=float)
+        ax.scatter(highlight[:, 0], highlight[:, 1], facecolors="none", edgecolors="k", s=40, label="top rows")
+        ax.legend(fontsize=7)
+    ax.figure.colorbar(drawn, ax=ax, label="witness")
+    ax.set_xlabel(axis_names[0])
+    ax.set_ylabel(axis_names[1])
+    ax.set_title("where the samples differ")
+    return ax
+
+
+def save_explain_figure(
+    path: str,
+    explanation: Any,
+    points: Any,
+    values: Any,
+    axis_names: Sequence[str] = ("kernel PC 1", "kernel PC 2"),
+    highlight: Any = None,
+    other: Any = None,
+    overwrite: bool = True,
+) -> None:
+    """Write ``streamrff explain --plot``'s figure: the witness's distribution beside its 2-D map (PNG).
+
+    Published in one step, as :func:`save_report_figure`.
+    """
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    plot_witness(explanation, axes[0], other=other)
+    plot_witness_map(points, values, axes[1], axis_names=axis_names, highlight=highlight)
+    figure.tight_layout()
+    _publish_figure(figure, path, overwrite)
+
+
 def save_report_figure(
     path: str,
     result: Any = None,
@@ -289,16 +387,18 @@ def save_report_figure(
     labels: Any = None,
     overwrite: bool = True,
     label_names: Sequence[str] | None = None,
+    witness_map: tuple[Any, Any] | None = None,
 ) -> None:
     """Write a figure with the null histogram and/or the KPCA scatter side by side to ``path`` (PNG).
 
     ``label_names`` name the cluster labels in the scatter's legend (see :func:`plot_scores`).
+    ``witness_map``, ``(points, values)``, adds the witness over two kernel PCs (:func:`plot_witness_map`).
     The figure is drawn to a temporary file and published in one step; with
     ``overwrite=False`` an existing ``path`` (even one that appeared while
     drawing) raises FileExistsError and is left as it was.
     """
     plt = _pyplot()
-    panels = [p for p in (result, scores) if p is not None]
+    panels = [p for p in (result, scores, witness_map) if p is not None]
     if not panels:
         raise InputError("save_report_figure needs a test result, scores, or both.")
     figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
@@ -308,6 +408,9 @@ def save_report_figure(
         column += 1
     if scores is not None:
         plot_scores(scores, labels, axes[0, column], label_names=label_names)
+        column += 1
+    if witness_map is not None:
+        plot_witness_map(witness_map[0], witness_map[1], axes[0, column])
     figure.tight_layout()
     _publish_figure(figure, path, overwrite)
 

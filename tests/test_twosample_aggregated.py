@@ -339,7 +339,8 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
     assert main([*common, "--aggregation", "mmdagg", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     assert "aggregation:  mmdagg over 10 bandwidths" in out and "NOT corrected" in out
-    assert len(out.splitlines()) == 7 + 10 + 1 and plot.stat().st_size > 1000
+    assert "effect sizes (MMD per bandwidth)" in out  # one line without --moments
+    assert len(out.splitlines()) == 7 + 10 + 1 + 1 and plot.stat().st_size > 1000
     for argv in (
         ["test", x_path, y_path, "--bandwidths", "auto"],
         [*common, "--bandwidth", "1.0"],

@@ -7,7 +7,7 @@ contradicting options, an existing output without ``--overwrite``, a checkpoint
 folder of another source). Every problem of the command line, or of the input
 files, is reported at once.
 
-One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``,
+One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``, ``explain``,
 ``kmeans``, ``kpca``, ``ridge``, ``predict``, ``watch``, ``demo``: its options, its help and what it runs); the
 options several commands share are declared and checked once, in
 :mod:`streamrff.cli.options`; what commands print is in
@@ -43,7 +43,7 @@ from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_sum
 __all__ = ["main", "build_parser"]
 
 #: The commands in the order ``streamrff --help`` lists them; each is the module of that name.
-COMMANDS = ("map", "sketch", "merge", "info", "test", "kmeans", "kpca", "ridge", "predict", "watch", "demo")
+COMMANDS = ("map", "sketch", "merge", "info", "test", "explain", "kmeans", "kpca", "ridge", "predict", "watch", "demo")
 
 
 def _version() -> str:

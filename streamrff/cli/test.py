@@ -21,6 +21,7 @@ bandwidths at once under the same permutations and reports one p-value.
 example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
          streamrff test x.zarr y.zarr --null aggregated --bandwidths auto --plot scales.png
          streamrff test --sketches x.sketch y.sketch --null spectral
+         streamrff test x.zarr y.zarr --moments --columns
 """
 
 
@@ -59,6 +60,30 @@ def add_parser(commands: Any) -> None:
         choices=["max", "fuse", "mmdagg"],
         default=None,
         help="--null aggregated: how the bandwidths' statistics are combined (default: max)",
+    )
+    parser.add_argument(
+        "--moments",
+        action="store_true",
+        help="on data (--null permutation or aggregated): also sketch each sample's second moments in the same "
+        "pass, for the confidence interval of MMD^2 (the spectral and Hotelling tests read them anyway)",
+    )
+    parser.add_argument(
+        "--columns",
+        action="store_true",
+        help="on data: also one test per input column (same permutations, Holm-adjusted), printed as a table",
+    )
+    parser.add_argument(
+        "--components",
+        type=options.positive_int,
+        default=None,
+        metavar="K",
+        help="on data: one test per top-K kernel principal component of the pooled row sample (wide rows)",
+    )
+    parser.add_argument(
+        "--column-features",
+        type=options.positive_int,
+        default=64,
+        help="--columns/--components: random features per column's 1-D kernel",
     )
     options.add_map_file(parser, "--features, --bandwidth, --variant and --structured")
     options.add_rff_options(parser, "seed of the map, its row sample, the permutations and the spectral draws")
@@ -115,9 +140,48 @@ def _test_lines(result: Any) -> list[str]:
     ]
 
 
+def _effect_lines(result: Any) -> list[str]:
+    """The effect size lines added under the test's report (the per-bandwidth ones for the aggregated test)."""
+    if result.method != "aggregated":
+        return [f"  effect size:                {result.effect_text()}"]
+    if not result.has_interval:
+        values = ", ".join(f"{mmd:.3g}" for mmd in result.mmd)
+        return [f"  effect sizes (MMD per bandwidth): {values} (intervals: --moments)"]
+    lines = ["  effect sizes per bandwidth (95% intervals for MMD^2, not corrected for the bandwidths):"]
+    for bandwidth, mmd, (low, high) in zip(result.bandwidths, result.mmd, result.confidence_interval(0.95)):
+        lines.append(f"    {bandwidth:>10.4g}  MMD {mmd:.4g}  [{low:.4g}, {high:.4g}]")
+    return lines
+
+
+def _column_lines(columns: Any) -> list[str]:
+    """The per-column table: most to least different, Holm-adjusted p-values."""
+    label = "column" if columns.kind == "columns" else "kernel principal component"
+    rejected = columns.rejected(0.05)
+    return [
+        f"per-{label} tests ({len(columns.columns)}, {columns.n_permutations} permutations shared, Holm-adjusted): "
+        f"{rejected.size} differ at family-wise level 0.05",
+        *columns.table_lines(),
+    ]
+
+
+def _column_problems(args: argparse.Namespace) -> list[str]:
+    problems = []
+    if (args.columns or args.components is not None) and args.sketches:
+        problems.append(
+            "--columns and --components test the data column by column: give two data sources, not --sketches."
+        )
+    if args.columns and args.components is not None:
+        problems.append("give --columns (input columns) or --components K (kernel principal components), not both.")
+    if args.moments and args.sketches:
+        problems.append(
+            "--moments sketches moments on data; --sketches must already hold them (streamrff sketch --moments)."
+        )
+    return problems
+
+
 def _usage_problems(args: argparse.Namespace) -> list[str]:
     """Every way the command line contradicts itself (checked before any file is read)."""
-    problems = []
+    problems = _column_problems(args)
     aggregated = args.null == "aggregated"
     if not aggregated and (args.bandwidths is not None or args.aggregation is not None):
         problems.append("--bandwidths and --aggregation go with --null aggregated.")
@@ -170,6 +234,8 @@ def _test_data(args: argparse.Namespace) -> Any:
     with connect(args.scheduler) as client:
         if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
             feature_map = options.fit_on_sources(unfitted, args.sources, client, args.storage_options)
+        if _columns_ride_along(args):  # the joint test and the per-column tests in one pass
+            return _test_columns(args, client, feature_map if feature_map is not None else unfitted)
         return two_sample_test(
             args.sources[0],
             args.sources[1],
@@ -183,7 +249,26 @@ def _test_data(args: argparse.Namespace) -> Any:
             variant=args.variant,
             feature_map=feature_map,
             **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
+            **({"moments": True} if args.moments else {}),
         )
+
+
+def _columns_ride_along(args: argparse.Namespace) -> bool:
+    """Whether the per-column tests and the joint permutation test run in one pass (no moments needed)."""
+    wanted = args.columns or args.components is not None
+    return wanted and not args.sketches and args.null == "permutation" and not args.moments
+
+
+def _test_columns(args: argparse.Namespace, client: Any, joint_map: Any = None) -> Any:
+    """The per-column (or per-component) tests of ``--columns`` / ``--components``; with ``joint_map``
+    the joint permutation test rides along in the same pass (``result.joint``)."""
+    from ..twosample import marginal_tests  # here, not at the top: start-up time
+
+    return marginal_tests(
+        args.sources[0], args.sources[1], n_features=args.column_features, n_permutations=args.permutations,
+        seed=0 if args.seed is None else args.seed, components=args.components, feature_map=joint_map,
+        client=client, storage_options=args.storage_options,
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,10 +276,22 @@ def run(args: argparse.Namespace) -> int:
     options.refuse(_usage_problems(args))
     options.check_plot_free(args)
     result = _test_sketches(args) if args.sketches else _test_data(args)
+    columns = None
+    if _columns_ride_along(args):
+        columns, result = result, result.joint
+    elif args.columns or args.components is not None:
+        from ..engine import connect  # here, not at the top: start-up time
+
+        with connect(args.scheduler) as client:
+            columns = _test_columns(args, client)
     if args.plot:
         from ..plot import save_report_figure  # here, not at the top: start-up time
 
         save_report_figure(args.plot, result=result, overwrite=args.overwrite)
     payload = result.to_dict(include_null=False)
-    emit(args, payload, _test_lines(result) + ([f"wrote {args.plot}"] if args.plot else []))
+    lines = _test_lines(result) + _effect_lines(result)
+    if columns is not None:
+        payload["columns"] = {key: value for key, value in columns.to_dict().items() if key != "joint"}
+        lines += _column_lines(columns)
+    emit(args, payload, lines + ([f"wrote {args.plot}"] if args.plot else []))
     return options.EXIT_OK

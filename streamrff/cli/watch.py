@@ -340,10 +340,14 @@ class _Watch:
             self.alarm_printed = True
             self.drift_exit = bool(self.args.exit_on_drift)
             row = self.drift_at_row(update.drift_at)
+            top = _alarm_rows(update, row)
             if self.args.json:
-                _print(json.dumps({"event": "alarm", "drift_at": update.drift_at, "drift_at_row": row}))
+                _print(json.dumps({"event": "alarm", "drift_at": update.drift_at, "drift_at_row": row, **top}))
             else:
-                _print(f"ALARM: drift at row {row:,} of {self.args.source} (row {update.drift_at:,} of the monitor)")
+                _print(
+                    f"ALARM: drift at row {row:,} of {self.args.source} (row {update.drift_at:,} of the monitor)"
+                    + _alarm_rows_text(top)
+                )
         self.save(periodic=True)
 
     def drift_at_row(self, monitor_row: int | None) -> int | None:
@@ -390,6 +394,29 @@ class _Watch:
             "interrupted": stopped_by is not None,
             "stopped_by": stopped_by,
         }
+
+
+def _alarm_rows(update: Any, drift_at_row: int | None) -> dict[str, Any]:
+    """The window rows that set off the alarm (largest witness first), as monitor rows and rows of SOURCE.
+
+    A monitor row ``r`` is row ``r + (drift_at_row - drift_at)`` of SOURCE when no row was skipped in between.
+    """
+    if update.top_rows is None:
+        return {}
+    rows = [int(row) for row in update.top_rows]
+    out: dict[str, Any] = {"top_rows": rows, "top_values": [float(value) for value in update.top_values]}
+    if drift_at_row is not None:
+        out["top_rows_source"] = [row + drift_at_row - int(update.drift_at) for row in rows]
+    return out
+
+
+def _alarm_rows_text(top: dict[str, Any]) -> str:
+    """``"; window rows most over-represented: 1,204 (0.031), ..."``, the first five of :func:`_alarm_rows`."""
+    if not top:
+        return ""
+    rows = top.get("top_rows_source", top["top_rows"])
+    shown = ", ".join(f"{row:,} ({value:.3g})" for row, value in zip(rows[:5], top["top_values"][:5]))
+    return f"; window rows most over-represented against the reference (witness): {shown}"
 
 
 def _number(value: Any) -> float | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .calibration import calibrate_thresholds
 from .fileformat import MONITOR_FORMAT_NAME, MONITOR_FORMAT_VERSION
-from .monitor import DriftMonitor, DriftUpdate, load_monitor
+from .monitor import ALARM_TOP_ROWS, DriftMonitor, DriftUpdate, load_monitor
 
 __all__ = [
     "DriftMonitor",
@@ -24,4 +24,5 @@ __all__ = [
     "calibrate_thresholds",
     "MONITOR_FORMAT_NAME",
     "MONITOR_FORMAT_VERSION",
+    "ALARM_TOP_ROWS",
 ]

@@ -42,6 +42,35 @@ _SIMULATIONS = ("auto", "resample", "gaussian")
 _TILE_ROWS = 1024
 #: Row dtypes that slide_rows takes as they are (C-contiguous, writeable): one compiled type each.
 _KERNEL_ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: Window rows an alarm names (``DriftUpdate.top_rows``).
+ALARM_TOP_ROWS = 10
+EMPTY_ROWS = np.zeros(0, dtype=np.int64)
+EMPTY_ROWS.setflags(write=False)
+
+
+def _explain_window(monitor: DriftMonitor, k: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The witness of the monitor's window against its reference, and the window's k rows where it is largest.
+
+    The window is the ring buffer of the last ``min(window, run_length_)`` rows' features (those the
+    statistic read); run row ``r`` sits in slot ``r % window`` and is stream row
+    ``n_rows_seen_ - run_length_ + r``. The witness ``z(x).(mu_window - mu_reference) / kbar``
+    (:class:`streamrff.Witness`) scores each of them from its stored features.
+    """
+    from ..twosample.witness import TopRows, Witness  # the witness reaches the engine; drift stays light
+
+    window = monitor.window_features_.shape[0]
+    run_length = monitor.run_length_
+    filled = min(window, run_length)
+    run_rows = np.arange(run_length - filled, run_length, dtype=np.int64)
+    reference_mean = monitor.reference_sum_ / monitor.reference_count_
+    diagonal = monitor.reference_squared_norm_sum_ / monitor.reference_count_
+    witness = Witness(
+        monitor.feature_map_, monitor.window_sum_ / filled, reference_mean, diagonal if diagonal > 0 else 1.0
+    )
+    values = monitor.window_features_[run_rows % window].astype(np.float64) @ witness.direction
+    stream_rows = monitor.n_rows_seen_ - run_length + run_rows
+    top = TopRows.of_values(values, 0, min(k, filled), "largest", stream_rows)
+    return witness, top.rows, top.values
 
 @dataclass(frozen=True)
 class DriftUpdate:
@@ -68,6 +97,15 @@ class DriftUpdate:
         With ``on_invalid="skip"``: the indices, in this batch, of the rows
         skipped for NaN or inf (``statistic`` and ``threshold`` then hold the
         kept rows only); empty otherwise.
+    witness : Witness or None
+        On the update that raises the alarm: the witness of the window against
+        the reference (:class:`streamrff.Witness`; positive where the window is
+        over-represented), from the window at the end of this batch. None otherwise.
+    top_rows : ndarray of int64 or None
+        With ``witness``: the window's rows with the largest witness, most extreme
+        first, as global indices (counted as ``drift_at``): the rows that set off the alarm.
+    top_values : ndarray of float64 or None
+        The witness at ``top_rows`` (kernel units).
 
     Examples
     --------
@@ -88,6 +126,9 @@ class DriftUpdate:
     n_rows_seen: int
     run_length: int
     skipped: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    witness: Any = None
+    top_rows: np.ndarray | None = None
+    top_values: np.ndarray | None = None
 
 
 class DriftMonitor(BaseEstimator):
@@ -475,6 +516,9 @@ class DriftMonitor(BaseEstimator):
             drift_at = self.drift_at_ = self.n_rows_seen_ + int(first)
         self.run_length_ = run_length = run_length + n_rows
         self.n_rows_seen_ = n_rows_seen
+        if first >= 0:  # the alarm's update explains itself
+            explained = _explain_window(self, ALARM_TOP_ROWS)
+            return DriftUpdate(statistic, threshold, True, drift_at, n_rows_seen, run_length, EMPTY_ROWS, *explained)
         # positional: a keyword call costs a third more, paid per row by one-row updates
         return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
 

@@ -33,8 +33,10 @@ Modules: :mod:`~streamrff.twosample.permutations` (the keyed permutations),
 :mod:`~streamrff.twosample.aggregated` (the bandwidth grid and the aggregated statistics),
 :mod:`~streamrff.twosample.sketch` (the sketch and its chunk kernel),
 :mod:`~streamrff.twosample.nulls` (the statistic, null distributions and
-p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`) and
-:mod:`~streamrff.twosample.api` (the tests). Everything is importable from
+p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`),
+:mod:`~streamrff.twosample.api` (the tests), :mod:`~streamrff.twosample.effect`
+(the interval of MMD^2), :mod:`~streamrff.twosample.witness` (the witness and
+its top rows) and :mod:`~streamrff.twosample.marginal` (one test per column). Everything is importable from
 ``streamrff.twosample``.
 """
 
@@ -43,14 +45,29 @@ from __future__ import annotations
 from . import nulls, permutations, sketch
 from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, shared_map_seed
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
+from .effect import EffectSize, mmd2_variance
+from .explain import Explanation, WitnessProfile, explain
+from .marginal import MarginalTestResult, holm, marginal_tests
 from .permutations import FEISTEL_ROUNDS, permutation_indices
 from .result import AggregatedTwoSampleResult, TwoSampleResult
 from .sketch import *  # noqa: F403 - the sketches, their chunk kernels and size limit: sketch.__all__, listed once
+from .witness import TopRows, Witness, witness
 
 __all__ = [
     *sketch.__all__,
     "TwoSampleResult",
     "AggregatedTwoSampleResult",
+    "EffectSize",
+    "mmd2_variance",
+    "Witness",
+    "TopRows",
+    "witness",
+    "marginal_tests",
+    "MarginalTestResult",
+    "holm",
+    "explain",
+    "Explanation",
+    "WitnessProfile",
     "aggregated_permutation_test",
     "auto_bandwidths",
     "bandwidth_maps",

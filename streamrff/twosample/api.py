@@ -36,6 +36,7 @@ from .aggregated import (
     shared_map_seed,
     standardise,
 )
+from .effect import EffectSize, effect_of_sketches, effect_of_sums
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
 from .result import AggregatedTwoSampleResult, TwoSampleResult, _bandwidth_of, _result
 from .sketch import (
@@ -46,6 +47,7 @@ from .sketch import (
     two_sample_sketch_of_chunk,
     two_sample_sketches_of_chunk,
 )
+from .with_moments import with_moments_kernel
 
 __all__ = ["permutation_test", "aggregated_permutation_test", "mmd_test", "two_sample_test", "bandwidth_maps"]
 
@@ -61,7 +63,7 @@ def _check_sizes(n_x: int, n_y: int) -> None:
             )
 
 
-def permutation_test(sketch: TwoSampleSketch) -> TwoSampleResult:
+def permutation_test(sketch: TwoSampleSketch, moments: tuple[MeanSketch, MeanSketch] | None = None) -> TwoSampleResult:
     """The exact permutation MMD test from a complete :class:`TwoSampleSketch`.
 
     The observed statistic applies the unbiased MMD^2 formula of
@@ -76,6 +78,9 @@ def permutation_test(sketch: TwoSampleSketch) -> TwoSampleResult:
     ----------
     sketch : TwoSampleSketch
         Every row of both samples added.
+    moments : (MeanSketch, MeanSketch), optional
+        Moment sketches of X and Y with the same map, for the result's
+        :meth:`~TwoSampleResult.confidence_interval`.
 
     Returns
     -------
@@ -124,11 +129,34 @@ def permutation_test(sketch: TwoSampleSketch) -> TwoSampleResult:
     _check_sizes(sketch.n_x, sketch.n_y)
     statistic, null, tolerance = _permutation_null(sketch)
     p_value = _monte_carlo_p_value(null, statistic, tolerance)
-    return _result("permutation", statistic, p_value, sketch.n_x, sketch.n_y, sketch.feature_map, null)
+    effect = _effect_of_test(sketch, moments)
+    return _result("permutation", statistic, p_value, sketch.n_x, sketch.n_y, sketch.feature_map, null, effect=effect)
+
+
+def _effect_of_test(sketch: TwoSampleSketch, moments: tuple[MeanSketch, MeanSketch] | None) -> EffectSize:
+    """The means of a permutation test's sums, and the variance of MMD^2 from ``moments`` when given."""
+    effect = effect_of_sums(
+        sketch.feature_map, sketch.n_x, sketch.n_y, sketch.feature_sum_x, sketch.feature_sum_y,
+        sketch.squared_norm_sum_x, sketch.squared_norm_sum_y,
+    )  # fmt: skip
+    if moments is None:
+        return effect
+    for moment in moments:
+        if not isinstance(moment, MeanSketch) or not moment.has_moments:
+            raise InputError(
+                f"moments must be two MeanSketch with moments=True. Got {type(moment).__name__}"
+                f"{'' if not isinstance(moment, MeanSketch) else ' without moments'}."
+            )
+        if moment.fingerprint != sketch.fingerprint:
+            sketch.check_compatible(moment)
+    with_variance = effect_of_sketches(*moments)
+    return EffectSize(effect.feature_map, effect.mean_x, effect.mean_y, effect.kernel_diagonal, with_variance.variance)
 
 
 def aggregated_permutation_test(
-    sketch: AggregatedTwoSampleSketch, aggregation: str = DEFAULT_AGGREGATION
+    sketch: AggregatedTwoSampleSketch,
+    aggregation: str = DEFAULT_AGGREGATION,
+    moments: Sequence[tuple[MeanSketch, MeanSketch]] | None = None,
 ) -> AggregatedTwoSampleResult:
     """The aggregated multi-bandwidth permutation test from a complete :class:`AggregatedTwoSampleSketch`.
 
@@ -145,6 +173,9 @@ def aggregated_permutation_test(
         Every row of both samples added, for every bandwidth.
     aggregation : {"max", "fuse", "mmdagg"}, default="max"
         See :func:`two_sample_test`.
+    moments : sequence of (MeanSketch, MeanSketch), optional
+        Per bandwidth, moment sketches of X and Y with that bandwidth's map, for the
+        per-bandwidth confidence intervals.
 
     Returns
     -------
@@ -203,6 +234,10 @@ def aggregated_permutation_test(
         null=aggregated[1:],
         null_statistics=values[:, 1:],
         map_specs=tuple(component.spec for component in sketch.sketches),
+        effects=tuple(
+            _effect_of_test(component, None if moments is None else moments[index])
+            for index, component in enumerate(sketch.sketches)
+        ),
     )
 
 
@@ -384,8 +419,9 @@ def mmd_test(
     else:
         p_value, null, log10_p_value = _hotelling_test(sketch_x, sketch_y)
     return _result(
-        method, statistic, p_value, sketch_x.count, sketch_y.count, sketch_x.feature_map, null, log10_p_value
-    )
+        method, statistic, p_value, sketch_x.count, sketch_y.count, sketch_x.feature_map, null, log10_p_value,
+        effect=effect_of_sketches(sketch_x, sketch_y),
+    )  # fmt: skip
 
 
 def _two_sample_kernel(
@@ -450,7 +486,8 @@ def _sketch_sources(
     client: Any,
     storage_options: StorageOptions,
     bandwidths: str | tuple[float, ...] = "auto",
-) -> TwoSampleSketch | AggregatedTwoSampleSketch | tuple[MeanSketch, MeanSketch]:
+    moments: bool = False,
+) -> Any:
     """Sketch both samples through the Dask engine (numpy, dask, xarray or zarr sources).
 
     An unfitted map is fitted on the POOLED rows (global indices ``0..n_x-1``
@@ -459,7 +496,9 @@ def _sketch_sources(
     in a single pass over X then Y; ``"aggregated"`` one
     :class:`AggregatedTwoSampleSketch` in a single pass (``bandwidths="auto"``
     first reads the pooled landmark sample); the other methods a pair of
-    moment sketches.
+    moment sketches. With ``moments`` the permutation and aggregated passes
+    also return, per map, the moment sketches of X and Y (same pass):
+    ``(sketch, [(moments_x, moments_y), ...])``.
     """
     sources = [open_source(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))]
     if sources[0].shape[1] != sources[1].shape[1]:
@@ -485,9 +524,9 @@ def _sketch_sources(
             kernel = functools.partial(
                 _aggregated_kernel, feature_maps=tuple(maps), n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
             )
-            return run_chunks(sources, kernel, client=active, on_invalid="require")
+            return _run_test_pass(sources, kernel, tuple(maps), n_x, moments, active)
         check_sizes_fit(  # before any work: B x D permutation sums, D x D moments
-            feature_map, sources[0].shape[1], _memory_per_thread(active), moments=method != "permutation",
+            feature_map, sources[0].shape[1], _memory_per_thread(active), moments=moments or method != "permutation",
             n_permutations=n_permutations if method == "permutation" else 0,
         )  # fmt: skip
         fitted = fit_map(feature_map, sources, client=active)
@@ -497,7 +536,18 @@ def _sketch_sources(
         kernel = functools.partial(
             _two_sample_kernel, feature_map=fitted, n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
         )
-        return run_chunks(sources, kernel, client=active, on_invalid="require")
+        return _run_test_pass(sources, kernel, (fitted,), n_x, moments, active)
+
+
+def _run_test_pass(
+    sources: list[Any], kernel: Any, feature_maps: tuple[FeatureMap, ...], n_x: int, moments: bool, client: Any
+) -> Any:
+    """One pass of a permutation kernel; with ``moments``, ``(sketch, [(moments_x, moments_y) per map])``."""
+    if not moments:
+        return run_chunks(sources, kernel, client=client, on_invalid="require")
+    joined = functools.partial(with_moments_kernel, kernel=kernel, feature_maps=feature_maps, n_x=n_x)
+    parts = run_chunks(sources, joined, client=client, on_invalid="require").parts
+    return parts[0], [(parts[1 + 2 * index], parts[2 + 2 * index]) for index in range(len(feature_maps))]
 
 
 def two_sample_test(
@@ -515,6 +565,7 @@ def two_sample_test(
     feature_map: FeatureMap | None = None,
     bandwidths: str | Sequence[float] | None = None,
     aggregation: str | None = None,
+    moments: bool = False,
 ) -> TwoSampleResult | AggregatedTwoSampleResult:
     """Kernel (MMD) two-sample test of whether X and Y come from the same distribution.
 
@@ -567,6 +618,11 @@ def two_sample_test(
     aggregation : {"max", "fuse", "mmdagg"}, optional
         ``method="aggregated"`` only (default ``"max"``): how the L statistics
         are combined (:func:`streamrff.twosample.aggregate`).
+    moments : bool, default=False
+        ``"permutation"`` and ``"aggregated"``: also sketch each sample's second
+        moments in the same pass (D x D float64 per partial and map), so that the
+        result gives :meth:`~TwoSampleResult.confidence_interval`. The spectral
+        and Hotelling tests read the moments anyway.
 
     Returns
     -------
@@ -650,6 +706,8 @@ def two_sample_test(
                     f"{name} applies to method='aggregated' only. Got {name}={value!r} with method={method!r}; "
                     f"use method='aggregated' or drop {name}."
                 )
+    if not isinstance(moments, (bool, np.bool_)):
+        raise InputError(f"moments must be True or False. Got {moments!r}.")
     seed = normalize_seed(seed)
     if feature_map is None:
         feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=seed)
@@ -693,10 +751,14 @@ def two_sample_test(
         client=client,
         storage_options=storage_options,
         bandwidths=grid,
+        moments=bool(moments),
     )
+    moment_sketches = None
+    if method in ("aggregated", "permutation") and moments:
+        sketches, moment_sketches = sketches
     if method == "aggregated":
-        return aggregated_permutation_test(sketches, aggregation)
+        return aggregated_permutation_test(sketches, aggregation, moments=moment_sketches)
     if method == "permutation":
-        return permutation_test(sketches)
+        return permutation_test(sketches, moments=None if moment_sketches is None else moment_sketches[0])
     sketch_x, sketch_y = sketches
     return mmd_test(sketch_x, sketch_y, method=method, seed=seed)

@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..maps import FeatureMap
 from ..typing import MapSpec
+from .effect import NO_MOMENTS_MESSAGE, EffectSize, check_level, normal_interval
 
 __all__ = ["TwoSampleResult", "AggregatedTwoSampleResult"]
 
@@ -120,6 +122,7 @@ class TwoSampleResult:
     null: np.ndarray = field(repr=False)
     map_spec: MapSpec = field(default_factory=dict, repr=False)
     log10_p_value: float | None = field(default=None, repr=False)
+    effect: EffectSize | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         null = np.array(self.null, dtype=np.float64)
@@ -141,6 +144,84 @@ class TwoSampleResult:
         """The Hotelling test's chi-square degrees of freedom; None for the other methods."""
         return int(self.null[1]) if self.method == "hotelling" else None
 
+    @property
+    def mmd(self) -> float:
+        """The effect size in the kernel's units: ``sqrt(max(statistic, 0))``, the RKHS distance of the means."""
+        return float(np.sqrt(max(self.statistic, 0.0)))
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether :meth:`confidence_interval` is available (the test read the samples' second moments)."""
+        return self.effect is not None and self.effect.variance is not None
+
+    def confidence_interval(self, level: float = 0.95) -> tuple[float, float]:
+        """A ``level`` confidence interval for MMD^2 of the sketch's kernel (the population value).
+
+        The unbiased MMD^2 is asymptotically normal when the samples differ (Gretton et
+        al. 2012, Corollary 16); its variance, ``4 Var_x[f]/n_x + 4 Var_y[f]/n_y`` for
+        the witness ``f`` plus the second-order term, is a quadratic form in the centred
+        second moments (:func:`streamrff.twosample.effect.mmd2_variance`). The lower end
+        is clipped at 0. Take square roots of both ends for an interval of :attr:`mmd`.
+
+        Parameters
+        ----------
+        level : float, default=0.95
+            Coverage, strictly between 0 and 1.
+
+        Returns
+        -------
+        (low, high) : tuple of float
+
+        Raises
+        ------
+        InputError
+            If the test had no second moments (sketch with ``moments=True``, CLI ``--moments``),
+            or ``level`` is not in (0, 1).
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> rng = np.random.default_rng(0)
+        >>> rff = srf.RFF(n_features=256, bandwidth=1.0).fit(np.zeros((1, 2)))
+        >>> sx = srf.sketch_array(rng.normal(size=(2000, 2)), rff, moments=True)
+        >>> sy = srf.sketch_array(rng.normal(0.3, 1.0, size=(2000, 2)), rff, moments=True)
+        >>> result = srf.mmd_test(sx, sy)
+        >>> low, high = result.confidence_interval(0.95)
+        >>> bool(0 < low < result.statistic < high), round(result.mmd, 2)
+        (True, 0.2)
+        """
+        level = check_level(level)
+        if not self.has_interval:
+            raise InputError(NO_MOMENTS_MESSAGE)
+        return normal_interval(self.statistic, self.effect.variance, level)
+
+    def witness(self) -> Any:
+        """The witness of X against Y (:class:`streamrff.twosample.Witness`): positive where X is over-represented.
+
+        Raises
+        ------
+        InputError
+            If the result was made without its samples' means (built by hand).
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> rng = np.random.default_rng(0)
+        >>> X, Y = rng.normal(size=(300, 1)), rng.normal(1.5, 1.0, size=(300, 1))
+        >>> result = srf.two_sample_test(X, Y, n_features=256, bandwidth=1.0, n_permutations=19)
+        >>> f = result.witness()
+        >>> bool(f(np.array([[-1.0]]))[0] > 0 > f(np.array([[2.5]]))[0])
+        True
+        """
+        from .witness import Witness  # the witness reaches the engine; results stay light
+
+        if self.effect is None:
+            raise InputError(
+                "This result carries no mean embeddings. Make it with streamrff.two_sample_test, "
+                "permutation_test or mmd_test."
+            )
+        return Witness.of_effect(self.effect)
+
     def __repr__(self) -> str:
         if self.method == "permutation":
             null = f"{self.null.shape[0]} permutations"
@@ -152,6 +233,7 @@ class TwoSampleResult:
         return (
             f"TwoSampleResult(method={self.method!r})\n"
             f"  statistic (unbiased MMD^2): {self.statistic:.6g}\n"
+            f"  effect size:                {self.effect_text()}\n"
             f"  p-value:                    {self.p_value_text}\n"
             f"  null:                       {null}\n"
             f"  samples:                    n_x={self.n_x}, n_y={self.n_y}\n"
@@ -175,9 +257,23 @@ class TwoSampleResult:
         }
         if self.method == "hotelling":
             out.update(t_squared=float(self.null[0]), dof=int(self.null[1]))
+        out["mmd"] = self.mmd
+        if self.has_interval:
+            low, high = self.confidence_interval(0.95)
+            out["confidence_interval"] = {"level": 0.95, "mmd2": [low, high], "mmd": [np.sqrt(low), np.sqrt(high)]}
+        else:
+            out["confidence_interval"] = None
+            out["confidence_interval_note"] = "needs moment sketches: sketch with --moments (moments=True)"
         if include_null:
             out["null"] = [float(value) for value in self.null]
         return out
+
+    def effect_text(self, level: float = 0.95) -> str:
+        """The effect size as printed: ``"MMD = 0.2013, 95% interval for MMD^2 [0.0351, 0.0460]"``."""
+        if not self.has_interval:
+            return f"MMD = {self.mmd:.4g} (interval: sketch with --moments)"
+        low, high = self.confidence_interval(level)
+        return f"MMD = {self.mmd:.4g}, {level:.0%} interval for MMD^2 [{low:.4g}, {high:.4g}]"
 
 
 def _bandwidth_of(spec: MapSpec) -> float | None:
@@ -197,6 +293,7 @@ def _result(
     feature_map: FeatureMap,
     null: np.ndarray,
     log10_p_value: float | None = None,
+    effect: EffectSize | None = None,
 ) -> TwoSampleResult:
     spec = feature_map.spec
     return TwoSampleResult(
@@ -210,6 +307,7 @@ def _result(
         null=null,
         map_spec=spec,
         log10_p_value=log10_p_value,
+        effect=effect,
     )
 
 
@@ -285,6 +383,7 @@ class AggregatedTwoSampleResult:
     null: np.ndarray = field(repr=False)
     null_statistics: np.ndarray = field(repr=False)
     map_specs: tuple[MapSpec, ...] = field(default=(), repr=False)
+    effects: tuple[EffectSize, ...] = field(default=(), repr=False)
 
     method = "aggregated"
 
@@ -296,6 +395,60 @@ class AggregatedTwoSampleResult:
     def n_permutations(self) -> int:
         """B, the permutations shared by every bandwidth."""
         return int(self.null.shape[0])
+
+    @property
+    def mmd(self) -> np.ndarray:
+        """Per bandwidth, the effect size in that kernel's units: ``sqrt(max(MMD^2, 0))``."""
+        return np.sqrt(np.maximum(self.statistics, 0.0))
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether :meth:`confidence_interval` is available (every bandwidth's second moments were read)."""
+        return bool(self.effects) and all(effect.variance is not None for effect in self.effects)
+
+    def confidence_interval(self, level: float = 0.95) -> np.ndarray:
+        """Per bandwidth, a ``level`` confidence interval for that kernel's MMD^2 (as
+        :meth:`TwoSampleResult.confidence_interval`; not corrected for the L bandwidths).
+
+        Returns
+        -------
+        ndarray of shape (L, 2)
+            ``[low, high]`` per bandwidth, in the order of ``bandwidths``.
+
+        Raises
+        ------
+        InputError
+            Without second moments (``two_sample_test(..., moments=True)``; CLI ``--moments``),
+            or a ``level`` outside (0, 1).
+        """
+        level = check_level(level)
+        if not self.has_interval:
+            raise InputError(NO_MOMENTS_MESSAGE)
+        pairs = zip(self.statistics, self.effects)
+        return np.array([normal_interval(float(statistic), effect.variance, level) for statistic, effect in pairs])
+
+    def witness(self, bandwidth: float | None = None) -> Any:
+        """The witness of X against Y at one bandwidth (default: the largest standardised statistic).
+
+        Raises
+        ------
+        InputError
+            If ``bandwidth`` is not one of ``bandwidths``, or the result carries no means.
+        """
+        from .witness import Witness  # the witness reaches the engine; results stay light
+
+        if not self.effects:
+            raise InputError("This result carries no mean embeddings. Make it with streamrff.two_sample_test.")
+        if bandwidth is None:
+            index = int(np.argmax(self.standardised[:, 0]))
+        else:
+            matches = np.flatnonzero(np.isclose(self.bandwidths, float(bandwidth), rtol=1e-9))
+            if not matches.size:
+                raise InputError(
+                    f"bandwidth must be one of the test's bandwidths {self.bandwidths.tolist()}. Got {bandwidth!r}."
+                )
+            index = int(matches[0])
+        return Witness.of_effect(self.effects[index])
 
     def __repr__(self) -> str:
         lines = [
@@ -324,7 +477,11 @@ class AggregatedTwoSampleResult:
                 "statistic": float(self.statistics[index]),
                 "standardised": float(self.standardised[index, 0]),
                 "p_value_uncorrected": float(self.p_values_uncorrected[index]),
+                "mmd": float(self.mmd[index]),
             }
+            if self.has_interval:
+                low, high = self.confidence_interval(0.95)[index]
+                row["confidence_interval"] = {"level": 0.95, "mmd2": [float(low), float(high)]}
             if include_null:
                 row["null"] = [float(value) for value in self.null_statistics[index]]
             rows.append(row)

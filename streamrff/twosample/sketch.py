@@ -343,6 +343,7 @@ def two_sample_sketches_of_chunk(
     n_y: int,
     n_permutations: int,
     seed: int,
+    columns: Sequence[int | slice | None] | None = None,
 ) -> list[TwoSampleSketch]:
     """One partial :class:`TwoSampleSketch` per map, sharing the permutations: the pure chunk kernel.
 
@@ -375,6 +376,10 @@ def two_sample_sketches_of_chunk(
         Fitted maps, at least one.
     rows, row_offset, n_x, n_y, n_permutations, seed
         As for :func:`two_sample_sketch_of_chunk`.
+    columns : sequence of int, slice or None, optional
+        Per map, the one column of ``rows`` it embeds (a map of one input column), the
+        columns of a slice, or None for the whole row: the per-column tests of
+        :func:`~streamrff.twosample.marginal_tests` share the joint test's permutations.
 
     Returns
     -------
@@ -407,7 +412,10 @@ def two_sample_sketches_of_chunk(
     map_tile_rows = min(feature_map._tile_rows(width) for feature_map, width in zip(feature_maps, widths))
     step = min(_MAX_SUM_ROWS, 2 * map_tile_rows)
     tile_rows = min(step, rows.shape[0])
-    embed = _shared_draw_embedder(feature_maps, tile_rows) or _separate_embedder(feature_maps, tile_rows)
+    if columns is None:
+        embed = _shared_draw_embedder(feature_maps, tile_rows) or _separate_embedder(feature_maps, tile_rows)
+    else:
+        embed = _separate_embedder(feature_maps, tile_rows, columns)
     keys = _round_keys(seed, np.arange(n_permutations))
     # Rows 0..B-1: the permutations' membership of X; rows B and B + 1: the X and Y indicators, so
     # that one GEMM per map gives its permutation sums and its X and Y sums. Float64 for the squared
@@ -457,16 +465,24 @@ def two_sample_sketches_of_chunk(
     ]
 
 
-def _separate_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
+def _separate_embedder(
+    feature_maps: Sequence[FeatureMap], tile_rows: int, columns: Sequence[int | slice | None] | None = None
+):
     """``tile -> float32 features of each map in turn`` (a generator: each map's features are summed
-    while they are in cache, and may be overwritten), each map embedding the tile on its own."""
+    while they are in cache, and may be overwritten), each map embedding the tile (or its
+    ``columns[m]``-th column) on its own."""
     # One C-contiguous float32 tile per width, reused map after map.
     buffers = {width: np.empty((tile_rows, width), np.float32) for width in {m.n_features_out_ for m in feature_maps}}
+    columns = [None] * len(feature_maps) if columns is None else list(columns)
 
     def embed(tile: np.ndarray) -> Iterator[np.ndarray]:
-        for feature_map in feature_maps:
+        for feature_map, column in zip(feature_maps, columns):
             features = buffers[feature_map.n_features_out_][: tile.shape[0]]
-            feature_map._embed_tile(tile, features)
+            if column is None:
+                rows = tile
+            else:
+                rows = np.ascontiguousarray(tile[:, column if isinstance(column, slice) else slice(column, column + 1)])
+            feature_map._embed_tile(rows, features)
             yield features
 
     return embed

@@ -1,0 +1,354 @@
+"""Which columns differ: one kernel two-sample test per input column (or kernel principal component), one pass.
+
+Each column c gets its own Gaussian kernel on that column alone (a 1-D RFF map, bandwidth
+the median heuristic of the column in the pooled row sample). Every column's test uses the
+same keyed permutations as the joint test (:func:`~streamrff.twosample.permutation_indices`),
+so one chunk kernel evaluates the permutations once per row tile and adds, per column, its
+features' permutation sums (:func:`~streamrff.twosample.two_sample_sketches_of_chunk` with
+``columns``): the C tests cost one pass, and with a joint map the joint test rides along.
+The p-values are adjusted for the C tests by Holm's step-down method (:func:`holm`), which
+controls the family-wise error rate under any dependence between the columns.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._connection import connect
+from .._validation import check_positive_int, normalize_seed
+from ..engine import fit_map, landmark_sample, run_chunks
+from ..errors import InputError
+from ..io import open_source
+from ..maps import RFF, FeatureMap
+from ..sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
+from ..typing import Seed, StorageOptions
+from .aggregated import standardise
+from .api import permutation_test
+from .nulls import _monte_carlo_p_value, _permutation_null
+from .result import TwoSampleResult
+from .sketch import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
+
+__all__ = ["marginal_tests", "MarginalTestResult", "holm"]
+
+#: Features per column: a 1-D Gaussian kernel is well approximated by few frequencies.
+DEFAULT_COLUMN_FEATURES = 64
+
+
+def holm(p_values: Any) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given.
+
+    With ``p_(1) <= ... <= p_(m)`` the sorted p-values, the adjusted ``p_(i)`` is
+    ``max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting the hypotheses whose adjusted
+    p-value is at most alpha controls the family-wise error rate at alpha.
+
+    References
+    ----------
+    Holm, S. (1979). A simple sequentially rejective multiple test procedure.
+    Scand. J. Statist. 6(2), 65-70.
+
+    Examples
+    --------
+    >>> holm([0.01, 0.04, 0.03, 0.5]).tolist()
+    [0.04, 0.09, 0.09, 0.5]
+    """
+    values = np.asarray(p_values, dtype=np.float64)
+    if values.ndim != 1 or not np.all((values >= 0) & (values <= 1)):
+        raise InputError(f"p_values must be a 1-D sequence of numbers in [0, 1]. Got {values!r}.")
+    count = values.shape[0]
+    order = np.argsort(values, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((count - np.arange(count)) * values[order]))
+    out = np.empty(count)
+    out[order] = adjusted
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalTestResult:
+    """Per-column kernel two-sample tests, most to least different.
+
+    All arrays are in the order of ``columns``: most different first (smallest
+    p-value, ties broken by the larger standardised statistic).
+
+    Attributes
+    ----------
+    columns : ndarray of int
+        Column indices of the input (or kernel principal components, see ``kind``).
+    statistics : ndarray of float
+        Unbiased MMD^2 of each column's 1-D Gaussian kernel.
+    p_values : ndarray of float
+        Each column's exact permutation p-value ``(1 + #{b : T_b >= T}) / (1 + B)``.
+    adjusted_p_values : ndarray of float
+        Holm-adjusted p-values (family-wise error over the columns); non-decreasing.
+    mmd : ndarray of float
+        Effect sizes: ``sqrt(max(MMD^2, 0))`` in each column kernel's units (0 to sqrt 2).
+    standardised : ndarray of float
+        MMD^2 minus its permutation mean, over its permutation standard deviation.
+    bandwidths : ndarray of float
+        Each column's kernel width.
+    kind : str
+        ``"columns"`` or ``"components"`` (top kernel principal components of the pooled sample).
+    n_x, n_y, n_permutations, n_features : int
+    joint : TwoSampleResult or None
+        The joint test of whole rows, when run in the same pass (``feature_map=``).
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> A, B = rng.normal(size=(400, 4)), rng.normal(size=(400, 4))
+    >>> B[:, 2] += 1.0
+    >>> result = srf.marginal_tests(A, B, n_permutations=99)
+    >>> int(result.columns[0]), bool(result.adjusted_p_values[0] <= 0.05)
+    (2, True)
+    >>> result.rejected(0.05).tolist()
+    [2]
+    """
+
+    columns: np.ndarray
+    statistics: np.ndarray
+    p_values: np.ndarray
+    adjusted_p_values: np.ndarray
+    mmd: np.ndarray
+    standardised: np.ndarray
+    bandwidths: np.ndarray
+    kind: str
+    n_x: int
+    n_y: int
+    n_permutations: int
+    n_features: int
+    joint: TwoSampleResult | None = field(default=None, repr=False)
+
+    def rejected(self, level: float = 0.05) -> np.ndarray:
+        """The columns whose Holm-adjusted p-value is at most ``level`` (most different first)."""
+        if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
+            raise InputError(f"level must be a number strictly between 0 and 1, such as 0.05. Got {level!r}.")
+        return self.columns[self.adjusted_p_values <= level]
+
+    def table_lines(self, limit: int | None = None) -> list[str]:
+        """The table as printed: one line per column, most different first (``limit`` lines at most)."""
+        label = "column" if self.kind == "columns" else "component"
+        lines = [f"    {label:>9} {'MMD':>8} {'MMD^2':>11} {'standardised':>12} {'p':>9} {'p Holm':>9}"]
+        shown = len(self.columns) if limit is None else min(limit, len(self.columns))
+        for index in range(shown):
+            lines.append(
+                f"    {int(self.columns[index]):>9} {self.mmd[index]:>8.4f} {self.statistics[index]:>11.4e} "
+                f"{self.standardised[index]:>12.2f} {self.p_values[index]:>9.4g} {self.adjusted_p_values[index]:>9.4g}"
+            )
+        if shown < len(self.columns):
+            lines.append(f"    ... {len(self.columns) - shown} more")
+        return lines
+
+    def __repr__(self) -> str:
+        return "\n".join(
+            [
+                f"MarginalTestResult(kind={self.kind!r}, {len(self.columns)} tests, Holm-adjusted)",
+                f"  null:    {self.n_permutations} permutations shared by every {self.kind[:-1]}",
+                f"  samples: n_x={self.n_x}, n_y={self.n_y}; D = {self.n_features} per {self.kind[:-1]}",
+                *self.table_lines(),
+            ]
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dictionary (the CLI's ``--json`` output), most different first."""
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "n_x": int(self.n_x),
+            "n_y": int(self.n_y),
+            "n_permutations": int(self.n_permutations),
+            "n_features": int(self.n_features),
+            "columns": [int(value) for value in self.columns],
+            "statistics": [float(value) for value in self.statistics],
+            "p_values": [float(value) for value in self.p_values],
+            "adjusted_p_values": [float(value) for value in self.adjusted_p_values],
+            "mmd": [float(value) for value in self.mmd],
+            "standardised": [float(value) for value in self.standardised],
+            "bandwidths": [float(value) for value in self.bandwidths],
+        }
+        if self.joint is not None:
+            out["joint"] = self.joint.to_dict(include_null=False)
+        return out
+
+
+def _column_maps(bandwidths: list[float], n_features: int, seed: int) -> list[RFF]:
+    """One fitted 1-D RFF map per column; map c is seeded by ``(seed, c)`` so columns' draws differ."""
+    maps = []
+    for column, bandwidth in enumerate(bandwidths):
+        column_seed = int(np.random.SeedSequence([seed, column]).generate_state(1)[0])
+        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, seed=column_seed)
+        feature_map._begin_fit(1)
+        maps.append(feature_map._finish_fit(np.empty((0, 1))))
+    return maps
+
+
+def _marginal_kernel(
+    rows: np.ndarray,
+    row_offset: int,
+    valid: np.ndarray | None,
+    feature_maps: tuple[FeatureMap, ...],
+    columns: tuple[int | slice | None, ...],
+    projector: Any,
+    n_x: int,
+    n_y: int,
+    n_permutations: int,
+    seed: int,
+) -> AggregatedTwoSampleSketch:
+    # on_invalid="require": every row of the chunk is here, so the permutations see the true global indices.
+    if projector is not None:
+        rows = np.hstack([rows, projector._scores(rows).astype(rows.dtype)])
+    return AggregatedTwoSampleSketch(
+        two_sample_sketches_of_chunk(rows, feature_maps, row_offset, n_x, n_y, n_permutations, seed, columns)
+    )
+
+
+def marginal_tests(
+    a_source: Any,
+    b_source: Any,
+    n_features: int = DEFAULT_COLUMN_FEATURES,
+    n_permutations: int = 500,
+    seed: Seed = 0,
+    components: int | None = None,
+    feature_map: FeatureMap | None = None,
+    client: Any = None,
+    storage_options: StorageOptions = None,
+) -> MarginalTestResult:
+    """One kernel two-sample test per column of A against B, in a single pass, Holm-adjusted.
+
+    Column c is tested with the unbiased MMD^2 of a Gaussian kernel on that column alone
+    (``n_features`` random features; bandwidth the median heuristic of the column in the
+    seeded pooled row sample), by the exact permutation test, every column under the same
+    B keyed permutations (those of :func:`two_sample_test` with the same ``seed``). For wide
+    rows, ``components=K`` tests the top K kernel principal components of the pooled row
+    sample instead (scores of :class:`~streamrff.KernelPCA` fitted on it).
+
+    Parameters
+    ----------
+    a_source, b_source : ndarray, dask Array, xarray DataArray, str/PathLike or RowSource
+        The two samples, same width.
+    n_features : int, default=64
+        Random features per column (a 1-D kernel needs few).
+    n_permutations : int, default=500
+        B. With C columns, Holm can reject only if ``1 / (B + 1) <= 0.05 / C``: keep
+        ``B >= 20 C``.
+    seed : int, numpy.random.Generator or None, default=0
+        Seed of the row sample, the maps and the permutations.
+    components : int, optional
+        Test the top ``components`` kernel principal components instead of the columns.
+    feature_map : FeatureMap, optional
+        A map (fitted, or unfitted as ``RFF(bandwidth="median")``, fitted on the pooled rows)
+        for the joint test of whole rows, run in the same pass: ``result.joint``.
+    client : distributed.Client, optional
+    storage_options : dict, optional
+
+    Returns
+    -------
+    MarginalTestResult
+        Columns ordered most to least different.
+
+    Raises
+    ------
+    InputError
+        On samples of different widths or with fewer than 2 rows, NaN/inf rows, bad
+        ``n_features``, ``n_permutations`` or ``components``.
+
+    References
+    ----------
+    Gretton, A. et al. (2012). A kernel two-sample test. JMLR 13.
+    Holm, S. (1979). A simple sequentially rejective multiple test procedure. Scand. J. Statist. 6(2).
+
+    Examples
+    --------
+    A shift in column 1 of 3; the joint test of whole rows rides along in the same pass:
+
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(3)
+    >>> A, B = rng.normal(size=(500, 3)), rng.normal(size=(500, 3))
+    >>> B[:, 1] += 0.5
+    >>> result = srf.marginal_tests(A, B, n_permutations=199, feature_map=srf.RFF(n_features=128))
+    >>> result.columns.tolist()[0], float(result.p_values[0]), result.joint.p_value
+    (1, 0.005, 0.005)
+    """
+    n_features = check_positive_int(n_features, "n_features")
+    n_permutations = check_positive_int(n_permutations, "n_permutations")
+    if n_features % 2:
+        raise InputError(
+            f"n_features must be even (sincos features come in pairs). Got {n_features}; use {n_features + 1}."
+        )
+    if components is not None:
+        components = check_positive_int(components, "components")
+    seed = normalize_seed(seed)
+    sources = [
+        open_source(source, storage_options=storage_options, name=name)
+        for source, name in ((a_source, "A"), (b_source, "B"))
+    ]
+    width = sources[0].shape[1]
+    if sources[1].shape[1] != width:
+        raise InputError(
+            f"A and B must have the same number of columns. Got A with {width} and B with {sources[1].shape[1]}. "
+            "Select the same features in both samples."
+        )
+    n_x, n_y = sources[0].shape[0], sources[1].shape[0]
+    for name, size in (("A", n_x), ("B", n_y)):
+        if size < 2:
+            raise InputError(f"{name} has {size} row(s); each test needs at least 2 rows per sample.")
+    if components is not None and components > MEDIAN_SAMPLE_ROWS:
+        raise InputError(f"components must be at most {MEDIAN_SAMPLE_ROWS}. Got {components}.")
+    with connect(client) as active:
+        sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, client=active).rows
+        projector = None
+        if components is not None:
+            from ..kpca import KernelPCA  # an analysis beside this one, needed only for components
+
+            projector = KernelPCA(n_components=min(components, 2 * sample.shape[0]), seed=seed).fit(sample)
+            tested = np.asarray(projector.transform(sample), dtype=np.float64)
+        else:
+            tested = sample
+        bandwidths = [median_heuristic(tested[:, [column]]) for column in range(tested.shape[1])]
+        maps: list[FeatureMap] = list(_column_maps(bandwidths, n_features, seed))
+        offset = width if projector is not None else 0
+        columns: list[int | slice | None] = [offset + column for column in range(len(maps))]
+        if feature_map is not None:
+            if not isinstance(feature_map, FeatureMap):
+                raise InputError(f"feature_map must be a streamrff FeatureMap. Got {type(feature_map).__name__}.")
+            fitted = feature_map if feature_map.is_fitted() else fit_map(feature_map, sources, client=active)
+            maps.append(fitted)
+            columns.append(slice(0, width) if projector is not None else None)
+        kernel = functools.partial(
+            _marginal_kernel, feature_maps=tuple(maps), columns=tuple(columns), projector=projector,
+            n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed,
+        )  # fmt: skip
+        sketch = run_chunks(sources, kernel, client=active, on_invalid="require")
+    return _marginal_result(sketch, len(bandwidths), bandwidths, "components" if projector is not None else "columns")
+
+
+def _marginal_result(sketch: AggregatedTwoSampleSketch, n_tests: int, bandwidths: list[float], kind: str):
+    tests = sketch.sketches[:n_tests]
+    observed, nulls, tolerances = zip(*(_permutation_null(component) for component in tests))
+    values = np.column_stack([np.asarray(observed), np.vstack(nulls)])
+    p_values = np.array([_monte_carlo_p_value(row[1:], row[0], tol) for row, tol in zip(values, tolerances)])
+    scores = standardise(values)[:, 0]
+    order = np.lexsort((np.arange(n_tests), -scores, p_values))
+    adjusted = holm(p_values)
+    joint = None
+    if len(sketch.sketches) > n_tests:
+        joint = permutation_test(sketch.sketches[n_tests])
+    first = tests[0]
+    return MarginalTestResult(
+        columns=order.astype(np.int64),
+        statistics=values[order, 0],
+        p_values=p_values[order],
+        adjusted_p_values=adjusted[order],
+        mmd=np.sqrt(np.maximum(values[order, 0], 0.0)),
+        standardised=scores[order],
+        bandwidths=np.asarray(bandwidths, dtype=np.float64)[order],
+        kind=kind,
+        n_x=first.n_x,
+        n_y=first.n_y,
+        n_permutations=first.n_permutations,
+        n_features=int(first.feature_map.n_features_out_),
+        joint=joint,
+    )
