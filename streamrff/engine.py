@@ -10,9 +10,12 @@ lost worker's tasks are retried with the same result.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import hashlib
 import logging
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,9 +25,10 @@ import numpy as np
 from sklearn.base import clone
 
 from ._blas import one_blas_thread
+from ._chunkread import ChunkRows
 from ._connection import connect, wait_for_result
 from ._finite import all_finite
-from ._memory import check_sizes_fit
+from ._memory import check_plan_fits, check_sizes_fit, memory_available
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .checkpoint import PartialSlot, chunk_identities, load_partial, open_checkpoint
 from .errors import InputError, SketchFormatError
@@ -54,20 +58,79 @@ ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], Sketch]
 _ON_INVALID = ("raise", "skip")
 
 
-def _chunk_task(
-    block: np.ndarray,
+@dataclasses.dataclass(frozen=True)
+class _ChunkGroup:
+    """Consecutive chunks of one source that one task reads and embeds one after the other.
+
+    ``local_starts`` and ``sizes`` are the chunks' first rows in the source and their row counts;
+    the task's rows are read at ``local_start - read_base`` (0 for a stored array the task reads
+    itself, the group's first row for rows handed to the task). Arrays, so that a group of many
+    chunks costs the graph a few bytes per chunk.
+    """
+
+    name: str
+    indices: np.ndarray
+    local_starts: np.ndarray
+    sizes: np.ndarray
+    global_base: int
+    read_base: int
+
+    def where(self, position: int) -> tuple[str, int, int]:
+        return (self.name, int(self.indices[position]), int(self.local_starts[position]))
+
+
+def _group_task(
+    data: Any,
+    group: _ChunkGroup,
+    kernel: ChunkKernel,
+    on_invalid: str,
+    slot: PartialSlot | None,
+    shows_non_finite: Callable[[Sketch], bool] | None,
+    split_every: int,
+) -> Sketch:
+    """The merged partial sketch of a group of chunks, read and embedded one chunk at a time.
+
+    ``data`` is the group's rows (a numpy view or a dask block) or the stored array
+    (:class:`~streamrff._chunkread.ChunkRows`), read chunk by chunk. Partials merge in chunk
+    order, at most ``split_every`` at once.
+    """
+
+    def rows_of(position: int) -> np.ndarray:
+        start = int(group.local_starts[position]) - group.read_base
+        return np.asarray(data[start : start + int(group.sizes[position]), :])
+
+    if slot is not None and slot.identity is None:  # a dask chunk: its identity is its content, known now
+        slot = slot.identified(_group_identity([chunk_digest(rows_of(i)) for i in range(len(group.sizes))]))
+        if slot.saved:
+            return load_partial(slot.path, slot.storage_options)
+    partials: list[Sketch] = []
+    for position in range(len(group.sizes)):
+        offset = group.global_base + int(group.local_starts[position])
+        partials.append(
+            _chunk_partial(rows_of(position), offset, group.where(position), kernel, on_invalid, shows_non_finite)
+        )
+        if len(partials) == split_every:
+            partials = [_merge_group(*partials)]
+    return _saved(partials[0] if len(partials) == 1 else _merge_group(*partials), slot)
+
+
+def _group_identity(identities: Sequence[str | None]) -> str | None:
+    """A group's identity: its chunk's, or a digest of its chunks' (None if one is not known yet)."""
+    if any(identity is None for identity in identities):
+        return None
+    if len(identities) == 1:
+        return identities[0]
+    return hashlib.sha256("\n".join(identities).encode()).hexdigest()  # type: ignore[arg-type]
+
+
+def _chunk_partial(
+    rows: np.ndarray,
     row_offset: int,
     where: tuple[str, int, int],
     kernel: ChunkKernel,
     on_invalid: str,
-    slot: PartialSlot | None,
     shows_non_finite: Callable[[Sketch], bool] | None = None,
 ) -> Sketch:
-    rows = np.asarray(block)
-    if slot is not None and slot.identity is None:  # a dask chunk: its identity is its content, known now
-        slot = slot.identified(chunk_digest(rows))
-        if slot.saved:
-            return load_partial(slot.path, slot.storage_options)
     if rows.dtype not in (np.float32, np.float64):
         rows = rows.astype(np.float64)
     valid = None
@@ -76,11 +139,11 @@ def _chunk_task(
         # result of finite rows that overflow is kept, as the check-first path keeps it).
         partial = kernel(rows, row_offset, None)
         if not shows_non_finite(partial) or all_finite(rows):
-            return _saved(partial, slot)
+            return partial
         valid = _finite_rows(rows, where, on_invalid)
     elif not all_finite(rows):  # one compiled pass first: per-row flags cost 6x as much
         valid = _finite_rows(rows, where, on_invalid)
-    return _saved(kernel(rows if valid is None else rows[valid], row_offset, valid), slot)
+    return kernel(rows if valid is None else rows[valid], row_offset, valid)
 
 
 def _finite_rows(rows: np.ndarray, where: tuple[str, int, int], on_invalid: str) -> np.ndarray:
@@ -128,6 +191,21 @@ def _merge_group(*partials: Sketch) -> Sketch:
     return partials[0].merge_many(partials[1:])
 
 
+#: Most tasks of one job by default: consecutive chunks are grouped into one task beyond this. A task
+#: costs the client and the scheduler a few kilobytes (:func:`streamrff._memory.plan_bytes`), so a
+#: job's graph stays under about a hundred MB; ten thousand tasks keep any cluster busy.
+DEFAULT_MAX_TASKS = 10_000
+
+
+def _max_tasks(max_tasks: Any) -> int:
+    """``max_tasks``, or the dask config key ``streamrff.max-tasks`` (default :data:`DEFAULT_MAX_TASKS`)."""
+    if max_tasks is None:
+        max_tasks = dask.config.get("streamrff.max-tasks", DEFAULT_MAX_TASKS)
+    if isinstance(max_tasks, bool) or not isinstance(max_tasks, (int, np.integer)) or max_tasks < 1:
+        raise InputError(f"max_tasks must be a positive integer (CLI --max-tasks). Got {max_tasks!r}.")
+    return int(max_tasks)
+
+
 def run_chunks(
     sources: Sequence[RowSource | da.Array],
     kernel: ChunkKernel,
@@ -142,15 +220,24 @@ def run_chunks(
     chunk_filter: Callable[[int, int], bool] | None = None,
     names: Sequence[str] | None = None,
     shows_non_finite: Callable[[Sketch], bool] | None = None,
+    max_tasks: int | None = None,
 ) -> Sketch:
     """Apply ``kernel`` to every row chunk of ``sources`` (pooled, in order) and tree-merge the partials.
 
     ``sources`` are opened sources (:func:`streamrff.io.open_source`; a dask
     array is wrapped as it is). Global row indices run through the sources in
     order, so a chunk of the second source starts at ``len(sources[0])`` plus
-    its own offset. With
-    ``checkpoint``, each chunk's partial is saved under
-    ``checkpoint/checkpoint_job/rows-START-STOP.zarr`` and reused on later runs.
+    its own offset. A job has at most ``max_tasks`` tasks (default: the dask
+    config key ``streamrff.max-tasks``, else :data:`DEFAULT_MAX_TASKS`) plus
+    one per source: beyond that, consecutive chunks are grouped into one task,
+    which reads and embeds them one at a time (a zarr source's task reads its
+    stored chunks itself; a dask source's group arrives as one block of rows),
+    so results differ from one task per chunk only by float64 rounding. The
+    plan is checked against the client's memory before its graph is built, and
+    a zarr chunk absent from its store is refused before any work (unless the
+    source allows missing chunks). With ``checkpoint``, each task's partial is
+    saved under ``checkpoint/checkpoint_job/rows-START-STOP-IDENTITY.zarr``
+    (the identity of its chunks) and reused on later runs.
     ``chunk_filter(start, stop)`` may skip chunks (the landmark pass reads
     only the chunks that hold sampled rows). ``names`` label the sources in
     error messages (default: each source's name); ``on_invalid="require"`` fails on NaN/inf
@@ -161,45 +248,63 @@ def run_chunks(
     """
     if on_invalid not in (*_ON_INVALID, "require"):
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+    max_tasks = _max_tasks(max_tasks)
     sources = [open_source(source) for source in sources]
     names = list(names) if names is not None else [source.name for source in sources]
-    blocks, offsets, sizes, places = [], [], [], []
-    start = 0
-    for source, name in zip(sources, names):
-        local = 0
-        for index, (block, size) in enumerate(zip(source.array.to_delayed().ravel(), source.row_chunks)):
-            if chunk_filter is None or chunk_filter(start, start + size):
-                blocks.append(block)
-                offsets.append(start)
-                sizes.append(size)
-                places.append((name, index, local))
-            start += size
-            local += size
-    if not blocks:
-        raise InputError("No chunks to process: the data has no rows.")
-    slots: list[PartialSlot | None] = [None] * len(blocks)
+    if checkpoint is not None and (len(sources) != 1 or chunk_filter is not None):
+        raise InputError("A checkpoint keeps the chunks of one source, all of them.")
+    n_chunks = sum(len(source.array.chunks[0]) for source in sources)
+    per_task = max(1, -(-n_chunks // max_tasks))
+    n_tasks = sum(-(-len(source.array.chunks[0]) // per_task) for source in sources)
+    grouped_rows = max(
+        (per_task * max(source.array.chunks[0]) * source.shape[1] * source.dtype.itemsize for source in sources
+         if per_task > 1 and source.zarr_array is None and source.rows is None),
+        default=0,
+    )  # fmt: skip
+    check_plan_fits(
+        n_chunks, n_tasks, memory_available(), split_every, task_rows_bytes=grouped_rows,
+        memory_per_thread=_memory_per_thread(client if not isinstance(client, str) else None),
+    )  # fmt: skip
+    listed = [source.check_chunks_stored() for source in sources]  # a missing chunk: refused before any work
+    job_key = uuid.uuid4().hex
     with contextlib.ExitStack() as stack:
+        job = None
         if checkpoint is not None:
-            if len(sources) != 1 or chunk_filter is not None:
-                raise InputError("A checkpoint keeps the chunks of one source, all of them.")
             job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], storage_options))
-            slots = [
-                job.slot(start, start + size, identity)
-                for start, size, identity in zip(offsets, sizes, chunk_identities(sources[0]))
-            ]
         # One key for the kernel (and the map inside it): the map is shipped once, not per task.
         kernel_key = dask.delayed(kernel, pure=True, traverse=False)
-        partials, reused = [], 0
-        for block, offset, where, slot in zip(blocks, offsets, places, slots):
-            if slot is not None and slot.identity is not None and slot.saved:
-                partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
-                reused += 1
+        partials, reused, n_planned, identified_late = [], 0, 0, False
+        global_base = 0
+        for source, name, is_listed in zip(sources, names, listed):
+            groups = list(_groups_of(source, name, global_base, per_task, chunk_filter))
+            global_base += source.shape[0]
+            if not groups:
                 continue
-            task = dask.delayed(_chunk_task, pure=True)
-            partials.append(task(block, offset, where, kernel_key, on_invalid, slot, shows_non_finite))
+            identities = chunk_identities(source) if job is not None else None
+            for group, data in _group_data(source, groups, per_task, is_listed):
+                n_planned += len(group.sizes)
+                slot = None
+                if job is not None:
+                    first, last = int(group.indices[0]), int(group.indices[-1])
+                    identity = _group_identity(identities[first : last + 1])
+                    stop = int(group.local_starts[-1] + group.sizes[-1])
+                    slot = job.slot(int(group.local_starts[0]), stop, identity)
+                    identified_late = identified_late or identity is None
+                    if identity is not None and slot.saved:
+                        partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
+                        reused += len(group.sizes)
+                        continue
+                partials.append(
+                    dask.delayed(_group_task)(
+                        data, group, kernel_key, on_invalid, slot, shows_non_finite, split_every,
+                        dask_key_name=f"chunk_task-{job_key}-{len(partials)}",
+                    )
+                )  # fmt: skip
+        if not partials:
+            raise InputError("No chunks to process: the data has no rows.")
         logger.info(
-            "sketching %d chunk(s): %d from checkpoint, %d to compute%s", len(blocks), reused, len(blocks) - reused,
-            " or from checkpoint as read" if any(slot and slot.identity is None for slot in slots) else "",
+            "sketching %d chunk(s): %d from checkpoint, %d to compute%s, in %d task(s)", n_planned, reused,
+            n_planned - reused, " or from checkpoint as read" if identified_late else "", len(partials),
         )  # fmt: skip
         level = partials
         while len(level) > 1:
@@ -208,6 +313,52 @@ def run_chunks(
                 for i in range(0, len(level), split_every)
             ]
         return _compute(level[0], client, progress, retries)
+
+
+def _groups_of(
+    source: RowSource, name: str, global_base: int, per_task: int, chunk_filter: Callable[[int, int], bool] | None
+) -> Any:
+    """The groups of ``per_task`` consecutive chunks of ``source`` (less those ``chunk_filter`` skips)."""
+    sizes = np.asarray(source.array.chunks[0], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(np.int64)
+    keep = None
+    if chunk_filter is not None:
+        bounds = zip((global_base + starts).tolist(), (global_base + starts + sizes).tolist())
+        keep = np.array([chunk_filter(start, stop) for start, stop in bounds], dtype=bool)
+    for first in range(0, sizes.size, per_task):
+        indices = np.arange(first, min(first + per_task, sizes.size))
+        if keep is not None:
+            indices = indices[keep[indices]]
+        if indices.size:
+            yield _ChunkGroup(name, indices, starts[indices], sizes[indices], global_base, 0)
+
+
+def _group_data(source: RowSource, groups: list[_ChunkGroup], per_task: int, listed: bool) -> Any:
+    """Each group with what its task reads, from which row (``read_base``): the stored array itself
+    (zarr), a view of the rows (numpy), or the group's block of a dask array (its chunks, merged if grouped)."""
+    if source.zarr_array is not None:
+        stored = ChunkRows(source.zarr_array, allow_missing=source.allow_missing_chunks, check_stored=not listed)
+        stored_key = dask.delayed(stored, pure=True, traverse=False)  # shipped once, like the kernel
+        for group in groups:
+            yield group, stored_key
+        return
+    if source.rows is not None:
+        for group in groups:
+            first, stop = int(group.local_starts[0]), int(group.local_starts[-1] + group.sizes[-1])
+            yield dataclasses.replace(group, read_base=first), source.rows[first:stop]
+        return
+    sizes = source.array.chunks[0]
+    if per_task == 1:
+        blocks = source.array.to_delayed().ravel()
+        for group in groups:
+            yield dataclasses.replace(group, read_base=int(group.local_starts[0])), blocks[int(group.indices[0])]
+        return
+    merged = tuple(sum(sizes[first : first + per_task]) for first in range(0, len(sizes), per_task))
+    blocks = source.array.rechunk({0: merged, 1: -1}).to_delayed(optimize_graph=False).ravel()
+    block_starts = np.concatenate([[0], np.cumsum(merged[:-1])]).astype(np.int64)
+    for group in groups:
+        block = int(group.indices[0]) // per_task
+        yield dataclasses.replace(group, read_base=int(block_starts[block])), blocks[block]
 
 
 def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
