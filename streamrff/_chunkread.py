@@ -46,7 +46,7 @@ def stored_chunk_keys(zarr_array: Any, row_start: int, row_stop: int) -> list[st
 
 def missing_chunk_message(key: str, zarr_array: Any, n_missing: int = 1) -> str:
     """One line: chunk ``key`` of ``zarr_array`` is absent from its store, and what to do."""
-    others = f" ({n_missing - 1:,} more chunks are missing too)" if n_missing > 1 else ""
+    others = f" (about {n_missing - 1:,} more chunks are missing too)" if n_missing > 1 else ""
     return (
         f"Chunk {key!r} of the zarr array at {zarr_array.store_path} is missing from its store{others}: zarr would "
         f"read it as the fill value ({zarr_array.fill_value}), rows that were never written. Copy the array "

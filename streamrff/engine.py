@@ -391,6 +391,8 @@ def landmark_sample(
     smallest keys in blocks (no data read), then reads only the chunks that
     hold those rows; non-finite rows are never sampled.
     """
+    for source in sources:  # before the keys of every row are drawn: a source of missing chunks fails at once
+        source.check_chunks_stored()
     n_total = sum(source.shape[0] for source in sources)
     threshold = _kth_smallest_key(seed, n_total, k)
 
@@ -541,6 +543,7 @@ def fit_map(
     client: Any = None,
     progress: bool = False,
     storage_options: StorageOptions = None,
+    allow_missing_chunks: bool | None = None,
 ) -> FeatureMap:
     """A fitted copy of ``feature_map``: itself if already fitted, else fitted on the seeded row sample.
 
@@ -564,6 +567,10 @@ def fit_map(
         Show a progress bar.
     storage_options : dict, optional
         fsspec options for URL sources. Never logged.
+    allow_missing_chunks : bool, optional
+        Read zarr chunks absent from their store as the fill value, on
+        purpose; by default they are refused, naming the chunk (see
+        :func:`streamrff.io.open_source`).
 
     Returns
     -------
@@ -585,7 +592,9 @@ def fit_map(
     """
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
-    sources = open_sources(arrays, storage_options=storage_options, argument="arrays")
+    sources = open_sources(
+        arrays, storage_options=storage_options, argument="arrays", allow_missing_chunks=allow_missing_chunks
+    )
     return fit_map_and_sample(feature_map, sources, 0, 0, client=client, progress=progress)[0]
 
 
@@ -656,6 +665,8 @@ def sketch(
     dtype: Any = "float32",
     method: str = "auto",
     target: Any = None,
+    allow_missing_chunks: bool | None = None,
+    max_tasks: int | None = None,
 ) -> MeanSketch:
     """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
 
@@ -727,6 +738,17 @@ def sketch(
         ``sum y`` and ``y^T y``; the target is read chunk by chunk beside the
         rows (rechunked to the rows' chunks), and NaN/inf in it count as
         invalid rows. See :class:`streamrff.KernelRidge`.
+    allow_missing_chunks : bool, optional
+        Read zarr chunks absent from their store as the fill value, on
+        purpose. By default (None: the dask config key
+        ``streamrff.allow-missing-chunks``, else False) a missing chunk is a
+        :class:`~streamrff.SourceError` naming it, before any work where the
+        store lists its keys, else when a task reaches it.
+    max_tasks : int, optional
+        Most tasks of the job (default: the dask config key
+        ``streamrff.max-tasks``, else 10 000). A store of more chunks has
+        consecutive chunks grouped into one task, which reads them one at a
+        time; the result differs only by float64 rounding.
 
     Returns
     -------
@@ -766,7 +788,11 @@ def sketch(
     _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
     method = check_sum_method(method, moments, dtype)
-    source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    max_tasks = _max_tasks(max_tasks)
+    source = open_source(
+        source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows,
+        allow_missing_chunks=allow_missing_chunks,
+    )  # fmt: skip
     with connect(client) as active:
         memory = _memory_per_thread(active)
         check_sizes_fit(feature_map, source.shape[1], memory, moments, split_every=split_every)
@@ -788,7 +814,7 @@ def sketch(
             source, fitted, kernel, job, dtype, kind, active,
             plan=chunk_rows is None and target is None, moments=moments, on_invalid=on_invalid,
             split_every=split_every, progress=progress, checkpoint=checkpoint, storage_options=storage_options,
-            retries=retries, shows_non_finite=shows_non_finite,
+            retries=retries, shows_non_finite=shows_non_finite, max_tasks=max_tasks,
         )  # fmt: skip
 
 
@@ -808,6 +834,8 @@ def nystrom_sketch(
     retries: int = 3,
     dtype: Any = "float32",
     target: Any = None,
+    allow_missing_chunks: bool | None = None,
+    max_tasks: int | None = None,
 ) -> NystromSketch:
     """Sketch out-of-core data in one pass into a :class:`NystromSketch` (``Y = sum z z^T Omega``).
 
@@ -830,6 +858,8 @@ def nystrom_sketch(
         :class:`~streamrff.NystromRegressionSketch`, the range sketch plus
         ``Z^T y``, ``sum y`` and ``y^T y``, for :class:`streamrff.KernelRidge`
         with ``rank`` on wide maps.
+    allow_missing_chunks, max_tasks
+        As for :func:`sketch`.
 
     Returns
     -------
@@ -856,7 +886,11 @@ def nystrom_sketch(
     check_positive_int(sketch_size, "sketch_size")
     seed = normalize_seed(seed)
     dtype = check_feature_dtype(dtype)
-    source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    max_tasks = _max_tasks(max_tasks)
+    source = open_source(
+        source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows,
+        allow_missing_chunks=allow_missing_chunks,
+    )  # fmt: skip
     with connect(client) as active:
         fitted = fit_map(feature_map, [source], client=active, progress=progress)
         sketch_size = check_sketch_size(sketch_size, fitted.n_features_out_)
@@ -880,6 +914,7 @@ def nystrom_sketch(
             source, fitted, kernel, job, dtype, kind, active,
             plan=chunk_rows is None and target is None, moments=False, on_invalid=on_invalid, split_every=split_every,
             progress=progress, checkpoint=checkpoint, storage_options=storage_options, retries=retries,
+            max_tasks=max_tasks,
         )  # fmt: skip
 
 
@@ -895,6 +930,7 @@ def _join_target(
     if chunk_rows is None:
         source = _plan_chunks(source, fitted.n_features_out_, moments, client)
     targets = open_source(target, storage_options=storage_options, sample_dim=sample_dim, name="target",
+                          allow_missing_chunks=source.allow_missing_chunks,
                           allow_vector=True)  # fmt: skip
     columns = {
         "n_columns": source.shape[1],
@@ -915,6 +951,7 @@ def _run_job(
     source: RowSource, feature_map: FeatureMap, kernel: ChunkKernel, job: str, dtype: np.dtype, kind: type[Sketch],
     client: Any, *, plan: bool, moments: bool, on_invalid: str, split_every: int, progress: bool, checkpoint: Any,
     storage_options: StorageOptions, retries: int, shows_non_finite: Callable[[Sketch], bool] | None = None,
+    max_tasks: int | None = None,
 ) -> Any:  # fmt: skip
     """Run a sketch job over ``source``'s chunks, planned first if ``plan``; ``job`` names its checkpoint partials
     (``shows_non_finite``: see :func:`run_chunks`)."""
@@ -935,6 +972,7 @@ def _run_job(
         storage_options=storage_options,
         retries=retries,
         shows_non_finite=shows_non_finite,
+        max_tasks=max_tasks,
     )
     if not isinstance(result, kind):  # pragma: no cover - defensive: the kernels return this kind
         raise SketchFormatError(f"Internal error: expected a {kind.__name__}, got {type(result).__name__}.")

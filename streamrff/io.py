@@ -93,6 +93,10 @@ _READABLE = (
 )
 
 
+#: Names of the metadata objects of a zarr array (v3, v2), which are not chunks.
+_METADATA_FILES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
+
+
 def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
@@ -315,6 +319,10 @@ class RowSource:
         SourceError
             Naming the first missing chunk, the array and how many are missing.
         """
+        return self._chunks_stored_checked
+
+    @cached_property
+    def _chunks_stored_checked(self) -> bool:
         if self.joined:
             return all([part.check_chunks_stored() for part in self.joined])
         if self.zarr_array is None or self.allow_missing_chunks:
@@ -322,9 +330,16 @@ class RowSource:
         stored = self._stored_keys
         if stored is None:
             return False
-        missing = [key for key in stored_chunk_keys(self.zarr_array, 0, self.shape[0]) if key not in stored]
-        if missing:
-            raise SourceError(missing_chunk_message(missing[0], self.zarr_array, len(missing)))
+        metadata = self.zarr_array.metadata
+        grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
+        row_blocks, column_blocks = (-(-int(size) // int(step)) for size, step in zip(self.shape, grid))
+        for row_block in range(row_blocks):  # stops at the first missing chunk: no list of every key
+            for column_block in range(column_blocks):
+                key = metadata.encode_chunk_key((row_block, column_block))
+                if key not in stored:
+                    n_stored = len([name for name in stored if name.rsplit("/", 1)[-1] not in _METADATA_FILES])
+                    n_missing = max(1, row_blocks * column_blocks - n_stored)
+                    raise SourceError(missing_chunk_message(key, self.zarr_array, n_missing))
         return True
 
     @cached_property
@@ -523,12 +538,18 @@ def _check_declared_size(zarr_array: Any, description: str, chunk_rows: int | No
 
 
 def open_sources(
-    sources: Sequence[Any], storage_options: StorageOptions = None, argument: str = "sources"
+    sources: Sequence[Any],
+    storage_options: StorageOptions = None,
+    argument: str = "sources",
+    allow_missing_chunks: bool | None = None,
 ) -> list[RowSource]:
     """:func:`open_source` for each of several sources of one width (the pooled sample of a map)."""
     if isinstance(sources, (str, os.PathLike, RowSource)) or not isinstance(sources, Sequence) or not sources:
         raise InputError(f"{argument} must be a non-empty list of sources. Got {type(sources).__name__}.")
-    opened = [open_source(source, storage_options=storage_options) for source in sources]
+    opened = [
+        open_source(source, storage_options=storage_options, allow_missing_chunks=allow_missing_chunks)
+        for source in sources
+    ]
     width = opened[0].shape[1]
     for other in opened[1:]:
         if other.shape[1] != width:
