@@ -13,12 +13,22 @@ import pytest
 import zarr
 
 import streamrff as srf
+from streamrff.cli import main
 from streamrff.errors import InputError, SourceError
 from streamrff.io import MAX_CHUNKS, open_source
-from test_cli import run_main
 
 N_COLUMNS = 3
 DECLARED = {"1e10": 10**10, "1e15": 10**15}
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    """The CLI in-process: (exit code, stdout, stderr)."""
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def numpy_feature_sum(rows: np.ndarray, fitted: srf.RFF) -> np.ndarray:
@@ -192,7 +202,8 @@ def test_grouped_checkpoint_partials_are_keyed_by_their_chunks(tmp_path, caplog)
 
     first, counts = run()
     assert counts == (40, 0, 40, 5)
-    assert len([name for name in os.listdir(f"{checkpoint}/{os.listdir(checkpoint)[0]}") if name.endswith(".zarr")]) == 5
+    (job,) = os.listdir(checkpoint)
+    assert len([name for name in os.listdir(f"{checkpoint}/{job}") if name.endswith(".zarr")]) == 5
     again, counts = run()
     assert counts == (40, 40, 0, 5)
     np.testing.assert_array_equal(again.feature_sum, first.feature_sum)
