@@ -50,8 +50,8 @@ def missing_chunk_message(key: str, zarr_array: Any, n_missing: int = 1) -> str:
     return (
         f"Chunk {key!r} of the zarr array at {zarr_array.store_path} is missing from its store{others}: zarr would "
         f"read it as the fill value ({zarr_array.fill_value}), rows that were never written. Copy the array "
-        "completely, or pass allow_missing_chunks=True (CLI --allow-missing-chunks) to read missing chunks as the "
-        "fill value on purpose."
+        "completely, or, if its writer left chunks of only the fill value unstored (zarr's default), pass "
+        "allow_missing_chunks=True (CLI --allow-missing-chunks) to read missing chunks as the fill value."
     )
 
 
