@@ -391,6 +391,7 @@ def landmark_sample(
     smallest keys in blocks (no data read), then reads only the chunks that
     hold those rows; non-finite rows are never sampled.
     """
+    sources = [open_source(source) for source in sources]
     for source in sources:  # before the keys of every row are drawn: a source of missing chunks fails at once
         source.check_chunks_stored()
     n_total = sum(source.shape[0] for source in sources)
