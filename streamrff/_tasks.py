@@ -50,6 +50,7 @@ class _ChunkGroup:
     sizes: np.ndarray
     global_base: int
     read_base: int
+    wave: int | None = None
 
     def where(self, position: int) -> tuple[str, int, int]:
         return (self.name, int(self.indices[position]), int(self.local_starts[position]))
@@ -157,6 +158,12 @@ def _merge_group(*partials: Sketch) -> Sketch:
 DEFAULT_MAX_TASKS = 10_000
 
 
+#: Chunks of a dask source run in one compute. Dask holds a few kilobytes of state for every task of
+#: a graph it runs, and a dask source has a task per chunk, so a source of more chunks runs in
+#: waves of this many (results merged in chunk order, as one graph would).
+WAVE_CHUNKS = 2**17
+
+
 def _max_tasks(max_tasks: Any) -> int:
     """``max_tasks``, or the dask config key ``streamrff.max-tasks`` (default :data:`DEFAULT_MAX_TASKS`)."""
     if max_tasks is None:
@@ -205,8 +212,14 @@ def group_data(source: RowSource, groups: list[_ChunkGroup], per_task: int, list
             yield dataclasses.replace(group, read_base=int(group.local_starts[0])), blocks[int(group.indices[0])]
         return
     merged = tuple(sum(sizes[first : first + per_task]) for first in range(0, len(sizes), per_task))
-    blocks = source.array.rechunk({0: merged, 1: -1}).to_delayed(optimize_graph=False).ravel()
-    block_starts = np.concatenate([[0], np.cumsum(merged[:-1])]).astype(np.int64)
+    block_starts = np.concatenate([[0], np.cumsum(merged)]).astype(np.int64)
+    per_wave = max(1, WAVE_CHUNKS // per_task)  # groups of one wave
+    waves: dict[int, Any] = {}
     for group in groups:
         block = int(group.indices[0]) // per_task
-        yield dataclasses.replace(group, read_base=int(block_starts[block])), blocks[block]
+        wave = block // per_wave
+        if wave not in waves:  # dask materialises only this wave's chunks of the source when it runs
+            first, last = wave * per_wave, min((wave + 1) * per_wave, len(merged))
+            rows = source.array[int(block_starts[first]) : int(block_starts[last])]
+            waves = {wave: rows.rechunk({0: merged[first:last], 1: -1}).to_delayed(optimize_graph=False).ravel()}
+        yield dataclasses.replace(group, read_base=int(block_starts[block]), wave=wave), waves[wave][block % per_wave]

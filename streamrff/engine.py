@@ -140,7 +140,7 @@ def run_chunks(
             job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], storage_options))
         # One key for the kernel (and the map inside it): the map is shipped once, not per task.
         kernel_key = dask.delayed(kernel, pure=True, traverse=False)
-        partials, reused, n_planned, identified_late = [], 0, 0, False
+        partials, waves, reused, n_planned, identified_late = [], [], 0, 0, False
         global_base = 0
         for source, name, is_listed in zip(sources, names, listed):
             groups = list(chunk_groups(source, name, global_base, per_task, chunk_filter))
@@ -159,27 +159,47 @@ def run_chunks(
                     identified_late = identified_late or identity is None
                     if identity is not None and slot.saved:
                         partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
+                        waves.append(None if group.wave is None else (id(source), group.wave))
                         reused += len(group.sizes)
                         continue
-                partials.append(
-                    dask.delayed(group_task)(
-                        data, group, kernel_key, on_invalid, slot, shows_non_finite, split_every,
-                        dask_key_name=f"chunk_task-{job_key}-{len(partials)}",
-                    )
+                task = dask.delayed(group_task)(
+                    data, group, kernel_key, on_invalid, slot, shows_non_finite, split_every,
+                    dask_key_name=f"chunk_task-{job_key}-{len(partials)}",
                 )  # fmt: skip
+                partials.append(task)
+                waves.append(None if group.wave is None else (id(source), group.wave))
         if not partials:
             raise InputError("No chunks to process: the data has no rows.")
         logger.info(
             "sketching %d chunk(s): %d from checkpoint, %d to compute%s, in %d task(s)", n_planned, reused,
             n_planned - reused, " or from checkpoint as read" if identified_late else "", len(partials),
         )  # fmt: skip
-        level = partials
-        while len(level) > 1:
-            level = [
-                dask.delayed(_merge_group, pure=True)(*level[i : i + split_every])
-                for i in range(0, len(level), split_every)
-            ]
-        return _compute(level[0], client, progress, retries)
+        # One compute, or one per wave of a dask source of very many chunks (consecutive, in chunk order).
+        results = [
+            _compute(_merge_tree([partials[i] for i in positions], split_every), client, progress, retries)
+            for positions in _runs(waves)
+        ]
+        return results[0] if len(results) == 1 else _merge_tree(results, split_every, merge=_merge_group)
+
+
+def _runs(tags: Sequence[Any]) -> list[list[int]]:
+    """Positions of consecutive equal tags: ``[a, a, b] -> [[0, 1], [2]]``."""
+    runs: list[list[int]] = []
+    for position, tag in enumerate(tags):
+        if runs and tags[runs[-1][0]] == tag:
+            runs[-1].append(position)
+        else:
+            runs.append([position])
+    return runs
+
+
+def _merge_tree(partials: list[Any], split_every: int, merge: Callable[..., Any] | None = None) -> Any:
+    """Partials merged in groups of ``split_every``, level by level, in order (delayed unless ``merge``)."""
+    merge = merge or dask.delayed(_merge_group, pure=True)
+    level = partials
+    while len(level) > 1:
+        level = [merge(*level[i : i + split_every]) for i in range(0, len(level), split_every)]
+    return level[0]
 
 
 def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:

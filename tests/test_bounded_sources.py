@@ -225,3 +225,19 @@ def test_chunk_rows_that_would_plan_too_many_tasks_are_refused_before_dask_plans
 
     with pytest.raises(SourceError, match=r"in 10,000,000,000,000 tasks of 1 rows"):
         open_source(huge, chunk_rows=1)
+
+
+def test_a_dask_source_of_very_many_chunks_runs_in_waves_with_the_same_result(monkeypatch):
+    import streamrff._tasks
+
+    rows = _many_chunks(600)
+    source = da.from_array(rows, chunks=(4, N_COLUMNS))
+    rff = srf.RFF(n_features=32, bandwidth=1.0, seed=1)
+    per_chunk = srf.sketch(source, rff)
+    monkeypatch.setattr(streamrff._tasks, "WAVE_CHUNKS", 50)  # groups of 12 chunks, 4 groups per wave: 13 waves
+
+    in_waves = srf.sketch(source, rff, max_tasks=50)
+
+    assert in_waves.count == rows.shape[0]
+    np.testing.assert_allclose(in_waves.feature_sum, per_chunk.feature_sum, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(in_waves.feature_sum, numpy_feature_sum(rows, in_waves.feature_map), rtol=0, atol=1e-3)
