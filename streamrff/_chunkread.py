@@ -44,12 +44,13 @@ def stored_chunk_keys(zarr_array: Any, row_start: int, row_stop: int) -> list[st
     ]
 
 
-def missing_chunk_message(key: str, zarr_array: Any, n_missing: int = 1) -> str:
-    """One line: chunk ``key`` of ``zarr_array`` is absent from its store, and what to do."""
+def missing_chunk_message(key: str, zarr_array: Any, n_missing: int = 1, location: str | None = None) -> str:
+    """One line: chunk ``key`` of ``zarr_array`` (at ``location``, default its store path) is absent from its
+    store, and what to do."""
     others = f" (about {n_missing - 1:,} more chunks are missing too)" if n_missing > 1 else ""
     return (
-        f"Chunk {key!r} of the zarr array at {zarr_array.store_path} is missing from its store{others}: zarr would "
-        f"read it as the fill value ({zarr_array.fill_value}), rows that were never written. Copy the array "
+        f"Chunk {key!r} of the zarr array at {location or zarr_array.store_path} is missing from its store{others}: "
+        f"zarr would read it as the fill value ({zarr_array.fill_value}), rows that were never written. Copy the array "
         "completely, or, if its writer left chunks of only the fill value unstored (zarr's default), pass "
         "allow_missing_chunks=True (CLI --allow-missing-chunks) to read missing chunks as the fill value."
     )
@@ -92,6 +93,8 @@ class ChunkRows:
         Reads that zarr does (other codecs, partial chunks) first ask the store whether each
         chunk they touch exists (one request per chunk on object storage); False when the
         store's listing was checked before the job.
+    location : str, optional
+        The array's path or URL, for messages (default: its store path).
 
     Attributes
     ----------
@@ -112,8 +115,11 @@ class ChunkRows:
     True
     """
 
-    def __init__(self, zarr_array: Any, allow_missing: bool = False, check_stored: bool = True) -> None:
+    def __init__(
+        self, zarr_array: Any, allow_missing: bool = False, check_stored: bool = True, location: str | None = None
+    ) -> None:
         self.zarr_array = zarr_array
+        self.location = location
         self.allow_missing = bool(allow_missing)
         self.check_stored = bool(check_stored)
         self.shape = tuple(zarr_array.shape)
@@ -151,7 +157,7 @@ class ChunkRows:
         start, stop, _ = rows.indices(self.shape[0])
         for chunk_key in stored_chunk_keys(self.zarr_array, start, stop) if stop > start else ():
             if not sync((self.zarr_array.store_path / chunk_key).exists()):
-                raise SourceError(missing_chunk_message(chunk_key, self.zarr_array))
+                raise SourceError(missing_chunk_message(chunk_key, self.zarr_array, location=self.location))
 
     def _whole_chunk(self, key: Any) -> tuple[int, int] | None:
         """The row-chunk index that ``key`` selects whole and its row count, or None."""
@@ -178,7 +184,7 @@ class ChunkRows:
         stored = sync((self.zarr_array.store_path / key).get(prototype=default_buffer_prototype()))
         if stored is None:  # never written: zarr's fill value, as zarr reads it, if allowed
             if not self.allow_missing:
-                raise SourceError(missing_chunk_message(key, self.zarr_array))
+                raise SourceError(missing_chunk_message(key, self.zarr_array, location=self.location))
             return np.full((n_rows, self.shape[1]), self.zarr_array.fill_value, self.dtype)
         compressed = stored.as_numpy_array()
         chunk = np.empty(self.chunks, self.dtype)  # edge chunks are stored whole

@@ -195,7 +195,9 @@ def group_data(source: RowSource, groups: list[_ChunkGroup], per_task: int, list
     """Each group with what its task reads, from which row (``read_base``): the stored array itself
     (zarr), a view of the rows (numpy), or the group's block of a dask array (its chunks, merged if grouped)."""
     if source.zarr_array is not None:
-        stored = ChunkRows(source.zarr_array, allow_missing=source.allow_missing_chunks, check_stored=not listed)
+        stored = ChunkRows(
+            source.zarr_array, source.allow_missing_chunks, check_stored=not listed, location=source.location
+        )
         stored_key = dask.delayed(stored, pure=True, traverse=False)  # shipped once, like the kernel
         for group in groups:
             yield group, stored_key

@@ -239,7 +239,7 @@ class RowSource:
         """The same source, reading a zarr chunk absent from its store as the fill value (``allow``) or refusing it."""
         if self.zarr_array is None:
             return dataclasses.replace(self, allow_missing_chunks=allow)
-        array = _zarr_rows(self.zarr_array, allow)
+        array = _zarr_rows(self.zarr_array, allow, self.location)
         if array.chunks[0] != self.array.chunks[0]:
             array = array.rechunk({0: self.array.chunks[0], 1: -1})
         return dataclasses.replace(self, array=array, allow_missing_chunks=allow)
@@ -339,7 +339,7 @@ class RowSource:
                 if key not in stored:
                     n_stored = len([name for name in stored if name.rsplit("/", 1)[-1] not in _METADATA_FILES])
                     n_missing = max(1, row_blocks * column_blocks - n_stored)
-                    raise SourceError(missing_chunk_message(key, self.zarr_array, n_missing))
+                    raise SourceError(missing_chunk_message(key, self.zarr_array, n_missing, self.location))
         return True
 
     @cached_property
@@ -356,6 +356,7 @@ class RowSource:
 
         try:
             filesystem, root = fsspec.core.url_to_fs(self.location, **(self.storage_options or {}))
+            filesystem.invalidate_cache(root)  # a listing cached before the chunks were written would miss them
             found = filesystem.find(root)
         except Exception:  # fsspec/botocore raise many types; HTTP stores cannot list: checked as read
             return None
@@ -476,7 +477,7 @@ def open_source(
         if zarr_array.path:
             location = location.rstrip("/") + "/" + zarr_array.path
         _check_declared_size(zarr_array, describe_source(source), chunk_rows)
-        array = _zarr_rows(zarr_array, allow_missing)
+        array = _zarr_rows(zarr_array, allow_missing, location)
     else:
         array = _as_array(source, sample_dim, allow_vector)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(
@@ -577,13 +578,13 @@ def _absolute_location(url: str) -> str:
     return location if _is_remote(location) else os.path.abspath(location)
 
 
-def _zarr_rows(zarr_array: Any, allow_missing: bool = False) -> da.Array:
+def _zarr_rows(zarr_array: Any, allow_missing: bool = False, location: str | None = None) -> da.Array:
     """The stored array as dask reads it, one task per stored chunk, whole row chunks decoded
     without zarr's extra copies (:class:`streamrff._chunkread.ChunkRows`); a chunk absent from
     the store is an error unless ``allow_missing``."""
     from dask.base import tokenize
 
-    rows = ChunkRows(zarr_array, allow_missing=allow_missing)
+    rows = ChunkRows(zarr_array, allow_missing=allow_missing, location=location)
     return da.from_array(
         rows, chunks=rows.chunks, name="from-zarr-" + tokenize(rows), meta=np.empty((0,) * rows.ndim, rows.dtype)
     )

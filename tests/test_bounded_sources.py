@@ -241,3 +241,22 @@ def test_a_dask_source_of_very_many_chunks_runs_in_waves_with_the_same_result(mo
     assert in_waves.count == rows.shape[0]
     np.testing.assert_allclose(in_waves.feature_sum, per_chunk.feature_sum, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(in_waves.feature_sum, numpy_feature_sum(rows, in_waves.feature_map), rtol=0, atol=1e-3)
+
+
+def test_a_chunk_missing_from_object_storage_is_refused_from_the_listing(s3_server, s3_bucket):
+    import s3fs
+
+    rows = np.random.default_rng(4).normal(size=(400, N_COLUMNS)).astype("float32")
+    url = f"s3://{s3_bucket}/half-copied.zarr"
+    store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options, read_only=False)
+    zarr.create_array(store=store, shape=rows.shape, chunks=(100, N_COLUMNS), dtype="float32")[...] = rows
+    rff = srf.RFF(n_features=16, bandwidth=1.0, seed=0)
+    assert srf.sketch(url, rff, storage_options=s3_server.storage_options).count == 400  # listed: all present
+    s3fs.S3FileSystem(**s3_server.storage_options).rm(f"{s3_bucket}/half-copied.zarr/c/2/0")
+
+    with pytest.raises(SourceError, match=r"Chunk 'c/2/0' of the zarr array at .*half-copied.zarr is missing"):
+        srf.sketch(url, rff, storage_options=s3_server.storage_options)
+    allowed = srf.sketch(url, rff, storage_options=s3_server.storage_options, allow_missing_chunks=True)
+    zeroed = rows.copy()
+    zeroed[200:300] = 0.0
+    np.testing.assert_allclose(allowed.feature_sum, numpy_feature_sum(zeroed, allowed.feature_map), rtol=0, atol=1e-4)
