@@ -140,7 +140,22 @@ def run_chunks(
             job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], storage_options))
         # One key for the kernel (and the map inside it): the map is shipped once, not per task.
         kernel_key = dask.delayed(kernel, pure=True, traverse=False)
-        partials, waves, reused, n_planned, identified_late = [], [], 0, 0, False
+        # One compute, or, for a dask source of very many chunks, one per wave, built when its turn
+        # comes (a wave's graph is dropped once computed); results merge in chunk order.
+        current: list[Any] = []
+        current_wave: Any = None
+        results: list[Any] = []
+        n_tasks = reused = n_planned = 0
+        identified_late = False
+
+        def add(partial: Any, wave: Any) -> None:
+            nonlocal current, current_wave
+            if current and wave != current_wave:
+                results.append(_compute(_merge_tree(current, split_every), client, progress, retries))
+                current = []
+            current.append(partial)
+            current_wave = wave
+
         global_base = 0
         for source, name, is_listed in zip(sources, names, listed):
             groups = list(chunk_groups(source, name, global_base, per_task, chunk_filter))
@@ -150,6 +165,8 @@ def run_chunks(
             identities = chunk_identities(source) if job is not None else None
             for group, data in group_data(source, groups, per_task, is_listed):
                 n_planned += len(group.sizes)
+                n_tasks += 1
+                wave = None if group.wave is None else (id(source), group.wave)
                 slot = None
                 if job is not None:
                     first, last = int(group.indices[0]), int(group.indices[-1])
@@ -158,39 +175,22 @@ def run_chunks(
                     slot = job.slot(int(group.local_starts[0]), stop, identity)
                     identified_late = identified_late or identity is None
                     if identity is not None and slot.saved:
-                        partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
-                        waves.append(None if group.wave is None else (id(source), group.wave))
+                        add(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options), wave)
                         reused += len(group.sizes)
                         continue
                 task = dask.delayed(group_task)(
                     data, group, kernel_key, on_invalid, slot, shows_non_finite, split_every,
-                    dask_key_name=f"chunk_task-{job_key}-{len(partials)}",
+                    dask_key_name=f"chunk_task-{job_key}-{n_tasks}",
                 )  # fmt: skip
-                partials.append(task)
-                waves.append(None if group.wave is None else (id(source), group.wave))
-        if not partials:
+                add(task, wave)
+        if not current:
             raise InputError("No chunks to process: the data has no rows.")
         logger.info(
             "sketching %d chunk(s): %d from checkpoint, %d to compute%s, in %d task(s)", n_planned, reused,
-            n_planned - reused, " or from checkpoint as read" if identified_late else "", len(partials),
+            n_planned - reused, " or from checkpoint as read" if identified_late else "", n_tasks,
         )  # fmt: skip
-        # One compute, or one per wave of a dask source of very many chunks (consecutive, in chunk order).
-        results = [
-            _compute(_merge_tree([partials[i] for i in positions], split_every), client, progress, retries)
-            for positions in _runs(waves)
-        ]
+        results.append(_compute(_merge_tree(current, split_every), client, progress, retries))
         return results[0] if len(results) == 1 else _merge_tree(results, split_every, merge=_merge_group)
-
-
-def _runs(tags: Sequence[Any]) -> list[list[int]]:
-    """Positions of consecutive equal tags: ``[a, a, b] -> [[0, 1], [2]]``."""
-    runs: list[list[int]] = []
-    for position, tag in enumerate(tags):
-        if runs and tags[runs[-1][0]] == tag:
-            runs[-1].append(position)
-        else:
-            runs.append([position])
-    return runs
 
 
 def _merge_tree(partials: list[Any], split_every: int, merge: Callable[..., Any] | None = None) -> Any:
