@@ -8,7 +8,7 @@ reference, equal to float32 rounding of the features (max |difference| / count o
 
 What dominates at 1e6 chunks is dask's own graph of the source (a getitem task per chunk, and the
 rechunk tasks that hand each group its chunks): a few kilobytes and a fraction of a millisecond
-per chunk on the client, which the engine bounds by running such a source in waves of 131 072
+per chunk on the client, which the engine bounds by running such a source in waves of 32 768
 chunks (``streamrff._tasks.WAVE_CHUNKS``). A zarr source of as many
 stored chunks costs far less: its grouped tasks read their stored chunks themselves, so the graph
 holds only the groups.
@@ -38,7 +38,7 @@ def measure(n_chunks: int, n_features: int) -> dict[str, float]:
 
     import streamrff as srf
 
-    rows = np.random.default_rng(0).normal(size=(n_chunks * ROWS_PER_CHUNK, WIDTH)).astype("float32")
+    rows = np.random.default_rng(0).standard_normal((n_chunks * ROWS_PER_CHUNK, WIDTH), dtype=np.float32)
     rff = srf.RFF(n_features=n_features, bandwidth=2.0, seed=0).fit(rows[:10])
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()

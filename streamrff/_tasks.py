@@ -161,7 +161,7 @@ DEFAULT_MAX_TASKS = 10_000
 #: Chunks of a dask source run in one compute. Dask holds a few kilobytes of state for every task of
 #: a graph it runs, and a dask source has a task per chunk, so a source of more chunks runs in
 #: waves of this many (results merged in chunk order, as one graph would).
-WAVE_CHUNKS = 2**17
+WAVE_CHUNKS = 2**15
 
 
 def _max_tasks(max_tasks: Any) -> int:
