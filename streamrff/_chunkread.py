@@ -21,7 +21,39 @@ import numpy as np
 
 from .errors import SourceError
 
-__all__ = ["ChunkRows", "frame_content_size"]
+__all__ = ["ChunkRows", "frame_content_size", "stored_chunk_keys", "missing_chunk_message"]
+
+
+def stored_chunk_keys(zarr_array: Any, row_start: int, row_stop: int) -> list[str]:
+    """The keys of the stored objects (chunks, or shards) that hold rows ``row_start..row_stop-1``, all columns.
+
+    Examples
+    --------
+    >>> import zarr
+    >>> array = zarr.create_array(zarr.storage.MemoryStore(), shape=(10, 6), chunks=(4, 3), dtype="float32")
+    >>> stored_chunk_keys(array, 3, 5)
+    ['c/0/0', 'c/0/1', 'c/1/0', 'c/1/1']
+    """
+    metadata = zarr_array.metadata
+    grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
+    grid_rows, column_blocks = int(grid[0]), -(-int(zarr_array.shape[1]) // int(grid[1]))
+    return [
+        metadata.encode_chunk_key((row_block, column_block))
+        for row_block in range(row_start // grid_rows, (row_stop - 1) // grid_rows + 1)
+        for column_block in range(column_blocks)
+    ]
+
+
+def missing_chunk_message(key: str, zarr_array: Any, n_missing: int = 1, location: str | None = None) -> str:
+    """One line: chunk ``key`` of ``zarr_array`` (at ``location``, default its store path) is absent from its
+    store, and what to do."""
+    others = f" (about {n_missing - 1:,} more chunks are missing too)" if n_missing > 1 else ""
+    return (
+        f"Chunk {key!r} of the zarr array at {location or zarr_array.store_path} is missing from its store{others}: "
+        f"zarr would read it as the fill value ({zarr_array.fill_value}), rows that were never written. Copy the array "
+        "completely, or, if its writer left chunks of only the fill value unstored (zarr's default), pass "
+        "allow_missing_chunks=True (CLI --allow-missing-chunks) to read missing chunks as the fill value."
+    )
 
 
 def _direct_codec(zarr_array: Any) -> Any:
@@ -54,6 +86,15 @@ class ChunkRows:
         The stored rows. Whole-chunk reads of a zarr v3 array with the codecs ``bytes`` (native
         byte order) + ``zstd`` and one chunk across the columns are decompressed directly; any
         other read, or any other array, is read by zarr.
+    allow_missing : bool, default=False
+        Read a chunk absent from the store as the fill value (zarr's reading); by default it is a
+        :class:`~streamrff.errors.SourceError` naming the chunk.
+    check_stored : bool, default=True
+        Reads that zarr does (other codecs, partial chunks) first ask the store whether each
+        chunk they touch exists (one request per chunk on object storage); False when the
+        store's listing was checked before the job.
+    location : str, optional
+        The array's path or URL, for messages (default: its store path).
 
     Attributes
     ----------
@@ -74,8 +115,13 @@ class ChunkRows:
     True
     """
 
-    def __init__(self, zarr_array: Any) -> None:
+    def __init__(
+        self, zarr_array: Any, allow_missing: bool = False, check_stored: bool = True, location: str | None = None
+    ) -> None:
         self.zarr_array = zarr_array
+        self.location = location
+        self.allow_missing = bool(allow_missing)
+        self.check_stored = bool(check_stored)
         self.shape = tuple(zarr_array.shape)
         self.dtype = np.dtype(zarr_array.dtype)
         self.ndim = len(self.shape)
@@ -90,12 +136,28 @@ class ChunkRows:
     def __dask_tokenize__(self) -> Any:
         from dask.base import tokenize
 
-        return ("streamrff.ChunkRows", tokenize(self.zarr_array))
+        return ("streamrff.ChunkRows", tokenize(self.zarr_array), self.allow_missing)
 
     def __getitem__(self, key: Any) -> np.ndarray:
         chunk = self._whole_chunk(key)
         rows = None if chunk is None else self._read_chunk(*chunk)
-        return np.asarray(self.zarr_array[key]) if rows is None else rows
+        if rows is not None:
+            return rows
+        if not self.allow_missing and self.check_stored:
+            self._check_stored(key)
+        return np.asarray(self.zarr_array[key])
+
+    def _check_stored(self, key: Any) -> None:
+        """Refuse a read by zarr that touches a chunk absent from the store (zarr would fill it)."""
+        from zarr.core.sync import sync
+
+        rows = key[0] if isinstance(key, tuple) else key
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            return  # not a read the engine does
+        start, stop, _ = rows.indices(self.shape[0])
+        for chunk_key in stored_chunk_keys(self.zarr_array, start, stop) if stop > start else ():
+            if not sync((self.zarr_array.store_path / chunk_key).exists()):
+                raise SourceError(missing_chunk_message(chunk_key, self.zarr_array, location=self.location))
 
     def _whole_chunk(self, key: Any) -> tuple[int, int] | None:
         """The row-chunk index that ``key`` selects whole and its row count, or None."""
@@ -120,7 +182,9 @@ class ChunkRows:
 
         key = self.zarr_array.metadata.encode_chunk_key((index, 0))
         stored = sync((self.zarr_array.store_path / key).get(prototype=default_buffer_prototype()))
-        if stored is None:  # never written: zarr's fill value, as zarr reads it
+        if stored is None:  # never written: zarr's fill value, as zarr reads it, if allowed
+            if not self.allow_missing:
+                raise SourceError(missing_chunk_message(key, self.zarr_array, location=self.location))
             return np.full((n_rows, self.shape[1]), self.zarr_array.fill_value, self.dtype)
         compressed = stored.as_numpy_array()
         chunk = np.empty(self.chunks, self.dtype)  # edge chunks are stored whole

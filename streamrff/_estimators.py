@@ -13,7 +13,7 @@ import numpy as np
 from ._validation import check_rows, check_width, is_in_memory, validate_estimator_input
 from .errors import InputError
 from .fileformat import load
-from .io import as_row_chunked
+from .io import open_source
 from .maps import KJL, RFF, FeatureMap
 from .sketches import Sketch
 from .typing import Seed, StorageOptions
@@ -87,7 +87,9 @@ def apply_to_rows(
     """
     if is_in_memory(X):
         return rows_function(validate_estimator_input(estimator, X, reset=False))
-    array = as_row_chunked(X, storage_options=storage_options)
+    source = open_source(X, storage_options=storage_options)
+    source.check_chunks_stored()  # a chunk missing from its store: refused before any work
+    array = source.array
     check_width(array, estimator.n_features_in_, type(estimator).__name__)
     if n_columns is None:
         return array.map_blocks(_checked_block, rows_function, dtype=dtype, drop_axis=1, chunks=(array.chunks[0],))

@@ -17,7 +17,10 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["task_bytes", "check_sizes_fit", "monitor_bytes", "check_monitor_fits", "memory_available"]
+__all__ = [
+    "task_bytes", "check_sizes_fit", "monitor_bytes", "check_monitor_fits", "memory_available", "plan_bytes",
+    "check_plan_fits",
+]
 
 #: Feature tile rows the chunk kernels use at most (projection tiles; moment tiles).
 _TILE_ROWS, _MOMENT_TILE_ROWS = 256, 2048
@@ -192,3 +195,64 @@ def memory_available() -> int:
     if cgroup is not None:
         limits.append(cgroup)
     return max(0, min(limits))
+
+
+#: What the client (and the scheduler) keep per planned chunk and per task of a job's graph: a
+#: chunk's place in dask's chunk tuple and in the task that reads it; a task's spec, key,
+#: dependencies and state (measured: a few kilobytes with distributed, ~1 KB with threads).
+_CHUNK_PLAN_BYTES, _TASK_GRAPH_BYTES = 256, 8 * 2**10
+
+
+def plan_bytes(n_chunks: int, n_tasks: int, split_every: int = 8, partial_bytes: int = 0) -> int:
+    """Bytes the client and the scheduler hold for a job of ``n_tasks`` tasks over ``n_chunks`` chunks.
+
+    The chunk tasks, the merge tree over them (about ``n_tasks / (split_every - 1)`` merges), a
+    place per chunk, and the ``split_every + 1`` partials of the last merge, on the client.
+
+    Examples
+    --------
+    >>> plan_bytes(1_000_000, 10_000) // 2**20  # MiB: a million chunks in ten thousand tasks
+    333
+    """
+    merges = -(-max(n_tasks - 1, 0) // (split_every - 1))
+    return n_chunks * _CHUNK_PLAN_BYTES + (n_tasks + merges) * _TASK_GRAPH_BYTES + (split_every + 1) * partial_bytes
+
+
+def check_plan_fits(
+    n_chunks: int,
+    n_tasks: int,
+    available: float,
+    split_every: int = 8,
+    partial_bytes: int = 0,
+    task_rows_bytes: float = 0.0,
+    memory_per_thread: float = float("inf"),
+) -> None:
+    """Raise InputError (one line, the numbers and the fix) when a job's plan cannot fit, before its graph is built.
+
+    ``task_rows_bytes`` is what the largest task holds of rows at once (a group of dask chunks
+    arrives whole), checked against ``memory_per_thread`` / 8 like a chunk's rows.
+
+    Examples
+    --------
+    >>> check_plan_fits(10_000, 10_000, available=2**30)
+    >>> check_plan_fits(10**8, 10**8, available=2**30)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: The job plans 100,000,000 tasks (and 14,285,715 merges) over 100,000,000
+    chunks: about ... GiB on the client and the scheduler, where 1.0 GiB is available. Pass a smaller
+    max_tasks (CLI --max-tasks, default 10,000), or rewrite the source in larger chunks.
+    """
+    need = plan_bytes(n_chunks, n_tasks, split_every, partial_bytes)
+    if need > available:
+        merges = -(-max(n_tasks - 1, 0) // (split_every - 1))
+        raise InputError(
+            f"The job plans {n_tasks:,} tasks (and {merges:,} merges) over {n_chunks:,} chunks: about {_gib(need)} on "
+            f"the client and the scheduler, where {_gib(available)} is available. Pass a smaller max_tasks (CLI "
+            "--max-tasks, default 10,000), or rewrite the source in larger chunks."
+        )
+    if task_rows_bytes > memory_per_thread / 8:
+        raise InputError(
+            f"The job groups {n_chunks:,} chunks into {n_tasks:,} tasks, so a task receives {_gib(task_rows_bytes)} of "
+            f"rows at once; a task thread has {_gib(memory_per_thread)} (at most 1/8 for rows). Pass a larger "
+            "max_tasks (CLI --max-tasks), or rechunk the dask array into fewer, larger chunks first."
+        )

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,12 +24,21 @@ from sklearn.base import clone
 
 from ._blas import one_blas_thread
 from ._connection import connect, wait_for_result
-from ._finite import all_finite
-from ._memory import check_sizes_fit
+from ._memory import check_plan_fits, check_sizes_fit, memory_available
+from ._tasks import (
+    _ON_INVALID,
+    ChunkKernel,
+    _max_tasks,
+    _merge_group,
+    chunk_groups,
+    group_data,
+    group_identity,
+    group_task,
+)
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
-from .checkpoint import PartialSlot, chunk_identities, load_partial, open_checkpoint
+from .checkpoint import chunk_identities, load_partial, open_checkpoint
 from .errors import InputError, SketchFormatError
-from .io import RowSource, chunk_digest, open_source, open_sources
+from .io import RowSource, open_source, open_sources
 from .maps import RFF, FeatureMap
 from .nystrom import NystromSketch, check_sketch_size, nystrom_sketch_of_chunk
 from .regression import NystromRegressionSketch, RegressionSketch, first_target_values, regression_sketch_of_chunk
@@ -47,72 +57,6 @@ __all__ = ["sketch", "nystrom_sketch", "connect", "fit_map", "run_chunks", "land
 
 logger = logging.getLogger("streamrff.engine")
 
-#: A per-chunk kernel: (finite rows, global index of the chunk's first row,
-#: boolean mask of the finite rows within the chunk or None) -> partial sketch.
-ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], Sketch]
-
-_ON_INVALID = ("raise", "skip")
-
-
-def _chunk_task(
-    block: np.ndarray,
-    row_offset: int,
-    where: tuple[str, int, int, int | None],
-    kernel: ChunkKernel,
-    on_invalid: str,
-    slot: PartialSlot | None,
-    shows_non_finite: Callable[[Sketch], bool] | None = None,
-) -> Sketch:
-    rows = np.asarray(block)
-    if slot is not None and slot.identity is None:  # a dask chunk: its identity is its content, known now
-        slot = slot.identified(chunk_digest(rows))
-        if slot.saved:
-            return load_partial(slot.path, slot.storage_options)
-    if rows.dtype not in (np.float32, np.float64):
-        rows = rows.astype(np.float64)
-    valid = None
-    if shows_non_finite is not None:
-        # The kernel's result is non-finite whenever a row is: look at the rows only then (the
-        # result of finite rows that overflow is kept, as the check-first path keeps it).
-        partial = kernel(rows, row_offset, None)
-        if not shows_non_finite(partial) or all_finite(rows):
-            return _saved(partial, slot)
-        valid = _finite_rows(rows, where, on_invalid)
-    elif not all_finite(rows):  # one compiled pass first: per-row flags cost 6x as much
-        valid = _finite_rows(rows, where, on_invalid)
-    return _saved(kernel(rows if valid is None else rows[valid], row_offset, valid), slot)
-
-
-def _finite_rows(rows: np.ndarray, where: tuple[str, int, int, int | None], on_invalid: str) -> np.ndarray:
-    """Which rows of a chunk holding NaN or inf are finite; raises naming the chunk and its first bad row
-    unless ``on_invalid`` is "skip". ``where``: the source's name, the chunk's index, its first row and, for
-    rows joined with their targets, the number of data columns (the rest are the target's)."""
-    finite = np.isfinite(rows).all(axis=1)
-    if on_invalid != "skip":
-        bad = np.flatnonzero(~finite)
-        name, chunk_index, local_start, data_columns = where
-        first = int(bad[0])
-        # A row whose data is finite is bad for its target: name it as the target's row.
-        in_target = data_columns is not None and bool(np.isfinite(rows[first, :data_columns]).all())
-        hint = (
-            "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows."
-            if on_invalid == "raise"
-            else "Clean the data first: every row is needed here."
-        )
-        raise InputError(
-            f"NaN or inf in {bad.size} row(s) of {name} chunk {chunk_index} (rows {local_start}.."
-            f"{local_start + rows.shape[0] - 1}); first bad row: {'target' if in_target else name} row "
-            f"{local_start + first}. {hint}"
-        )
-    return finite
-
-
-def _saved(partial: Sketch, slot: PartialSlot | None) -> Sketch:
-    if slot is not None:
-        slot.save(partial)
-    return partial
-
-
 def _feature_sum_not_finite(partial: MeanSketch) -> bool:
     return not bool(np.isfinite(partial.feature_sum).all())
 
@@ -129,10 +73,6 @@ def _sums_show_non_finite(feature_map: FeatureMap, dtype: np.dtype, method: str)
     return isinstance(feature_map, RFF) and dtype == np.float32 and method != "nufft"
 
 
-def _merge_group(*partials: Sketch) -> Sketch:
-    return partials[0].merge_many(partials[1:])
-
-
 def run_chunks(
     sources: Sequence[RowSource | da.Array],
     kernel: ChunkKernel,
@@ -147,15 +87,24 @@ def run_chunks(
     chunk_filter: Callable[[int, int], bool] | None = None,
     names: Sequence[str] | None = None,
     shows_non_finite: Callable[[Sketch], bool] | None = None,
+    max_tasks: int | None = None,
 ) -> Sketch:
     """Apply ``kernel`` to every row chunk of ``sources`` (pooled, in order) and tree-merge the partials.
 
     ``sources`` are opened sources (:func:`streamrff.io.open_source`; a dask
     array is wrapped as it is). Global row indices run through the sources in
     order, so a chunk of the second source starts at ``len(sources[0])`` plus
-    its own offset. With
-    ``checkpoint``, each chunk's partial is saved under
-    ``checkpoint/checkpoint_job/rows-START-STOP.zarr`` and reused on later runs.
+    its own offset. A job has at most ``max_tasks`` tasks (default: the dask
+    config key ``streamrff.max-tasks``, else 10 000) plus
+    one per source: beyond that, consecutive chunks are grouped into one task,
+    which reads and embeds them one at a time (a zarr source's task reads its
+    stored chunks itself; a dask source's group arrives as one block of rows),
+    so results differ from one task per chunk only by float64 rounding. The
+    plan is checked against the client's memory before its graph is built, and
+    a zarr chunk absent from its store is refused before any work (unless the
+    source allows missing chunks). With ``checkpoint``, each task's partial is
+    saved under ``checkpoint/checkpoint_job/rows-START-STOP-IDENTITY.zarr``
+    (the identity of its chunks) and reused on later runs.
     ``chunk_filter(start, stop)`` may skip chunks (the landmark pass reads
     only the chunks that hold sampled rows). ``names`` label the sources in
     error messages (default: each source's name); ``on_invalid="require"`` fails on NaN/inf
@@ -166,53 +115,91 @@ def run_chunks(
     """
     if on_invalid not in (*_ON_INVALID, "require"):
         raise InputError(f"on_invalid must be 'raise' or 'skip'. Got {on_invalid!r}.")
+    max_tasks = _max_tasks(max_tasks)
     sources = [open_source(source) for source in sources]
     names = list(names) if names is not None else [source.name for source in sources]
-    blocks, offsets, sizes, places = [], [], [], []
-    start = 0
-    for source, name in zip(sources, names):
-        local = 0
-        for index, (block, size) in enumerate(zip(source.array.to_delayed().ravel(), source.row_chunks)):
-            if chunk_filter is None or chunk_filter(start, start + size):
-                blocks.append(block)
-                offsets.append(start)
-                sizes.append(size)
-                places.append((name, index, local, source.joined[0].shape[1] if source.joined else None))
-            start += size
-            local += size
-    if not blocks:
-        raise InputError("No chunks to process: the data has no rows.")
-    slots: list[PartialSlot | None] = [None] * len(blocks)
+    if checkpoint is not None and (len(sources) != 1 or chunk_filter is not None):
+        raise InputError("A checkpoint keeps the chunks of one source, all of them.")
+    n_chunks = sum(len(source.array.chunks[0]) for source in sources)
+    per_task = max(1, -(-n_chunks // max_tasks))
+    n_tasks = sum(-(-len(source.array.chunks[0]) // per_task) for source in sources)
+    grouped_rows = max(
+        (per_task * max(source.array.chunks[0]) * source.shape[1] * source.dtype.itemsize for source in sources
+         if per_task > 1 and source.zarr_array is None and source.rows is None),
+        default=0,
+    )  # fmt: skip
+    check_plan_fits(
+        n_chunks, n_tasks, memory_available(), split_every, task_rows_bytes=grouped_rows,
+        memory_per_thread=_memory_per_thread(client if not isinstance(client, str) else None),
+    )  # fmt: skip
+    listed = [source.check_chunks_stored() for source in sources]  # a missing chunk: refused before any work
+    job_key = uuid.uuid4().hex
     with contextlib.ExitStack() as stack:
+        job = None
         if checkpoint is not None:
-            if len(sources) != 1 or chunk_filter is not None:
-                raise InputError("A checkpoint keeps the chunks of one source, all of them.")
             job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], storage_options))
-            slots = [
-                job.slot(start, start + size, identity)
-                for start, size, identity in zip(offsets, sizes, chunk_identities(sources[0]))
-            ]
         # One key for the kernel (and the map inside it): the map is shipped once, not per task.
         kernel_key = dask.delayed(kernel, pure=True, traverse=False)
-        partials, reused = [], 0
-        for block, offset, where, slot in zip(blocks, offsets, places, slots):
-            if slot is not None and slot.identity is not None and slot.saved:
-                partials.append(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options))
-                reused += 1
+        # One compute, or, for a dask source of very many chunks, one per wave, built when its turn
+        # comes (a wave's graph is dropped once computed); results merge in chunk order.
+        current: list[Any] = []
+        current_wave: Any = None
+        results: list[Any] = []
+        n_tasks = reused = n_planned = 0
+        identified_late = False
+
+        def add(partial: Any, wave: Any) -> None:
+            nonlocal current, current_wave
+            if current and wave != current_wave:
+                results.append(_compute(_merge_tree(current, split_every), client, progress, retries))
+                current = []
+            current.append(partial)
+            current_wave = wave
+
+        global_base = 0
+        for source, name, is_listed in zip(sources, names, listed):
+            groups = list(chunk_groups(source, name, global_base, per_task, chunk_filter))
+            global_base += source.shape[0]
+            if not groups:
                 continue
-            task = dask.delayed(_chunk_task, pure=True)
-            partials.append(task(block, offset, where, kernel_key, on_invalid, slot, shows_non_finite))
+            identities = chunk_identities(source) if job is not None else None
+            for group, data in group_data(source, groups, per_task, is_listed):
+                n_planned += len(group.sizes)
+                n_tasks += 1
+                wave = None if group.wave is None else (id(source), group.wave)
+                slot = None
+                if job is not None:
+                    first, last = int(group.indices[0]), int(group.indices[-1])
+                    identity = group_identity(identities[first : last + 1])
+                    stop = int(group.local_starts[-1] + group.sizes[-1])
+                    slot = job.slot(int(group.local_starts[0]), stop, identity)
+                    identified_late = identified_late or identity is None
+                    if identity is not None and slot.saved:
+                        add(dask.delayed(load_partial, pure=True)(slot.path, slot.storage_options), wave)
+                        reused += len(group.sizes)
+                        continue
+                task = dask.delayed(group_task)(
+                    data, group, kernel_key, on_invalid, slot, shows_non_finite, split_every,
+                    dask_key_name=f"chunk_task-{job_key}-{n_tasks}",
+                )  # fmt: skip
+                add(task, wave)
+        if not current:
+            raise InputError("No chunks to process: the data has no rows.")
         logger.info(
-            "sketching %d chunk(s): %d from checkpoint, %d to compute%s", len(blocks), reused, len(blocks) - reused,
-            " or from checkpoint as read" if any(slot and slot.identity is None for slot in slots) else "",
+            "sketching %d chunk(s): %d from checkpoint, %d to compute%s, in %d task(s)", n_planned, reused,
+            n_planned - reused, " or from checkpoint as read" if identified_late else "", n_tasks,
         )  # fmt: skip
-        level = partials
-        while len(level) > 1:
-            level = [
-                dask.delayed(_merge_group, pure=True)(*level[i : i + split_every])
-                for i in range(0, len(level), split_every)
-            ]
-        return _compute(level[0], client, progress, retries)
+        results.append(_compute(_merge_tree(current, split_every), client, progress, retries))
+        return results[0] if len(results) == 1 else _merge_tree(results, split_every, merge=_merge_group)
+
+
+def _merge_tree(partials: list[Any], split_every: int, merge: Callable[..., Any] | None = None) -> Any:
+    """Partials merged in groups of ``split_every``, level by level, in order (delayed unless ``merge``)."""
+    merge = merge or dask.delayed(_merge_group, pure=True)
+    level = partials
+    while len(level) > 1:
+        level = [merge(*level[i : i + split_every]) for i in range(0, len(level), split_every)]
+    return level[0]
 
 
 def _compute(result: Any, client: Any, progress: bool, retries: int) -> Any:
@@ -245,6 +232,9 @@ def landmark_sample(
     smallest keys in blocks (no data read), then reads only the chunks that
     hold those rows; non-finite rows are never sampled.
     """
+    sources = [open_source(source) for source in sources]
+    for source in sources:  # before the keys of every row are drawn: a source of missing chunks fails at once
+        source.check_chunks_stored()
     n_total = sum(source.shape[0] for source in sources)
     threshold = _kth_smallest_key(seed, n_total, k)
 
@@ -396,6 +386,7 @@ def fit_map(
     client: Any = None,
     progress: bool = False,
     storage_options: StorageOptions = None,
+    allow_missing_chunks: bool | None = None,
 ) -> FeatureMap:
     """A fitted copy of ``feature_map``: itself if already fitted, else fitted on the seeded row sample.
 
@@ -419,6 +410,10 @@ def fit_map(
         Show a progress bar.
     storage_options : dict, optional
         fsspec options for URL sources. Never logged.
+    allow_missing_chunks : bool, optional
+        Read zarr chunks absent from their store as the fill value, on
+        purpose; by default they are refused, naming the chunk (see
+        :func:`streamrff.io.open_source`).
 
     Returns
     -------
@@ -441,7 +436,9 @@ def fit_map(
     """
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
-    sources = open_sources(arrays, storage_options=storage_options, argument="arrays")
+    sources = open_sources(
+        arrays, storage_options=storage_options, argument="arrays", allow_missing_chunks=allow_missing_chunks
+    )
     with connect(client) as active:  # a map that cannot fit a task thread is one line, as for sketch()
         check_sizes_fit(feature_map, sources[0].shape[1], _memory_per_thread(active))
         return fit_map_and_sample(feature_map, sources, 0, 0, client=active, progress=progress)[0]
@@ -514,6 +511,8 @@ def sketch(
     dtype: Any = "float32",
     method: str = "auto",
     target: Any = None,
+    allow_missing_chunks: bool | None = None,
+    max_tasks: int | None = None,
 ) -> MeanSketch:
     """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
 
@@ -586,6 +585,17 @@ def sketch(
         ``sum y`` and ``y^T y``; the target is read chunk by chunk beside the
         rows (rechunked to the rows' chunks), and NaN/inf in it count as
         invalid rows. See :class:`streamrff.KernelRidge`.
+    allow_missing_chunks : bool, optional
+        Read zarr chunks absent from their store as the fill value, on
+        purpose. By default (None: the dask config key
+        ``streamrff.allow-missing-chunks``, else False) a missing chunk is a
+        :class:`~streamrff.SourceError` naming it, before any work where the
+        store lists its keys, else when a task reaches it.
+    max_tasks : int, optional
+        Most tasks of the job (default: the dask config key
+        ``streamrff.max-tasks``, else 10 000). A store of more chunks has
+        consecutive chunks grouped into one task, which reads them one at a
+        time; the result differs only by float64 rounding.
 
     Returns
     -------
@@ -625,7 +635,11 @@ def sketch(
     _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
     method = check_sum_method(method, moments, dtype)
-    source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    max_tasks = _max_tasks(max_tasks)
+    source = open_source(
+        source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows,
+        allow_missing_chunks=allow_missing_chunks,
+    )  # fmt: skip
     with connect(client) as active:
         memory = _memory_per_thread(active)
         check_sizes_fit(feature_map, source.shape[1], memory, moments, split_every=split_every)
@@ -647,7 +661,7 @@ def sketch(
             source, fitted, kernel, job, dtype, kind, active,
             plan=chunk_rows is None and target is None, moments=moments, on_invalid=on_invalid,
             split_every=split_every, progress=progress, checkpoint=checkpoint, storage_options=storage_options,
-            retries=retries, shows_non_finite=shows_non_finite,
+            retries=retries, shows_non_finite=shows_non_finite, max_tasks=max_tasks,
         )  # fmt: skip
 
 
@@ -667,6 +681,8 @@ def nystrom_sketch(
     retries: int = 3,
     dtype: Any = "float32",
     target: Any = None,
+    allow_missing_chunks: bool | None = None,
+    max_tasks: int | None = None,
 ) -> NystromSketch:
     """Sketch out-of-core data in one pass into a :class:`NystromSketch` (``Y = sum z z^T Omega``).
 
@@ -689,6 +705,8 @@ def nystrom_sketch(
         :class:`~streamrff.NystromRegressionSketch`, the range sketch plus
         ``Z^T y``, ``sum y`` and ``y^T y``, for :class:`streamrff.KernelRidge`
         with ``rank`` on wide maps.
+    allow_missing_chunks, max_tasks
+        As for :func:`sketch`.
 
     Returns
     -------
@@ -715,7 +733,11 @@ def nystrom_sketch(
     check_positive_int(sketch_size, "sketch_size")
     seed = normalize_seed(seed)
     dtype = check_feature_dtype(dtype)
-    source = open_source(source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows)
+    max_tasks = _max_tasks(max_tasks)
+    source = open_source(
+        source, storage_options=storage_options, sample_dim=sample_dim, chunk_rows=chunk_rows,
+        allow_missing_chunks=allow_missing_chunks,
+    )  # fmt: skip
     with connect(client) as active:
         fitted = fit_map(feature_map, [source], client=active, progress=progress)
         sketch_size = check_sketch_size(sketch_size, fitted.n_features_out_)
@@ -739,6 +761,7 @@ def nystrom_sketch(
             source, fitted, kernel, job, dtype, kind, active,
             plan=chunk_rows is None and target is None, moments=False, on_invalid=on_invalid, split_every=split_every,
             progress=progress, checkpoint=checkpoint, storage_options=storage_options, retries=retries,
+            max_tasks=max_tasks,
         )  # fmt: skip
 
 
@@ -754,6 +777,7 @@ def _join_target(
     if chunk_rows is None:
         source = _plan_chunks(source, fitted.n_features_out_, moments, client)
     targets = open_source(target, storage_options=storage_options, sample_dim=sample_dim, name="target",
+                          allow_missing_chunks=source.allow_missing_chunks,
                           allow_vector=True)  # fmt: skip
     columns = {
         "n_columns": source.shape[1],
@@ -787,6 +811,7 @@ def _run_job(
     source: RowSource, feature_map: FeatureMap, kernel: ChunkKernel, job: str, dtype: np.dtype, kind: type[Sketch],
     client: Any, *, plan: bool, moments: bool, on_invalid: str, split_every: int, progress: bool, checkpoint: Any,
     storage_options: StorageOptions, retries: int, shows_non_finite: Callable[[Sketch], bool] | None = None,
+    max_tasks: int | None = None,
 ) -> Any:  # fmt: skip
     """Run a sketch job over ``source``'s chunks, planned first if ``plan``; ``job`` names its checkpoint partials
     (``shows_non_finite``: see :func:`run_chunks`)."""
@@ -807,6 +832,7 @@ def _run_job(
         storage_options=storage_options,
         retries=retries,
         shows_non_finite=shows_non_finite,
+        max_tasks=max_tasks,
     )
     if not isinstance(result, kind):  # pragma: no cover - defensive: the kernels return this kind
         raise SketchFormatError(f"Internal error: expected a {kind.__name__}, got {type(result).__name__}.")

@@ -26,7 +26,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from ._chunkread import ChunkRows
+from ._chunkread import ChunkRows, missing_chunk_message, stored_chunk_keys
 from ._connection import connect
 from .errors import InputError, SourceError
 from .typing import StorageOptions
@@ -40,7 +40,41 @@ __all__ = [
     "describe_source",
     "open_zarr_array",
     "write_zarr",
+    "MAX_CHUNKS",
+    "check_chunk_count",
 ]
+
+#: Most row chunks a source is planned in. The client keeps every chunk's place (its row count in
+#: dask's chunk tuple, about a hundred bytes each), so the plan is bounded here, before dask builds
+#: it, whatever size a store declares; the engine then groups chunks into at most ``max_tasks`` tasks.
+MAX_CHUNKS = 2**22
+
+
+def check_chunk_count(n_rows: int, chunk_rows: int, description: str, what: str = "chunks of") -> int:
+    """The number of row chunks of ``n_rows`` rows in chunks of ``chunk_rows``, by arithmetic alone;
+    raises SourceError (one line, the numbers and the fix) above :data:`MAX_CHUNKS`.
+
+    Examples
+    --------
+    >>> check_chunk_count(10_000, 1_000, "data.zarr")
+    10
+    >>> check_chunk_count(10**15, 1_000, "data.zarr")
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.SourceError: data.zarr declares 1,000,000,000,000,000 rows in 1,000,000,000,000 chunks of
+    1,000 rows; a job plans at most 4,194,304 chunks per source (the client keeps each chunk's place). Rewrite
+    the array with chunks of at least 238,418,580 rows, or check its metadata if it is not meant to hold that
+    many rows.
+    """
+    n_chunks = -(-int(n_rows) // max(int(chunk_rows), 1))
+    if n_chunks <= MAX_CHUNKS:
+        return n_chunks
+    needed = -(-int(n_rows) // MAX_CHUNKS)
+    raise SourceError(
+        f"{description} declares {int(n_rows):,} rows in {n_chunks:,} {what} {int(chunk_rows):,} rows; a job plans at "
+        f"most {MAX_CHUNKS:,} chunks per source (the client keeps each chunk's place). Rewrite the array with chunks "
+        f"of at least {needed:,} rows, or check its metadata if it is not meant to hold that many rows."
+    )
 
 
 def describe_source(source: Any) -> str:
@@ -57,6 +91,10 @@ _READABLE = (
     "(s3://, gs://, file://); in Python also numpy, dask and xarray arrays. Convert other formats first, e.g. "
     "a CSV: zarr.save_array('data.zarr', numpy.loadtxt('data.csv', delimiter=',', dtype='float32'))."
 )
+
+
+#: Names of the metadata objects of a zarr array (v3, v2), which are not chunks.
+_METADATA_FILES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 
 
 def _is_remote(url: str) -> bool:
@@ -140,6 +178,9 @@ class RowSource:
         copied: every chunk of ``array`` is a view of them); their rows per
         task are planned freely, where a zarr or dask source keeps its own
         chunks (they are the unit of reading).
+    allow_missing_chunks : bool
+        Whether a zarr chunk absent from its store is read as the fill value
+        (on purpose); by default it is an error naming the chunk.
 
     Examples
     --------
@@ -162,6 +203,7 @@ class RowSource:
     rows: np.ndarray | None = dataclasses.field(default=None, repr=False)
     given_ndim: int = 2
     joined: tuple[RowSource, ...] = dataclasses.field(default=(), repr=False)
+    allow_missing_chunks: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -188,9 +230,19 @@ class RowSource:
 
     def with_chunk_rows(self, chunk_rows: int) -> RowSource:
         """The same source read ``chunk_rows`` rows per task (the last chunk may be shorter)."""
+        check_chunk_count(self.shape[0], chunk_rows, self.description, "tasks of")
         if self.rows is not None:
             return dataclasses.replace(self, array=_row_views(self.rows, int(chunk_rows)))
         return dataclasses.replace(self, array=self.array.rechunk({0: int(chunk_rows), 1: -1}))
+
+    def with_missing_chunks_allowed(self, allow: bool) -> RowSource:
+        """The same source, reading a zarr chunk absent from its store as the fill value (``allow``) or refusing it."""
+        if self.zarr_array is None:
+            return dataclasses.replace(self, allow_missing_chunks=allow)
+        array = _zarr_rows(self.zarr_array, allow, self.location)
+        if array.chunks[0] != self.array.chunks[0]:
+            array = array.rechunk({0: self.array.chunks[0], 1: -1})
+        return dataclasses.replace(self, array=array, allow_missing_chunks=allow)
 
     def with_columns_of(self, other: RowSource) -> RowSource:
         """This source with ``other``'s columns appended, row by row (e.g. regression targets beside the rows).
@@ -248,16 +300,9 @@ class RowSource:
         if self.zarr_array is None:
             return None
         stats = self._stored_object_stats
-        metadata = self.zarr_array.metadata
-        grid = metadata.chunk_grid.chunk_shape if self.zarr_array.metadata.zarr_format == 3 else metadata.chunks
-        grid_rows, column_blocks = int(grid[0]), -(-self.shape[1] // int(grid[1]))
         identities = []
         for start, size in zip(self.row_offsets, self.row_chunks):
-            keys = [
-                metadata.encode_chunk_key((row_block, column_block))
-                for row_block in range(start // grid_rows, (start + size - 1) // grid_rows + 1)
-                for column_block in range(column_blocks)
-            ]
+            keys = stored_chunk_keys(self.zarr_array, start, start + size)
             listing = json.dumps([[key, stats.get(key)] for key in keys], default=str)
             identities.append(hashlib.sha256(f"{self.identity}\n{listing}".encode()).hexdigest())
         return tuple(identities)
@@ -319,6 +364,62 @@ class RowSource:
             ) from error
         return objects
 
+    def check_chunks_stored(self) -> bool:
+        """Refuse a zarr source with a chunk absent from its store, from one listing of the store's keys.
+
+        Returns whether the listing was made (True also for sources that are
+        not zarr, or that allow missing chunks); False when the store cannot be
+        listed, and each task then asks for its chunks as it reads them.
+
+        Raises
+        ------
+        SourceError
+            Naming the first missing chunk, the array and how many are missing.
+        """
+        return self._chunks_stored_checked
+
+    @cached_property
+    def _chunks_stored_checked(self) -> bool:
+        if self.joined:
+            return all([part.check_chunks_stored() for part in self.joined])
+        if self.zarr_array is None or self.allow_missing_chunks:
+            return True
+        stored = self._stored_keys
+        if stored is None:
+            return False
+        metadata = self.zarr_array.metadata
+        grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
+        row_blocks, column_blocks = (-(-int(size) // int(step)) for size, step in zip(self.shape, grid))
+        for row_block in range(row_blocks):  # stops at the first missing chunk: no list of every key
+            for column_block in range(column_blocks):
+                key = metadata.encode_chunk_key((row_block, column_block))
+                if key not in stored:
+                    n_stored = len([name for name in stored if name.rsplit("/", 1)[-1] not in _METADATA_FILES])
+                    n_missing = max(1, row_blocks * column_blocks - n_stored)
+                    raise SourceError(missing_chunk_message(key, self.zarr_array, n_missing, self.location))
+        return True
+
+    @cached_property
+    def _stored_keys(self) -> set[str] | None:
+        """The keys stored under the array (names only, no sizes), or None if the store cannot list them."""
+        if not _is_remote(self.location):
+            root = self.location[len("file://") :] if self.location.startswith("file://") else self.location
+            keys = set()
+            for folder, _, files in os.walk(root):
+                prefix = os.path.relpath(folder, root).replace(os.sep, "/")
+                keys.update(name if prefix == "." else f"{prefix}/{name}" for name in files)
+            return keys
+        import fsspec
+
+        try:
+            filesystem, root = fsspec.core.url_to_fs(self.location, **(self.storage_options or {}))
+            filesystem.invalidate_cache(root)  # a listing cached before the chunks were written would miss them
+            found = filesystem.find(root)
+        except Exception:  # fsspec/botocore raise many types; HTTP stores cannot list: checked as read
+            return None
+        root = root.rstrip("/") + "/"
+        return {path[len(root) :] for path in found if path.startswith(root)}
+
     @cached_property
     def _stored_object_stats(self) -> dict[str, list[Any]]:
         import fsspec
@@ -354,6 +455,7 @@ def open_source(
     chunk_rows: int | None = None,
     name: str | None = None,
     allow_vector: bool = False,
+    allow_missing_chunks: bool | None = None,
 ) -> RowSource:
     """Open ``source`` once: the one place where data becomes a row-chunked dask array.
 
@@ -374,6 +476,13 @@ def open_source(
         What to call the source in error messages (e.g. "X"; default "data").
     allow_vector : bool, default=False
         Read a 1-D source as one column (regression targets).
+    allow_missing_chunks : bool, optional
+        Read a zarr chunk absent from its store as the array's fill value, on
+        purpose. By default (None: the dask config key
+        ``streamrff.allow-missing-chunks``, False unless set) a job refuses it,
+        naming the chunk: zarr would read rows that were never written as
+        fill values. A :class:`RowSource` keeps its own setting unless this is
+        given.
 
     Returns
     -------
@@ -385,7 +494,9 @@ def open_source(
         For a non-numeric or non-2-D source, an unknown ``sample_dim``, or a
         bad ``chunk_rows``.
     SourceError
-        For a missing path, bucket or array.
+        For a missing path, bucket or array, or a store that declares more
+        chunks than a job can plan (:data:`MAX_CHUNKS`), checked from its
+        metadata before anything is built.
 
     Examples
     --------
@@ -411,15 +522,19 @@ def open_source(
                 "Pass sample_dim to open_source instead."
             )
         opened = source if name is None or name == source.name else dataclasses.replace(source, name=name)
+        if allow_missing_chunks is not None and bool(allow_missing_chunks) != opened.allow_missing_chunks:
+            opened = opened.with_missing_chunks_allowed(bool(allow_missing_chunks))
         return opened if chunk_rows is None else opened.with_chunk_rows(chunk_rows)
     name = name or "data"
+    allow_missing = _allow_missing_chunks(allow_missing_chunks)
     location, zarr_array = None, None
     if isinstance(source, (str, os.PathLike)):
         location = _absolute_location(os.fspath(source))
         zarr_array = open_zarr_array(os.fspath(source), storage_options)
         if zarr_array.path:
             location = location.rstrip("/") + "/" + zarr_array.path
-        array = _zarr_rows(zarr_array)
+        _check_declared_size(zarr_array, describe_source(source), chunk_rows)
+        array = _zarr_rows(zarr_array, allow_missing, location)
     else:
         array = _as_array(source, sample_dim, allow_vector)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(
@@ -440,6 +555,8 @@ def open_source(
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise InputError(f"The {name} must have at least 1 row and 1 column. Got shape {array.shape}.")
     rows = array if isinstance(array, np.ndarray) else None
+    if chunk_rows:
+        check_chunk_count(array.shape[0], chunk_rows, describe_source(source), "tasks of")
     if rows is not None:
         array = _row_views(rows, chunk_rows)
     elif chunk_rows or len(array.chunks[1]) > 1:
@@ -453,16 +570,44 @@ def open_source(
         storage_options=storage_options if location is not None and _is_remote(location) else None,
         rows=rows,
         given_ndim=given_ndim,
+        allow_missing_chunks=allow_missing,
     )
 
 
+def _allow_missing_chunks(allow_missing_chunks: bool | None) -> bool:
+    """The ``allow_missing_chunks`` argument, or the dask config key ``streamrff.allow-missing-chunks``."""
+    if allow_missing_chunks is None:
+        import dask
+
+        allow_missing_chunks = dask.config.get("streamrff.allow-missing-chunks", False)
+    if not isinstance(allow_missing_chunks, (bool, np.bool_)):
+        raise InputError(f"allow_missing_chunks must be True or False. Got {allow_missing_chunks!r}.")
+    return bool(allow_missing_chunks)
+
+
+def _check_declared_size(zarr_array: Any, description: str, chunk_rows: int | None) -> None:
+    """Refuse, from the metadata alone, a zarr array whose rows cannot be planned (before dask lists its chunks)."""
+    shape = tuple(int(size) for size in zarr_array.shape)
+    if len(shape) != 2:
+        return  # refused as not 2-D by the caller
+    check_chunk_count(shape[0], int(zarr_array.chunks[0]), description)
+    if chunk_rows:
+        check_chunk_count(shape[0], chunk_rows, description, "tasks of")
+
+
 def open_sources(
-    sources: Sequence[Any], storage_options: StorageOptions = None, argument: str = "sources"
+    sources: Sequence[Any],
+    storage_options: StorageOptions = None,
+    argument: str = "sources",
+    allow_missing_chunks: bool | None = None,
 ) -> list[RowSource]:
     """:func:`open_source` for each of several sources of one width (the pooled sample of a map)."""
     if isinstance(sources, (str, os.PathLike, RowSource)) or not isinstance(sources, Sequence) or not sources:
         raise InputError(f"{argument} must be a non-empty list of sources. Got {type(sources).__name__}.")
-    opened = [open_source(source, storage_options=storage_options) for source in sources]
+    opened = [
+        open_source(source, storage_options=storage_options, allow_missing_chunks=allow_missing_chunks)
+        for source in sources
+    ]
     width = opened[0].shape[1]
     for other in opened[1:]:
         if other.shape[1] != width:
@@ -490,12 +635,13 @@ def _absolute_location(url: str) -> str:
     return location if _is_remote(location) else os.path.abspath(location)
 
 
-def _zarr_rows(zarr_array: Any) -> da.Array:
+def _zarr_rows(zarr_array: Any, allow_missing: bool = False, location: str | None = None) -> da.Array:
     """The stored array as dask reads it, one task per stored chunk, whole row chunks decoded
-    without zarr's extra copies (:class:`streamrff._chunkread.ChunkRows`)."""
+    without zarr's extra copies (:class:`streamrff._chunkread.ChunkRows`); a chunk absent from
+    the store is an error unless ``allow_missing``."""
     from dask.base import tokenize
 
-    rows = ChunkRows(zarr_array)
+    rows = ChunkRows(zarr_array, allow_missing=allow_missing, location=location)
     return da.from_array(
         rows, chunks=rows.chunks, name="from-zarr-" + tokenize(rows), meta=np.empty((0,) * rows.ndim, rows.dtype)
     )

@@ -127,6 +127,8 @@ class Sketch(KindRegistry, ABC):
                 f"Cannot merge a {self.kind!r} sketch with a {other.kind!r} sketch; "
                 "sketch both inputs with the same kind."
             )
+        if getattr(other, "feature_map", None) is getattr(self, "feature_map", False):
+            return  # one map object (the partials of one job): its fingerprint costs a JSON dump and a hash
         if other.fingerprint != self.fingerprint:
             advice = _input_width_advice(self.spec, other.spec) or (
                 "Sketch every part with one fitted map: pass feature_map=first.feature_map, or "

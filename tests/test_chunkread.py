@@ -54,7 +54,7 @@ def test_chunk_rows_slices_other_than_whole_chunks_are_read_by_zarr(tmp_path):
     np.testing.assert_array_equal(reader[5], ROWS[5])
 
 
-def test_chunk_rows_never_written_read_as_the_fill_value(tmp_path):
+def test_chunk_rows_never_written_refused_unless_allowed_then_read_as_the_fill_value(tmp_path):
     stored = zarr.create_array(
         store=str(tmp_path / "rows.zarr"), shape=(30, 4), chunks=(10, 4), dtype="float32", fill_value=7.5
     )
@@ -62,9 +62,21 @@ def test_chunk_rows_never_written_read_as_the_fill_value(tmp_path):
     stored[20:30] = 2.0
     expected = np.concatenate([np.full((10, 4), 1.0), np.full((10, 4), 7.5), np.full((10, 4), 2.0)]).astype(np.float32)
 
-    array = open_source(str(tmp_path / "rows.zarr")).array
+    with pytest.raises(SourceError, match=r"Chunk 'c/1/0' of the zarr array at .*rows.zarr is missing"):
+        open_source(str(tmp_path / "rows.zarr")).array.compute()
+    array = open_source(str(tmp_path / "rows.zarr"), allow_missing_chunks=True).array
 
     np.testing.assert_array_equal(array.compute(), expected)
+
+
+@pytest.mark.parametrize("options", [{"compressors": zarr.codecs.BloscCodec(cname="lz4")}, {"shards": (20, 4)}])
+def test_chunk_rows_read_by_zarr_refuse_a_missing_chunk_too(tmp_path, options):
+    stored = zarr.create_array(store=str(tmp_path / "rows.zarr"), shape=(40, 4), chunks=(10, 4), dtype="float32",
+                               **options)  # fmt: skip
+    stored[0:20] = 1.0  # the rows of the second shard (or chunks 2 and 3) were never written
+
+    with pytest.raises(SourceError, match=r"Chunk 'c/[12]/0' of the zarr array at .* is missing"):
+        open_source(str(tmp_path / "rows.zarr")).array.compute()
 
 
 @pytest.mark.parametrize(

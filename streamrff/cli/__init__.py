@@ -37,6 +37,7 @@ from .options import (
     UsageError,
     parse_storage_options,
     resolve_deprecated_alias,
+    source_config,
 )
 from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_summary, as before the split
 
@@ -138,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
                 args.storage_options = parse_storage_options(args.storage_options)
+            if hasattr(args, "allow_missing_chunks"):  # a command that reads sources
+                with source_config(args):
+                    return handler(args)
             return handler(args)
     except UsageError as error:
         parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")

@@ -322,11 +322,42 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 def add_job_options(parser: argparse.ArgumentParser) -> None:
     """The last options of a command that runs one job on Dask and writes its output.
 
-    ``--scheduler``, ``--overwrite``, then :func:`add_common`'s.
+    ``--scheduler``, :func:`add_source_options`' (the command reads sources), ``--overwrite``, then
+    :func:`add_common`'s.
     """
     add_scheduler(parser)
+    add_source_options(parser)
     add_overwrite(parser)
     add_common(parser)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """``--allow-missing-chunks`` and ``--max-tasks``, of every command that reads zarr sources.
+
+    :func:`streamrff.cli.main` runs the command under :func:`source_config`, so every source the
+    command opens and every job it runs takes them.
+    """
+    parser.add_argument(
+        "--allow-missing-chunks", action="store_true",
+        help="read a zarr chunk absent from its store as the array's fill value, on purpose (default: refused, "
+        "naming the chunk: a half-copied array would be read as rows of fill values)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-tasks", type=positive_int, default=None, metavar="N",
+        help="most tasks of one job: beyond it, consecutive chunks are grouped into one task, read one after "
+        "the other (default: 10000, about 100 MB of graph on the client and the scheduler)",
+    )  # fmt: skip
+
+
+def source_config(args: argparse.Namespace) -> Any:
+    """A context in which the sources and jobs of the command take ``--allow-missing-chunks`` and ``--max-tasks``
+    (the dask config keys ``streamrff.allow-missing-chunks`` and ``streamrff.max-tasks``)."""
+    import dask  # here, not at the top: start-up time
+
+    settings: dict[str, Any] = {"streamrff.allow-missing-chunks": bool(args.allow_missing_chunks)}
+    if args.max_tasks is not None:
+        settings["streamrff.max-tasks"] = args.max_tasks
+    return dask.config.set(settings)
 
 
 def add_json(parser: argparse.ArgumentParser, help: str) -> None:

@@ -66,6 +66,7 @@ def add_parser(commands: Any) -> None:
         "faster (default: auto)",
     )
     options.add_scheduler(parser)
+    options.add_source_options(parser)
     parser.add_argument(
         "--checkpoint", metavar="DIR", default=None, help="keep per-chunk partials here to resume or extend"
     )
