@@ -1,5 +1,6 @@
 """Alarms that explain themselves: the alarm's DriftUpdate carries the witness of the window against the
-reference and the window rows where it is largest; ``streamrff watch`` prints them."""
+reference, the window rows where it is largest and the per-column standardised mean difference of the
+window's raw rows; ``streamrff watch`` prints them."""
 
 from __future__ import annotations
 
@@ -62,3 +63,97 @@ def test_watch_prints_the_alarm_rows_and_their_witness(tmp_path, capsys):
     assert main(argv) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ALARM")]
     assert "window rows most over-represented against the reference (witness): " in line
+
+
+def _column_z(reference: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """numpy: (mean_window - mean_reference) / sqrt(var_reference / n_window), ddof=1."""
+    return (window.mean(0) - reference.mean(0)) / np.sqrt(reference.var(0, ddof=1) / window.shape[0])
+
+
+def _shifted_column_stream(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    reference = rng.normal(size=(2000, 8)) * np.arange(1, 9)  # columns of different scales
+    stream = rng.normal(size=(700, 8)) * np.arange(1, 9)
+    stream[300:, 3] += 4.0  # a 1-sd shift of column 3 (sd 4)
+    return reference, stream
+
+
+def _first_alarm(monitor: srf.DriftMonitor, stream: np.ndarray, start: int, batch: int):
+    for first in range(start, stream.shape[0], batch):
+        update = monitor.update(stream[first : first + batch])
+        if update.witness is not None:
+            return update
+        assert update.column_statistics is None and update.columns is None  # no alarm, no explanation
+    raise AssertionError("no alarm")
+
+
+def test_alarm_names_the_shifted_column_by_its_standardised_mean_difference(tmp_path):
+    reference, stream = _shifted_column_stream(2)
+    monitor = srf.DriftMonitor(window=80, ert=2000, n_features=128, n_streams=1000).fit(reference)
+    np.testing.assert_allclose(monitor.reference_column_mean_, reference.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(monitor.reference_column_variance_, reference.var(0, ddof=1), rtol=1e-12)
+    monitor.update(stream[:150])
+    monitor.save(tmp_path / "monitor")  # mid-stream, the window's raw rows full
+    alarm = _first_alarm(monitor, stream, 150, 9)
+    assert alarm.drift_at >= 300
+    seen = alarm.n_rows_seen
+    expected = _column_z(reference, stream[seen - 80 : seen])  # the window: the last 80 stream rows
+    np.testing.assert_allclose(alarm.column_statistics, expected, rtol=1e-10, atol=1e-12)
+    assert alarm.columns[0] == 3 and sorted(alarm.columns.tolist()) == list(range(8))
+    assert np.all(np.diff(np.abs(alarm.column_statistics[alarm.columns])) <= 0)
+    loaded = srf.load_monitor(tmp_path / "monitor")  # the reloaded monitor reaches the same alarm, exactly
+    again = _first_alarm(loaded, stream, 150, 9)
+    assert again.drift_at == alarm.drift_at
+    np.testing.assert_array_equal(again.column_statistics, alarm.column_statistics)
+    np.testing.assert_array_equal(again.columns, alarm.columns)
+
+
+def test_column_statistics_follow_skips_and_resets():
+    reference, stream = _shifted_column_stream(3)
+    monitor = srf.DriftMonitor(window=60, ert=2000, n_features=128, n_streams=1000).fit(reference)
+    rows = stream[:100].copy()
+    rows[[10, 70], 2] = np.nan  # skipped: the raw ring buffer keeps the same rows as the features'
+    monitor.update(rows, on_invalid="skip")
+    kept = np.delete(stream[:100], [10, 70], axis=0)  # run rows 0..97; run row r in slot r % 60
+    np.testing.assert_array_equal(monitor.window_rows_[np.arange(38, 98) % 60], kept[38:])
+    monitor.reset()  # an empty window: the raw rows start again with the run
+    assert not monitor.window_rows_.any()
+    monitor.update(stream[100:290].astype(np.float32))  # float32 rows: kept as given
+    alarm = _first_alarm(monitor, stream, 290, 1)  # one row at a time
+    run = alarm.run_length
+    window = stream[100 : 100 + run][-60:].copy()
+    window[: max(0, 190 - (run - 60))] = window[: max(0, 190 - (run - 60))].astype(np.float32)
+    np.testing.assert_allclose(alarm.column_statistics, _column_z(reference, window), rtol=1e-10, atol=1e-12)
+    assert alarm.columns[0] == 3
+
+
+def test_a_sketch_reference_has_no_column_statistics(tmp_path):
+    reference, stream = _shifted_column_stream(4)
+    summary = srf.sketch(reference, srf.RFF(128, bandwidth=4.0, seed=0).fit(reference), moments=True)
+    summary.save(tmp_path / "ref.sketch")
+    monitor = srf.DriftMonitor(window=80, ert=2000, n_streams=1000).fit(srf.load(tmp_path / "ref.sketch"))
+    assert monitor.reference_column_mean_ is None and monitor.window_rows_ is None
+    monitor.save(tmp_path / "monitor")
+    assert not (tmp_path / "monitor" / "window_rows").exists()  # the optional arrays are absent
+    for candidate in (monitor, srf.load_monitor(tmp_path / "monitor")):
+        alarm = _first_alarm(candidate, stream, 0, 50)
+        assert alarm.witness is not None and alarm.column_statistics is None and alarm.columns is None
+
+
+def test_watch_alarm_line_names_the_shifted_column(tmp_path, capsys):
+    reference, stream = _shifted_column_stream(5)
+    zarr.create_array(str(tmp_path / "ref.zarr"), data=reference, chunks=(500, 8))
+    zarr.create_array(str(tmp_path / "stream.zarr"), data=stream, chunks=(100, 8))
+    argv = ["watch", str(tmp_path / "stream.zarr"), "--reference", str(tmp_path / "ref.zarr"), "--window", "80",
+            "--ert", "2000", "--features", "128", "--streams", "1000"]  # fmt: skip
+    from_zarr = srf.DriftMonitor(window=80, ert=2000, n_features=64, n_streams=100).fit(str(tmp_path / "ref.zarr"))
+    np.testing.assert_allclose(from_zarr.reference_column_mean_, reference.mean(0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(from_zarr.reference_column_variance_, reference.var(0, ddof=1), rtol=1e-10)
+    assert main([*argv, "--json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (alarm,) = [event for event in events if event["event"] == "alarm"]
+    assert alarm["columns"][0] == 3 and sorted(alarm["columns"]) == list(range(8))
+    assert len(alarm["column_statistics"]) == 8 and alarm["column_statistics"][3] > 3
+    assert main(argv) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ALARM")]
+    assert "; columns whose window mean moved most (standardised): 3 (z +" in line

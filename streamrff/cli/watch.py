@@ -45,6 +45,8 @@ exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; st
 EXIT_SOURCE_REFUSED, EXIT_LOCKED, EXIT_DRIFT = 3, 4, 5
 #: Signals that stop a watcher cleanly (save, summary, exit 0), however it was started.
 _STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+#: Columns the ALARM line names (the JSON alarm event lists them all).
+ALARM_COLUMNS = 3
 
 #: Options that define a new monitor, refused next to a saved one (it fixes them).
 _MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
@@ -407,6 +409,9 @@ def _alarm_rows(update: Any, drift_at_row: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {"top_rows": rows, "top_values": [float(value) for value in update.top_values]}
     if drift_at_row is not None:
         out["top_rows_source"] = [row + drift_at_row - int(update.drift_at) for row in rows]
+    if update.column_statistics is not None:  # a monitor fitted on data: the columns that moved, by |z|
+        out["columns"] = [int(column) for column in update.columns]
+        out["column_statistics"] = [_number(value) for value in update.column_statistics]
     return out
 
 
@@ -416,7 +421,16 @@ def _alarm_rows_text(top: dict[str, Any]) -> str:
         return ""
     rows = top.get("top_rows_source", top["top_rows"])
     shown = ", ".join(f"{row:,} ({value:.3g})" for row, value in zip(rows[:5], top["top_values"][:5]))
-    return f"; window rows most over-represented against the reference (witness): {shown}"
+    text = f"; window rows most over-represented against the reference (witness): {shown}"
+    if "columns" in top:
+        statistics = top["column_statistics"]
+        moved = ", ".join(f"{column} (z {_z_text(statistics[column])})" for column in top["columns"][:ALARM_COLUMNS])
+        text += f"; columns whose window mean moved most (standardised): {moved}"
+    return text
+
+
+def _z_text(value: float | None) -> str:
+    return "inf" if value is None else f"{value:+.3g}"  # only +-inf is not finite (a constant reference column)
 
 
 def _number(value: Any) -> float | None:

@@ -16,6 +16,13 @@ version 2; version 1 files load too)::
     <monitor>/window_sum              (D,) float64
     <monitor>/map/<array>             fitted map arrays the spec does not give (K-JL)
 
+Version 2, optional (a monitor fitted on reference data; absent for a reference
+given as a sketch, and in version 1 files: the alarm's per-column statistic is then None)::
+
+    <monitor>/reference_column_mean      (d,) float64, d = n_features_in
+    <monitor>/reference_column_variance  (d,) float64 (ddof=1)
+    <monitor>/window_rows                (window, d) float64 ring buffer of the window's raw rows
+
 Arrays are little-endian with an explicit ``bytes`` codec; ``checksums`` holds the
 sha256 of each array's little-endian bytes and ``attributes_digest`` the sha256 of
 the canonical JSON of every other attribute, so every saved value is verified on
@@ -55,6 +62,8 @@ MONITOR_FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 #: Elements of an absent (all-zero) array a version 1 file may imply.
 _MAX_IMPLIED_ELEMENTS = 2**24
+#: Optional version 2 arrays: all present (a monitor fitted on data) or none (fitted on a sketch).
+COLUMN_ARRAYS = ("reference_column_mean", "reference_column_variance", "window_rows")
 
 
 def write_monitor_group(
@@ -157,13 +166,29 @@ def _expected_shapes(attrs: dict[str, Any], width: int, target: str) -> dict[str
     window = attrs.get("params", {}).get("window") if isinstance(attrs.get("params"), dict) else None
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
         raise SketchFormatError(f"{target}: params.window must be an integer >= 2. Got {window!r} (not a monitor).")
-    return {
+    expected = {
         "reference_sum": ((width,), "float64"),
         "thresholds": ((window + 1,), "float64"),
         "window_features": ((window, width), "float32"),
         "window_squared_norms": ((window,), "float64"),
         "window_sum": ((width,), "float64"),
     }
+    present = [name for name in COLUMN_ARRAYS if name in attrs["checksums"]]
+    if present:
+        columns = attrs.get("n_features_in")
+        if attrs.get("version") == 1 or len(present) != len(COLUMN_ARRAYS):
+            raise SketchFormatError(
+                f"{target}: the arrays {', '.join(COLUMN_ARRAYS)} come together, in version 2 only. Got {present} "
+                f"in version {attrs.get('version')!r} (tampered or damaged)."
+            )
+        if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+            raise SketchFormatError(f"{target}: n_features_in must be an integer >= 1. Got {columns!r}.")
+        expected.update({
+            "reference_column_mean": ((columns,), "float64"),
+            "reference_column_variance": ((columns,), "float64"),
+            "window_rows": ((window, columns), "float64"),
+        })  # fmt: skip
+    return expected
 
 
 def _check_declared_arrays(root: Any, attrs: dict[str, Any], target: str) -> None:

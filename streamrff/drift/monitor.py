@@ -70,7 +70,50 @@ def _explain_window(monitor: DriftMonitor, k: int) -> tuple[Any, np.ndarray, np.
     values = monitor.window_features_[run_rows % window].astype(np.float64) @ witness.direction
     stream_rows = monitor.n_rows_seen_ - run_length + run_rows
     top = TopRows.of_values(values, 0, min(k, filled), "largest", stream_rows)
-    return witness, top.rows, top.values
+    columns = _column_statistics(monitor, run_rows % window)
+    return witness, top.rows, top.values, *columns
+
+
+def _column_statistics(monitor: DriftMonitor, slots: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per column, the standardised mean difference of the window's raw rows (ring buffer ``slots``) against
+    the reference, ``z_j = (mean_window_j - mean_reference_j) / sqrt(var_reference_j / n_window)``, and the
+    columns by ``|z|`` descending; ``(None, None)`` for a monitor without raw reference columns (a sketch).
+
+    A reference column of variance 0 gives ``z = 0`` where the window's mean equals it, ``+-inf`` elsewhere.
+    """
+    window_rows = getattr(monitor, "window_rows_", None)
+    if window_rows is None or getattr(monitor, "reference_column_mean_", None) is None:
+        return None, None
+    difference = window_rows[slots].mean(axis=0, dtype=np.float64) - monitor.reference_column_mean_
+    with np.errstate(divide="ignore", invalid="ignore"):
+        statistic = difference / np.sqrt(monitor.reference_column_variance_ / slots.size)
+    statistic[difference == 0] = 0.0
+    return statistic, np.argsort(-np.abs(statistic), kind="stable").astype(np.int64)
+
+
+def _column_moments(source: Any, client: Any, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of an opened reference source, the mean and the variance (``ddof=1``) of its raw rows, in float64."""
+    if source.rows is not None:
+        rows = np.asarray(source.rows)
+        return rows.mean(axis=0, dtype=np.float64), rows.var(axis=0, dtype=np.float64, ddof=1)
+    from ..engine import _compute
+
+    array = source.array
+    mean, variance = _compute((array.mean(axis=0, dtype=np.float64), array.var(axis=0, dtype=np.float64, ddof=1)),
+                              client, progress, retries=3)  # fmt: skip
+    return np.asarray(mean, dtype=np.float64), np.asarray(variance, dtype=np.float64)
+
+
+def _keep_rows(buffer: np.ndarray, rows: np.ndarray, run_length: int) -> None:
+    """Copy a batch's raw rows into the window's ring buffer: run row ``run_length + i`` to slot ``% window``
+    (the last ``window`` rows of the batch only; O(d) per row)."""
+    window, n_rows = buffer.shape[0], rows.shape[0]
+    if n_rows == 1:
+        buffer[run_length % window] = rows[0]
+    elif n_rows:
+        kept = min(n_rows, window)
+        buffer[(run_length + np.arange(n_rows - kept, n_rows)) % window] = rows[n_rows - kept :]
+
 
 @dataclass(frozen=True)
 class DriftUpdate:
@@ -106,6 +149,15 @@ class DriftUpdate:
         first, as global indices (counted as ``drift_at``): the rows that set off the alarm.
     top_values : ndarray of float64 or None
         The witness at ``top_rows`` (kernel units).
+    column_statistics : ndarray of shape (n_features_in,), float64, or None
+        With ``witness``, for a monitor fitted on reference data: per column j,
+        the standardised mean difference of the window's raw rows against the
+        reference, ``z_j = (mean_window_j - mean_reference_j) / sqrt(var_reference_j / n_window)``
+        (``var_reference_j`` with ``ddof=1``, ``n_window`` the rows in the window;
+        ``+-inf`` for a constant reference column the window's mean leaves). None
+        otherwise, and for a monitor fitted on a sketch (which holds no raw columns).
+    columns : ndarray of int64 or None
+        With ``column_statistics``: the column indices by ``|z|`` descending (the columns that moved most first).
 
     Examples
     --------
@@ -129,6 +181,8 @@ class DriftUpdate:
     witness: Any = None
     top_rows: np.ndarray | None = None
     top_values: np.ndarray | None = None
+    column_statistics: np.ndarray | None = None
+    columns: np.ndarray | None = None
 
 
 class DriftMonitor(BaseEstimator):
@@ -206,6 +260,13 @@ class DriftMonitor(BaseEstimator):
         Their squared norms.
     window_sum_ : ndarray of shape (D,), float64
         Feature sum of the rows in the window.
+    reference_column_mean_ : ndarray of shape (n_features_in,), float64, or None
+        Per column, the mean of the raw reference rows (None for a reference given as a sketch).
+    reference_column_variance_ : ndarray of shape (n_features_in,), float64, or None
+        Their variance (``ddof=1``).
+    window_rows_ : ndarray of shape (window, n_features_in), float64, or None
+        Ring buffer of the window's raw rows, beside ``window_features_`` (same slots); None with the reference
+        columns. An alarm's ``DriftUpdate.column_statistics`` compares them with the reference columns.
     window_squared_norm_sum_ : float
         Their squared norms' sum.
     run_length_ : int
@@ -344,10 +405,12 @@ class DriftMonitor(BaseEstimator):
                     "simulation='resample' needs reference rows, but a MeanSketch holds none. Pass the "
                     "reference data, or use simulation='gaussian' (the sketch needs second moments)."
                 )
-            summary, sample = reference, None
+            summary, sample, columns = reference, None, (None, None)
         else:
             simulation = "resample" if self.simulation == "auto" else self.simulation
-            summary, sample = self._sketch_reference(reference, simulation, seed, client, storage_options, progress)
+            summary, sample, columns = self._sketch_reference(
+                reference, simulation, seed, client, storage_options, progress
+            )
         if simulation == "gaussian" and not summary.has_moments:
             raise InputError(
                 "simulation='gaussian' needs the reference's second moment. Got a MeanSketch without "
@@ -369,6 +432,7 @@ class DriftMonitor(BaseEstimator):
         self.reference_count_ = int(summary.count)
         self.reference_sum_ = np.array(summary.feature_sum, dtype=np.float64)
         self.reference_squared_norm_sum_ = float(summary.squared_norm_sum)
+        self.reference_column_mean_, self.reference_column_variance_ = columns
         self.n_rows_seen_ = 0
         self.n_rows_skipped_ = 0
         self.source_cursor_ = None
@@ -389,7 +453,7 @@ class DriftMonitor(BaseEstimator):
 
     def _sketch_reference(
         self, reference: Any, simulation: str, seed: int, client: Any, storage_options: StorageOptions, progress: bool
-    ) -> tuple[MeanSketch, np.ndarray]:
+    ) -> tuple[MeanSketch, np.ndarray, tuple[np.ndarray, np.ndarray]]:
         if is_in_memory(reference):
             reference = validate_estimator_input(self, reference, reset=True)
         initial = self.feature_map or RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=seed)
@@ -400,13 +464,16 @@ class DriftMonitor(BaseEstimator):
         with connect(client) as active:
             fitted, sample = fit_map_and_sample(initial, [source], n_bank_rows, bank_seed, active, progress)
             summary = sketch(source, fitted, moments=simulation == "gaussian", client=active, progress=progress)
-        return summary, sample
+            columns = _column_moments(source, active, progress)
+        return summary, sample, columns
 
     def _start_run(self, window: int, width: int) -> None:
         self.window_features_ = np.zeros((window, width), dtype=np.float32)
         self.window_squared_norms_ = np.zeros(window)
         self.window_sum_ = np.zeros(width)
         self.window_squared_norm_sum_ = 0.0
+        has_columns = getattr(self, "reference_column_mean_", None) is not None
+        self.window_rows_ = np.zeros((window, self.n_features_in_)) if has_columns else None
         self.run_length_ = 0
         self.drift_at_ = None
 
@@ -486,8 +553,9 @@ class DriftMonitor(BaseEstimator):
         if not kernel_ready:
             rows = check_rows(rows, "rows", allow_empty=True, fix=fix, row_offset=self.n_rows_seen_)
             check_width(rows, self.n_features_in_, "DriftMonitor", name="rows")
-            if rff_args is not None:
-                rows = rows.astype(np.float32, order="C")  # one compiled type (C, writeable)
+        raw_rows = rows  # the window's raw rows come from here, before any cast
+        if not kernel_ready and rff_args is not None:
+            rows = rows.astype(np.float32, order="C")  # one compiled type (C, writeable)
         run_length, drift_at = self.run_length_, self.drift_at_
         window_args = (self.window_features_, self.window_squared_norms_, self.window_sum_)
         with one_blas_thread():  # the features must not depend on the BLAS thread count
@@ -510,6 +578,8 @@ class DriftMonitor(BaseEstimator):
         if first == NOT_FINITE:  # nothing changed; the check words the error
             check_finite_rows(rows, "rows", fix=fix, row_offset=self.n_rows_seen_)
         n_rows = rows.shape[0]
+        if self.window_rows_ is not None:
+            _keep_rows(self.window_rows_, raw_rows, run_length)
         self.window_squared_norm_sum_ = norm_sum  # a float from the compiled call
         n_rows_seen = self.n_rows_seen_ + n_rows
         if first >= 0:
@@ -587,6 +657,10 @@ class DriftMonitor(BaseEstimator):
             "window_squared_norms": self.window_squared_norms_,
             "window_sum": self.window_sum_,
         }
+        if getattr(self, "window_rows_", None) is not None:  # a monitor fitted on data: its raw columns
+            arrays["reference_column_mean"] = self.reference_column_mean_
+            arrays["reference_column_variance"] = self.reference_column_variance_
+            arrays["window_rows"] = self.window_rows_
         arrays.update({f"map/{name}": value for name, value in self.feature_map_.state_arrays().items()})
         params = self.get_params(deep=False)
         params["feature_map"] = None  # the fitted map is stored as the map spec
@@ -632,6 +706,13 @@ class DriftMonitor(BaseEstimator):
                 "window_squared_norms": ((window,), np.float64),
                 "window_sum": ((width,), np.float64),
             }
+            n_columns = int(attrs["n_features_in"])
+            if "window_rows" in arrays:  # optional (version 2, a monitor fitted on data)
+                expected_shapes.update({
+                    "reference_column_mean": ((n_columns,), np.float64),
+                    "reference_column_variance": ((n_columns,), np.float64),
+                    "window_rows": ((window, n_columns), np.float64),
+                })  # fmt: skip
             for name, (shape, dtype) in expected_shapes.items():
                 if name not in arrays or arrays[name].shape != shape or arrays[name].dtype != dtype:
                     raise SketchFormatError(
@@ -649,6 +730,10 @@ class DriftMonitor(BaseEstimator):
             monitor.window_squared_norms_ = np.array(arrays["window_squared_norms"])
             monitor.window_sum_ = np.array(arrays["window_sum"])
             monitor.window_squared_norm_sum_ = float(attrs["window_squared_norm_sum"])
+            has_columns = "window_rows" in arrays
+            monitor.reference_column_mean_ = np.array(arrays["reference_column_mean"]) if has_columns else None
+            monitor.reference_column_variance_ = np.array(arrays["reference_column_variance"]) if has_columns else None
+            monitor.window_rows_ = np.array(arrays["window_rows"]) if has_columns else None
             monitor.run_length_ = int(attrs["run_length"])
             monitor.n_rows_seen_ = int(attrs["n_rows_seen"])
             monitor.drift_at_ = None if attrs["drift_at"] is None else int(attrs["drift_at"])
