@@ -157,3 +157,41 @@ def test_watch_alarm_line_names_the_shifted_column(tmp_path, capsys):
     assert main(argv) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ALARM")]
     assert "; columns whose window mean moved most (standardised): 3 (z +" in line
+
+
+def test_monitor_file_column_arrays_are_checked_before_any_read(tmp_path):
+    import shutil
+
+    import pytest
+
+    from streamrff._sketchfile import _attributes_digest
+    from streamrff.errors import SketchFormatError
+
+    rng = np.random.default_rng(6)
+    monitor = srf.DriftMonitor(window=20, ert=100, n_features=32, n_streams=100).fit(rng.normal(size=(300, 4)))
+    monitor.update(rng.normal(size=(30, 4)))
+
+    def saved(name: str) -> object:
+        path = tmp_path / name
+        monitor.save(path)
+        return path
+
+    path = saved("bigger")  # window_rows declared as 4e6 x 4, its chunk absent: refused before reading zeros
+    metadata = json.loads((path / "window_rows" / "zarr.json").read_text())
+    metadata["shape"] = metadata["chunk_grid"]["configuration"]["chunk_shape"] = [4_000_000, 4]
+    (path / "window_rows" / "zarr.json").write_text(json.dumps(metadata))
+    shutil.rmtree(path / "window_rows" / "c")
+    with pytest.raises(SketchFormatError, match="'window_rows' declares shape"):
+        srf.load_monitor(path)
+    path = saved("missing-chunk")
+    shutil.rmtree(path / "reference_column_mean" / "c")
+    with pytest.raises(SketchFormatError, match="'reference_column_mean' of shape .* has no stored chunk"):
+        srf.load_monitor(path)
+    path = saved("partial")  # one of the three dropped, the digest made consistent again
+    group = json.loads((path / "zarr.json").read_text())
+    attributes = group["attributes"]
+    del attributes["checksums"]["reference_column_variance"], attributes["attributes_digest"]
+    attributes["attributes_digest"] = _attributes_digest(attributes)
+    (path / "zarr.json").write_text(json.dumps(group))
+    with pytest.raises(SketchFormatError, match="come together"):
+        srf.load_monitor(path)
