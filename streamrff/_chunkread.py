@@ -33,13 +33,18 @@ def stored_chunk_keys(zarr_array: Any, row_start: int, row_stop: int) -> list[st
     >>> array = zarr.create_array(zarr.storage.MemoryStore(), shape=(10, 6), chunks=(4, 3), dtype="float32")
     >>> stored_chunk_keys(array, 3, 5)
     ['c/0/0', 'c/0/1', 'c/1/0', 'c/1/1']
+    >>> stored_chunk_keys(zarr.create_array(zarr.storage.MemoryStore(), shape=(10,), chunks=(4,), dtype="f4"), 3, 9)
+    ['c/0', 'c/1', 'c/2']
     """
     metadata = zarr_array.metadata
     grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
-    grid_rows, column_blocks = int(grid[0]), -(-int(zarr_array.shape[1]) // int(grid[1]))
+    row_blocks = range(row_start // int(grid[0]), (row_stop - 1) // int(grid[0]) + 1)
+    if zarr_array.ndim == 1:  # a vector read as one column (targets)
+        return [metadata.encode_chunk_key((row_block,)) for row_block in row_blocks]
+    column_blocks = -(-int(zarr_array.shape[1]) // int(grid[1]))
     return [
         metadata.encode_chunk_key((row_block, column_block))
-        for row_block in range(row_start // grid_rows, (row_stop - 1) // grid_rows + 1)
+        for row_block in row_blocks
         for column_block in range(column_blocks)
     ]
 

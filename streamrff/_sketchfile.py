@@ -232,6 +232,32 @@ def signature_value(attrs: dict[str, Any], key: bytes) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+def check_signature_record(
+    stored: Any, expected: str, target: str, kind: str, how_to_sign: str, error: type[Exception]
+) -> None:
+    """Refuse a file whose signature record (``{"algorithm", "value"}``) is absent or is not ``expected``.
+
+    Shared by sketch and model files: ``kind`` ("sketch", "model") and
+    ``how_to_sign`` name them in the messages; ``error`` is the kind's own
+    signature error. The comparison takes constant time.
+    """
+    if stored is None:
+        raise error(
+            f"{target} is not signed. Expected a {kind} signed with the verify key ({how_to_sign}); ask its "
+            "sender to sign it."
+        )
+    value = stored.get("value") if isinstance(stored, dict) else None
+    if (
+        not isinstance(value, str)
+        or stored.get("algorithm") != SIGNATURE_ALGORITHM
+        or not hmac.compare_digest(value.encode("utf-8"), expected.encode("ascii"))
+    ):
+        raise error(
+            f"{target}: the signature does not match the verify key (signed with another key, or edited after "
+            f"signing). Expected a {kind} signed with this key; check that both sites use the same key file."
+        )
+
+
 def _write_group(store: Any, parts: SketchParts, signing_key: bytes | None = None) -> None:
     root = zarr.open_group(store=store, mode="w", zarr_format=3)
     arrays = parts.arrays

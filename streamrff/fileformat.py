@@ -41,7 +41,6 @@ The writer lives in :mod:`streamrff._sketchfile`, below :mod:`streamrff.sketches
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import time
@@ -61,12 +60,12 @@ from ._sketchfile import (
     DIGEST_ATTRIBUTE,
     FORMAT_NAME,
     FORMAT_VERSION,
-    SIGNATURE_ALGORITHM,
     SIGNATURE_ATTRIBUTE,
     _attributes_digest,
     _checksum,
     _is_url,
     _local_path,
+    check_signature_record,
     check_signing_key,
     check_writable,
     read_signing_key,
@@ -591,22 +590,10 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
 
 def _check_signature(attrs: dict[str, Any], verify_key: bytes, target: str) -> None:
     """Refuse a sketch not signed with ``verify_key`` (after the digest verified every value it covers)."""
-    stored = attrs.get(SIGNATURE_ATTRIBUTE)
-    if stored is None:
-        raise SketchSignatureError(
-            f"{target} is not signed. Expected a sketch signed with the verify key (Sketch.save(..., "
-            "signing_key=...) or `streamrff sketch/merge --sign-key FILE`); ask its sender to sign it."
-        )
-    value = stored.get("value") if isinstance(stored, dict) else None
-    if (
-        not isinstance(value, str)
-        or stored.get("algorithm") != SIGNATURE_ALGORITHM
-        or not hmac.compare_digest(value.encode("utf-8"), signature_value(attrs, verify_key).encode("ascii"))
-    ):
-        raise SketchSignatureError(
-            f"{target}: the signature does not match the verify key (signed with another key, or edited after "
-            "signing). Expected a sketch signed with this key; check that both sites use the same key file."
-        )
+    check_signature_record(
+        attrs.get(SIGNATURE_ATTRIBUTE), signature_value(attrs, verify_key), target, "sketch",
+        "Sketch.save(..., signing_key=...) or `streamrff sketch/merge --sign-key FILE`", SketchSignatureError,
+    )  # fmt: skip
 
 
 def is_signed(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> bool:

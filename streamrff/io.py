@@ -336,14 +336,7 @@ class RowSource:
 
         if self.zarr_array is None or self.location is None:
             raise SourceError(f"{self.description} is not a zarr array: it has no stored objects.")
-        metadata = self.zarr_array.metadata
-        grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
-        grid_rows, column_blocks = int(grid[0]), -(-self.shape[1] // int(grid[1]))
-        keys = [
-            metadata.encode_chunk_key((row_block, column_block))
-            for row_block in range(start // grid_rows, (max(stop, start + 1) - 1) // grid_rows + 1)
-            for column_block in range(column_blocks)
-        ]
+        keys = stored_chunk_keys(self.zarr_array, start, max(stop, start + 1))
         options = (self.storage_options or {}) if _is_remote(self.location) else {}
         try:
             filesystem, root = fsspec.core.url_to_fs(self.location, **options)
@@ -389,10 +382,11 @@ class RowSource:
             return False
         metadata = self.zarr_array.metadata
         grid = metadata.chunk_grid.chunk_shape if metadata.zarr_format == 3 else metadata.chunks
-        row_blocks, column_blocks = (-(-int(size) // int(step)) for size, step in zip(self.shape, grid))
+        blocks = [-(-int(size) // int(step)) for size, step in zip(self.zarr_array.shape, grid)]
+        row_blocks, column_blocks = blocks[0], (blocks[1] if len(blocks) > 1 else 1)
         for row_block in range(row_blocks):  # stops at the first missing chunk: no list of every key
             for column_block in range(column_blocks):
-                key = metadata.encode_chunk_key((row_block, column_block))
+                key = metadata.encode_chunk_key((row_block, column_block)[: len(blocks)])
                 if key not in stored:
                     n_stored = len([name for name in stored if name.rsplit("/", 1)[-1] not in _METADATA_FILES])
                     n_missing = max(1, row_blocks * column_blocks - n_stored)

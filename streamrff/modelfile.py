@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ._bounded_read import read_regular_file
-from ._sketchfile import SIGNATURE_ALGORITHM, check_signing_key
+from ._sketchfile import SIGNATURE_ALGORITHM, check_signature_record, check_signing_key
 from ._validation import check_format_version
 from .errors import (
     InputError,
@@ -104,22 +104,10 @@ def model_signature_value(document: dict[str, Any], key: bytes) -> str:
 
 def _check_model_signature(document: dict[str, Any], verify_key: bytes, target: str) -> None:
     """Refuse a model document not signed with ``verify_key`` (after its digest matched)."""
-    stored = document.get("signature")
-    if stored is None:
-        raise ModelSignatureError(
-            f"{target} is not signed. Expected a model file signed with the verify key (save_model(..., "
-            "signing_key=...) or `streamrff ridge --sign-key FILE`); ask its sender to sign it."
-        )
-    value = stored.get("value") if isinstance(stored, dict) else None
-    if (
-        not isinstance(value, str)
-        or stored.get("algorithm") != SIGNATURE_ALGORITHM
-        or not hmac.compare_digest(value.encode("utf-8"), model_signature_value(document, verify_key).encode("ascii"))
-    ):
-        raise ModelSignatureError(
-            f"{target}: the signature does not match the verify key (signed with another key, or edited after "
-            "signing). Expected a model signed with this key; check that both sites use the same key file."
-        )
+    check_signature_record(
+        document.get("signature"), model_signature_value(document, verify_key), target, "model",
+        "save_model(..., signing_key=...) or `streamrff ridge --sign-key FILE`", ModelSignatureError,
+    )  # fmt: skip
 
 
 def _encode_classes(classes: np.ndarray) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def test_feature_tiles_with_large_phases_take_float64_cos_and_sin(variant):
     # kernels' exact path); the first tile, in range, is within float32 rounding of numpy's.
     X = np.random.default_rng(3).normal(size=(512, 3))
     X[:256] *= 1e-4
-    feature_map = srf.RFF(n_features=64, bandwidth=1e-4, variant=variant, seed=4).fit(X)
+    feature_map = srf.RFF(n_features=64, bandwidth=1e-4, variant=variant, seed=4, phase_precision="float32").fit(X)
     frequencies = np.ascontiguousarray(feature_map._params()["frequencies"].T, dtype=np.float32)
     tiles = [X[:256].astype(np.float32) @ frequencies, X[256:].astype(np.float32) @ frequencies]
     assert np.abs(tiles[0]).max() < _sincos.MAX_FAST_PHASE < np.abs(tiles[1]).max()

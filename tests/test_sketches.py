@@ -429,6 +429,7 @@ def test_mmd2_from_sketches_matches_exact_mmd2(two_samples, variant, orthogonal)
 
 def _sum_sketch_builders(rff, rows):
     from streamrff.kmeans import cluster_sketch_of_chunk
+    from streamrff.regression import regression_sketch_of_chunk
     from streamrff.twosample import two_sample_sketch_of_chunk
 
     centers = rff.transform(rows[:3]).astype(np.float64)
@@ -436,8 +437,12 @@ def _sum_sketch_builders(rff, rows):
     return {
         "mean": lambda part, offset: srf.sketch_array(part, rff, moments=True),
         "nystrom": lambda part, offset: srf.NystromSketch.from_rows(part, rff, 8, 1),
-        "regression": lambda part, offset: srf.regression_sketch_array(part, part[:, :2], rff),
-        "nystrom-regression": lambda part, offset: srf.regression_sketch_array(part, part[:, :2], rff, sketch_size=8),
+        # One target shift for every part, as the engine gives every chunk of a job (parts of different
+        # shifts merge by exact algebra, equal to float64 rounding, not bit for bit).
+        "regression": lambda part, offset: regression_sketch_of_chunk(part, part[:, :2], rff, target_shift=rows[0, :2]),
+        "nystrom-regression": lambda part, offset: regression_sketch_of_chunk(
+            part, part[:, :2], rff, sketch_size=8, test_seed=1, target_shift=rows[0, :2]
+        ),
         "cluster": lambda part, offset: cluster_sketch_of_chunk(part, rff, centers, centers + 0.01),
         "twosample": lambda part, offset: two_sample_sketch_of_chunk(part, rff, offset, n // 2, n - n // 2, 7, 0),
     }
