@@ -95,6 +95,9 @@ class MarginalTestResult:
     n_x, n_y, n_permutations, n_features : int
     joint : TwoSampleResult or None
         The joint test of whole rows, when run in the same pass (``feature_map=``).
+    null : str
+        How the p-values were calibrated, as printed on the ``null:`` line (e.g.
+        ``"500 permutations shared by every column"``).
 
     Examples
     --------
@@ -122,6 +125,7 @@ class MarginalTestResult:
     n_permutations: int
     n_features: int
     joint: TwoSampleResult | None = field(default=None, repr=False)
+    null: str = ""
 
     def rejected(self, level: float = 0.05) -> np.ndarray:
         """The columns whose Holm-adjusted p-value is at most ``level`` (most different first)."""
@@ -147,7 +151,7 @@ class MarginalTestResult:
         return "\n".join(
             [
                 f"MarginalTestResult(kind={self.kind!r}, {len(self.columns)} tests, Holm-adjusted)",
-                f"  null:    {self.n_permutations} permutations shared by every {self.kind[:-1]}",
+                f"  null:    {self.null or f'{self.n_permutations} permutations shared by every {self.kind[:-1]}'}",
                 f"  samples: n_x={self.n_x}, n_y={self.n_y}; D = {self.n_features} per {self.kind[:-1]}",
                 *self.table_lines(),
             ]
@@ -161,6 +165,7 @@ class MarginalTestResult:
             "n_y": int(self.n_y),
             "n_permutations": int(self.n_permutations),
             "n_features": int(self.n_features),
+            "null": self.null or f"{self.n_permutations} permutations shared by every {self.kind[:-1]}",
             "columns": [int(value) for value in self.columns],
             "statistics": [float(value) for value in self.statistics],
             "p_values": [float(value) for value in self.p_values],
