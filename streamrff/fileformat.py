@@ -443,8 +443,9 @@ _UNVERIFIED_READ_ELEMENTS = 2**20
 #: absent chunk of a larger array is a partial copy or a tampered file, refused before reading.
 _MISSING_CHUNK_BYTES = 8 * _UNVERIFIED_READ_ELEMENTS
 #: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
-#: clusters k, target columns t). A new sketch kind with another sizing attribute adds its name here.
-_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets")
+#: clusters k, target columns t, the stacked per-column moments' rows d * D_c of a sketch with
+#: columns). A new sketch kind with another sizing attribute adds its name here.
+_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets", "column_moment_rows")
 
 
 def _declared_sizes(spec: dict[str, Any], attrs: dict[str, Any]) -> list[int]:
