@@ -53,6 +53,7 @@ __all__ = [
     "ColumnSketch",
     "derive_column_maps",
     "column_sketch_of_chunk",
+    "check_columns",
 ]
 
 #: Format name and version of the column part of a sketch file.
@@ -360,6 +361,22 @@ def column_sketch_of_chunk(rows: np.ndarray, column_maps: ColumnMaps, dtype: Any
             sums.add(features)
         feature_sum[column], _, moment[column] = sums.totals()
     return ColumnSketch(column_maps, int(rows.shape[0]), feature_sum, moment)
+
+
+def check_columns(
+    columns: Any, feature_map: FeatureMap, column_features: Any, column_bandwidth: Any
+) -> ColumnMaps | None:
+    """The column maps of a fitted map when ``columns`` is True, else None (checking the column options)."""
+    if not isinstance(columns, (bool, np.bool_)):
+        raise InputError(f"columns must be True or False. Got {columns!r}.")
+    if not columns:
+        if column_bandwidth is not None or column_features != DEFAULT_COLUMN_FEATURES:
+            raise InputError(
+                "column_features and column_bandwidth set the per-column part, which columns=False leaves out. "
+                f"Got column_features={column_features!r}, column_bandwidth={column_bandwidth!r}; pass columns=True."
+            )
+        return None
+    return derive_column_maps(feature_map, column_features, column_bandwidth)
 
 
 def column_maps_key(column_maps: ColumnMaps) -> str:

@@ -37,7 +37,7 @@ from ._tasks import (
 )
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .checkpoint import chunk_identities, load_partial, open_checkpoint
-from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, column_maps_key
+from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, check_columns, column_maps_key
 from .errors import InputError, SketchFormatError
 from .io import RowSource, open_source, open_sources
 from .maps import RFF, FeatureMap
@@ -48,7 +48,6 @@ from .sketches import (
     LandmarkSketch,
     MeanSketch,
     Sketch,
-    check_columns,
     check_sum_method,
     landmark_sketch_of_chunk,
     mean_sketch_of_chunk,

@@ -27,7 +27,7 @@ from ._moments import _CentredMoments, _moment_tile_rows
 from ._registry import KindRegistry
 from ._sketchfile import SketchParts, write_sketch
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
-from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, ColumnSketch, column_sketch_of_chunk, derive_column_maps
+from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, ColumnSketch, check_columns, column_sketch_of_chunk
 from .columns import PREFIX as COLUMN_PREFIX
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap
@@ -821,22 +821,6 @@ def sketch_array(
     return mean_sketch_of_chunk(
         X, feature_map, moments=bool(moments), dtype=dtype, method=method, column_maps=column_maps
     )
-
-
-def check_columns(
-    columns: Any, feature_map: FeatureMap, column_features: Any, column_bandwidth: Any
-) -> ColumnMaps | None:
-    """The column maps of a fitted map when ``columns`` is True, else None (checking the column options)."""
-    if not isinstance(columns, (bool, np.bool_)):
-        raise InputError(f"columns must be True or False. Got {columns!r}.")
-    if not columns:
-        if column_bandwidth is not None or column_features != DEFAULT_COLUMN_FEATURES:
-            raise InputError(
-                "column_features and column_bandwidth set the per-column part, which columns=False leaves out. "
-                f"Got column_features={column_features!r}, column_bandwidth={column_bandwidth!r}; pass columns=True."
-            )
-        return None
-    return derive_column_maps(feature_map, column_features, column_bandwidth)
 
 
 def mmd2(a: MeanSketch, b: MeanSketch, unbiased: bool = True) -> float:
