@@ -232,7 +232,7 @@ class ColumnSketch:
     >>> X = np.random.default_rng(0).normal(size=(300, 3))
     >>> s = srf.sketch_array(X, srf.RFF(n_features=64, bandwidth=2.0), columns=True)
     >>> part = s.columns
-    >>> part.feature_sum.shape, part.moment.shape, part.column_maps.bandwidth == 2.0 / np.sqrt(3)
+    >>> part.feature_sum.shape, part.moment.shape, bool(part.column_maps.bandwidth == 2.0 / np.sqrt(3))
     ((3, 64), (3, 64, 64), True)
     >>> w = part.column_maps.frequencies()[1]                    # column 1's frequencies
     >>> phases = np.outer(X[:, 1], w)
