@@ -211,3 +211,19 @@ def test_cli_sketch_columns_then_explain_ranks_the_shifted_column_first(capsys, 
         main(["sketch", b_path, "-o", str(tmp_path / "x.sketch"), "--column-bandwidth", "1"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "add --columns" in err and len(err.strip().splitlines()) == 1
+
+
+def test_golden_v1_column_sketch_loads_and_matches_the_documented_derivation():
+    from pathlib import Path
+
+    golden = srf.load(Path(__file__).parent / "data" / "golden_v1_columns.zarr")
+    X = ((np.arange(36.0).reshape(12, 3) * 5) % 7 - 3) / 2  # tests/data/make_golden_v1_columns.py
+    part = golden.columns
+    assert golden.count == 12 and part.column_maps.bandwidth == 1.5 / np.sqrt(3)
+    for column in range(3):
+        # docs/file_format.rst: seed_c = SeedSequence([map seed, c, 0x636f6c]) word 0; w ~ N(0, 1) / s_c
+        seed = int(np.random.SeedSequence([0, column, 0x636F6C]).generate_state(1)[0])
+        frequencies = np.random.default_rng(seed).standard_normal((4, 1))[:, 0] / (1.5 / np.sqrt(3))
+        Z = _features(X[:, column], frequencies)
+        np.testing.assert_allclose(part.feature_sum[column], Z.sum(0), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(part.moment[column], Z.T @ Z, rtol=0, atol=1e-5)
