@@ -227,3 +227,23 @@ def test_golden_v1_column_sketch_loads_and_matches_the_documented_derivation():
         Z = _features(X[:, column], frequencies)
         np.testing.assert_allclose(part.feature_sum[column], Z.sum(0), rtol=0, atol=1e-5)
         np.testing.assert_allclose(part.moment[column], Z.T @ Z, rtol=0, atol=1e-5)
+
+
+def test_column_sketch_on_a_cluster_and_from_a_checkpoint_equals_the_local_sketch(dask_client, tmp_zarr, tmp_path):
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(4000, 3)).astype(np.float32)
+    path = tmp_zarr(X, 1000, "x.zarr")
+    rff = srf.RFF(n_features=64, bandwidth=2.0, seed=2).fit(X)
+    local = srf.sketch_array(X, rff, columns=True)
+    checkpoint = tmp_path / "checkpoint"
+    on_cluster = srf.sketch(path, rff, columns=True, client=dask_client, checkpoint=checkpoint)
+    partials = sorted(checkpoint.glob("mean-*-columns-*/rows-*.zarr"))
+    assert len(partials) == 4 and all(srf.load(partial).columns.count == 1000 for partial in partials)
+    resumed = srf.sketch(path, rff, columns=True, checkpoint=checkpoint)  # the partials read back from disk
+    for sketch in (on_cluster, resumed):
+        for name in ("feature_sum", "moment"):
+            a, b = getattr(sketch.columns, name), getattr(local.columns, name)
+            assert np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
+    # a job with other column maps does not take those partials
+    other = srf.sketch(path, rff, columns=True, column_bandwidth=0.5, checkpoint=checkpoint)
+    assert other.columns.column_maps.bandwidth == 0.5
