@@ -54,6 +54,7 @@ __all__ = [
     "derive_column_maps",
     "column_sketch_of_chunk",
     "check_columns",
+    "check_column_part_fits",
 ]
 
 #: Format name and version of the column part of a sketch file.
@@ -377,6 +378,31 @@ def check_columns(
             )
         return None
     return derive_column_maps(feature_map, column_features, column_bandwidth)
+
+
+def check_column_part_fits(column_maps: ColumnMaps, memory_per_thread: float, split_every: int) -> None:
+    """Raise InputError when the column part's partials (d * D_c^2 float64 each, ``split_every + 2`` of them in
+    the merge tree) cannot fit a task thread's memory, naming the fix.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(np.zeros((1, 1000)))
+    >>> check_column_part_fits(derive_column_maps(rff), 2**30, 8)
+    >>> check_column_part_fits(derive_column_maps(rff, 512), 2**30, 8)
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.InputError: The column part of 1,000 columns x 512 features needs about 19.6 GiB per task ...
+    """
+    d, width = column_maps.n_columns, column_maps.n_features
+    need = (split_every + 2) * 8.0 * d * width * (width + 1)
+    if need > memory_per_thread:
+        raise InputError(
+            f"The column part of {d:,} columns x {width:,} features needs about {need / 2**30:.1f} GiB per task "
+            f"thread (a {width} x {width} float64 moment per column, {split_every + 2} partials in the merge tree); "
+            f"a task thread has {memory_per_thread / 2**30:.1f} GiB. Use fewer column_features (CLI "
+            "--column-features), or workers with more memory."
+        )
 
 
 def column_maps_key(column_maps: ColumnMaps) -> str:

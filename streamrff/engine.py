@@ -37,7 +37,7 @@ from ._tasks import (
 )
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .checkpoint import chunk_identities, load_partial, open_checkpoint
-from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, check_columns, column_maps_key
+from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, check_column_part_fits, check_columns, column_maps_key
 from .errors import InputError, SketchFormatError
 from .io import RowSource, open_source, open_sources
 from .maps import RFF, FeatureMap
@@ -671,6 +671,8 @@ def sketch(
         fitted = fit_map(feature_map, [source], client=active, progress=progress)
         check_sum_method(method, moments, dtype, fitted)
         column_maps = check_columns(columns, fitted, column_features, column_bandwidth)
+        if column_maps is not None:
+            check_column_part_fits(column_maps, memory, split_every)
         kernel = functools.partial(
             _mean_kernel, feature_map=fitted, moments=moments, dtype=dtype, method=method, column_maps=column_maps
         )

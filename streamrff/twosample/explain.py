@@ -353,13 +353,15 @@ def explain(
     Returns
     -------
     Explanation
+        With ``columns``, the column table (:func:`column_tests`), when both sketches were made with
+        ``columns=True``; else ``columns_note`` says how to get one.
 
     Raises
     ------
     InputError
         On bad arguments, a source of another width, or empty sketches.
     SketchMismatchError
-        If the sketches come from different maps.
+        If the sketches come from different maps, or their column parts from different column maps.
 
     Examples
     --------
