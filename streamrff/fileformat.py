@@ -535,8 +535,10 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
             _check_declared_size(node, name, spec, attrs, target)
         nodes[name] = node
     for name, node in nodes.items():
-        # Before the memory check, so that a file whose chunks were deleted is named for that.
-        check_stored_chunks(node, name, target, missing_allowed_bytes=_MISSING_CHUNK_BYTES)
+        # Before the memory check, so that a file whose chunks were deleted is named for that. The column
+        # part came after the rule that every chunk is written: none of its chunks may be absent.
+        allowed = 0 if name.startswith("columns/") else _MISSING_CHUNK_BYTES
+        check_stored_chunks(node, name, target, missing_allowed_bytes=allowed)
     _check_memory(nodes, target)
     if not isinstance(spec, dict):
         raise SketchFormatError(f"{target}: missing map spec.")

@@ -132,6 +132,8 @@ def test_column_part_round_trips_and_refuses_missing_or_corrupt_arrays(rows, tmp
         with pytest.raises(SketchFormatError) as error:
             srf.load(copy)
         assert "\n" not in str(error.value) and "columns/" in str(error.value), name
+        if name == "a missing chunk":
+            assert "chunk c/0/0 is missing" in str(error.value)
 
 
 def test_column_part_with_a_tampered_descriptor_is_refused_naming_it(rows, tmp_path):
