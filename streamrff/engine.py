@@ -37,6 +37,7 @@ from ._tasks import (
 )
 from ._validation import check_feature_dtype, check_positive_int, normalize_seed
 from .checkpoint import chunk_identities, load_partial, open_checkpoint
+from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, check_column_part_fits, check_columns, column_maps_key
 from .errors import InputError, SketchFormatError
 from .io import RowSource, open_source, open_sources
 from .maps import RFF, FeatureMap
@@ -279,9 +280,12 @@ def _mean_kernel(
     moments: bool,
     dtype: Any = "float32",
     method: str = "auto",
+    column_maps: ColumnMaps | None = None,
 ) -> MeanSketch:
     n_invalid = 0 if valid is None else int(valid.shape[0] - valid.sum())
-    return mean_sketch_of_chunk(rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype, method=method)
+    return mean_sketch_of_chunk(
+        rows, feature_map, moments=moments, n_invalid=n_invalid, dtype=dtype, method=method, column_maps=column_maps
+    )
 
 
 def _regression_kernel(
@@ -513,6 +517,9 @@ def sketch(
     target: Any = None,
     allow_missing_chunks: bool | None = None,
     max_tasks: int | None = None,
+    columns: bool = False,
+    column_features: int = DEFAULT_COLUMN_FEATURES,
+    column_bandwidth: float | None = None,
 ) -> MeanSketch:
     """Sketch out-of-core data in one pass on Dask: count, feature sum and optional second moment.
 
@@ -596,6 +603,19 @@ def sketch(
         ``streamrff.max-tasks``, else 10 000). A store of more chunks has
         consecutive chunks grouped into one task, which reads them one at a
         time; the result differs only by float64 rounding.
+    columns : bool, default=False
+        Also sketch every input column alone, in the same pass: per column
+        the sum and second moment (float64) of a 1-D sincos map of
+        ``column_features`` features (:mod:`streamrff.columns`), which
+        :func:`streamrff.explain` reads for its column table. Costs
+        ``d * column_features^2`` float64 per task. Not with ``target``.
+    column_features : int, default=64
+        Features of each column's map (even).
+    column_bandwidth : float, optional
+        Every column kernel's width, stored in the sketch; by default the
+        map's bandwidth over ``sqrt(d)`` (each column's share of the median
+        distance for standardised columns). Sites that merge or compare their
+        sketches must use the same value.
 
     Returns
     -------
@@ -632,6 +652,11 @@ def sketch(
     if not isinstance(moments, (bool, np.bool_)):
         raise InputError(f"moments must be True or False. Got {moments!r}.")
     moments = bool(moments) or target is not None  # a regression sketch always holds the second moment
+    if target is not None and columns is not False:
+        raise InputError(
+            f"columns sketches the input columns of a mean sketch; a regression sketch (target=) has none. Got "
+            f"columns={columns!r}; sketch the rows again without target= for the column part."
+        )
     _check_job_options(split_every, on_invalid)
     dtype = check_feature_dtype(dtype)
     method = check_sum_method(method, moments, dtype)
@@ -645,8 +670,15 @@ def sketch(
         check_sizes_fit(feature_map, source.shape[1], memory, moments, split_every=split_every)
         fitted = fit_map(feature_map, [source], client=active, progress=progress)
         check_sum_method(method, moments, dtype, fitted)
-        kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=moments, dtype=dtype, method=method)
+        column_maps = check_columns(columns, fitted, column_features, column_bandwidth)
+        if column_maps is not None:
+            check_column_part_fits(column_maps, memory, split_every)
+        kernel = functools.partial(
+            _mean_kernel, feature_map=fitted, moments=moments, dtype=dtype, method=method, column_maps=column_maps
+        )
         job = f"mean-{fitted.fingerprint[:20]}-{'moments' if moments else 'sums'}-{on_invalid}"
+        if column_maps is not None:
+            job += f"-columns-{column_maps_key(column_maps)}"
         kind: type[MeanSketch] = MeanSketch
         shows_non_finite = _feature_sum_not_finite if _sums_show_non_finite(fitted, dtype, method) else None
         if target is not None:

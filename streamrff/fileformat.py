@@ -443,8 +443,9 @@ _UNVERIFIED_READ_ELEMENTS = 2**20
 #: absent chunk of a larger array is a partial copy or a tampered file, refused before reading.
 _MISSING_CHUNK_BYTES = 8 * _UNVERIFIED_READ_ELEMENTS
 #: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
-#: clusters k, target columns t). A new sketch kind with another sizing attribute adds its name here.
-_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets")
+#: clusters k, target columns t, the stacked per-column moments' rows d * D_c of a sketch with
+#: columns). A new sketch kind with another sizing attribute adds its name here.
+_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets", "column_moment_rows")
 
 
 def _declared_sizes(spec: dict[str, Any], attrs: dict[str, Any]) -> list[int]:
@@ -534,8 +535,10 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
             _check_declared_size(node, name, spec, attrs, target)
         nodes[name] = node
     for name, node in nodes.items():
-        # Before the memory check, so that a file whose chunks were deleted is named for that.
-        check_stored_chunks(node, name, target, missing_allowed_bytes=_MISSING_CHUNK_BYTES)
+        # Before the memory check, so that a file whose chunks were deleted is named for that. The column
+        # part came after the rule that every chunk is written: none of its chunks may be absent.
+        allowed = 0 if name.startswith("columns/") else _MISSING_CHUNK_BYTES
+        check_stored_chunks(node, name, target, missing_allowed_bytes=allowed)
     _check_memory(nodes, target)
     if not isinstance(spec, dict):
         raise SketchFormatError(f"{target}: missing map spec.")

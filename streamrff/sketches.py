@@ -27,6 +27,8 @@ from ._moments import _CentredMoments, _moment_tile_rows
 from ._registry import KindRegistry
 from ._sketchfile import SketchParts, write_sketch
 from ._validation import check_feature_dtype, check_positive_int, check_rows, check_width
+from .columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, ColumnSketch, check_columns, column_sketch_of_chunk
+from .columns import PREFIX as COLUMN_PREFIX
 from .errors import InputError, SketchMismatchError
 from .maps import FeatureMap
 from .nufft import nufft_applies, nufft_available, nufft_mean_sums, nufft_supports
@@ -390,6 +392,9 @@ class MeanSketch(SumSketch):
         Sum of ``z_i z_i^T``; present when sketched with ``moments=True``.
     n_invalid : int, default=0
         Rows skipped because they held NaN or inf (``on_invalid="skip"``).
+    columns : ColumnSketch, optional
+        Per input column, the sums and second moment of a 1-D map of that column
+        (:mod:`streamrff.columns`); present when sketched with ``columns=True``.
 
     Examples
     --------
@@ -404,7 +409,7 @@ class MeanSketch(SumSketch):
     """
 
     kind = "mean"
-    _summed_fields = ("count", "feature_sum", "squared_norm_sum", "moment", "n_invalid")
+    _summed_fields = ("count", "feature_sum", "squared_norm_sum", "moment", "n_invalid", "columns")
 
     feature_map: FeatureMap
     count: int
@@ -412,6 +417,7 @@ class MeanSketch(SumSketch):
     squared_norm_sum: float
     moment: np.ndarray | None = None
     n_invalid: int = 0
+    columns: ColumnSketch | None = None
 
     @classmethod
     def empty(cls, feature_map: FeatureMap, moments: bool = False) -> MeanSketch:
@@ -437,6 +443,11 @@ class MeanSketch(SumSketch):
             raise InputError("The mean of an empty sketch is undefined; sketch at least one row.")
         return self.feature_sum / self.count
 
+    @property
+    def has_columns(self) -> bool:
+        """Whether the per-column part was sketched (``columns=True``)."""
+        return self.columns is not None
+
     def check_compatible(self, other: Any) -> None:
         super().check_compatible(other)
         if self.has_moments != other.has_moments:
@@ -444,9 +455,26 @@ class MeanSketch(SumSketch):
                 "Cannot merge a sketch with second moments and one without. Re-sketch the "
                 "part without moments with moments=True (CLI: --moments)."
             )
+        mine, theirs = getattr(self, "columns", None), getattr(other, "columns", None)
+        if (mine is None) != (theirs is None):
+            raise SketchMismatchError(
+                f"Cannot merge a sketch with column parts and one without (columns: {mine is not None} vs "
+                f"{theirs is not None}). Re-sketch the part without them with columns=True (CLI: --columns)."
+            )
+        if mine is not None:
+            mine.check_compatible(theirs)
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = super()._arrays()
+        if self.columns is not None:
+            arrays.update(self.columns.file_arrays())
+        return arrays
 
     def _extra_attrs(self) -> dict[str, Any]:
-        return {"moments": self.has_moments}
+        attrs: dict[str, Any] = {"moments": self.has_moments}
+        if self.columns is not None:  # absent, not null, without columns: the files of before
+            attrs.update(self.columns.file_attrs())
+        return attrs
 
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> MeanSketch:
@@ -461,12 +489,20 @@ class MeanSketch(SumSketch):
         _expect_int(attrs, "count")
         _expect_int(attrs, "n_invalid")
         squared_norm_sum = _expect_squared_norm_sum(attrs)
-        return cls(feature_map, attrs["count"], arrays["feature_sum"], squared_norm_sum, moment, attrs["n_invalid"])
+        columns = None
+        if "columns" in attrs:
+            columns = ColumnSketch.from_file(feature_map, attrs, arrays, attrs["count"])
+        elif any(name.startswith(COLUMN_PREFIX) for name in arrays):
+            raise InputError(f"Arrays {sorted(arrays)} include a column part, but the attribute 'columns' is absent.")
+        return cls(
+            feature_map, attrs["count"], arrays["feature_sum"], squared_norm_sum, moment, attrs["n_invalid"], columns
+        )
 
     def __repr__(self) -> str:
+        columns = "" if self.columns is None else f", columns={self.columns.column_maps.n_columns}"
         return (
             f"MeanSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
-            f"moments={self.has_moments}, map={_describe(self.spec)})"
+            f"moments={self.has_moments}{columns}, map={_describe(self.spec)})"
         )
 
 
@@ -656,6 +692,7 @@ def mean_sketch_of_chunk(
     n_invalid: int = 0,
     dtype: Any = "float32",
     method: str = "auto",
+    column_maps: ColumnMaps | None = None,
 ) -> MeanSketch:
     """Sketch trusted, finite rows: the pure per-chunk kernel that Dask maps over chunks.
 
@@ -676,21 +713,25 @@ def mean_sketch_of_chunk(
     no moments) computes the sums by a type-3 NUFFT instead when finufft is
     installed and predicted faster (:mod:`streamrff.nufft`); the sums agree
     to float32 rounding (relative 1e-6).
+
+    With ``column_maps`` (:func:`streamrff.columns.derive_column_maps`) the
+    sketch also holds the per-column part (:func:`streamrff.columns.column_sketch_of_chunk`).
     """
     dtype = np.dtype(dtype)
+    columns = None if column_maps is None else column_sketch_of_chunk(rows, column_maps, dtype)
     if method == "nufft" or (
         method == "auto" and not moments and dtype == np.float32 and nufft_applies(feature_map, rows)
     ):
         feature_sum, squared_norm_sum = nufft_mean_sums(rows, feature_map)
-        return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid)
+        return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid, columns)
     if not moments:
         feature_sum, squared_norm_sum = feature_map._feature_sums(rows, dtype)
-        return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid)
+        return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid, columns)
     sums = _CentredMoments(feature_map.n_features_out_, dtype)
     for _, features in feature_map.embed_tiles(rows, tile_rows=_moment_tile_rows(dtype), dtype=dtype):
         sums.add(features)
     feature_sum, squared_norm_sum, moment = sums.totals()
-    return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, n_invalid)
+    return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, n_invalid, columns)
 
 
 def landmark_sketch_of_chunk(
@@ -710,7 +751,14 @@ def landmark_sketch_of_chunk(
 
 
 def sketch_array(
-    X: ArrayLike2D, feature_map: FeatureMap, moments: bool = False, dtype: Any = "float32", method: str = "auto"
+    X: ArrayLike2D,
+    feature_map: FeatureMap,
+    moments: bool = False,
+    dtype: Any = "float32",
+    method: str = "auto",
+    columns: bool = False,
+    column_features: int = DEFAULT_COLUMN_FEATURES,
+    column_bandwidth: float | None = None,
 ) -> MeanSketch:
     """Sketch an in-memory array: count, float64 feature sum and optionally the second moment.
 
@@ -730,6 +778,14 @@ def sketch_array(
         :func:`streamrff.sketch`.
     method : {"auto", "direct", "nufft"}, default="auto"
         How the sums are computed; see :func:`streamrff.sketch`.
+    columns : bool, default=False
+        Also sketch each input column alone (:mod:`streamrff.columns`): for
+        :func:`streamrff.explain`'s column table.
+    column_features : int, default=64
+        Features of each column's 1-D map (even).
+    column_bandwidth : float, optional
+        Every column kernel's width; by default the map's bandwidth over
+        ``sqrt(n_features_in)`` (see :func:`streamrff.columns.derive_column_maps`).
 
     Returns
     -------
@@ -761,7 +817,10 @@ def sketch_array(
     else:
         feature_map = clone(feature_map).fit(X)
     method = check_sum_method(method, bool(moments), dtype, feature_map)
-    return mean_sketch_of_chunk(X, feature_map, moments=bool(moments), dtype=dtype, method=method)
+    column_maps = check_columns(columns, feature_map, column_features, column_bandwidth)
+    return mean_sketch_of_chunk(
+        X, feature_map, moments=bool(moments), dtype=dtype, method=method, column_maps=column_maps
+    )
 
 
 def mmd2(a: MeanSketch, b: MeanSketch, unbiased: bool = True) -> float:

@@ -16,6 +16,8 @@ From two mean sketches made with one map (with --moments for the interval), prin
 MMD with a confidence interval for MMD^2, and the rows of --source where the witness f(x) = mean k(x, A)
 - mean k(x, B) is most extreme: where A is over-represented against B when the source resembles A,
 where B is when it resembles B (--which chooses). One pass over the source; only its site reads it.
+When both sketches were made with 'streamrff sketch --columns', it adds the column table: one test
+per input column from the sketches alone (spectral null of the column moments, Holm-adjusted).
 
 example: streamrff explain --sketches a.sketch b.sketch --source a.zarr --top 20
          streamrff explain --sketches a.sketch b.sketch --source b.zarr --plot where.png --json

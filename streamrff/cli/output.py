@@ -70,6 +70,10 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
         summary["next"] = ridge_command(path, sketch.classes)
     if hasattr(sketch, "feature_sum"):
         summary["n_features"] = int(sketch.feature_sum.shape[0])
+    if getattr(sketch, "columns", None) is not None:  # sketched with --columns
+        descriptor = sketch.columns.column_maps.descriptor()
+        keys = ("n_columns", "n_features", "bandwidth", "bandwidth_rule")
+        summary["columns"] = {key: descriptor[key] for key in keys}
     if hasattr(sketch, "sketch_size"):  # a Nystrom sketch: the second moment's range sketch
         summary["sketch_size"] = int(sketch.sketch_size)
         summary["test_seed"] = int(sketch.test_seed)
@@ -127,6 +131,13 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     elif "n_features" in summary:
         lines.append(
             f"  features: {summary['n_features']}, second moment: {'yes' if summary.get('has_moments') else 'no'}"
+        )
+    if "columns" in summary:
+        part = summary["columns"]
+        rule = "the map's bandwidth / sqrt(columns)" if part["bandwidth_rule"] == "map" else "given"
+        lines.append(
+            f"  column part: {part['n_columns']} columns, {part['n_features']} features each, with second moments; "
+            f"bandwidth {part['bandwidth']:.4g} ({rule})"
         )
     if "n_targets" in summary:
         lines.append(f"  target columns: {summary['n_targets']} (Z^T y, sum y, y^T y)")

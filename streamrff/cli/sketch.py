@@ -21,9 +21,12 @@ Embed every row of a zarr array with random Fourier features on Dask and save th
 (count, feature sum, optional second moment). Sketches merge and test against each other only if
 made with the same map: pass --map (a map file or another site's sketch). With --target, a
 regression sketch (the second moment plus Z^T y, sum y, y^T y) for 'streamrff ridge --sketches';
-with --classes, the target holds class labels, encoded one vs rest as +-1 columns.
+with --classes, the target holds class labels, encoded one vs rest as +-1 columns. With --columns,
+also a 1-D kernel mean and second moment of every input column, for the column table of
+'streamrff explain --sketches'.
 
 example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
+         streamrff sketch site.zarr -o site.sketch --map map.json --moments --columns
          streamrff sketch data.zarr -o data.sketch --features 1024 --bandwidth median
          streamrff sketch site.zarr/X --target site.zarr/y --map map.json -o site.sketch
          streamrff sketch site.zarr/X --target site.zarr/labels --classes 0,1,2 --map map.json -o site.sketch
@@ -40,6 +43,27 @@ def add_parser(commands: Any) -> None:
     options.add_structured(parser)
     parser.add_argument(
         "--moments", action="store_true", help="also sketch the D x D second moment (for test --sketches, kpca)"
+    )
+    parser.add_argument(
+        "--columns",
+        action="store_true",
+        help="also sketch every input column alone (a 1-D kernel mean and second moment per column), for the "
+        "column table of 'streamrff explain --sketches'",
+    )
+    parser.add_argument(
+        "--column-features",
+        type=options.number_parser(int, lambda v: v >= 2 and v % 2 == 0, "an even integer >= 2"),
+        default=None,
+        metavar="N",
+        help="--columns: features of each column's 1-D map (default: 64)",
+    )
+    parser.add_argument(
+        "--column-bandwidth",
+        type=options.number_parser(float, lambda v: 0 < v < float("inf"), "a number > 0"),
+        default=None,
+        metavar="WIDTH",
+        help="--columns: every column kernel's width, stored in the sketch (default: the map's bandwidth / "
+        "sqrt(columns); give every site the same value)",
     )
     options.add_target(
         parser,
@@ -83,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
     if args.classes is not None and args.target is None:
         raise options.UsageError("--classes encodes the labels of --target; pass --target LABELS, or drop --classes.")
+    if not args.columns and (args.column_features is not None or args.column_bandwidth is not None):
+        raise options.UsageError("--column-features and --column-bandwidth set the column part: add --columns.")
+    if args.columns and args.target is not None:
+        raise options.UsageError("--columns sketches the columns of a mean sketch; drop it with --target.")
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     feature_map = options.load_map_option(args)
     if feature_map is None:
@@ -109,9 +137,18 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         method=args.sum_method or "auto",
         target=target,
+        **_column_options(args),
     )
     if classes is not None:  # recorded, so that sketches of other class lists refuse to merge
         result = result.with_classes(classes)
     result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     emit_sketch(args, args.output, result, f"wrote {args.output}: {result.count:,} rows sketched")
     return options.EXIT_OK
+
+
+def _column_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`streamrff.sketch` that --columns and its options set."""
+    if not args.columns:
+        return {}
+    features = {} if args.column_features is None else {"column_features": args.column_features}
+    return {"columns": True, "column_bandwidth": args.column_bandwidth, **features}

@@ -4,7 +4,9 @@
 and the rows of one data source, and in one pass over that source gives the effect size with its
 interval (from the sketches' moments), the rows where the witness is most extreme, the
 witness's distribution over the source and its mean, beside the witness's means under A and B
-(from the sketches alone). Only the source's own site reads its rows.
+(from the sketches alone). Only the source's own site reads its rows. When both sketches were
+made with ``columns=True`` (``streamrff sketch --columns``), it adds the column table
+(:func:`column_tests`): one test per input column from the sketches' column parts alone.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from .._validation import check_positive_int
 from ..engine import _plan_chunks, run_chunks
 from ..errors import InputError
 from ..io import open_source
-from ..sketches import mmd2
+from ..sketches import MeanSketch, mmd2
 from ..typing import StorageOptions
 from .effect import check_level, effect_of_sketches, normal_interval
+from .marginal import MarginalTestResult, holm
+from .nulls import DEFAULT_SPECTRAL_DRAWS, _spectral_test
 from .witness import WHICH, TopRows, Witness, _as_mean_sketch
 
-__all__ = ["explain", "Explanation", "WitnessProfile"]
+__all__ = ["explain", "Explanation", "WitnessProfile", "column_tests"]
 
 #: Bins of the witness histogram over the source.
 DEFAULT_BINS = 60
@@ -117,6 +121,10 @@ class Explanation:
     edges, counts : ndarray
         Histogram of the witness over the source.
     witness : Witness
+    columns : MarginalTestResult or None
+        The column table (:func:`column_tests`), when both sketches have column parts.
+    columns_note : str
+        Why there is no column table (empty when there is one).
 
     Examples
     --------
@@ -147,6 +155,8 @@ class Explanation:
     edges: np.ndarray = field(repr=False)
     counts: np.ndarray = field(repr=False)
     witness: Witness = field(repr=False)
+    columns: MarginalTestResult | None = field(default=None, repr=False)
+    columns_note: str = ""
 
     def lines(self) -> list[str]:
         """The text report: the effect size, then the rows, most extreme first."""
@@ -168,7 +178,13 @@ class Explanation:
             f"    {'row':>12} {'witness':>10}",
         ]
         lines += [f"    {int(row):>12} {value:>10.4g}" for row, value in zip(self.rows, self.values)]
-        return lines
+        if self.columns is None:
+            return [*lines, f"columns: {self.columns_note}"]
+        return [
+            *lines,
+            f"columns, most different first ({self.columns.null}; Holm-adjusted, {len(self.columns.columns)} tests):",
+            *self.columns.table_lines(),
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dictionary (the CLI's ``--json`` output)."""
@@ -188,7 +204,116 @@ class Explanation:
             "mean_a": float(self.mean_a),
             "mean_b": float(self.mean_b),
             "histogram": {"edges": [float(v) for v in self.edges], "counts": [int(v) for v in self.counts]},
+            "columns": None if self.columns is None else self.columns.to_dict(),
+            **({"columns_note": self.columns_note} if self.columns is None else {}),
         }
+
+
+#: The ``null`` text of the column table.
+COLUMN_NULL = "spectral null from the column moments"
+
+
+def column_tests(
+    a: MeanSketch, b: MeanSketch, seed: int = 0, n_draws: int = DEFAULT_SPECTRAL_DRAWS
+) -> MarginalTestResult:
+    """One two-sample test per input column, from the column parts of two sketches (no rows read).
+
+    For each column c, the column part holds the sums and second moments of a
+    1-D sincos map of that column (:mod:`streamrff.columns`): the statistic is the
+    unbiased MMD^2 of its kernel from the means (``||z||^2 = 1``, so the squared
+    norm sums are the counts), its p-value that of the spectral (weighted
+    chi-square) null of the pooled column moments (Gretton et al. 2009), and the
+    p-values are adjusted for the d tests by Holm's method (:func:`holm`).
+
+    Parameters
+    ----------
+    a, b : MeanSketch
+        Sketches of one map, both made with ``columns=True`` and the same column maps, at least 2 rows each.
+    seed : int, default=0
+        Seed of the null's Monte-Carlo draws.
+    n_draws : int, default=10000
+        Draws of each column's null.
+
+    Returns
+    -------
+    MarginalTestResult
+        ``kind="columns"``, ``n_permutations=0``, ``null="spectral null from the column moments ..."``.
+
+    Raises
+    ------
+    InputError
+        If a sketch has no column part or fewer than 2 rows.
+    SketchMismatchError
+        If the column maps differ (named).
+
+    References
+    ----------
+    Gretton, A., Fukumizu, K., Harchaoui, Z. & Sriperumbudur, B. (2009). A fast, consistent kernel
+    two-sample test. NeurIPS. Holm, S. (1979). Scand. J. Statist. 6(2), 65-70.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> from streamrff.twosample.explain import column_tests
+    >>> rng = np.random.default_rng(0)
+    >>> A, B = rng.normal(size=(2000, 4)), rng.normal(size=(2000, 4))
+    >>> B[:, 2] += 0.5
+    >>> rff = srf.RFF(n_features=128, bandwidth=2.0).fit(A)
+    >>> table = column_tests(srf.sketch_array(A, rff, columns=True), srf.sketch_array(B, rff, columns=True))
+    >>> int(table.columns[0]), bool(table.adjusted_p_values[0] < 0.01), table.n_permutations
+    (2, True, 0)
+    """
+    for name, sketch in (("a", a), ("b", b)):
+        if not isinstance(sketch, MeanSketch) or sketch.columns is None:
+            raise InputError(
+                f"Sketch {name} has no column part. Expected sketches made with columns=True; sketch it again with "
+                "columns=True (CLI: streamrff sketch --columns)."
+            )
+        if sketch.count < 2:
+            raise InputError(f"Sketch {name} has {sketch.count} row(s); the column tests need at least 2.")
+    n_draws = check_positive_int(n_draws, "n_draws")
+    a.columns.check_compatible(b.columns, action="compare")
+    maps = a.columns.column_maps
+    rng = np.random.default_rng(seed)
+    statistics, p_values, standardised = (np.empty(maps.n_columns) for _ in range(3))
+    for column in range(maps.n_columns):
+        pair = [_column_mean_sketch(sketch, column) for sketch in (a, b)]
+        statistics[column] = mmd2(*pair)
+        p_values[column], draws = _spectral_test(*pair, statistics[column], rng, n_draws)
+        spread = float(np.std(draws))
+        standardised[column] = statistics[column] / spread if spread > 0 else 0.0
+    order = np.lexsort((-standardised, p_values))  # smallest p first, ties by the larger standardised statistic
+    return MarginalTestResult(
+        columns=order.astype(np.int64),
+        statistics=statistics[order],
+        p_values=p_values[order],
+        adjusted_p_values=holm(p_values)[order],
+        mmd=np.sqrt(np.maximum(statistics[order], 0.0)),
+        standardised=standardised[order],
+        bandwidths=np.full(maps.n_columns, maps.bandwidth),
+        kind="columns",
+        n_x=a.count,
+        n_y=b.count,
+        n_permutations=0,
+        n_features=maps.n_features,
+        null=f"{COLUMN_NULL} ({n_draws:,} draws)",
+    )
+
+
+def _column_mean_sketch(sketch: MeanSketch, column: int) -> MeanSketch:
+    """Column ``column``'s part as a moment sketch of its 1-D map (sincos: ``||z||^2 = 1``, so Q = n)."""
+    column_map, feature_sum, moment = sketch.columns.column(column)
+    return MeanSketch(column_map, sketch.count, feature_sum, float(sketch.count), moment)
+
+
+def _columns_or_note(a: MeanSketch, b: MeanSketch) -> tuple[MarginalTestResult | None, str]:
+    """The column table when both sketches have column parts, else the line that says how to get one."""
+    if a.columns is None or b.columns is None:
+        missing = " and ".join(name for name, sketch in (("A", a), ("B", b)) if sketch.columns is None)
+        return None, f"no column table: sketch {missing} with --columns (columns=True) for one test per column"
+    if min(a.count, b.count) < 2:
+        return None, "no column table: each sample needs at least 2 rows"
+    return column_tests(a, b), ""
 
 
 def explain(
@@ -228,13 +353,15 @@ def explain(
     Returns
     -------
     Explanation
+        With ``columns``, the column table (:func:`column_tests`), when both sketches were made with
+        ``columns=True``; else ``columns_note`` says how to get one.
 
     Raises
     ------
     InputError
         On bad arguments, a source of another width, or empty sketches.
     SketchMismatchError
-        If the sketches come from different maps.
+        If the sketches come from different maps, or their column parts from different column maps.
 
     Examples
     --------
@@ -278,6 +405,7 @@ def explain(
     top = profile.largest if which == "largest" else profile.smallest
     statistic = mmd2(a, b) if min(a.count, b.count) >= 2 else float(np.sum((effect.mean_x - effect.mean_y) ** 2))
     interval = None if effect.variance is None else normal_interval(statistic, effect.variance, level)
+    columns, columns_note = _columns_or_note(a, b)
     return Explanation(
         statistic=float(statistic),
         mmd=float(np.sqrt(max(statistic, 0.0))),
@@ -295,4 +423,6 @@ def explain(
         edges=edges,
         counts=profile.counts,
         witness=witness,
+        columns=columns,
+        columns_note=columns_note,
     )
