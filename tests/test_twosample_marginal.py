@@ -33,7 +33,7 @@ def test_binned_statistic_is_numpys_unbiased_mmd2_of_the_binned_values():
     bins = quantile_bins(np.vstack([A[::7], B[::7]]), 32)
     merged = bin_chunk(np.vstack([A, B]), 0, 700, bins)
     maps = _column_maps([0.8, 1.3], 16, seed=5)
-    result = _marginal_result(merged, bins, maps, 700, 600, 19, 5, "columns")
+    result = _marginal_result(merged, maps, 700, 600, 19, 32, 5, "columns")
     for position, column in enumerate(result.columns):
         pooled = np.concatenate([A[:, column], B[:, column]])
         edges = bins.edges[column, : bins.n_edges[column]]
@@ -81,7 +81,9 @@ def test_marginal_tests_do_not_depend_on_chunking():
     A, B = rng.normal(size=(900, 4)), rng.normal(size=(800, 4))
     B[:, 1] *= 1.5
     one = srf.marginal_tests(A, B, n_permutations=99, seed=7)
-    many = srf.marginal_tests(da.from_array(A, chunks=(97, 4)), da.from_array(B, chunks=(250, 4)), n_permutations=99, seed=7)
+    many = srf.marginal_tests(
+        da.from_array(A, chunks=(97, 4)), da.from_array(B, chunks=(250, 4)), n_permutations=99, seed=7
+    )
     np.testing.assert_array_equal(many.columns, one.columns)
     np.testing.assert_allclose(many.statistics, one.statistics, rtol=1e-9, atol=1e-14)
     np.testing.assert_array_equal(many.p_values, one.p_values)

@@ -1,13 +1,17 @@
 """Which columns differ: one kernel two-sample test per input column (or kernel principal component), one pass.
 
 Each column c gets its own Gaussian kernel on that column alone (a 1-D RFF map, bandwidth
-the median heuristic of the column in the pooled row sample). Every column's test uses the
-same keyed permutations as the joint test (:func:`~streamrff.twosample.permutation_indices`),
-so one chunk kernel evaluates the permutations once per row tile and adds, per column, its
-features' permutation sums (:func:`~streamrff.twosample.two_sample_sketches_of_chunk` with
-``columns``): the C tests cost one pass, and with a joint map the joint test rides along.
-The p-values are adjusted for the C tests by Holm's step-down method (:func:`holm`), which
-controls the family-wise error rate under any dependence between the columns.
+the median heuristic of the column in the pooled row sample) and is tested from its quantile
+bins: the pooled row sample gives each column ``n_bins`` quantile bins, and one pass over both
+sources counts, per column and bin, A's rows, B's rows and the pooled sum of the values
+(:mod:`streamrff.twosample._binning`, a compiled kernel; the partial merges by addition). The
+column's statistic is the unbiased MMD^2 of its map on the bins' pooled means weighted by the
+counts, and its null is exact: given the bins' totals, A's counts under a uniform relabelling of
+the rows are multivariate hypergeometric, so B draws of them (per column, seeded from ``seed``)
+give the permutation distribution of the binned statistic without touching a row again. The
+p-values are adjusted for the C tests by Holm's step-down method (:func:`holm`), which controls
+the family-wise error rate under any dependence between the columns. With ``feature_map=`` the
+joint test of whole rows rides along in the same pass, with its keyed permutations per row.
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ __all__ = ["marginal_tests", "MarginalTestResult", "holm"]
 
 #: Features per column: a 1-D Gaussian kernel is well approximated by few frequencies.
 DEFAULT_COLUMN_FEATURES = 64
-#: Quantile bins per column: with the pooled sample's 1 000 rows, a bin of a normal column's
-#: centre is ~0.01 sd wide, negligible against the median-heuristic bandwidth (~1 sd).
-DEFAULT_BINS = 256
+#: Quantile bins per column: a bin of a normal column's centre is ~0.02 sd wide, negligible against
+#: the median-heuristic bandwidth (~1 sd: the kernel changes by ~(0.02)^2 / 24 across a bin). The
+#: null's draws cost B x bins per column, the finish's only cost that grows with the bins.
+DEFAULT_BINS = 128
 
 
 def holm(p_values: Any) -> np.ndarray:
@@ -102,7 +107,8 @@ class MarginalTestResult:
         The joint test of whole rows, when run in the same pass (``feature_map=``).
     null : str
         How the p-values were calibrated, as printed on the ``null:`` line (e.g.
-        ``"500 permutations shared by every column"``).
+        ``"500 relabellings of 128 quantile bins per column (multivariate hypergeometric,
+        drawn per column)"``).
 
     Examples
     --------
@@ -253,10 +259,14 @@ def marginal_tests(
 
     Column c is tested with the unbiased MMD^2 of a Gaussian kernel on that column alone
     (``n_features`` random features; bandwidth the median heuristic of the column in the
-    seeded pooled row sample), by the exact permutation test, every column under the same
-    B keyed permutations (those of :func:`two_sample_test` with the same ``seed``). For wide
-    rows, ``components=K`` tests the top K kernel principal components of the pooled row
-    sample instead (scores of :class:`~streamrff.KernelPCA` fitted on it).
+    seeded pooled row sample), evaluated on the column's ``n_bins`` quantile bins of the
+    pooled sample (each bin's rows at the pooled mean of their values; a column of fewer
+    distinct values than bins is binned exactly). The pass over both sources only counts rows
+    per bin; the permutation p-value then comes from B relabellings of the bins' counts
+    (multivariate hypergeometric, drawn per column), exactly the permutation distribution of
+    the binned statistic. For wide rows, ``components=K`` tests the top K kernel principal
+    components of the pooled row sample instead (scores of :class:`~streamrff.KernelPCA`
+    fitted on it), binned the same way.
 
     Parameters
     ----------
@@ -268,12 +278,17 @@ def marginal_tests(
         B. With C columns, Holm can reject only if ``1 / (B + 1) <= 0.05 / C``: keep
         ``B >= 20 C``.
     seed : int, numpy.random.Generator or None, default=0
-        Seed of the row sample, the maps and the permutations.
+        Seed of the row sample, the maps and the relabellings (and the joint test's permutations).
     components : int, optional
         Test the top ``components`` kernel principal components instead of the columns.
+    n_bins : int, default=128
+        Quantile bins per column (of the 1 000-row pooled sample; the end bins also take the
+        rows beyond its range). A normal column's central bins are ~2.5 / n_bins sd wide.
     feature_map : FeatureMap, optional
         A map (fitted, or unfitted as ``RFF(bandwidth="median")``, fitted on the pooled rows)
-        for the joint test of whole rows, run in the same pass: ``result.joint``.
+        for the joint test of whole rows, run in the same pass: ``result.joint``. It evaluates
+        the joint test's B keyed permutations per row, as :func:`two_sample_test` does: that
+        costs many sketch passes, where the per-column tests alone cost about one.
     client : distributed.Client, optional
     storage_options : dict, optional
 
@@ -286,7 +301,7 @@ def marginal_tests(
     ------
     InputError
         On samples of different widths or with fewer than 2 rows, NaN/inf rows, bad
-        ``n_features``, ``n_permutations`` or ``components``.
+        ``n_features``, ``n_permutations``, ``n_bins`` or ``components``.
 
     References
     ----------
@@ -359,7 +374,7 @@ def marginal_tests(
             shows_non_finite=lambda merged: merged.bins.shows_non_finite(),
         )  # fmt: skip
     kind = "components" if projector is not None else "columns"
-    result = _marginal_result(partial.bins, bins, maps, n_x, n_y, n_permutations, seed, kind)
+    result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)
     if partial.joint is not None:
         result = dataclasses.replace(result, joint=permutation_test(partial.joint.sketches[0]))
     return result
@@ -401,6 +416,7 @@ def _binned_statistics(
     ``(|S_A|^2 - Q_A) / (n_x (n_x - 1)) + (|S_B|^2 - Q_B) / (n_y (n_y - 1)) - 2 S_A.S_B / (n_x n_y)``.
     """
     norms = np.einsum("kd,kd->k", features, features)
+    a_counts, totals = a_counts.astype(np.float64), totals.astype(np.float64)  # BLAS, not numpy's integer loop
     sum_a = a_counts @ features
     sum_b = totals @ features - sum_a
     return _unbiased_mmd2(sum_a, sum_b, a_counts @ norms, (totals - a_counts) @ norms, n_x, n_y)
@@ -408,11 +424,11 @@ def _binned_statistics(
 
 def _marginal_result(
     merged: ColumnBins,
-    bins: BinEdges,
     maps: list[RFF],
     n_x: int,
     n_y: int,
     n_permutations: int,
+    n_bins: int,
     seed: int,
     kind: str,
 ) -> MarginalTestResult:
@@ -455,7 +471,7 @@ def _marginal_result(
         n_permutations=n_permutations,
         n_features=int(maps[0].n_features_out_),
         null=(
-            f"{n_permutations} relabellings of at most {int(bins.n_bins.max())} quantile bins per {unit} "
+            f"{n_permutations} relabellings of {n_bins} quantile bins per {unit} "
             f"(multivariate hypergeometric, drawn per {unit})"
         ),
     )
