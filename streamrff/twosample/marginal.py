@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import one_blas_thread
 from .._connection import connect
 from .._validation import check_positive_int, normalize_seed
 from ..engine import fit_map, landmark_sample, run_chunks
@@ -374,7 +375,8 @@ def marginal_tests(
             shows_non_finite=lambda merged: merged.bins.shows_non_finite(),
         )  # fmt: skip
     kind = "components" if projector is not None else "columns"
-    result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)
+    with one_blas_thread():  # small products (B x bins x 64): threads cost more than they give
+        result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)
     if partial.joint is not None:
         result = dataclasses.replace(result, joint=permutation_test(partial.joint.sketches[0]))
     return result
