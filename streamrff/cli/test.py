@@ -159,7 +159,7 @@ def _column_lines(columns: Any) -> list[str]:
     label = "column" if columns.kind == "columns" else "kernel principal component"
     rejected = columns.rejected(0.05)
     return [
-        f"per-{label} tests ({len(columns.columns)}, {columns.n_permutations} permutations shared, Holm-adjusted): "
+        f"per-{label} tests ({len(columns.columns)}; null: {columns.null}; Holm-adjusted): "
         f"{rejected.size} differ at family-wise level 0.05",
         *columns.table_lines(),
     ]

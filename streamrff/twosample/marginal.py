@@ -1,17 +1,22 @@
 """Which columns differ: one kernel two-sample test per input column (or kernel principal component), one pass.
 
 Each column c gets its own Gaussian kernel on that column alone (a 1-D RFF map, bandwidth
-the median heuristic of the column in the pooled row sample). Every column's test uses the
-same keyed permutations as the joint test (:func:`~streamrff.twosample.permutation_indices`),
-so one chunk kernel evaluates the permutations once per row tile and adds, per column, its
-features' permutation sums (:func:`~streamrff.twosample.two_sample_sketches_of_chunk` with
-``columns``): the C tests cost one pass, and with a joint map the joint test rides along.
-The p-values are adjusted for the C tests by Holm's step-down method (:func:`holm`), which
-controls the family-wise error rate under any dependence between the columns.
+the median heuristic of the column in the pooled row sample) and is tested from its quantile
+bins: the pooled row sample gives each column ``n_bins`` quantile bins, and one pass over both
+sources counts, per column and bin, A's rows, B's rows and the pooled sum of the values
+(:mod:`streamrff.twosample._binning`, a compiled kernel; the partial merges by addition). The
+column's statistic is the unbiased MMD^2 of its map on the bins' pooled means weighted by the
+counts, and its null is exact: given the bins' totals, A's counts under a uniform relabelling of
+the rows are multivariate hypergeometric, so B draws of them (per column, seeded from ``seed``)
+give the permutation distribution of the binned statistic without touching a row again. The
+p-values are adjusted for the C tests by Holm's step-down method (:func:`holm`), which controls
+the family-wise error rate under any dependence between the columns. With ``feature_map=`` the
+joint test of whole rows rides along in the same pass, with its keyed permutations per row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import numbers
 from dataclasses import dataclass, field
@@ -19,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import one_blas_thread
 from .._connection import connect
 from .._validation import check_positive_int, normalize_seed
 from ..engine import fit_map, landmark_sample, run_chunks
@@ -27,9 +33,10 @@ from ..io import open_source
 from ..maps import RFF, FeatureMap
 from ..sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
 from ..typing import Seed, StorageOptions
+from ._binning import BinEdges, ColumnBins, bin_chunk, quantile_bins
 from .aggregated import standardise
 from .api import permutation_test
-from .nulls import _monte_carlo_p_value, _permutation_null
+from .nulls import _monte_carlo_p_value, _unbiased_mmd2
 from .result import TwoSampleResult
 from .sketch import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
 
@@ -37,6 +44,10 @@ __all__ = ["marginal_tests", "MarginalTestResult", "holm"]
 
 #: Features per column: a 1-D Gaussian kernel is well approximated by few frequencies.
 DEFAULT_COLUMN_FEATURES = 64
+#: Quantile bins per column: a bin of a normal column's centre is ~0.02 sd wide, negligible against
+#: the median-heuristic bandwidth (~1 sd: the kernel changes by ~(0.02)^2 / 24 across a bin). The
+#: null's draws cost B x bins per column, the finish's only cost that grows with the bins.
+DEFAULT_BINS = 128
 
 
 def holm(p_values: Any) -> np.ndarray:
@@ -97,7 +108,8 @@ class MarginalTestResult:
         The joint test of whole rows, when run in the same pass (``feature_map=``).
     null : str
         How the p-values were calibrated, as printed on the ``null:`` line (e.g.
-        ``"500 permutations shared by every column"``).
+        ``"500 relabellings of 128 quantile bins per column (multivariate hypergeometric,
+        drawn per column)"``).
 
     Examples
     --------
@@ -194,20 +206,42 @@ def _marginal_kernel(
     rows: np.ndarray,
     row_offset: int,
     valid: np.ndarray | None,
-    feature_maps: tuple[FeatureMap, ...],
-    columns: tuple[int | slice | None, ...],
+    bins: BinEdges,
     projector: Any,
+    joint_map: FeatureMap | None,
+    joint_columns: slice | None,
     n_x: int,
     n_y: int,
     n_permutations: int,
     seed: int,
-) -> AggregatedTwoSampleSketch:
-    # on_invalid="require": every row of the chunk is here, so the permutations see the true global indices.
-    if projector is not None:
-        rows = np.hstack([rows, projector._scores(rows).astype(rows.dtype)])
-    return AggregatedTwoSampleSketch(
-        two_sample_sketches_of_chunk(rows, feature_maps, row_offset, n_x, n_y, n_permutations, seed, columns)
-    )
+) -> _MarginalPartial:
+    # on_invalid="require": every row of the chunk is here (the joint test's keyed permutations
+    # need the true global indices). A chunk holds rows of one source, but a split is harmless.
+    width = rows.shape[1]
+    tested = rows if projector is None else np.hstack([rows, projector._scores(rows).astype(rows.dtype)])
+    a_rows = min(max(n_x - row_offset, 0), rows.shape[0])
+    partial_bins = bin_chunk(tested, width if projector is not None else 0, a_rows, bins)
+    joint = None
+    if joint_map is not None:
+        joint = AggregatedTwoSampleSketch(
+            two_sample_sketches_of_chunk(
+                tested, (joint_map,), row_offset, n_x, n_y, n_permutations, seed, (joint_columns,)
+            )
+        )
+    return _MarginalPartial(partial_bins, joint)
+
+
+@dataclass(frozen=True, eq=False)
+class _MarginalPartial:
+    """A chunk's (or merged chunks') bin counts, and the joint test's sketch when it rides along."""
+
+    bins: ColumnBins
+    joint: AggregatedTwoSampleSketch | None
+
+    def merge_many(self, others: Any) -> _MarginalPartial:
+        others = list(others)
+        joint = None if self.joint is None else self.joint.merge_many([other.joint for other in others])
+        return _MarginalPartial(self.bins.merge_many([other.bins for other in others]), joint)
 
 
 def marginal_tests(
@@ -217,6 +251,7 @@ def marginal_tests(
     n_permutations: int = 500,
     seed: Seed = 0,
     components: int | None = None,
+    n_bins: int = DEFAULT_BINS,
     feature_map: FeatureMap | None = None,
     client: Any = None,
     storage_options: StorageOptions = None,
@@ -225,10 +260,14 @@ def marginal_tests(
 
     Column c is tested with the unbiased MMD^2 of a Gaussian kernel on that column alone
     (``n_features`` random features; bandwidth the median heuristic of the column in the
-    seeded pooled row sample), by the exact permutation test, every column under the same
-    B keyed permutations (those of :func:`two_sample_test` with the same ``seed``). For wide
-    rows, ``components=K`` tests the top K kernel principal components of the pooled row
-    sample instead (scores of :class:`~streamrff.KernelPCA` fitted on it).
+    seeded pooled row sample), evaluated on the column's ``n_bins`` quantile bins of the
+    pooled sample (each bin's rows at the pooled mean of their values; a column of fewer
+    distinct values than bins is binned exactly). The pass over both sources only counts rows
+    per bin; the permutation p-value then comes from B relabellings of the bins' counts
+    (multivariate hypergeometric, drawn per column), exactly the permutation distribution of
+    the binned statistic. For wide rows, ``components=K`` tests the top K kernel principal
+    components of the pooled row sample instead (scores of :class:`~streamrff.KernelPCA`
+    fitted on it), binned the same way.
 
     Parameters
     ----------
@@ -240,12 +279,17 @@ def marginal_tests(
         B. With C columns, Holm can reject only if ``1 / (B + 1) <= 0.05 / C``: keep
         ``B >= 20 C``.
     seed : int, numpy.random.Generator or None, default=0
-        Seed of the row sample, the maps and the permutations.
+        Seed of the row sample, the maps and the relabellings (and the joint test's permutations).
     components : int, optional
         Test the top ``components`` kernel principal components instead of the columns.
+    n_bins : int, default=128
+        Quantile bins per column (of the 1 000-row pooled sample; the end bins also take the
+        rows beyond its range). A normal column's central bins are ~2.5 / n_bins sd wide.
     feature_map : FeatureMap, optional
         A map (fitted, or unfitted as ``RFF(bandwidth="median")``, fitted on the pooled rows)
-        for the joint test of whole rows, run in the same pass: ``result.joint``.
+        for the joint test of whole rows, run in the same pass: ``result.joint``. It evaluates
+        the joint test's B keyed permutations per row, as :func:`two_sample_test` does: that
+        costs many sketch passes, where the per-column tests alone cost about one.
     client : distributed.Client, optional
     storage_options : dict, optional
 
@@ -258,7 +302,7 @@ def marginal_tests(
     ------
     InputError
         On samples of different widths or with fewer than 2 rows, NaN/inf rows, bad
-        ``n_features``, ``n_permutations`` or ``components``.
+        ``n_features``, ``n_permutations``, ``n_bins`` or ``components``.
 
     References
     ----------
@@ -285,6 +329,7 @@ def marginal_tests(
         )
     if components is not None:
         components = check_positive_int(components, "components")
+    n_bins = check_positive_int(n_bins, "n_bins")
     seed = normalize_seed(seed)
     sources = [
         open_source(source, storage_options=storage_options, name=name)
@@ -313,35 +358,107 @@ def marginal_tests(
         else:
             tested = sample
         bandwidths = [median_heuristic(tested[:, [column]]) for column in range(tested.shape[1])]
-        maps: list[FeatureMap] = list(_column_maps(bandwidths, n_features, seed))
-        offset = width if projector is not None else 0
-        columns: list[int | slice | None] = [offset + column for column in range(len(maps))]
+        maps = _column_maps(bandwidths, n_features, seed)
+        joint_map = None
         if feature_map is not None:
             if not isinstance(feature_map, FeatureMap):
                 raise InputError(f"feature_map must be a streamrff FeatureMap. Got {type(feature_map).__name__}.")
-            fitted = feature_map if feature_map.is_fitted() else fit_map(feature_map, sources, client=active)
-            maps.append(fitted)
-            columns.append(slice(0, width) if projector is not None else None)
+            joint_map = feature_map if feature_map.is_fitted() else fit_map(feature_map, sources, client=active)
+        bins = quantile_bins(tested, n_bins)
         kernel = functools.partial(
-            _marginal_kernel, feature_maps=tuple(maps), columns=tuple(columns), projector=projector,
+            _marginal_kernel, bins=bins, projector=projector, joint_map=joint_map,
+            joint_columns=slice(0, width) if projector is not None else None,
             n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed,
         )  # fmt: skip
-        sketch = run_chunks(sources, kernel, client=active, on_invalid="require")
-    return _marginal_result(sketch, len(bandwidths), bandwidths, "components" if projector is not None else "columns")
+        partial = run_chunks(
+            sources, kernel, client=active, on_invalid="require",
+            shows_non_finite=lambda merged: merged.bins.shows_non_finite(),
+        )  # fmt: skip
+    kind = "components" if projector is not None else "columns"
+    with one_blas_thread():  # small products (B x bins x 64): threads cost more than they give
+        result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)
+    if partial.joint is not None:
+        result = dataclasses.replace(result, joint=permutation_test(partial.joint.sketches[0]))
+    return result
 
 
-def _marginal_result(sketch: AggregatedTwoSampleSketch, n_tests: int, bandwidths: list[float], kind: str):
-    tests = sketch.sketches[:n_tests]
-    observed, nulls, tolerances = zip(*(_permutation_null(component) for component in tests))
-    values = np.column_stack([np.asarray(observed), np.vstack(nulls)])
-    p_values = np.array([_monte_carlo_p_value(row[1:], row[0], tol) for row, tol in zip(values, tolerances)])
+def _relabelled_counts(totals: np.ndarray, n_x: int, n_relabellings: int, rng: np.random.Generator) -> np.ndarray:
+    """A's count per bin under ``n_relabellings`` uniform relabellings of the rows, (B, K) int64.
+
+    Given the bins' totals, A's counts of a uniformly random choice of ``n_x`` of the rows are
+    multivariate hypergeometric: exactly the permutation distribution of any statistic of the
+    counts. numpy draws it exactly below 1e9 pooled rows; beyond, bin by bin from the normal
+    approximation of each conditional hypergeometric (its variance with the finite-population
+    factor), rounded and clipped to the counts possible.
+    """
+    total = int(totals.sum())
+    if total < 10**9:
+        return rng.multivariate_hypergeometric(totals, n_x, size=n_relabellings, method="marginals")
+    draws = np.zeros((n_relabellings, totals.shape[0]), dtype=np.int64)
+    left_rows, left_sample = total, np.full(n_relabellings, n_x, dtype=np.float64)
+    for k, good in enumerate(totals[:-1].astype(np.float64)):
+        share = good / left_rows
+        variance = left_sample * share * (1 - share) * (left_rows - left_sample) / max(left_rows - 1, 1)
+        draw = np.rint(left_sample * share + np.sqrt(variance) * rng.standard_normal(n_relabellings))
+        draw = np.clip(draw, np.maximum(0, left_sample - (left_rows - good)), np.minimum(good, left_sample))
+        draws[:, k] = draw
+        left_rows -= good
+        left_sample -= draw
+    draws[:, -1] = left_sample
+    return draws
+
+
+def _binned_statistics(
+    features: np.ndarray, a_counts: np.ndarray, totals: np.ndarray, n_x: int, n_y: int
+) -> np.ndarray:
+    """Unbiased MMD^2 of rows binned to ``features`` (K, D), for A counts ``a_counts`` (..., K).
+
+    Every row of bin k has features ``z_k``; with ``S_A = sum_k a_k z_k``, ``S_B`` the rest and
+    ``Q_A = sum_k a_k ||z_k||^2`` (``= n_x`` for sincos features, whose norm is 1), it is
+    ``(|S_A|^2 - Q_A) / (n_x (n_x - 1)) + (|S_B|^2 - Q_B) / (n_y (n_y - 1)) - 2 S_A.S_B / (n_x n_y)``.
+    """
+    norms = np.einsum("kd,kd->k", features, features)
+    a_counts, totals = a_counts.astype(np.float64), totals.astype(np.float64)  # BLAS, not numpy's integer loop
+    sum_a = a_counts @ features
+    sum_b = totals @ features - sum_a
+    return _unbiased_mmd2(sum_a, sum_b, a_counts @ norms, (totals - a_counts) @ norms, n_x, n_y)
+
+
+def _marginal_result(
+    merged: ColumnBins,
+    maps: list[RFF],
+    n_x: int,
+    n_y: int,
+    n_permutations: int,
+    n_bins: int,
+    seed: int,
+    kind: str,
+) -> MarginalTestResult:
+    """Each column's statistic and its null from its bin counts, then Holm over the columns."""
+    n_tests = len(maps)
+    values = np.empty((n_tests, n_permutations + 1))
+    p_values = np.empty(n_tests)
+    for column, column_map in enumerate(maps):
+        a_counts, b_counts = merged.counts[0, column], merged.counts[1, column]
+        totals = a_counts + b_counts
+        occupied = totals > 0
+        totals, a_counts = totals[occupied], a_counts[occupied]
+        # The bin's representative: the pooled mean of its values, the same under any relabelling.
+        representatives = merged.sums[column, occupied] / totals
+        features = np.asarray(column_map.transform(representatives[:, None]), dtype=np.float64)
+        # Per-column relabellings, each column's own stream: every p-value is an exact
+        # permutation p-value of its column, and Holm holds under any dependence between them.
+        rng = np.random.default_rng(np.random.SeedSequence([seed, column], spawn_key=(1,)))
+        relabelled = _relabelled_counts(totals, n_x, n_permutations, rng)
+        values[column, 0] = _binned_statistics(features, a_counts, totals, n_x, n_y)
+        values[column, 1:] = _binned_statistics(features, relabelled, totals, n_x, n_y)
+        # Ties within 1e-12 of the kernel's diagonal (1) count as >=, as for the joint test.
+        p_values[column] = _monte_carlo_p_value(values[column, 1:], values[column, 0], 1e-12)
     scores = standardise(values)[:, 0]
     order = np.lexsort((np.arange(n_tests), -scores, p_values))
     adjusted = holm(p_values)
-    joint = None
-    if len(sketch.sketches) > n_tests:
-        joint = permutation_test(sketch.sketches[n_tests])
-    first = tests[0]
+    bandwidths = np.array([column_map.bandwidth for column_map in maps], dtype=np.float64)
+    unit = kind[:-1]
     return MarginalTestResult(
         columns=order.astype(np.int64),
         statistics=values[order, 0],
@@ -349,11 +466,14 @@ def _marginal_result(sketch: AggregatedTwoSampleSketch, n_tests: int, bandwidths
         adjusted_p_values=adjusted[order],
         mmd=np.sqrt(np.maximum(values[order, 0], 0.0)),
         standardised=scores[order],
-        bandwidths=np.asarray(bandwidths, dtype=np.float64)[order],
+        bandwidths=bandwidths[order],
         kind=kind,
-        n_x=first.n_x,
-        n_y=first.n_y,
-        n_permutations=first.n_permutations,
-        n_features=int(first.feature_map.n_features_out_),
-        joint=joint,
+        n_x=n_x,
+        n_y=n_y,
+        n_permutations=n_permutations,
+        n_features=int(maps[0].n_features_out_),
+        null=(
+            f"{n_permutations} relabellings of {n_bins} quantile bins per {unit} "
+            f"(multivariate hypergeometric, drawn per {unit})"
+        ),
     )
