@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff.cli import main as cli_main
 from streamrff.errors import SketchFormatError, SketchFormatWarning
 
 DATA = Path(__file__).parent / "data"
@@ -64,14 +63,12 @@ def test_load_refuses_edited_scalar_attributes(tmp_path: Path, changes: dict, as
         srf.load(target)
 
 
-def test_cli_merge_of_an_edited_count_fails_instead_of_reporting_wrong_rows(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_merge_of_an_edited_count_fails_instead_of_reporting_wrong_rows(tmp_path: Path, cli_main) -> None:
     # The probe: count edited from 51 to 52 in one input, merge then info reported 5 101 rows for 5 100.
     first, second = _save(tmp_path, "a.sketch"), _save(tmp_path, "b.sketch")
     _edit_group_attrs(second, count=52)
-    assert cli_main(["merge", str(first), str(second), "-o", str(tmp_path / "m.sketch")]) == 1
-    err = capsys.readouterr().err
+    code, _, err = cli_main("merge", str(first), str(second), "-o", str(tmp_path / "m.sketch"))
+    assert code == 1
     assert err.startswith("streamrff merge: error: ") and "b.sketch" in err and "digest" in err
     assert not (tmp_path / "m.sketch").exists()
 
@@ -232,18 +229,17 @@ def test_write_zarr_never_replaces_an_output_that_appeared_during_the_job(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.zarr"]  # no staging left
 
 
-def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path, tmp_zarr, capsys) -> None:
+def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path, tmp_zarr, cli_main) -> None:
     pytest.importorskip("matplotlib")
     x = tmp_zarr(ROWS[:25].astype(np.float32), chunk_rows=25, name="x.zarr")
     y = tmp_zarr(ROWS[25:].astype(np.float32), chunk_rows=26, name="y.zarr")
     plot = tmp_path / "null.png"
     plot.write_bytes(b"mine")
     arguments = ["test", x, y, "--features", "8", "--permutations", "9", "--bandwidth", "1.0", "--plot", str(plot)]
-    with pytest.raises(SystemExit) as refused:  # an existing output is bad usage: exit 2, before any work
-        cli_main(arguments)
-    assert refused.value.code == 2
-    assert "already exists" in capsys.readouterr().err and plot.read_bytes() == b"mine"
-    assert cli_main([*arguments, "--overwrite"]) == 0
+    code, _, err = cli_main(*arguments)  # an existing output is bad usage: exit 2, before any work
+    assert code == 2
+    assert "already exists" in err and plot.read_bytes() == b"mine"
+    assert cli_main(*arguments, "--overwrite").code == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -537,14 +533,8 @@ def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
 # -- issue 38, item 5: ridge names the target row and suggests only its own flags --------------------------
 
 
-def _cli_in_process(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli_main(list(arguments))
-    return code, capsys.readouterr().err
-
-
 def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
-    tmp_path: Path, tmp_zarr, capsys
+    tmp_path: Path, tmp_zarr, cli_main
 ) -> None:
     y = np.sin(ROWS[:, 0])
     y[37] = np.nan
@@ -552,18 +542,14 @@ def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
     X_bad[40, 1] = np.inf
     source, target = tmp_zarr(ROWS, 17, "x.zarr"), tmp_zarr(y, 17, "y.zarr")
     fit = ["--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "model.json")]
-    code, err = _cli_in_process(capsys, "ridge", source, "--target", target, *fit)
+    code, _, err = cli_main("ridge", source, "--target", target, *fit)
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "first bad row: target row 37" in err and "data row" not in err  # rows 34..50: chunk 2
     assert "--on-invalid" not in err and "on_invalid" not in err and "Clean the data first" in err
-    code, err = _cli_in_process(
-        capsys, "ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit
-    )
+    code, _, err = cli_main("ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit)
     assert code == 1 and "first bad row: data row 40" in err and "--on-invalid" not in err, err
     # `sketch --target` has --on-invalid: it names the target row and suggests the flag.
-    code, err = _cli_in_process(
-        capsys, "sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch")
-    )
+    code, _, err = cli_main("sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch"))
     assert code == 1 and "first bad row: target row 37" in err and "--on-invalid skip" in err, err
     import dask.array as da
 
@@ -584,13 +570,13 @@ def test_ridge_refuses_non_numeric_targets_with_one_line_naming_y(labels: np.nda
     assert "\n" not in str(caught.value)
 
 
-def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, capsys) -> None:
+def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, cli_main) -> None:
     import zarr
 
     text = zarr.create_array(str(tmp_path / "labels.zarr"), shape=(51,), chunks=(17,), dtype=str)
     text[...] = np.array(["a", "b"] * 25 + ["c"])
-    code, err = _cli_in_process(capsys, "ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
-                     "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
+    code, _, err = cli_main("ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
+                            "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "The target must be real numbers" in err and "labels.zarr" in err
 
