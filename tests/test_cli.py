@@ -412,6 +412,7 @@ def test_cli_never_prints_storage_options(cli_main, caplog, s3_server, s3_bucket
 # -- demo ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 15 s: the whole demo at its Quickstart size (CI's Quickstart step runs it too)
 def test_cli_demo_writes_report_with_finite_mmd(tmp_path):
     out = tmp_path / "demo"
 

@@ -184,6 +184,16 @@ def run_cli(*args: str, key_in_environment: bool = False) -> subprocess.Complete
     )
 
 
+def run_in_process(cli_main, monkeypatch, *args: str, key_in_environment: bool = False) -> subprocess.CompletedProcess:
+    """``run_cli`` without an interpreter start: conftest's ``cli_main`` with the same environment."""
+    with monkeypatch.context() as patch:
+        patch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
+        if key_in_environment:
+            patch.setenv("STREAMRFF_SIGNING_KEY", KEY.decode())
+        code, out, err = cli_main(*args)
+    return subprocess.CompletedProcess(["streamrff", *args], code, out, err)
+
+
 def all_bytes(folder: Path) -> bytes:
     """Every byte under ``folder``, zip members decompressed."""
     data = b""
@@ -196,8 +206,11 @@ def all_bytes(folder: Path) -> bytes:
     return data
 
 
-def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_path):
+def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_path, cli_main, monkeypatch):
     import zarr
+
+    def run(*args: str, key_in_environment: bool = False) -> subprocess.CompletedProcess:
+        return run_in_process(cli_main, monkeypatch, *args, key_in_environment=key_in_environment)
 
     stored = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=ROWS.shape, chunks=(10, 3), dtype="f8")
     stored[...] = ROWS
@@ -209,17 +222,18 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
     out = tmp_path / "out"
     out.mkdir()
     runs = {
-        "sketch a": run_cli("sketch", source, "--features", "16", "--sign-key", str(key_file), "-o", f"{out}/a.sketch"),
+        "sketch a": run("sketch", source, "--features", "16", "--sign-key", str(key_file), "-o", f"{out}/a.sketch"),
+        # A process (the console script's interpreter) that takes its key from the environment.
         "sketch b (env)": run_cli("sketch", source, "--features", "16", "-o", f"{out}/b.zip", key_in_environment=True),
-        "sketch unsigned": run_cli("sketch", source, "--features", "16", "-o", f"{out}/u.sketch"),
+        "sketch unsigned": run("sketch", source, "--features", "16", "-o", f"{out}/u.sketch"),
     }
-    runs["merge signed"] = run_cli(
+    runs["merge signed"] = run(
         "merge", f"{out}/a.sketch", f"{out}/b.zip", "--require-signed", "--sign-key", str(key_file),
         "-o", f"{out}/ab.sketch",
     )  # fmt: skip
-    runs["info verified"] = run_cli("info", f"{out}/ab.sketch", "--sign-key", str(key_file), "--json")
-    runs["info unverified"] = run_cli("info", f"{out}/ab.sketch")
-    runs["info unsigned"] = run_cli("info", f"{out}/u.sketch")
+    runs["info verified"] = run("info", f"{out}/ab.sketch", "--sign-key", str(key_file), "--json")
+    runs["info unverified"] = run("info", f"{out}/ab.sketch")
+    runs["info unsigned"] = run("info", f"{out}/u.sketch")
     for name, completed in runs.items():
         assert completed.returncode == 0, (name, completed.stderr)
     assert json.loads(runs["info verified"].stdout)["signature"] == "verified"
@@ -233,14 +247,14 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
             "merge", f"{out}/a.sketch", f"{out}/u.sketch", "--require-signed", "-o", f"{out}/x.sketch",
             key_in_environment=True,
         ),
-        "info wrong key": run_cli("info", f"{out}/u.sketch", key_in_environment=True),
+        "info wrong key": run("info", f"{out}/u.sketch", key_in_environment=True),
     }  # fmt: skip
     for name, completed in refused.items():
         assert completed.returncode == 1, (name, completed.stderr)
         assert len(completed.stderr.strip().splitlines()) == 1 and "Traceback" not in completed.stderr, name
     assert "u.sketch is not signed" in refused["unsigned input"].stderr
     assert not (out / "x.sketch").exists()
-    no_key = run_cli("merge", f"{out}/a.sketch", "--require-signed", "-o", f"{out}/y.sketch")
+    no_key = run("merge", f"{out}/a.sketch", "--require-signed", "-o", f"{out}/y.sketch")
     assert no_key.returncode == 2 and "--require-signed needs the key" in no_key.stderr
 
     # The key is in no file written, no output, and no command line (only the key file's path is).
