@@ -1,8 +1,7 @@
 """``streamrff ridge``, ``streamrff predict`` and ``streamrff sketch --target`` on real zarr arrays on disk.
 
-The workflows run the console script in a subprocess (sites' sketches in-process, for speed); the
-error cases run in-process
-(:func:`streamrff.cli.main`). References are independent: in-memory fits of the Python API on the
+The regression workflows run the console script in a subprocess; the sites' sketches, the
+classification workflow and the error cases run in-process (:func:`streamrff.cli.main`, for speed). References are independent: in-memory fits of the Python API on the
 same rows and map (numpy arrays, not zarr), and scikit-learn's ``r2_score`` / numpy accuracy on the
 written predictions.
 """
@@ -137,7 +136,9 @@ def test_cli_classification_at_two_sites_and_from_one_source(cli_main, arrays, t
                        "--classes", "2,0,1", "--map", map_path, "-o", part)  # fmt: skip
     assert srf.load(parts[0]).classes == (0, 1, 2)
     merged_path = str(tmp_path / "merged.json")
-    payload = run_cli("ridge", "--sketches", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path)
+    payload = run_in_process(
+        cli_main, "ridge", "--sketches", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path
+    )
     assert payload["classes"] == [0, 1, 2] and "training_accuracy" not in payload
     # A site that encoded other classes (as many columns) does not merge with the others.
     shifted = str(tmp_path / "shifted.sketch")
@@ -158,9 +159,9 @@ def test_cli_classification_at_two_sites_and_from_one_source(cli_main, arrays, t
 
     # From the source: the accuracy printed is numpy's on the labels `predict` writes.
     model_path, output = str(tmp_path / "model.json"), str(tmp_path / "predicted.zarr")
-    payload = run_cli("ridge", arrays["X"], "--target", arrays["labels"], "--classify", "--map", map_path,
-                      "-o", model_path)  # fmt: skip
-    run_cli("predict", model_path, arrays["X"], "-o", output)
+    payload = run_in_process(cli_main, "ridge", arrays["X"], "--target", arrays["labels"], "--classify",
+                             "--map", map_path, "-o", model_path)  # fmt: skip
+    run_in_process(cli_main, "predict", model_path, arrays["X"], "-o", output)
     predicted = zarr.open_array(output, mode="r")[...]
     np.testing.assert_array_equal(predicted, whole.predict(X))
     assert payload["training_accuracy"] == pytest.approx(np.mean(predicted == LABELS), abs=1e-12)

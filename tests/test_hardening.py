@@ -154,7 +154,16 @@ def _cli(*arguments: str) -> subprocess.Popen:
     )
 
 
-@pytest.mark.parametrize(("suffix", "trials"), [("sketch", 3), ("zip", 2)])
+# Each trial is two processes (about 4 s): one trial per format in the default suite, 3 and 2 in the slow one.
+@pytest.mark.parametrize(
+    ("suffix", "trials"),
+    [
+        ("sketch", 1),
+        ("zip", 1),
+        pytest.param("sketch", 3, marks=pytest.mark.slow),
+        pytest.param("zip", 2, marks=pytest.mark.slow),
+    ],
+)
 def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix: str, trials: int) -> None:
     # The probe: two `merge -o same` at once both exited 0 and one result was gone (10 of 10 trials).
     feature_map = srf.RFF(n_features=8, bandwidth=1.0, seed=1).fit(ROWS)
@@ -385,27 +394,33 @@ def _run_cli_process(*arguments: str, env: dict[str, str] | None = None) -> subp
     )  # fmt: skip
 
 
+# One process per case (about 4 s): the silent server and one malformed address in the default suite.
+@pytest.mark.parametrize(
+    ("case", "env", "fragment"),
+    [
+        ("silent", {"DASK_STREAMRFF__CONNECT_TIMEOUT": "2s"}, "did not answer like a Dask scheduler within 2 s"),
+        ("notanaddress", {}, "Got 'notanaddress': no port."),
+        pytest.param("tcp://127.0.0.1:99999", {}, "port is not a number", marks=pytest.mark.slow),
+        pytest.param("http://127.0.0.1:8786", {}, "unknown scheme 'http'", marks=pytest.mark.slow),
+        pytest.param(
+            "tcp://127.0.0.1:8786",
+            {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"},
+            "requires encryption",
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["silent-server", "no-port", "port-not-a-number", "http-scheme", "requires-encryption"],
+)
 def test_cli_silent_scheduler_and_bad_addresses_print_one_line_and_exit_1(
-    silent_server: str, tmp_path: Path, tmp_zarr
+    request: pytest.FixtureRequest, tmp_path: Path, tmp_zarr, case: str, env: dict[str, str], fragment: str
 ) -> None:
     source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
-    cases = [
-        (silent_server, {"DASK_STREAMRFF__CONNECT_TIMEOUT": "2s"}, "did not answer like a Dask scheduler within 2 s"),
-        ("notanaddress", {}, "Got 'notanaddress': no port."),
-        ("tcp://127.0.0.1:99999", {}, "port is not a number"),
-        ("http://127.0.0.1:8786", {}, "unknown scheme 'http'"),
-        ("tcp://127.0.0.1:8786", {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}, "requires encryption"),
-    ]
-    for address, env, fragment in cases:
-        completed = _run_cli_process(
-            "sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env
-        )
-        assert completed.returncode == 1, (address, completed.stderr)
-        assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, (
-            completed.stderr
-        )
-        assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
-        assert not (tmp_path / "out.sketch").exists()
+    address = request.getfixturevalue("silent_server") if case == "silent" else case
+    completed = _run_cli_process("sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env)
+    assert completed.returncode == 1, (address, completed.stderr)
+    assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, completed.stderr
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
+    assert not (tmp_path / "out.sketch").exists()
 
 
 def test_job_fails_naming_the_scheduler_when_its_last_worker_died(tmp_path: Path) -> None:
@@ -487,7 +502,17 @@ def test_sketch_with_moments_too_large_is_refused_before_any_work() -> None:
 # -- 7. smaller items --------------------------------------------------------------------------------------
 
 
-def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: Path, tmp_zarr) -> None:
+# One process per command (about 4 s): reading a source and writing a sketch in the default suite.
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sketch-from-s3",
+        "sketch-to-s3",
+        pytest.param("info", marks=pytest.mark.slow),
+        pytest.param("kmeans", marks=pytest.mark.slow),
+    ],
+)
+def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: Path, tmp_zarr, command: str) -> None:
     # The probe: the right message, then two "Exception ignored ... Token was created in a different
     # Context" tracebacks from zarr's abandoned concurrent reads.
     pytest.importorskip("s3fs")
@@ -501,20 +526,16 @@ def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: 
          "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2, "read_timeout": 2}}
     )  # fmt: skip
     source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
-    runs = [
-        ("sketch", "s3://bucket/x.zarr", "-o", str(tmp_path / "x.sketch")),
-        ("sketch", source, "-o", "s3://bucket/x.sketch"),
-        ("info", "s3://bucket/x.sketch"),
-        ("kmeans", "s3://bucket/x.zarr", "--clusters", "2", "-o", str(tmp_path / "labels.zarr")),
-    ]
-    for arguments in runs:
-        completed = _run_cli_process(*arguments, "--storage-options", options)
-        assert completed.returncode == 1, (arguments, completed.stderr)
-        assert (
-            completed.stderr.startswith(f"streamrff {arguments[0]}: error: ")
-            and "Could not connect" in completed.stderr
-        )
-        assert completed.stderr.count("\n") == 1, completed.stderr
+    arguments = {
+        "sketch-from-s3": ("sketch", "s3://bucket/x.zarr", "-o", str(tmp_path / "x.sketch")),
+        "sketch-to-s3": ("sketch", source, "-o", "s3://bucket/x.sketch"),
+        "info": ("info", "s3://bucket/x.sketch"),
+        "kmeans": ("kmeans", "s3://bucket/x.zarr", "--clusters", "2", "-o", str(tmp_path / "labels.zarr")),
+    }[command]
+    completed = _run_cli_process(*arguments, "--storage-options", options)
+    assert completed.returncode == 1, (arguments, completed.stderr)
+    assert completed.stderr.startswith(f"streamrff {arguments[0]}: error: ") and "Could not connect" in completed.stderr
+    assert completed.stderr.count("\n") == 1, completed.stderr
 
 
 @pytest.mark.parametrize("source", ["nan", "inf-and-nan"])
