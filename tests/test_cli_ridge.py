@@ -1,9 +1,10 @@
 """``streamrff ridge``, ``streamrff predict`` and ``streamrff sketch --target`` on real zarr arrays on disk.
 
-The regression workflows run the console script in a subprocess; the sites' sketches, the
-classification workflow and the error cases run in-process (:func:`streamrff.cli.main`, for speed). References are independent: in-memory fits of the Python API on the
-same rows and map (numpy arrays, not zarr), and scikit-learn's ``r2_score`` / numpy accuracy on the
-written predictions.
+A ridge fit from sketches and a predict run the console script in a subprocess; the sites'
+sketches, the other fits and predictions and the error cases run in-process
+(:func:`streamrff.cli.main`, for speed). References are independent: in-memory fits of the Python
+API on the same rows and map (numpy arrays, not zarr), and scikit-learn's ``r2_score`` / numpy
+accuracy on the written predictions.
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ def arrays(tmp_zarr) -> dict[str, str]:
     return paths
 
 
-def test_cli_ridge_predictions_equal_an_in_memory_kernel_ridge(arrays, tmp_path):
+def test_cli_ridge_predictions_equal_an_in_memory_kernel_ridge(cli_main, arrays, tmp_path):
     model_path, output = str(tmp_path / "model.json"), str(tmp_path / "predictions.zarr")
-    payload = run_cli("ridge", arrays["X"], "--target", arrays["Y"], "-o", model_path, "--features", "96",
-                      "--seed", "5")  # fmt: skip
-    run_cli("predict", model_path, arrays["X"], "-o", output)
+    payload = run_in_process(cli_main, "ridge", arrays["X"], "--target", arrays["Y"], "-o", model_path,
+                             "--features", "96", "--seed", "5")  # fmt: skip
+    run_cli("predict", model_path, arrays["X"], "-o", output)  # the console script, in a subprocess
     predictions = zarr.open_array(output, mode="r")[...]
 
     # In memory, chunked like the zarr arrays (sums merged in the same order): equal to rounding.
