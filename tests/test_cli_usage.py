@@ -1,6 +1,7 @@
 """A newcomer's rough edges (issue 29): option names, exit codes, every problem at once, early checks.
 
-The console script runs as a subprocess (what a user types); the sketches it reads are made with
+The console script runs as a subprocess (what a user types; the options checked against each other
+run in-process, through the same ``main``); the sketches it reads are made with
 the Python API on small in-memory data, and the rows it reports are checked against the rows
 written.
 """
@@ -150,17 +151,18 @@ def test_cli_command_line_problems_are_reported_together_with_exit_2(sketch_file
         (["test", "--features", "63"], "--features must be even for --variant sincos"),
     ],
 )  # fmt: skip
-def test_cli_contradicting_options_exit_2_before_reading_the_data(tmp_path, args, message):
+def test_cli_contradicting_options_exit_2_before_reading_the_data(tmp_path, args, message, cli_main):
     # The source does not exist: reading it would fail with exit 1, so exit 2 shows that it was never read.
     missing = str(tmp_path / "absent.zarr")
     sources = [missing, missing] if args[0] == "test" else [missing]
     output = tmp_path / "out"
 
-    result = run_cli(args[0], *sources, "-o" if args[0] != "test" else "--seed", str(output) if args[0] != "test"
-                     else "0", *args[1:])  # fmt: skip
+    # In-process (conftest's cli_main: the console script's `main`, without 3 s of interpreter start).
+    code, _, err = cli_main(args[0], *sources, "-o" if args[0] != "test" else "--seed", str(output) if args[0] != "test"
+                            else "0", *args[1:])  # fmt: skip
 
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr
+    assert code == 2, err
+    assert message in err
     assert not output.exists()
 
 

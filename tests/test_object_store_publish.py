@@ -76,7 +76,9 @@ def test_save_leaves_a_complete_write_state_beside_the_group(s3_server, s3_bucke
     assert not fs.exists(f"{root}/.s.sketch.streamrff-write")  # outside the group
 
 
-def test_an_interrupted_save_reads_as_being_written_and_an_old_file_as_before(s3_server, s3_bucket):
+def test_an_interrupted_save_reads_as_being_written_and_an_old_file_as_before(s3_server, s3_bucket, monkeypatch):
+    # An interrupted save never finishes: 3 reads (not load's 20, about 4 s of waiting) say so.
+    monkeypatch.setattr("streamrff.fileformat._CONCURRENT_SAVE_ATTEMPTS", 3)
     options = s3_server.storage_options
     versions = two_versions()
     fs, _ = fsspec.core.url_to_fs(f"s3://{s3_bucket}", **options)
