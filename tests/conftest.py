@@ -17,6 +17,11 @@ s3_bucket (function)
 tmp_zarr (function)
     ``tmp_zarr(array, chunk_rows, name="array.zarr") -> str``: writes ``array`` as a zarr v3
     array under ``tmp_path`` with ``chunk_rows`` rows per chunk and returns its path.
+cli_main (function)
+    ``cli_main(*args) -> CliResult(code, out, err)``: runs ``streamrff.cli.main(args)`` in this
+    process (no interpreter start) and returns its exit code (usage errors' ``SystemExit``
+    included) and what it printed to stdout and stderr. Tests of the console script itself (a
+    fresh process, signals, environment) still run it as a subprocess.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pytest
@@ -101,3 +106,27 @@ def tmp_zarr(tmp_path: Path) -> Callable[..., str]:
         return str(path)
 
     return write
+
+
+class CliResult(NamedTuple):
+    """What one in-process run of the CLI returned and printed."""
+
+    code: int | str | None
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli_main(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    from streamrff.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()  # only this run's output
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's usage errors and --help/--version
+            code = exit_.code
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run

@@ -13,22 +13,11 @@ import pytest
 import zarr
 
 import streamrff as srf
-from streamrff.cli import main
 from streamrff.errors import InputError, SourceError
 from streamrff.io import MAX_CHUNKS, open_source
 
 N_COLUMNS = 3
 DECLARED = {"1e10": 10**10, "1e15": 10**15}
-
-
-def run_main(capsys, *args: str) -> tuple[int, str, str]:
-    """The CLI in-process: (exit code, stdout, stderr)."""
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def numpy_feature_sum(rows: np.ndarray, fitted: srf.RFF) -> np.ndarray:
@@ -75,7 +64,7 @@ def test_a_source_of_missing_chunks_is_refused_before_the_keys_of_its_rows_are_d
 
 @pytest.mark.parametrize("declared", [*DECLARED, "large chunks"])
 @pytest.mark.parametrize("command", ["sketch", "map", "kpca", "predict"])
-def test_cli_declared_sizes_end_in_one_line(capsys, metadata_only, tmp_path, declared, command):
+def test_cli_declared_sizes_end_in_one_line(cli_main, metadata_only, tmp_path, declared, command):
     source = metadata_only[declared]
     argv = {
         "sketch": ["sketch", source, "-o", str(tmp_path / "out.sketch")],
@@ -87,7 +76,7 @@ def test_cli_declared_sizes_end_in_one_line(capsys, metadata_only, tmp_path, dec
         X = np.random.default_rng(0).normal(size=(50, N_COLUMNS))
         srf.save_model(srf.KernelRidge(n_features=16, bandwidth=1.0).fit(X, X[:, 0]), str(tmp_path / "model.json"))
 
-    code, _, err = run_main(capsys, *argv)
+    code, _, err = cli_main(*argv)
 
     assert code == 1, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -95,12 +84,12 @@ def test_cli_declared_sizes_end_in_one_line(capsys, metadata_only, tmp_path, dec
 
 
 @pytest.mark.parametrize("declared", list(DECLARED))
-def test_cli_watch_opens_a_declared_size_in_one_line(capsys, metadata_only, tmp_path, declared):
+def test_cli_watch_opens_a_declared_size_in_one_line(cli_main, metadata_only, tmp_path, declared):
     reference = np.random.default_rng(0).normal(size=(200, N_COLUMNS)).astype("float32")
     zarr.save_array(str(tmp_path / "ref.zarr"), reference)
 
-    code, _, err = run_main(
-        capsys, "watch", metadata_only[declared], "--reference", str(tmp_path / "ref.zarr"),
+    code, _, err = cli_main(
+        "watch", metadata_only[declared], "--reference", str(tmp_path / "ref.zarr"),
         "--window", "50", "--ert", "1000", "--features", "16", "--bandwidth", "1",
     )  # fmt: skip
 
@@ -131,16 +120,16 @@ def test_a_deleted_chunk_is_refused_naming_it_and_read_as_zeros_when_allowed(arr
     np.testing.assert_allclose(allowed.feature_sum, numpy_feature_sum(zeroed, allowed.feature_map), rtol=0, atol=1e-4)
 
 
-def test_cli_allow_missing_chunks(capsys, array_with_a_deleted_chunk, tmp_path):
+def test_cli_allow_missing_chunks(cli_main, array_with_a_deleted_chunk, tmp_path):
     path, zeroed = array_with_a_deleted_chunk
     map_options = ["--features", "64", "--bandwidth", "1.5", "--seed", "2"]
 
-    code, _, err = run_main(capsys, "sketch", path, "-o", str(tmp_path / "refused.sketch"), *map_options)
+    code, _, err = cli_main("sketch", path, "-o", str(tmp_path / "refused.sketch"), *map_options)
     assert code == 1 and "Chunk 'c/4/0'" in err and "--allow-missing-chunks" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "refused.sketch").exists()
 
     out = str(tmp_path / "allowed.sketch")
-    code, _, err = run_main(capsys, "sketch", path, "-o", out, *map_options, "--allow-missing-chunks")
+    code, _, err = cli_main("sketch", path, "-o", out, *map_options, "--allow-missing-chunks")
     assert code == 0, err
     result = srf.load(out)
     np.testing.assert_allclose(result.feature_sum, numpy_feature_sum(zeroed, result.feature_map), rtol=0, atol=1e-4)

@@ -1,9 +1,9 @@
 """The ``streamrff`` command line: exit codes, messages, JSON output, real cluster and S3.
 
-Most commands run in-process through :func:`streamrff.cli.main` (fast); the ones that
-matter as processes (``--scheduler``, ``--storage-options``, ``-v`` logging, ``demo``) run
-the installed console script in a subprocess. References are the Python API's in-memory
-path (:func:`streamrff.sketch_array`).
+Most commands run in-process through :func:`streamrff.cli.main` (fast: conftest's ``cli_main``
+fixture); the ones that matter as processes (``--scheduler``, ``--storage-options``, ``-v``
+logging, ``demo``) run the installed console script in a subprocess. References are the Python
+API's in-memory path (:func:`streamrff.sketch_array`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import pytest
 import zarr
 
 import streamrff as srf
-from streamrff.cli import main
 
 N_ROWS, N_COLUMNS, N_FEATURES = 20_000, 8, 128
 X = (np.random.default_rng(0).standard_normal((N_ROWS, N_COLUMNS)) * np.linspace(0.5, 2.0, N_COLUMNS)).astype(
@@ -43,16 +42,6 @@ def cli_command() -> list[str]:
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run([*cli_command(), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
-
-
-def run_main(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr), usage errors included."""
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_sketches_close(actual, expected, rtol: float) -> None:
@@ -83,16 +72,16 @@ def data_zarr(tmp_zarr) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_cli_help_of_every_command_shows_an_example(capsys, command):
-    code, out, _ = run_main(capsys, command, "--help")
+def test_cli_help_of_every_command_shows_an_example(cli_main, command):
+    code, out, _ = cli_main(command, "--help")
 
     assert code == 0
     assert re.search(rf"example: streamrff {command} ", out)
 
 
-def test_cli_console_script_help_and_version(capsys):
+def test_cli_console_script_help_and_version(cli_main):
     top = run_cli("--help")
-    code, out, _ = run_main(capsys, "--version")
+    code, out, _ = cli_main("--version")
 
     assert top.returncode == 0
     assert all(command in top.stdout for command in COMMANDS)
@@ -111,10 +100,10 @@ def test_cli_console_script_help_and_version(capsys):
         (["--on-invalid", "ignore"], "--on-invalid: invalid choice"),
     ],
 )
-def test_cli_usage_errors_exit_2_and_write_nothing(capsys, data_zarr, tmp_path, args, message):
+def test_cli_usage_errors_exit_2_and_write_nothing(cli_main, data_zarr, tmp_path, args, message):
     output = tmp_path / "out.sketch"
 
-    code, out, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), *args)
+    code, out, err = cli_main("sketch", data_zarr, "-o", str(output), *args)
 
     assert code == 2
     assert message in err
@@ -122,10 +111,10 @@ def test_cli_usage_errors_exit_2_and_write_nothing(capsys, data_zarr, tmp_path, 
     assert not output.exists()
 
 
-def test_cli_usage_errors_exit_2_from_the_console_script(capsys, data_zarr, tmp_path):
+def test_cli_usage_errors_exit_2_from_the_console_script(cli_main, data_zarr, tmp_path):
     bad_json = run_cli("sketch", data_zarr, "-o", str(tmp_path / "o.sketch"), "--storage-options", "{nope")
-    missing_output = run_main(capsys, "sketch", data_zarr)
-    no_command = run_main(capsys)
+    missing_output = cli_main("sketch", data_zarr)
+    no_command = cli_main()
 
     assert bad_json.returncode == 2
     assert "streamrff sketch: error: --storage-options must be a JSON object" in bad_json.stderr
@@ -137,11 +126,10 @@ def test_cli_usage_errors_exit_2_from_the_console_script(capsys, data_zarr, tmp_
 # -- sketch, info, merge -------------------------------------------------------------------
 
 
-def test_cli_sketch_json_matches_sketch_array(capsys, data_zarr, tmp_path):
+def test_cli_sketch_json_matches_sketch_array(cli_main, data_zarr, tmp_path):
     output = tmp_path / "out.sketch"
 
-    code, out, err = run_main(
-        capsys,
+    code, out, err = cli_main(
         "sketch",
         data_zarr,
         "-o",
@@ -164,14 +152,14 @@ def test_cli_sketch_json_matches_sketch_array(capsys, data_zarr, tmp_path):
     assert summary["has_moments"] is True and summary["n_invalid"] == 0
     assert_sketches_close(loaded, reference, rtol=1e-6)
 
-    code, out, _ = run_main(capsys, "info", str(output), "--json")
+    code, out, _ = cli_main("info", str(output), "--json")
     assert code == 0
     assert json.loads(out) == summary
 
 
-def test_cli_sketch_float64_features(capsys, data_zarr, tmp_path):
+def test_cli_sketch_float64_features(cli_main, data_zarr, tmp_path):
     output = tmp_path / "out64.sketch"
-    code, _, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "64", "--dtype", "float64")
+    code, _, err = cli_main("sketch", data_zarr, "-o", str(output), "--features", "64", "--dtype", "float64")
     assert code == 0, err
     loaded = srf.load(output)
     params = loaded.feature_map._params()
@@ -180,11 +168,11 @@ def test_cli_sketch_float64_features(capsys, data_zarr, tmp_path):
     np.testing.assert_allclose(loaded.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-12 * np.abs(Z.sum(axis=0)).max())
 
 
-def test_cli_sketch_text_output_and_info(capsys, data_zarr, tmp_path):
+def test_cli_sketch_text_output_and_info(cli_main, data_zarr, tmp_path):
     output = tmp_path / "out.sketch"
 
-    code, out, _ = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "64", "--bandwidth", "2.0")
-    info_code, info_out, _ = run_main(capsys, "info", str(output))
+    code, out, _ = cli_main("sketch", data_zarr, "-o", str(output), "--features", "64", "--bandwidth", "2.0")
+    info_code, info_out, _ = cli_main("info", str(output))
 
     assert code == 0 and info_code == 0
     assert f"wrote {output}" in out
@@ -192,23 +180,23 @@ def test_cli_sketch_text_output_and_info(capsys, data_zarr, tmp_path):
     assert "bandwidth=2.0" in info_out
 
 
-def test_cli_sketch_existing_output_is_refused_and_unchanged(capsys, data_zarr, tmp_path):
+def test_cli_sketch_existing_output_is_refused_and_unchanged(cli_main, data_zarr, tmp_path):
     output = tmp_path / "out.sketch"
-    assert run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "64")[0] == 0
+    assert cli_main("sketch", data_zarr, "-o", str(output), "--features", "64")[0] == 0
     before = snapshot(output)
 
-    code, out, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "32")
+    code, out, err = cli_main("sketch", data_zarr, "-o", str(output), "--features", "32")
 
     assert code == 2  # bad usage, as in every command
     assert f"streamrff sketch: error: {output} already exists. Pass --overwrite to replace it" in err
     assert snapshot(output) == before
 
-    code, _, err = run_main(capsys, "sketch", data_zarr, "-o", str(output), "--features", "32", "--overwrite")
+    code, _, err = cli_main("sketch", data_zarr, "-o", str(output), "--features", "32", "--overwrite")
     assert code == 0, err
     assert srf.load(output).feature_sum.shape == (32,)
 
 
-def test_cli_sketch_bad_data_exits_1_and_writes_nothing(capsys, tmp_zarr, tmp_path):
+def test_cli_sketch_bad_data_exits_1_and_writes_nothing(cli_main, tmp_zarr, tmp_path):
     output = tmp_path / "out.sketch"
     cases = {
         str(tmp_path / "missing.zarr"): "missing.zarr: the path does not exist",
@@ -216,7 +204,7 @@ def test_cli_sketch_bad_data_exits_1_and_writes_nothing(capsys, tmp_zarr, tmp_pa
         tmp_zarr(np.ones(100, dtype=np.float32), 10, name="flat.zarr"): "Expected 2-D data",
     }
     for source, message in cases.items():
-        code, out, err = run_main(capsys, "sketch", source, "-o", str(output))
+        code, out, err = cli_main("sketch", source, "-o", str(output))
 
         assert code == 1, source
         assert err.startswith("streamrff sketch: error: ") and message in err
@@ -224,21 +212,19 @@ def test_cli_sketch_bad_data_exits_1_and_writes_nothing(capsys, tmp_zarr, tmp_pa
         assert not output.exists()
 
 
-def test_cli_sketch_nan_rows_raise_or_skip(capsys, tmp_zarr, tmp_path):
+def test_cli_sketch_nan_rows_raise_or_skip(cli_main, tmp_zarr, tmp_path):
     rows = X.copy()
     rows[[3_003, 3_500], 2] = np.nan
     source = tmp_zarr(rows, 1_000)
     output = tmp_path / "out.sketch"
 
-    code, _, err = run_main(capsys, "sketch", source, "-o", str(output), "--features", "64")
+    code, _, err = cli_main("sketch", source, "-o", str(output), "--features", "64")
     assert code == 1
     assert "2 row(s) of data chunk 3 (rows 3000..3999); first bad row: data row 3003" in err
     assert "--on-invalid skip" in err
     assert not output.exists()
 
-    code, out, _ = run_main(
-        capsys, "sketch", source, "-o", str(output), "--features", "64", "--on-invalid", "skip", "--json"
-    )
+    code, out, _ = cli_main("sketch", source, "-o", str(output), "--features", "64", "--on-invalid", "skip", "--json")
     assert code == 0
     summary = json.loads(out)
     assert (summary["count"], summary["n_invalid"]) == (N_ROWS - 2, 2)
@@ -250,14 +236,14 @@ def test_cli_sketch_nan_rows_raise_or_skip(capsys, tmp_zarr, tmp_path):
     )
 
 
-def test_cli_merge_of_halves_equals_whole(capsys, tmp_zarr, tmp_path):
+def test_cli_merge_of_halves_equals_whole(cli_main, tmp_zarr, tmp_path):
     halves = [tmp_zarr(X[:12_000], 1_000, name="a.zarr"), tmp_zarr(X[12_000:], 1_000, name="b.zarr")]
     parts = []
     for index, source in enumerate(halves):
         parts.append(str(tmp_path / f"part{index}.sketch"))
-        assert run_main(capsys, "sketch", source, "-o", parts[-1], "--features", "64", "--bandwidth", "1.5")[0] == 0
+        assert cli_main("sketch", source, "-o", parts[-1], "--features", "64", "--bandwidth", "1.5")[0] == 0
 
-    code, out, err = run_main(capsys, "merge", *parts, "-o", str(tmp_path / "all.sketch"), "--json")
+    code, out, err = cli_main("merge", *parts, "-o", str(tmp_path / "all.sketch"), "--json")
 
     assert code == 0, err
     assert json.loads(out)["inputs"] == parts
@@ -265,26 +251,23 @@ def test_cli_merge_of_halves_equals_whole(capsys, tmp_zarr, tmp_path):
     assert_sketches_close(merged, srf.sketch_array(X, merged.feature_map), rtol=1e-6)
 
 
-def test_cli_merge_of_different_maps_names_both(capsys, data_zarr, tmp_path):
+def test_cli_merge_of_different_maps_names_both(cli_main, data_zarr, tmp_path):
     for seed in ("1", "2"):
         assert (
-            run_main(capsys, "sketch", data_zarr, "-o", str(tmp_path / f"s{seed}"), "--features", "32", "--seed", seed)[
-                0
-            ]
-            == 0
+            cli_main("sketch", data_zarr, "-o", str(tmp_path / f"s{seed}"), "--features", "32", "--seed", seed)[0] == 0
         )
     fingerprints = [srf.load(tmp_path / f"s{seed}").fingerprint[:16] for seed in ("1", "2")]
 
-    code, _, err = run_main(capsys, "merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "-o", str(tmp_path / "m"))
+    code, _, err = cli_main("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "-o", str(tmp_path / "m"))
 
     assert code == 1
     assert all(fingerprint in err for fingerprint in fingerprints)
     assert not (tmp_path / "m").exists()
 
 
-def test_cli_info_of_something_else_exits_1(capsys, data_zarr, tmp_path):
-    code, out, err = run_main(capsys, "info", data_zarr)
-    missing_code, _, missing_err = run_main(capsys, "info", str(tmp_path / "nothing"))
+def test_cli_info_of_something_else_exits_1(cli_main, data_zarr, tmp_path):
+    code, out, err = cli_main("info", data_zarr)
+    missing_code, _, missing_err = cli_main("info", str(tmp_path / "nothing"))
 
     assert code == 1 and "is a zarr array, not a streamrff sketch" in err
     assert missing_code == 1 and "does not exist" in missing_err
@@ -342,7 +325,7 @@ def test_unreachable_scheduler_fails_naming_address_in_api_and_cli(data_zarr, tm
     assert not (tmp_path / "out.sketch").exists()
 
 
-def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
+def test_cli_sketch_s3_to_s3_with_storage_options(cli_main, s3_server, s3_bucket):
     options = json.dumps(s3_server.storage_options)
     store = zarr.storage.FsspecStore.from_url(
         f"s3://{s3_bucket}/x.zarr", storage_options=s3_server.storage_options, read_only=False
@@ -353,8 +336,8 @@ def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
     result = run_cli(
         "sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--features", "64", "--storage-options", options, "--json"
     )
-    info = run_main(capsys, "info", output, "--storage-options", options, "--json")
-    again = run_main(capsys, "sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--storage-options", options)
+    info = cli_main("info", output, "--storage-options", options, "--json")
+    again = cli_main("sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--storage-options", options)
 
     assert result.returncode == 0, result.stderr
     assert info[0] == 0, info[2]
@@ -364,11 +347,10 @@ def test_cli_sketch_s3_to_s3_with_storage_options(capsys, s3_server, s3_bucket):
     assert again[0] == 2 and f"{output} already exists. Pass --overwrite" in again[2]
 
 
-def test_cli_missing_bucket_exits_1(capsys, s3_server, tmp_path):
+def test_cli_missing_bucket_exits_1(cli_main, s3_server, tmp_path):
     options = json.dumps(s3_server.storage_options)
 
-    code, _, err = run_main(
-        capsys,
+    code, _, err = cli_main(
         "sketch",
         "s3://streamrff-no-such-bucket/x.zarr",
         "-o",
@@ -382,7 +364,7 @@ def test_cli_missing_bucket_exits_1(capsys, s3_server, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
+def test_cli_never_prints_storage_options(cli_main, caplog, s3_server, s3_bucket):
     secret_options = dict(s3_server.storage_options, key=SECRET_KEY_ID, secret=SECRET_ACCESS_KEY)
     options = json.dumps(secret_options)
     store = zarr.storage.FsspecStore.from_url(
@@ -417,7 +399,7 @@ def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
     codes = {}
     for name, args in runs.items():
         caplog.clear()
-        codes[name], out, err = run_main(capsys, *args)
+        codes[name], out, err = cli_main(*args)
         texts[name] = out + err + "\n".join(record.getMessage() for record in caplog.records)
 
     assert codes == {"info -v": 0, "info --json": 0, "info missing": 1, "sketch missing": 1, "merge onto existing": 2}
@@ -430,6 +412,7 @@ def test_cli_never_prints_storage_options(capsys, caplog, s3_server, s3_bucket):
 # -- demo ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 15 s: the whole demo at its Quickstart size (CI's Quickstart step runs it too)
 def test_cli_demo_writes_report_with_finite_mmd(tmp_path):
     out = tmp_path / "demo"
 

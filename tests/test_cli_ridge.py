@@ -1,10 +1,10 @@
 """``streamrff ridge``, ``streamrff predict`` and ``streamrff sketch --target`` on real zarr arrays on disk.
 
-The workflows run the console script in a subprocess (sites' sketches in-process, for speed); the
-error cases run in-process
-(:func:`streamrff.cli.main`). References are independent: in-memory fits of the Python API on the
-same rows and map (numpy arrays, not zarr), and scikit-learn's ``r2_score`` / numpy accuracy on the
-written predictions.
+A ridge fit from sketches and a predict run the console script in a subprocess; the sites'
+sketches, the other fits and predictions and the error cases run in-process
+(:func:`streamrff.cli.main`, for speed). References are independent: in-memory fits of the Python
+API on the same rows and map (numpy arrays, not zarr), and scikit-learn's ``r2_score`` / numpy
+accuracy on the written predictions.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import zarr
 from sklearn.metrics import r2_score
 
 import streamrff as srf
-from streamrff.cli import main
 
 RNG = np.random.default_rng(11)
 N_ROWS = 1_600
@@ -43,19 +42,11 @@ def run_cli(*args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def run_in_process(capsys, *args: str) -> dict:
-    """Run in-process (faster: no interpreter start); returns the --json payload."""
-    assert main([*args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def run_main(capsys, *args: str) -> tuple[int, str]:
-    """Run in-process; returns (exit code, stderr)."""
-    try:
-        code = main(list(args))
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr().err
+def run_in_process(cli_main, *args: str) -> dict:
+    """Run in-process with conftest's ``cli_main`` (faster: no interpreter start); returns the --json payload."""
+    code, out, err = cli_main(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 @pytest.fixture
@@ -69,11 +60,11 @@ def arrays(tmp_zarr) -> dict[str, str]:
     return paths
 
 
-def test_cli_ridge_predictions_equal_an_in_memory_kernel_ridge(arrays, tmp_path):
+def test_cli_ridge_predictions_equal_an_in_memory_kernel_ridge(cli_main, arrays, tmp_path):
     model_path, output = str(tmp_path / "model.json"), str(tmp_path / "predictions.zarr")
-    payload = run_cli("ridge", arrays["X"], "--target", arrays["Y"], "-o", model_path, "--features", "96",
-                      "--seed", "5")  # fmt: skip
-    run_cli("predict", model_path, arrays["X"], "-o", output)
+    payload = run_in_process(cli_main, "ridge", arrays["X"], "--target", arrays["Y"], "-o", model_path,
+                             "--features", "96", "--seed", "5")  # fmt: skip
+    run_cli("predict", model_path, arrays["X"], "-o", output)  # the console script, in a subprocess
     predictions = zarr.open_array(output, mode="r")[...]
 
     # In memory, chunked like the zarr arrays (sums merged in the same order): equal to rounding.
@@ -94,14 +85,14 @@ def test_cli_ridge_predictions_equal_an_in_memory_kernel_ridge(arrays, tmp_path)
     assert len(payload["gcv"]["alphas"]) == len(payload["gcv"]["scores"]) > 1
 
 
-def test_cli_sketch_halves_then_ridge_sketches_give_the_whole_data_fit(capsys, arrays, tmp_path):
+def test_cli_sketch_halves_then_ridge_sketches_give_the_whole_data_fit(cli_main, arrays, tmp_path):
     map_path = str(tmp_path / "map.json")
     srf.save_map(srf.RFF(n_features=64, seed=2).fit(X), map_path)  # the map every site is given
     parts = []
     for site in ("a", "b"):
         parts.append(str(tmp_path / f"{site}.sketch"))
         summary = run_in_process(
-            capsys, "sketch", arrays[f"X_{site}"], "--target", arrays[f"Y_{site}"], "--map", map_path, "-o", parts[-1]
+            cli_main, "sketch", arrays[f"X_{site}"], "--target", arrays[f"Y_{site}"], "--map", map_path, "-o", parts[-1]
         )
         assert summary["kind"] == "regression" and summary["n_targets"] == 2
     model_path = str(tmp_path / "model.json")
@@ -114,50 +105,51 @@ def test_cli_sketch_halves_then_ridge_sketches_give_the_whole_data_fit(capsys, a
     assert np.abs(loaded.predict(X) - whole.predict(X)).max() < 1e-3 * Y.std()
 
 
-def test_cli_sketch_target_prints_rows_target_summary_and_ridge_command(capsys, arrays, tmp_path):
+def test_cli_sketch_target_prints_rows_target_summary_and_ridge_command(cli_main, arrays, tmp_path):
     map_path = str(tmp_path / "map.json")
     srf.save_map(srf.RFF(n_features=32, bandwidth=1.0).fit(X), map_path)
     output = str(tmp_path / "a.sketch")
-    assert main(["sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path, "-o", output]) == 0
-    text = capsys.readouterr().out
+    code, text, err = cli_main("sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path, "-o", output)
+    assert code == 0, err
     mean, std = Y[:HALF].mean(axis=0), Y[:HALF].std(axis=0)  # numpy's, on the same rows
     assert f"wrote {output}: {HALF:,} rows sketched" in text
     assert f"target mean (std): {mean[0]:.4g} ({std[0]:.4g}), {mean[1]:.4g} ({std[1]:.4g})" in text
     assert f"next: streamrff ridge --sketches {output} [other sites' sketches] -o model.json" in text
     assert "explained variance" not in text  # kernel PCA's spectrum is not what a ridge user needs
-    payload = run_in_process(capsys, "sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path,
+    payload = run_in_process(cli_main, "sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path,
                              "-o", str(tmp_path / "b.sketch"))  # fmt: skip
     np.testing.assert_allclose(payload["target"]["mean"], mean, rtol=1e-12)
     np.testing.assert_allclose(payload["target"]["std"], std, rtol=1e-9)
     assert "explained_variance_ratio" not in payload and payload["count"] == HALF
     labelled = str(tmp_path / "c.sketch")
-    assert main(["sketch", arrays["X_a"], "--target", arrays["labels_a"], "--classes", "0,1,2", "--map", map_path,
-                 "-o", labelled]) == 0  # fmt: skip
-    assert f"next: streamrff ridge --sketches {labelled} [other sites' sketches] --classify --classes 0,1,2" in (
-        capsys.readouterr().out
-    )
+    code, text, err = cli_main("sketch", arrays["X_a"], "--target", arrays["labels_a"], "--classes", "0,1,2",
+                               "--map", map_path, "-o", labelled)  # fmt: skip
+    assert code == 0, err
+    assert f"next: streamrff ridge --sketches {labelled} [other sites' sketches] --classify --classes 0,1,2" in text
 
 
-def test_cli_classification_at_two_sites_and_from_one_source(capsys, arrays, tmp_path):
+def test_cli_classification_at_two_sites_and_from_one_source(cli_main, arrays, tmp_path):
     map_path = str(tmp_path / "map.json")
     srf.save_map(srf.RFF(n_features=64, bandwidth=1.0).fit(X), map_path)
     parts = [str(tmp_path / f"{site}.sketch") for site in ("a", "b")]
     for site, part in zip(("a", "b"), parts):
-        run_in_process(capsys, "sketch", arrays[f"X_{site}"], "--target", arrays[f"labels_{site}"],
+        run_in_process(cli_main, "sketch", arrays[f"X_{site}"], "--target", arrays[f"labels_{site}"],
                        "--classes", "2,0,1", "--map", map_path, "-o", part)  # fmt: skip
     assert srf.load(parts[0]).classes == (0, 1, 2)
     merged_path = str(tmp_path / "merged.json")
-    payload = run_cli("ridge", "--sketches", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path)
+    payload = run_in_process(
+        cli_main, "ridge", "--sketches", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path
+    )
     assert payload["classes"] == [0, 1, 2] and "training_accuracy" not in payload
     # A site that encoded other classes (as many columns) does not merge with the others.
     shifted = str(tmp_path / "shifted.sketch")
     labels_path = str(tmp_path / "shifted_labels.zarr")
     stored = zarr.create_array(store=labels_path, shape=(N_ROWS - HALF,), chunks=(250,), dtype=np.int64)
     stored[...] = LABELS[HALF:] + 1
-    run_in_process(capsys, "sketch", arrays["X_b"], "--target", labels_path, "--classes", "1,2,3",
+    run_in_process(cli_main, "sketch", arrays["X_b"], "--target", labels_path, "--classes", "1,2,3",
                    "--map", map_path, "-o", shifted)  # fmt: skip
-    code, error = run_main(capsys, "ridge", "--sketches", parts[0], shifted, "--classify", "--classes", "0,1,2",
-                           "-o", str(tmp_path / "refused.json"))  # fmt: skip
+    code, _, error = cli_main("ridge", "--sketches", parts[0], shifted, "--classify", "--classes", "0,1,2",
+                            "-o", str(tmp_path / "refused.json"))  # fmt: skip
     assert code == 1 and "different classes: classes [0, 1, 2] vs classes [1, 2, 3]" in error
 
     whole = srf.KernelRidgeClassifier(feature_map=srf.load_map(map_path)).fit(X, LABELS)
@@ -168,9 +160,9 @@ def test_cli_classification_at_two_sites_and_from_one_source(capsys, arrays, tmp
 
     # From the source: the accuracy printed is numpy's on the labels `predict` writes.
     model_path, output = str(tmp_path / "model.json"), str(tmp_path / "predicted.zarr")
-    payload = run_cli("ridge", arrays["X"], "--target", arrays["labels"], "--classify", "--map", map_path,
-                      "-o", model_path)  # fmt: skip
-    run_cli("predict", model_path, arrays["X"], "-o", output)
+    payload = run_in_process(cli_main, "ridge", arrays["X"], "--target", arrays["labels"], "--classify",
+                             "--map", map_path, "-o", model_path)  # fmt: skip
+    run_in_process(cli_main, "predict", model_path, arrays["X"], "-o", output)
     predicted = zarr.open_array(output, mode="r")[...]
     np.testing.assert_array_equal(predicted, whole.predict(X))
     assert payload["training_accuracy"] == pytest.approx(np.mean(predicted == LABELS), abs=1e-12)
@@ -189,7 +181,7 @@ def fitted(arrays, tmp_path) -> dict[str, str]:
     return {**arrays, **paths}
 
 
-def test_cli_ridge_errors_are_one_line_with_exit_code_1_for_bad_data(capsys, fitted, tmp_path):
+def test_cli_ridge_errors_are_one_line_with_exit_code_1_for_bad_data(cli_main, fitted, tmp_path):
     out = str(tmp_path / "out")
     tampered = tmp_path / "tampered.json"
     document = json.loads(Path(fitted["model"]).read_text())
@@ -206,13 +198,13 @@ def test_cli_ridge_errors_are_one_line_with_exit_code_1_for_bad_data(capsys, fit
           "-o", out), "reads as text"),
     ]  # fmt: skip
     for argv, message in cases:
-        code, err = run_main(capsys, *argv)
+        code, _, err = cli_main(*argv)
         assert code == 1, (argv, err)
         assert err.count("\n") == 1 and message in err, err
     assert not Path(out).exists()
 
 
-def test_cli_ridge_usage_errors_exit_2(capsys, fitted, tmp_path):
+def test_cli_ridge_usage_errors_exit_2(cli_main, fitted, tmp_path):
     out = str(tmp_path / "out.json")
     cases = [
         (("ridge", "-o", out), "Got neither"),
@@ -230,7 +222,7 @@ def test_cli_ridge_usage_errors_exit_2(capsys, fitted, tmp_path):
         (("predict", fitted["model"], fitted["X"], "-o", fitted["map"]), "already exists"),
     ]  # fmt: skip
     for argv, message in cases:
-        code, err = run_main(capsys, *argv)
+        code, _, err = cli_main(*argv)
         assert code == 2, (argv, err)
         assert message in err, err
     assert not Path(out).exists()

@@ -1,8 +1,9 @@
 """A newcomer's rough edges (issue 29): option names, exit codes, every problem at once, early checks.
 
-The console script runs as a subprocess (what a user types); the sketches it reads are made with
-the Python API on small in-memory data, and the rows it reports are checked against the rows
-written.
+One sketch runs the console script as a subprocess (what a user types); the other commands run
+in-process through the same ``main`` (conftest's ``cli_main``, no interpreter start per command).
+The sketches they read are made with the Python API on small in-memory data, and the rows they
+report are checked against the rows written.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     script = Path(sys.executable).with_name("streamrff")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "streamrff.cli"]
     return subprocess.run([*command, *args], capture_output=True, text=True, cwd=cwd, timeout=180)
+
+
+def run_in_process(cli_main, *args: str) -> subprocess.CompletedProcess:
+    """``run_cli`` through conftest's ``cli_main``: the console script's ``main`` without an interpreter start."""
+    code, out, err = cli_main(*args)
+    return subprocess.CompletedProcess(["streamrff", *args], code, out, err)
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +53,18 @@ def sketch_files(tmp_path_factory):
 # -- item 4: one name per meaning, the old --method a deprecated alias --------------------
 
 
-def test_cli_test_null_option_and_deprecated_method_alias_give_the_same_result(sketch_files, tmp_path):
+def test_cli_test_null_option_and_deprecated_method_alias_give_the_same_result(cli_main, sketch_files, tmp_path):
     paths, rows = sketch_files
     first = srf.load(paths["a8"])
     second = srf.sketch_array(rows["b8"], first.feature_map, moments=True)
     second.save(tmp_path / "b.sketch")
 
-    new = run_cli("test", "--sketches", paths["a8"], str(tmp_path / "b.sketch"), "--null", "hotelling", "--json")
-    old = run_cli("test", "--sketches", paths["a8"], str(tmp_path / "b.sketch"), "--method", "hotelling", "--json")
+    new = run_in_process(
+        cli_main, "test", "--sketches", paths["a8"], str(tmp_path / "b.sketch"), "--null", "hotelling", "--json"
+    )
+    old = run_in_process(
+        cli_main, "test", "--sketches", paths["a8"], str(tmp_path / "b.sketch"), "--method", "hotelling", "--json"
+    )
 
     assert new.returncode == 0 and new.stderr == "", new.stderr
     assert old.returncode == 0, old.stderr
@@ -69,16 +80,16 @@ def test_cli_test_null_option_and_deprecated_method_alias_give_the_same_result(s
     [("test", "--null", "--method"), ("sketch", "--sum-method", "--method"), ("kmeans", "--map-kind", "--method"),
      ("kpca", "--map-kind", "--method"), ("map", "--map-kind", "--method")],
 )  # fmt: skip
-def test_cli_help_names_the_new_option_and_hides_the_deprecated_one(command, new, old):
-    result = run_cli(command, "--help")
+def test_cli_help_names_the_new_option_and_hides_the_deprecated_one(cli_main, command, new, old):
+    result = run_in_process(cli_main, command, "--help")
 
     assert result.returncode == 0
     assert new in result.stdout
     assert f"{old} " not in result.stdout and f"[{old}" not in result.stdout
 
 
-def test_cli_old_and_new_spelling_that_disagree_exit_2(tmp_path):
-    result = run_cli("map", str(tmp_path / "absent.zarr"), "-o", str(tmp_path / "m.json"),
+def test_cli_old_and_new_spelling_that_disagree_exit_2(cli_main, tmp_path):
+    result = run_in_process(cli_main, "map", str(tmp_path / "absent.zarr"), "-o", str(tmp_path / "m.json"),
                      "--method", "kjl", "--map-kind", "rff")  # fmt: skip
 
     assert result.returncode == 2
@@ -89,10 +100,10 @@ def test_cli_old_and_new_spelling_that_disagree_exit_2(tmp_path):
 # -- items 6 and 7: exit codes, every problem at once, a fix that fits the cause ------------
 
 
-def test_cli_test_reports_missing_moments_and_map_mismatch_together_with_exit_1(sketch_files):
+def test_cli_test_reports_missing_moments_and_map_mismatch_together_with_exit_1(cli_main, sketch_files):
     paths, _ = sketch_files
 
-    result = run_cli("test", "--sketches", paths["a8"], paths["b8"], "--null", "spectral")
+    result = run_in_process(cli_main, "test", "--sketches", paths["a8"], paths["b8"], "--null", "spectral")
 
     assert result.returncode == 1  # the data are wrong, not the command line
     assert result.stderr.startswith("streamrff test: error: 2 problems with the input sketches:")
@@ -101,11 +112,11 @@ def test_cli_test_reports_missing_moments_and_map_mismatch_together_with_exit_1(
     assert "Traceback" not in result.stderr
 
 
-def test_cli_merge_of_different_widths_names_different_data_not_a_map(sketch_files, tmp_path):
+def test_cli_merge_of_different_widths_names_different_data_not_a_map(cli_main, sketch_files, tmp_path):
     paths, _ = sketch_files
     output = tmp_path / "m.sketch"
 
-    result = run_cli("merge", paths["a8"], paths["c3"], "-o", str(output))
+    result = run_in_process(cli_main, "merge", paths["a8"], paths["c3"], "-o", str(output))
 
     assert result.returncode == 1
     assert "n_features_in 8 vs 3" in result.stderr
@@ -122,10 +133,12 @@ def test_merge_of_different_widths_in_python_names_different_data(sketch_files):
     assert "feature_map=first.feature_map" not in str(raised.value)
 
 
-def test_cli_command_line_problems_are_reported_together_with_exit_2(sketch_files):
+def test_cli_command_line_problems_are_reported_together_with_exit_2(cli_main, sketch_files):
     paths, _ = sketch_files
 
-    result = run_cli("test", "--sketches", paths["a8"], paths["b8"], "--null", "permutation", "--features", "64")
+    result = run_in_process(
+        cli_main, "test", "--sketches", paths["a8"], paths["b8"], "--null", "permutation", "--features", "64"
+    )
 
     assert result.returncode == 2
     lines = result.stderr.splitlines()
@@ -150,34 +163,35 @@ def test_cli_command_line_problems_are_reported_together_with_exit_2(sketch_file
         (["test", "--features", "63"], "--features must be even for --variant sincos"),
     ],
 )  # fmt: skip
-def test_cli_contradicting_options_exit_2_before_reading_the_data(tmp_path, args, message):
+def test_cli_contradicting_options_exit_2_before_reading_the_data(tmp_path, args, message, cli_main):
     # The source does not exist: reading it would fail with exit 1, so exit 2 shows that it was never read.
     missing = str(tmp_path / "absent.zarr")
     sources = [missing, missing] if args[0] == "test" else [missing]
     output = tmp_path / "out"
 
-    result = run_cli(args[0], *sources, "-o" if args[0] != "test" else "--seed", str(output) if args[0] != "test"
-                     else "0", *args[1:])  # fmt: skip
+    # In-process (conftest's cli_main: the console script's `main`, without 3 s of interpreter start).
+    code, _, err = cli_main(args[0], *sources, "-o" if args[0] != "test" else "--seed", str(output) if args[0] != "test"
+                            else "0", *args[1:])  # fmt: skip
 
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr
+    assert code == 2, err
+    assert message in err
     assert not output.exists()
 
 
-def test_cli_demo_refuses_an_odd_feature_count_before_writing_data(tmp_path):
+def test_cli_demo_refuses_an_odd_feature_count_before_writing_data(cli_main, tmp_path):
     out = tmp_path / "demo"
 
-    result = run_cli("demo", "--rows", "1000", "--features", "255", "--out", str(out))
+    result = run_in_process(cli_main, "demo", "--rows", "1000", "--features", "255", "--out", str(out))
 
     assert result.returncode == 2
     assert "--features must be even" in result.stderr
     assert not out.exists()
 
 
-def test_cli_kpca_components_beyond_the_width_of_a_map_file_exit_2(sketch_files, tmp_path):
+def test_cli_kpca_components_beyond_the_width_of_a_map_file_exit_2(cli_main, sketch_files, tmp_path):
     paths, _ = sketch_files
 
-    result = run_cli("kpca", str(tmp_path / "absent.zarr"), "--components", "40", "--map", paths["a8"],
+    result = run_in_process(cli_main, "kpca", str(tmp_path / "absent.zarr"), "--components", "40", "--map", paths["a8"],
                      "-o", str(tmp_path / "s.zarr"))  # fmt: skip
 
     assert result.returncode == 2
@@ -187,21 +201,25 @@ def test_cli_kpca_components_beyond_the_width_of_a_map_file_exit_2(sketch_files,
 # -- item 3: sketch and merge say how many rows ------------------------------------------
 
 
-def test_cli_sketch_and_merge_print_the_rows_they_sketched_and_merged(tmp_path):
+def test_cli_sketch_and_merge_print_the_rows_they_sketched_and_merged(cli_main, tmp_path):
     rng = np.random.default_rng(9)
     for name, n_rows in (("a", 1_234), ("b", 766)):
         zarr.create_array(str(tmp_path / f"{name}.zarr"), data=rng.normal(size=(n_rows, 3)).astype(np.float32),
                           chunks=(500, 3))  # fmt: skip
-    sketched = run_cli("sketch", str(tmp_path / "a.zarr"), "-o", str(tmp_path / "a.sketch"), "--features", "16")
+    sketched = run_cli(  # the console script, in a subprocess
+        "sketch", str(tmp_path / "a.zarr"), "-o", str(tmp_path / "a.sketch"), "--features", "16"
+    )
     assert sketched.returncode == 0, sketched.stderr
     assert sketched.stdout.splitlines()[0] == f"wrote {tmp_path / 'a.sketch'}: 1,234 rows sketched"
-    other = run_cli("sketch", str(tmp_path / "b.zarr"), "-o", str(tmp_path / "b.sketch"), "--map",
+    other = run_in_process(cli_main, "sketch", str(tmp_path / "b.zarr"), "-o", str(tmp_path / "b.sketch"), "--map",
                     str(tmp_path / "a.sketch"), "--json")  # fmt: skip
     assert other.returncode == 0, other.stderr
     assert json.loads(other.stdout)["count"] == 766
 
-    merged = run_cli("merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o", str(tmp_path / "ab"))
-    merged_json = run_cli("merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o",
+    merged = run_in_process(
+        cli_main, "merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o", str(tmp_path / "ab")
+    )
+    merged_json = run_in_process(cli_main, "merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o",
                           str(tmp_path / "ab2"), "--json")  # fmt: skip
 
     assert merged.stdout.splitlines()[0] == f"merged 2 sketches (2,000 rows) into {tmp_path / 'ab'}"

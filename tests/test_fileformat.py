@@ -421,8 +421,9 @@ def test_sketch_save_killed_while_writing_leaves_no_loadable_target(tmp_path):
     process = _start_save(target, "plain")
     try:
         deadline = time.monotonic() + 120
-        # Poll for the staging directory, then kill the writer while it writes 128 MB.
-        while not list(tmp_path.glob(".big.zarr.partial-*")):
+        # Poll for the staging directory, then kill the writer while it writes 128 MB (not for the
+        # output location's probe, a file of the same prefix that lives a moment before it).
+        while not [p for p in tmp_path.glob(".big.zarr.partial-*") if p.is_dir()]:
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the save never started"
             time.sleep(0.002)

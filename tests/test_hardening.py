@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff.cli import main as cli_main
 from streamrff.errors import SketchFormatError, SketchFormatWarning
 
 DATA = Path(__file__).parent / "data"
@@ -64,14 +63,12 @@ def test_load_refuses_edited_scalar_attributes(tmp_path: Path, changes: dict, as
         srf.load(target)
 
 
-def test_cli_merge_of_an_edited_count_fails_instead_of_reporting_wrong_rows(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_merge_of_an_edited_count_fails_instead_of_reporting_wrong_rows(tmp_path: Path, cli_main) -> None:
     # The probe: count edited from 51 to 52 in one input, merge then info reported 5 101 rows for 5 100.
     first, second = _save(tmp_path, "a.sketch"), _save(tmp_path, "b.sketch")
     _edit_group_attrs(second, count=52)
-    assert cli_main(["merge", str(first), str(second), "-o", str(tmp_path / "m.sketch")]) == 1
-    err = capsys.readouterr().err
+    code, _, err = cli_main("merge", str(first), str(second), "-o", str(tmp_path / "m.sketch"))
+    assert code == 1
     assert err.startswith("streamrff merge: error: ") and "b.sketch" in err and "digest" in err
     assert not (tmp_path / "m.sketch").exists()
 
@@ -157,7 +154,16 @@ def _cli(*arguments: str) -> subprocess.Popen:
     )
 
 
-@pytest.mark.parametrize(("suffix", "trials"), [("sketch", 3), ("zip", 2)])
+# Each trial is two processes (about 4 s): one trial per format in the default suite, 3 and 2 in the slow one.
+@pytest.mark.parametrize(
+    ("suffix", "trials"),
+    [
+        ("sketch", 1),
+        ("zip", 1),
+        pytest.param("sketch", 3, marks=pytest.mark.slow),
+        pytest.param("zip", 2, marks=pytest.mark.slow),
+    ],
+)
 def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix: str, trials: int) -> None:
     # The probe: two `merge -o same` at once both exited 0 and one result was gone (10 of 10 trials).
     feature_map = srf.RFF(n_features=8, bandwidth=1.0, seed=1).fit(ROWS)
@@ -232,18 +238,17 @@ def test_write_zarr_never_replaces_an_output_that_appeared_during_the_job(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.zarr"]  # no staging left
 
 
-def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path, tmp_zarr, capsys) -> None:
+def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path, tmp_zarr, cli_main) -> None:
     pytest.importorskip("matplotlib")
     x = tmp_zarr(ROWS[:25].astype(np.float32), chunk_rows=25, name="x.zarr")
     y = tmp_zarr(ROWS[25:].astype(np.float32), chunk_rows=26, name="y.zarr")
     plot = tmp_path / "null.png"
     plot.write_bytes(b"mine")
     arguments = ["test", x, y, "--features", "8", "--permutations", "9", "--bandwidth", "1.0", "--plot", str(plot)]
-    with pytest.raises(SystemExit) as refused:  # an existing output is bad usage: exit 2, before any work
-        cli_main(arguments)
-    assert refused.value.code == 2
-    assert "already exists" in capsys.readouterr().err and plot.read_bytes() == b"mine"
-    assert cli_main([*arguments, "--overwrite"]) == 0
+    code, _, err = cli_main(*arguments)  # an existing output is bad usage: exit 2, before any work
+    assert code == 2
+    assert "already exists" in err and plot.read_bytes() == b"mine"
+    assert cli_main(*arguments, "--overwrite").code == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -389,27 +394,33 @@ def _run_cli_process(*arguments: str, env: dict[str, str] | None = None) -> subp
     )  # fmt: skip
 
 
+# One process per case (about 4 s): the silent server and one malformed address in the default suite.
+@pytest.mark.parametrize(
+    ("case", "env", "fragment"),
+    [
+        ("silent", {"DASK_STREAMRFF__CONNECT_TIMEOUT": "2s"}, "did not answer like a Dask scheduler within 2 s"),
+        ("notanaddress", {}, "Got 'notanaddress': no port."),
+        pytest.param("tcp://127.0.0.1:99999", {}, "port is not a number", marks=pytest.mark.slow),
+        pytest.param("http://127.0.0.1:8786", {}, "unknown scheme 'http'", marks=pytest.mark.slow),
+        pytest.param(
+            "tcp://127.0.0.1:8786",
+            {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"},
+            "requires encryption",
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["silent-server", "no-port", "port-not-a-number", "http-scheme", "requires-encryption"],
+)
 def test_cli_silent_scheduler_and_bad_addresses_print_one_line_and_exit_1(
-    silent_server: str, tmp_path: Path, tmp_zarr
+    request: pytest.FixtureRequest, tmp_path: Path, tmp_zarr, case: str, env: dict[str, str], fragment: str
 ) -> None:
     source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
-    cases = [
-        (silent_server, {"DASK_STREAMRFF__CONNECT_TIMEOUT": "2s"}, "did not answer like a Dask scheduler within 2 s"),
-        ("notanaddress", {}, "Got 'notanaddress': no port."),
-        ("tcp://127.0.0.1:99999", {}, "port is not a number"),
-        ("http://127.0.0.1:8786", {}, "unknown scheme 'http'"),
-        ("tcp://127.0.0.1:8786", {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}, "requires encryption"),
-    ]
-    for address, env, fragment in cases:
-        completed = _run_cli_process(
-            "sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env
-        )
-        assert completed.returncode == 1, (address, completed.stderr)
-        assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, (
-            completed.stderr
-        )
-        assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
-        assert not (tmp_path / "out.sketch").exists()
+    address = request.getfixturevalue("silent_server") if case == "silent" else case
+    completed = _run_cli_process("sketch", source, "-o", str(tmp_path / "out.sketch"), "--scheduler", address, env=env)
+    assert completed.returncode == 1, (address, completed.stderr)
+    assert completed.stderr.startswith("streamrff sketch: error: ") and fragment in completed.stderr, completed.stderr
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
+    assert not (tmp_path / "out.sketch").exists()
 
 
 def test_job_fails_naming_the_scheduler_when_its_last_worker_died(tmp_path: Path) -> None:
@@ -491,7 +502,17 @@ def test_sketch_with_moments_too_large_is_refused_before_any_work() -> None:
 # -- 7. smaller items --------------------------------------------------------------------------------------
 
 
-def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: Path, tmp_zarr) -> None:
+# One process per command (about 4 s): reading a source and writing a sketch in the default suite.
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sketch-from-s3",
+        "sketch-to-s3",
+        pytest.param("info", marks=pytest.mark.slow),
+        pytest.param("kmeans", marks=pytest.mark.slow),
+    ],
+)
+def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: Path, tmp_zarr, command: str) -> None:
     # The probe: the right message, then two "Exception ignored ... Token was created in a different
     # Context" tracebacks from zarr's abandoned concurrent reads.
     pytest.importorskip("s3fs")
@@ -505,20 +526,16 @@ def test_cli_s3_endpoint_refusing_connections_prints_only_our_message(tmp_path: 
          "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2, "read_timeout": 2}}
     )  # fmt: skip
     source = tmp_zarr(ROWS.astype(np.float32), chunk_rows=17)
-    runs = [
-        ("sketch", "s3://bucket/x.zarr", "-o", str(tmp_path / "x.sketch")),
-        ("sketch", source, "-o", "s3://bucket/x.sketch"),
-        ("info", "s3://bucket/x.sketch"),
-        ("kmeans", "s3://bucket/x.zarr", "--clusters", "2", "-o", str(tmp_path / "labels.zarr")),
-    ]
-    for arguments in runs:
-        completed = _run_cli_process(*arguments, "--storage-options", options)
-        assert completed.returncode == 1, (arguments, completed.stderr)
-        assert (
-            completed.stderr.startswith(f"streamrff {arguments[0]}: error: ")
-            and "Could not connect" in completed.stderr
-        )
-        assert completed.stderr.count("\n") == 1, completed.stderr
+    arguments = {
+        "sketch-from-s3": ("sketch", "s3://bucket/x.zarr", "-o", str(tmp_path / "x.sketch")),
+        "sketch-to-s3": ("sketch", source, "-o", "s3://bucket/x.sketch"),
+        "info": ("info", "s3://bucket/x.sketch"),
+        "kmeans": ("kmeans", "s3://bucket/x.zarr", "--clusters", "2", "-o", str(tmp_path / "labels.zarr")),
+    }[command]
+    completed = _run_cli_process(*arguments, "--storage-options", options)
+    assert completed.returncode == 1, (arguments, completed.stderr)
+    assert completed.stderr.startswith(f"streamrff {arguments[0]}: error: ") and "Could not connect" in completed.stderr
+    assert completed.stderr.count("\n") == 1, completed.stderr
 
 
 @pytest.mark.parametrize("source", ["nan", "inf-and-nan"])
@@ -537,14 +554,8 @@ def test_median_bandwidth_with_no_finite_row_is_refused(source: str) -> None:
 # -- issue 38, item 5: ridge names the target row and suggests only its own flags --------------------------
 
 
-def _cli_in_process(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = cli_main(list(arguments))
-    return code, capsys.readouterr().err
-
-
 def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
-    tmp_path: Path, tmp_zarr, capsys
+    tmp_path: Path, tmp_zarr, cli_main
 ) -> None:
     y = np.sin(ROWS[:, 0])
     y[37] = np.nan
@@ -552,18 +563,14 @@ def test_cli_ridge_names_a_non_finite_target_row_and_suggests_no_flag_it_lacks(
     X_bad[40, 1] = np.inf
     source, target = tmp_zarr(ROWS, 17, "x.zarr"), tmp_zarr(y, 17, "y.zarr")
     fit = ["--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "model.json")]
-    code, err = _cli_in_process(capsys, "ridge", source, "--target", target, *fit)
+    code, _, err = cli_main("ridge", source, "--target", target, *fit)
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "first bad row: target row 37" in err and "data row" not in err  # rows 34..50: chunk 2
     assert "--on-invalid" not in err and "on_invalid" not in err and "Clean the data first" in err
-    code, err = _cli_in_process(
-        capsys, "ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit
-    )
+    code, _, err = cli_main("ridge", tmp_zarr(X_bad, 17, "xbad.zarr"), "--target", tmp_zarr(ROWS[:, 0], 17), *fit)
     assert code == 1 and "first bad row: data row 40" in err and "--on-invalid" not in err, err
     # `sketch --target` has --on-invalid: it names the target row and suggests the flag.
-    code, err = _cli_in_process(
-        capsys, "sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch")
-    )
+    code, _, err = cli_main("sketch", source, "--target", target, "--features", "16", "-o", str(tmp_path / "s.sketch"))
     assert code == 1 and "first bad row: target row 37" in err and "--on-invalid skip" in err, err
     import dask.array as da
 
@@ -584,13 +591,13 @@ def test_ridge_refuses_non_numeric_targets_with_one_line_naming_y(labels: np.nda
     assert "\n" not in str(caught.value)
 
 
-def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, capsys) -> None:
+def test_cli_ridge_refuses_a_text_target_column_with_one_line(tmp_path: Path, cli_main) -> None:
     import zarr
 
     text = zarr.create_array(str(tmp_path / "labels.zarr"), shape=(51,), chunks=(17,), dtype=str)
     text[...] = np.array(["a", "b"] * 25 + ["c"])
-    code, err = _cli_in_process(capsys, "ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
-                     "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
+    code, _, err = cli_main("ridge", _x_zarr(tmp_path), "--target", str(tmp_path / "labels.zarr"),
+                            "--features", "16", "--bandwidth", "1", "-o", str(tmp_path / "m.json"))  # fmt: skip
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "The target must be real numbers" in err and "labels.zarr" in err
 

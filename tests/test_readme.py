@@ -28,7 +28,7 @@ def two_sites_commands() -> list[list[str]]:
     return [shlex.split(line) for line in block.group(1).splitlines() if line.strip()]
 
 
-def test_readme_two_sites_commands_run_as_written(tmp_path):
+def test_readme_two_sites_commands_run_as_written(tmp_path, cli_main, monkeypatch):
     rng = np.random.default_rng(4)
     rows = {"site_a": rng.normal(size=(4_000, 5)).astype(np.float32),
             "site_b": (rng.normal(size=(3_000, 5)) + 0.3).astype(np.float32)}  # fmt: skip
@@ -41,11 +41,14 @@ def test_readme_two_sites_commands_run_as_written(tmp_path):
         ["streamrff", "test"]
     ]  # fmt: skip
 
+    # In-process (the same `main` the console script calls, without an interpreter start per
+    # command); the console script itself runs the old spelling below, in the same folder.
+    monkeypatch.chdir(tmp_path)
     outputs = []
     for command in commands:
-        result = subprocess.run([script, *command[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=180)
-        assert result.returncode == 0, (command, result.stderr)
-        outputs.append(result.stdout)
+        code, out, err = cli_main(*command[1:])
+        assert code == 0, (command, err)
+        outputs.append(out)
 
     feature_map = srf.load_map(tmp_path / "map.json")
     sketches = {name: srf.load(tmp_path / f"{name}.sketch") for name in rows}

@@ -184,6 +184,16 @@ def run_cli(*args: str, key_in_environment: bool = False) -> subprocess.Complete
     )
 
 
+def run_in_process(cli_main, monkeypatch, *args: str, key_in_environment: bool = False) -> subprocess.CompletedProcess:
+    """``run_cli`` without an interpreter start: conftest's ``cli_main`` with the same environment."""
+    with monkeypatch.context() as patch:
+        patch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
+        if key_in_environment:
+            patch.setenv("STREAMRFF_SIGNING_KEY", KEY.decode())
+        code, out, err = cli_main(*args)
+    return subprocess.CompletedProcess(["streamrff", *args], code, out, err)
+
+
 def all_bytes(folder: Path) -> bytes:
     """Every byte under ``folder``, zip members decompressed."""
     data = b""
@@ -196,8 +206,11 @@ def all_bytes(folder: Path) -> bytes:
     return data
 
 
-def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_path):
+def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_path, cli_main, monkeypatch):
     import zarr
+
+    def run(*args: str, key_in_environment: bool = False) -> subprocess.CompletedProcess:
+        return run_in_process(cli_main, monkeypatch, *args, key_in_environment=key_in_environment)
 
     stored = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=ROWS.shape, chunks=(10, 3), dtype="f8")
     stored[...] = ROWS
@@ -209,17 +222,18 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
     out = tmp_path / "out"
     out.mkdir()
     runs = {
-        "sketch a": run_cli("sketch", source, "--features", "16", "--sign-key", str(key_file), "-o", f"{out}/a.sketch"),
+        "sketch a": run("sketch", source, "--features", "16", "--sign-key", str(key_file), "-o", f"{out}/a.sketch"),
+        # A process (the console script's interpreter) that takes its key from the environment.
         "sketch b (env)": run_cli("sketch", source, "--features", "16", "-o", f"{out}/b.zip", key_in_environment=True),
-        "sketch unsigned": run_cli("sketch", source, "--features", "16", "-o", f"{out}/u.sketch"),
+        "sketch unsigned": run("sketch", source, "--features", "16", "-o", f"{out}/u.sketch"),
     }
-    runs["merge signed"] = run_cli(
+    runs["merge signed"] = run(
         "merge", f"{out}/a.sketch", f"{out}/b.zip", "--require-signed", "--sign-key", str(key_file),
         "-o", f"{out}/ab.sketch",
     )  # fmt: skip
-    runs["info verified"] = run_cli("info", f"{out}/ab.sketch", "--sign-key", str(key_file), "--json")
-    runs["info unverified"] = run_cli("info", f"{out}/ab.sketch")
-    runs["info unsigned"] = run_cli("info", f"{out}/u.sketch")
+    runs["info verified"] = run("info", f"{out}/ab.sketch", "--sign-key", str(key_file), "--json")
+    runs["info unverified"] = run("info", f"{out}/ab.sketch")
+    runs["info unsigned"] = run("info", f"{out}/u.sketch")
     for name, completed in runs.items():
         assert completed.returncode == 0, (name, completed.stderr)
     assert json.loads(runs["info verified"].stdout)["signature"] == "verified"
@@ -233,14 +247,14 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
             "merge", f"{out}/a.sketch", f"{out}/u.sketch", "--require-signed", "-o", f"{out}/x.sketch",
             key_in_environment=True,
         ),
-        "info wrong key": run_cli("info", f"{out}/u.sketch", key_in_environment=True),
+        "info wrong key": run("info", f"{out}/u.sketch", key_in_environment=True),
     }  # fmt: skip
     for name, completed in refused.items():
         assert completed.returncode == 1, (name, completed.stderr)
         assert len(completed.stderr.strip().splitlines()) == 1 and "Traceback" not in completed.stderr, name
     assert "u.sketch is not signed" in refused["unsigned input"].stderr
     assert not (out / "x.sketch").exists()
-    no_key = run_cli("merge", f"{out}/a.sketch", "--require-signed", "-o", f"{out}/y.sketch")
+    no_key = run("merge", f"{out}/a.sketch", "--require-signed", "-o", f"{out}/y.sketch")
     assert no_key.returncode == 2 and "--require-signed needs the key" in no_key.stderr
 
     # The key is in no file written, no output, and no command line (only the key file's path is).
@@ -252,18 +266,6 @@ def test_cli_signs_verifies_and_requires_signatures_without_leaking_the_key(tmp_
 
 
 # -- secrets refused rather than half-used (issue 38) ---------------------------------------------------
-
-
-def cli_in_process(capsys, *arguments: str) -> tuple[int, str, str]:
-    from streamrff.cli import main
-
-    capsys.readouterr()
-    try:
-        code = main(list(arguments))
-    except SystemExit as usage:  # usage errors exit through argparse
-        code = usage.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
@@ -280,15 +282,15 @@ def write_key(path: Path, mode: int = 0o600) -> Path:
 
 
 @pytest.mark.parametrize("value", ["", "\n"])
-def test_an_empty_signing_key_variable_is_an_error_not_no_key(tmp_path, monkeypatch, capsys, value):
+def test_an_empty_signing_key_variable_is_an_error_not_no_key(tmp_path, monkeypatch, cli_main, value):
     # Issue 38: STREAMRFF_SIGNING_KEY= (set but empty) silently switched signing and verification off.
     make_sketch().save(tmp_path / "s.sketch")
     monkeypatch.setenv("STREAMRFF_SIGNING_KEY", value)
     with pytest.raises(srf.InputError, match=r"\$STREAMRFF_SIGNING_KEY is set but empty"):
         srf.read_signing_key()
-    code, out, err = cli_in_process(capsys, "info", str(tmp_path / "s.sketch"))
+    code, out, err = cli_main("info", str(tmp_path / "s.sketch"))
     assert_one_line_error(code, err, "streamrff info: error: $STREAMRFF_SIGNING_KEY is set but empty", "unset")
-    code, out, err = cli_in_process(capsys, "merge", str(tmp_path / "s.sketch"), "-o", str(tmp_path / "m.sketch"))
+    code, out, err = cli_main("merge", str(tmp_path / "s.sketch"), "-o", str(tmp_path / "m.sketch"))
     assert_one_line_error(code, err, "is set but empty")
     assert not (tmp_path / "m.sketch").exists()
     monkeypatch.delenv("STREAMRFF_SIGNING_KEY")
@@ -296,17 +298,17 @@ def test_an_empty_signing_key_variable_is_an_error_not_no_key(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o644])
-def test_a_key_file_open_to_group_or_others_is_refused_unless_allowed(tmp_path, monkeypatch, capsys, mode):
+def test_a_key_file_open_to_group_or_others_is_refused_unless_allowed(tmp_path, monkeypatch, cli_main, mode):
     monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
     key_file = write_key(tmp_path / "site.key", mode)
     with pytest.raises(srf.InputError, match=rf"open to group or others \(mode 0{mode:o}\).*chmod 600"):
         srf.read_signing_key(key_file)
     assert srf.read_signing_key(key_file, allow_readable=True) == KEY
     make_sketch().save(tmp_path / "s.sketch", signing_key=KEY)
-    code, out, err = cli_in_process(capsys, "info", str(tmp_path / "s.sketch"), "--sign-key", str(key_file))
+    code, out, err = cli_main("info", str(tmp_path / "s.sketch"), "--sign-key", str(key_file))
     assert_one_line_error(code, err, f"{key_file} is open to group or others", "--allow-readable-key")
-    code, out, err = cli_in_process(
-        capsys, "info", str(tmp_path / "s.sketch"), "--sign-key", str(key_file), "--allow-readable-key", "--json"
+    code, out, err = cli_main(
+        "info", str(tmp_path / "s.sketch"), "--sign-key", str(key_file), "--allow-readable-key", "--json"
     )
     assert code == 0 and json.loads(out)["signature"] == "verified", err
     link = tmp_path / "mounted.key"  # mounted secrets are links: the mode checked is the key's own
@@ -315,7 +317,7 @@ def test_a_key_file_open_to_group_or_others_is_refused_unless_allowed(tmp_path, 
     assert srf.read_signing_key(link) == KEY
 
 
-def test_cli_merge_with_a_key_refuses_unverified_inputs_unless_sign_unverified(tmp_path, monkeypatch, capsys):
+def test_cli_merge_with_a_key_refuses_unverified_inputs_unless_sign_unverified(tmp_path, monkeypatch, cli_main):
     # Issue 38: `merge --sign-key` signed a merge of unverified inputs unless --require-signed was given.
     monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
     key_file = write_key(tmp_path / "site.key")
@@ -329,25 +331,23 @@ def test_cli_merge_with_a_key_refuses_unverified_inputs_unless_sign_unverified(t
         ("o", other, "does not match the verify key"),
     ]:
         output = tmp_path / f"{name}-merged.sketch"
-        code, out, err = cli_in_process(
-            capsys, "merge", str(signed), str(suspect), "--sign-key", str(key_file), "-o", str(output)
-        )
+        code, out, err = cli_main("merge", str(signed), str(suspect), "--sign-key", str(key_file), "-o", str(output))
         assert_one_line_error(code, err, "streamrff merge: error: ", fragment, "--sign-unverified")
         assert not output.exists()
     output = tmp_path / "merged.sketch"
-    code, out, err = cli_in_process(
-        capsys, "merge", str(signed), str(unsigned), "--sign-key", str(key_file), "--sign-unverified", "-o", str(output)
+    code, out, err = cli_main(
+        "merge", str(signed), str(unsigned), "--sign-key", str(key_file), "--sign-unverified", "-o", str(output)
     )
     assert code == 0, err
     merged = srf.load(output, verify_key=KEY)  # signed on purpose
     assert merged.count == len(ROWS) and np.allclose(
         merged.feature_sum, srf.sketch_array(ROWS, feature_map).feature_sum, rtol=1e-6
     )
-    code, out, err = cli_in_process(capsys, "merge", str(signed), "--sign-unverified", "-o", str(tmp_path / "x.sketch"))
+    code, out, err = cli_main("merge", str(signed), "--sign-unverified", "-o", str(tmp_path / "x.sketch"))
     assert code == 2 and "--sign-unverified" in err and err.count("\n") == 1, err
     # Inputs that verify need no flag.
-    code, out, err = cli_in_process(
-        capsys, "merge", str(signed), str(signed), "--sign-key", str(key_file), "-o", str(tmp_path / "aa.sketch")
+    code, out, err = cli_main(
+        "merge", str(signed), str(signed), "--sign-key", str(key_file), "-o", str(tmp_path / "aa.sketch")
     )
     assert code == 0 and srf.load(tmp_path / "aa.sketch", verify_key=KEY).count == 20, err
 
@@ -392,7 +392,7 @@ def test_model_signature_is_the_documented_hmac_and_verifies_only_with_its_key(t
     assert not (tmp_path / "short.json").exists()
 
 
-def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch, capsys):
+def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch, cli_main):
     import zarr
 
     monkeypatch.delenv("STREAMRFF_SIGNING_KEY", raising=False)
@@ -403,13 +403,10 @@ def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch
     key_file = write_key(tmp_path / "site.key")
     model = tmp_path / "model.json"
     arguments = ["ridge", str(tmp_path / "x.zarr"), "--target", str(tmp_path / "y.zarr"), "--features", "16"]
-    code, out, err = cli_in_process(
-        capsys, *arguments, "--bandwidth", "1", "--sign-key", str(key_file), "-o", str(model)
-    )
+    code, out, err = cli_main(*arguments, "--bandwidth", "1", "--sign-key", str(key_file), "-o", str(model))
     assert code == 0, err
     assert srf.load_model(model, verify_key=KEY).n_samples_ == len(ROWS)
-    code, out, err = cli_in_process(
-        capsys,
+    code, out, err = cli_main(
         "predict",
         str(model),
         str(tmp_path / "x.zarr"),
@@ -421,8 +418,6 @@ def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch
     assert code == 0, err
     assert np.allclose(zarr.open_array(str(tmp_path / "p.zarr"))[...], srf.load_model(model).predict(ROWS), rtol=1e-6)
     monkeypatch.setenv("STREAMRFF_SIGNING_KEY", OTHER_KEY.decode())
-    code, out, err = cli_in_process(
-        capsys, "predict", str(model), str(tmp_path / "x.zarr"), "-o", str(tmp_path / "q.zarr")
-    )
+    code, out, err = cli_main("predict", str(model), str(tmp_path / "x.zarr"), "-o", str(tmp_path / "q.zarr"))
     assert_one_line_error(code, err, "streamrff predict: error: ", "does not match the verify key")
     assert not (tmp_path / "q.zarr").exists()

@@ -554,7 +554,11 @@ def test_mmd_test_works_from_separately_merged_sketches():
 CALIBRATION_SEEDS = 400
 
 
-@pytest.mark.parametrize("sampler", [gaussian_2d, student_t3], ids=["gaussian", "student-t3"])
+# About 30 s per law: the heavy-tailed law runs in the slow suite.
+@pytest.mark.parametrize(
+    "sampler",
+    [pytest.param(gaussian_2d, id="gaussian"), pytest.param(student_t3, id="student-t3", marks=pytest.mark.slow)],
+)
 def test_two_sample_test_is_calibrated_under_the_null(sampler):
     # H0: both samples of 200 rows from one law. Over 400 seeds the rejection rate at
     # alpha = 0.05 of a calibrated test has sd sqrt(0.05 * 0.95 / 400) = 0.011; the band
