@@ -121,22 +121,28 @@ def check_sizes_fit(
     )
 
 
-def monitor_bytes(window: int, n_features: int, n_streams: int) -> int:
+def monitor_bytes(window: int, n_features: int, n_streams: int, n_columns: int = 0) -> int:
     """Bytes a drift monitor of ``window`` rows and ``n_features`` features needs at most, ``n_streams`` calibrating.
 
-    The window's ring buffer (window x D float32 features and their float64 norms) and the
-    calibration's simulated streams (``n_streams`` x 2 window int32 row indices and float64 statistics).
+    The window's ring buffer (window x D float32 features and their float64 norms), the ring
+    buffer of its raw rows (window x ``n_columns`` float64, kept by a monitor fitted on data for
+    its per-column statistics; 0 columns for one fitted on a sketch) and the calibration's
+    simulated streams (``n_streams`` x 2 window int32 row indices and float64 statistics).
 
     Examples
     --------
     >>> round(monitor_bytes(200, 512, 20_000) / 2**20)  # MiB: mostly the calibration's statistics
     92
+    >>> monitor_bytes(200, 512, 0, n_columns=16) - monitor_bytes(200, 512, 0)  # the raw rows: 200 x 16 float64
+    25600
     """
-    return window * (n_features * 4 + 8) + n_streams * 2 * window * (4 + 8)
+    return window * (n_features * 4 + 8 + n_columns * 8) + n_streams * 2 * window * (4 + 8)
 
 
-def check_monitor_fits(window: int, n_features: int, n_streams: int, available: float) -> None:
+def check_monitor_fits(window: int, n_features: int, n_streams: int, available: float, n_columns: int = 0) -> None:
     """Raise InputError naming ``window`` (CLI --window) when such a monitor cannot fit, and the largest that fits.
+
+    ``n_columns``: the width of the raw rows the monitor keeps beside the features (0 for none).
 
     Examples
     --------
@@ -149,13 +155,14 @@ def check_monitor_fits(window: int, n_features: int, n_streams: int, available: 
     The largest window that fits is 21,450: use that or less, fewer features or streams, or a machine with more
     memory.
     """
-    need = monitor_bytes(window, n_features, n_streams)
+    need = monitor_bytes(window, n_features, n_streams, n_columns)
     if need <= available:
         return
-    largest = _largest(lambda rows: monitor_bytes(rows, n_features, n_streams) <= available, window)
+    largest = _largest(lambda rows: monitor_bytes(rows, n_features, n_streams, n_columns) <= available, window)
+    raw = f", its raw rows ({n_columns:,} float64 columns)" if n_columns else ""
     raise InputError(
         f"window (CLI --window) = {window:,} rows with {n_features:,} features needs about {_gib(need)} (the "
-        f"window's features and the calibration's {n_streams:,} simulated streams); this process has "
+        f"window's features{raw} and the calibration's {n_streams:,} simulated streams); this process has "
         f"{_gib(available)} available. The largest window that fits is {largest:,}: use that or less, fewer "
         "features or streams, or a machine with more memory."
     )

@@ -404,3 +404,31 @@ def test_drift_monitor_declaring_a_huge_window_without_chunks_is_refused_before_
         shutil.rmtree(path / name / "c", ignore_errors=True)
     with pytest.raises(SketchFormatError, match="has no stored chunk"):
         load_monitor(path)
+
+
+def test_monitor_memory_check_counts_the_window_of_raw_rows():
+    from streamrff._memory import check_monitor_fits
+
+    # window 1 000, D = 64, 100 streams, d = 1 000: features 1 000 x (64 x 4 + 8) B, raw rows 1 000 x 1 000 x 8 B,
+    # streams 100 x 2 x 1 000 x 12 B; 5e6 B hold all but the raw rows, and 468 rows of everything (10 664 B a row)
+    per_row = 64 * 4 + 8 + 1_000 * 8 + 100 * 2 * 12
+    check_monitor_fits(1_000, 64, 100, available=5e6)  # without raw rows (a sketch reference) it fits
+    with pytest.raises(InputError) as refused:
+        check_monitor_fits(1_000, 64, 100, available=5e6, n_columns=1_000)
+    message = str(refused.value)
+    assert "\n" not in message and "window (CLI --window) = 1,000 rows" in message
+    assert f"largest window that fits is {int(5e6 // per_row):,}:" in message and "1,000 float64 columns" in message
+
+
+def test_monitor_fit_refuses_a_window_whose_raw_rows_cannot_fit_before_any_read():
+    import dask.array as da
+
+    window, columns = 2_000, 10**8  # raw rows: 2 000 x 1e8 float64 = 1.5 TB; features and streams: ~1 MB
+    reference = da.zeros((10, columns), chunks=(10, 10**6))
+    monitor = DriftMonitor(window=window, ert=100, n_features=64, n_streams=10)
+    with pytest.raises(InputError) as refused:
+        monitor.fit(reference)
+    need = window * (64 * 4 + 8 + columns * 8) + 10 * 2 * window * 12
+    message = str(refused.value)
+    assert "\n" not in message and "window (CLI --window) = 2,000 rows" in message
+    assert f"needs about {need / 2**30:.1f} GiB" in message

@@ -92,7 +92,14 @@ def _column_statistics(monitor: DriftMonitor, slots: np.ndarray) -> tuple[np.nda
 
 
 def _column_moments(source: Any, client: Any, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of an opened reference source, the mean and the variance (``ddof=1``) of its raw rows, in float64."""
+    """Per column of an opened reference source, the mean and the variance (``ddof=1``) of its raw rows, in float64.
+
+    An on-disk reference is read once more for them (a dask reduction; no features). Folding them
+    into the sketch pass would need a partial kind beside :class:`MeanSketch` that carries column
+    moments through the engine's job (its checkpointed partials are sketch files, its NaN check
+    reads the feature sums, its merge tree is typed by the sketch kind), for a pass that costs a
+    read of the rows and a few flops per value.
+    """
     if source.rows is not None:
         rows = np.asarray(source.rows)
         return rows.mean(axis=0, dtype=np.float64), rows.var(axis=0, dtype=np.float64, ddof=1)
@@ -397,6 +404,10 @@ class DriftMonitor(BaseEstimator):
         """
         window, ert = self._check_params()
         seed = normalize_seed(self.seed)
+        if not isinstance(reference, MeanSketch):  # opened (metadata only) for its width: the raw rows' buffer
+            if is_in_memory(reference):
+                reference = validate_estimator_input(self, reference, reset=True)
+            reference = open_source(reference, storage_options=storage_options)
         self._check_memory(reference, window, ert)  # before the reference pass: a window too large fails at once
         if isinstance(reference, MeanSketch):
             simulation = "gaussian" if self.simulation == "auto" else self.simulation
@@ -408,9 +419,7 @@ class DriftMonitor(BaseEstimator):
             summary, sample, columns = reference, None, (None, None)
         else:
             simulation = "resample" if self.simulation == "auto" else self.simulation
-            summary, sample, columns = self._sketch_reference(
-                reference, simulation, seed, client, storage_options, progress
-            )
+            summary, sample, columns = self._sketch_reference(reference, simulation, seed, client, progress)
         if simulation == "gaussian" and not summary.has_moments:
             raise InputError(
                 "simulation='gaussian' needs the reference's second moment. Got a MeanSketch without "
@@ -440,24 +449,23 @@ class DriftMonitor(BaseEstimator):
         return self
 
     def _check_memory(self, reference: Any, window: int, ert: float) -> None:
+        """Refuse a window whose buffers cannot fit: features, and the raw rows of a reference given as data."""
         from .._memory import _map_width, check_monitor_fits, memory_available
 
+        n_columns = 0
         if isinstance(reference, MeanSketch):
             width = _map_width(reference.feature_map)
-        elif self.feature_map is not None:
-            width = _map_width(self.feature_map)
         else:
-            width = int(self.n_features)
+            n_columns = int(reference.shape[1])  # an opened source: the window keeps its raw rows too
+            width = _map_width(self.feature_map) if self.feature_map is not None else int(self.n_features)
         if width is not None:
-            check_monitor_fits(window, width, self._streams(window, ert, width), memory_available())
+            check_monitor_fits(window, width, self._streams(window, ert, width), memory_available(), n_columns)
 
     def _sketch_reference(
-        self, reference: Any, simulation: str, seed: int, client: Any, storage_options: StorageOptions, progress: bool
+        self, source: Any, simulation: str, seed: int, client: Any, progress: bool
     ) -> tuple[MeanSketch, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        if is_in_memory(reference):
-            reference = validate_estimator_input(self, reference, reset=True)
+        """The reference's sketch, calibration sample and column moments, from its opened ``source``."""
         initial = self.feature_map or RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=seed)
-        source = open_source(reference, storage_options=storage_options)
         # One sampling pass serves the map's fit (the median bandwidth) and the calibration bank.
         n_bank_rows = int(self.n_reference_rows) if simulation == "resample" else 0
         bank_seed = int(np.random.SeedSequence([seed, 0xBA4C]).generate_state(1)[0])  # when the map takes no sample

@@ -273,6 +273,14 @@ def _compiled_sincos() -> Any:
 
 
 @functools.cache
+def _compiled_feature_dots() -> Any:
+    """The compiled fused feature-direction dot products, imported on first use."""
+    from .. import _featuredot
+
+    return _featuredot
+
+
+@functools.cache
 def _compiled_structured() -> Any:
     """The compiled structured (SORF) kernels, imported on first use."""
     from .. import _structured
@@ -644,6 +652,21 @@ class RFF(FourierFeatureMap):
         if sincos:
             squares = float(X.shape[0] * m)
         return sums.reshape(-1) * scale, squares * scale * scale
+
+    def _feature_dots(self, X: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        # Fused (streamrff._featuredot): one compiled call per chunk projects each tile and sums
+        # each row's sin/cos times the direction, features never written; the scale multiplies
+        # the float64 results. Structured maps and float64 phases take the tile-by-tile GEMV.
+        if self.structured or not self._float32_phases():
+            return super()._feature_dots(X, direction)
+        frequencies, offsets, scale = self._float32_kernel_args()
+        rows = np.ascontiguousarray(X, dtype=np.float32)
+        weights = np.ascontiguousarray(direction, dtype=np.float32)
+        out = np.empty(rows.shape[0], dtype=np.float64)
+        step = max(_MIN_PROJECTION_ROWS, self._tile_rows(frequencies.shape[1]))
+        _compiled_feature_dots().rff_feature_dots(rows, frequencies, offsets, weights, step, out)
+        out *= float(scale)
+        return out
 
     def _structured_feature_sums(self, X: np.ndarray) -> tuple[np.ndarray, float]:
         """:meth:`_feature_sums` of a structured map in float32: one compiled call per chunk

@@ -168,12 +168,14 @@ class Witness:
 
     @single_blas_thread
     def values(self, rows: np.ndarray) -> np.ndarray:
-        """``f`` of trusted, finite rows (no checks): float64, one value per row."""
-        out = np.empty(rows.shape[0], dtype=np.float64)
-        direction = self.direction.astype(np.float32)
-        for start, features in self.feature_map.embed_tiles(rows):
-            out[start : start + features.shape[0]] = features @ direction
-        return out
+        """``f`` of trusted, finite rows (no checks): float64, one value per row.
+
+        The features' products with :attr:`direction` are summed as the features are made
+        (for RFF maps with float32 phases, one compiled loop; others tile by tile), so no
+        block of features is kept: a row's value is its float32 features' dot product with
+        the direction to float32 rounding, whatever the chunking or thread count.
+        """
+        return self.feature_map._feature_dots(rows, self.direction)
 
     def __call__(self, X: Any, storage_options: StorageOptions = None) -> Any:
         """``f`` of rows: numpy in, numpy out; dask, xarray or a zarr path/URL in, a lazy dask array out.
