@@ -8,7 +8,7 @@ import pytest
 
 import streamrff as srf
 from streamrff.errors import InputError
-from streamrff.twosample._binning import ColumnBins, bin_chunk, quantile_bins
+from streamrff.twosample._binning import ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
 from streamrff.twosample.marginal import _column_maps, _marginal_result, _relabelled_counts
 
 
@@ -127,3 +127,18 @@ def test_column_bins_partial_merges_by_addition():
     merged = a.merge(a)
     assert merged.counts.tolist() == [[[2, 2, 2]], [[2, 2, 2]]] and merged.sums.tolist() == [[1.0, 1.0, 1.0]]
     assert not merged.shows_non_finite()
+
+
+def test_column_median_heuristics_equal_scipys_pairwise_distance_medians():
+    from scipy.spatial.distance import pdist
+
+    rng = np.random.default_rng(5)
+    sample = np.column_stack(
+        [rng.normal(size=400), rng.integers(0, 4, size=400), 1e3 * rng.standard_t(2, size=400), np.full(400, 2.5)]
+    )
+    expected = []
+    for column in sample.T:
+        distances = pdist(column[:, None])
+        distances = distances[distances > 0]
+        expected.append(float(np.median(distances)) if distances.size else 1.0)
+    assert column_median_heuristics(sample).tolist() == expected

@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from .._compiled import jit
 
-__all__ = ["BinEdges", "ColumnBins", "bin_chunk", "quantile_bins"]
+__all__ = ["BinEdges", "ColumnBins", "bin_chunk", "column_median_heuristics", "quantile_bins"]
 
 #: Cells of a column's lookup table per edge.
 CELLS_PER_EDGE = 4
@@ -45,6 +46,45 @@ class BinEdges:
     def n_bins(self) -> np.ndarray:
         """Bins per column, ``n_edges + 1``."""
         return self.n_edges + 1
+
+
+@jit(parallel=True, nogil=True)  # one column per thread: each column's median is its own
+def _sorted_distance_medians(sorted_columns, out):  # pragma: no cover - compiled
+    n_columns, n_rows = sorted_columns.shape
+    for column in numba.prange(n_columns):
+        values = sorted_columns[column]
+        distances = np.empty(n_rows * (n_rows - 1) // 2)
+        count = 0
+        for i in range(n_rows):
+            for j in range(i + 1, n_rows):
+                distance = values[j] - values[i]  # sorted: |x_j - x_i|, correctly rounded as pdist's
+                if distance > 0:
+                    distances[count] = distance
+                    count += 1
+        out[column] = np.median(distances[:count]) if count else 1.0
+
+
+def column_median_heuristics(sample: np.ndarray) -> np.ndarray:
+    """Each column's median heuristic alone: :func:`streamrff.sampling.median_heuristic` of ``sample[:, [c]]``.
+
+    The median of the column's positive pairwise distances (1.0 for a constant column), computed
+    for every column at once in one compiled loop, a column per thread: the 16 columns of a
+    1 000-row sample take a few hundredths of a second instead of the tenths that 16 ``pdist``
+    calls and medians of 500 000 distances take.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> column_median_heuristics(np.array([[0.0, 5.0], [1.0, 5.0], [3.0, 5.0]])).tolist()
+    [2.0, 1.0]
+    """
+    values = np.sort(np.asarray(sample, dtype=np.float64), axis=0).T.copy()
+    out = np.empty(values.shape[0])
+    if values.shape[1] < 2:
+        out[:] = 1.0
+        return out
+    _sorted_distance_medians(values, out)
+    return out
 
 
 def _cells(values: np.ndarray, low: float, scale: float, n_cells: int) -> np.ndarray:

@@ -31,9 +31,9 @@ from ..engine import fit_map, landmark_sample, run_chunks
 from ..errors import InputError
 from ..io import open_source
 from ..maps import RFF, FeatureMap
-from ..sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
+from ..sampling import MEDIAN_SAMPLE_ROWS
 from ..typing import Seed, StorageOptions
-from ._binning import BinEdges, ColumnBins, bin_chunk, quantile_bins
+from ._binning import BinEdges, ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
 from .aggregated import standardise
 from .api import permutation_test
 from .nulls import _monte_carlo_p_value, _unbiased_mmd2
@@ -357,7 +357,7 @@ def marginal_tests(
             tested = np.asarray(projector.transform(sample), dtype=np.float64)
         else:
             tested = sample
-        bandwidths = [median_heuristic(tested[:, [column]]) for column in range(tested.shape[1])]
+        bandwidths = column_median_heuristics(tested).tolist()
         maps = _column_maps(bandwidths, n_features, seed)
         joint_map = None
         if feature_map is not None:
