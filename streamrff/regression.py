@@ -274,6 +274,9 @@ class RegressionSketch(_TargetSums, MeanSketch):
         "n_invalid",
     )  # fmt: skip
     _fixed_fields = ("feature_map", "target_ndim", "classes", "target_shift")
+    # A regression sketch has no per-column part (sketch(target=...) refuses columns=True); not a
+    # constructor argument, so dataclasses.replace (with_classes, ...) does not pass it.
+    columns: None = dataclasses.field(default=None, init=False)
 
     def __init__(
         self,
