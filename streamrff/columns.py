@@ -43,7 +43,7 @@ import numpy as np
 from ._moments import _CentredMoments, _moment_tile_rows
 from ._validation import check_format_version
 from .errors import InputError, SketchMismatchError
-from .maps import RFF, FeatureMap
+from .maps import RFF, FeatureMap, spec_bandwidth
 
 __all__ = [
     "COLUMN_FORMAT_NAME",
@@ -121,16 +121,6 @@ class ColumnMaps:
         return ", ".join(f"{key} {mine[key]!r} vs {theirs[key]!r}" for key in keys if mine[key] != theirs[key])
 
 
-def _map_bandwidth(spec: dict[str, Any]) -> float | None:
-    """The numeric bandwidth of a map spec (of its inner map for JL), None if it has none."""
-    while isinstance(spec, dict):
-        value = spec.get("bandwidth")
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value) and value > 0:
-            return float(value)
-        spec = spec.get("inner")  # type: ignore[assignment]
-    return None
-
-
 def _map_seed(feature_map: FeatureMap) -> int:
     seed = feature_map.spec.get("seed")
     if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0:
@@ -142,9 +132,9 @@ def _column_seed(map_seed: int, column: int) -> int:
     return int(np.random.SeedSequence([map_seed, column, _SEED_TAG]).generate_state(1)[0])
 
 
-def _fitted_column_map(n_features: int, bandwidth: float, seed: int) -> RFF:
-    # float64 phases: the column's raw values may be large; the 1-D projection costs little either way.
-    column_map = RFF(n_features=n_features, bandwidth=bandwidth, seed=seed, phase_precision="float64")
+def fitted_column_map(n_features: int, bandwidth: float, seed: int, phase_precision: str = "auto") -> RFF:
+    """A fitted sincos RFF map of one column (no data needed: its bandwidth is given)."""
+    column_map = RFF(n_features=n_features, bandwidth=bandwidth, seed=seed, phase_precision=phase_precision)
     column_map._begin_fit(1)
     return column_map._finish_fit(np.empty((0, 1)))
 
@@ -190,7 +180,7 @@ def derive_column_maps(
         )
     n_columns = int(feature_map.n_features_in_)
     if bandwidth is None:
-        map_bandwidth = _map_bandwidth(feature_map.spec)
+        map_bandwidth = spec_bandwidth(feature_map.spec)
         if map_bandwidth is None:
             raise InputError(
                 f"The map ({feature_map.spec.get('kind')!r}) has no Gaussian bandwidth to derive the column "
@@ -208,7 +198,8 @@ def derive_column_maps(
         width, rule = float(bandwidth), "explicit"
     map_seed = _map_seed(feature_map)
     seeds = tuple(_column_seed(map_seed, column) for column in range(n_columns))
-    maps = tuple(_fitted_column_map(int(n_features), float(width), seed) for seed in seeds)
+    # float64 phases: the column's raw values may be large; the 1-D projection costs little either way.
+    maps = tuple(fitted_column_map(int(n_features), float(width), seed, "float64") for seed in seeds)
     return ColumnMaps(int(n_features), float(width), rule, seeds, maps)
 
 

@@ -455,7 +455,7 @@ class MeanSketch(SumSketch):
                 "Cannot merge a sketch with second moments and one without. Re-sketch the "
                 "part without moments with moments=True (CLI: --moments)."
             )
-        mine, theirs = getattr(self, "columns", None), getattr(other, "columns", None)
+        mine, theirs = self.columns, other.columns
         if (mine is None) != (theirs is None):
             raise SketchMismatchError(
                 f"Cannot merge a sketch with column parts and one without (columns: {mine is not None} vs "

@@ -21,7 +21,7 @@ Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
 
 from __future__ import annotations
 
-from .base import FeatureMap, exact_kernel, map_from_spec
+from .base import FeatureMap, exact_kernel, map_from_spec, spec_bandwidth
 from .base import tile_column_sums as tile_column_sums
 from .fourier import RFF
 from .jl import JL
@@ -31,4 +31,4 @@ from .relative import RelativeErrorRFF as RelativeErrorRFF
 
 # As before the split. The names re-exported above by an alias are imported from here but stay outside
 # __all__: RelativeErrorRFF is documented as streamrff.RelativeErrorRFF, the others are internal.
-__all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec"]
+__all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec", "spec_bandwidth"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import numbers
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -39,7 +40,7 @@ from ..errors import InputError, NotFittedMapError
 from ..sampling import bottom_k, row_keys
 from ..typing import ArrayLike2D, MapSpec
 
-__all__ = ["FeatureMap", "exact_kernel", "map_from_spec", "tile_column_sums"]
+__all__ = ["FeatureMap", "exact_kernel", "map_from_spec", "spec_bandwidth", "tile_column_sums"]
 
 
 #: Bytes of float32 features one tile may hold: small enough that a tile's projection, features
@@ -423,6 +424,22 @@ def _require(spec: MapSpec, key: str) -> Any:
     if key not in spec:
         raise InputError(f"Map spec of kind {spec.get('kind')!r} lacks the key {key!r}. Got keys {sorted(spec)}.")
     return spec[key]
+
+
+def spec_bandwidth(spec: MapSpec) -> float | None:
+    """The Gaussian bandwidth of a fitted map's spec (of its inner map for a JL composition), None if it has none.
+
+    Examples
+    --------
+    >>> spec_bandwidth({"kind": "jl", "inner": {"kind": "rff", "bandwidth": 2.0}}), spec_bandwidth({"kind": "kjl"})
+    (2.0, None)
+    """
+    while isinstance(spec, dict):
+        value = spec.get("bandwidth")
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value) and value > 0:
+            return float(value)
+        spec = spec.get("inner")  # type: ignore[assignment]
+    return None
 
 
 def map_from_spec(spec: MapSpec, arrays: dict[str, np.ndarray] | None = None) -> FeatureMap:

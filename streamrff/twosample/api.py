@@ -21,7 +21,7 @@ from .._validation import check_positive_int, normalize_seed
 from ..engine import _mean_kernel, _memory_per_thread, fit_map, landmark_sample, run_chunks
 from ..errors import InputError
 from ..io import open_source
-from ..maps import RFF, FeatureMap
+from ..maps import RFF, FeatureMap, spec_bandwidth
 from ..sampling import MEDIAN_SAMPLE_ROWS
 from ..sketches import MeanSketch, mmd2
 from ..typing import Seed, StorageOptions
@@ -38,7 +38,7 @@ from .aggregated import (
 )
 from .effect import EffectSize, effect_of_sketches, effect_of_sums
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
-from .result import AggregatedTwoSampleResult, TwoSampleResult, _bandwidth_of, _result
+from .result import AggregatedTwoSampleResult, TwoSampleResult, _result
 from .sketch import (
     DEFAULT_MAX_ACCUMULATOR_BYTES,
     AggregatedTwoSampleSketch,
@@ -227,7 +227,7 @@ def aggregated_permutation_test(
         n_x=first.n_x,
         n_y=first.n_y,
         n_features=int(first.feature_map.n_features_out_),
-        bandwidths=np.array([_bandwidth_of(component.spec) for component in sketch.sketches], dtype=np.float64),
+        bandwidths=np.array([spec_bandwidth(component.spec) for component in sketch.sketches], dtype=np.float64),
         statistics=values[:, 0],
         p_values_uncorrected=np.array(own_p_values),
         standardised=standardise(values),

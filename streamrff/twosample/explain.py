@@ -26,7 +26,7 @@ from ..io import open_source
 from ..sketches import MeanSketch, mmd2
 from ..typing import StorageOptions
 from .effect import check_level, effect_of_sketches, normal_interval
-from .marginal import MarginalTestResult, holm
+from .marginal import MarginalTestResult
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _spectral_test
 from .witness import WHICH, TopRows, Witness, _as_mean_sketch
 
@@ -282,15 +282,11 @@ def column_tests(
         p_values[column], draws = _spectral_test(*pair, statistics[column], rng, n_draws)
         spread = float(np.std(draws))
         standardised[column] = statistics[column] / spread if spread > 0 else 0.0
-    order = np.lexsort((-standardised, p_values))  # smallest p first, ties by the larger standardised statistic
-    return MarginalTestResult(
-        columns=order.astype(np.int64),
-        statistics=statistics[order],
-        p_values=p_values[order],
-        adjusted_p_values=holm(p_values)[order],
-        mmd=np.sqrt(np.maximum(statistics[order], 0.0)),
-        standardised=standardised[order],
-        bandwidths=np.full(maps.n_columns, maps.bandwidth),
+    return MarginalTestResult.ranked(
+        statistics,
+        p_values,
+        standardised,
+        np.full(maps.n_columns, maps.bandwidth),
         kind="columns",
         n_x=a.count,
         n_y=b.count,

@@ -27,6 +27,7 @@ import numpy as np
 from .._blas import one_blas_thread
 from .._connection import connect
 from .._validation import check_positive_int, normalize_seed
+from ..columns import DEFAULT_COLUMN_FEATURES, fitted_column_map
 from ..engine import fit_map, landmark_sample, run_chunks
 from ..errors import InputError
 from ..io import open_source
@@ -42,8 +43,6 @@ from .sketch import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
 
 __all__ = ["marginal_tests", "MarginalTestResult", "holm"]
 
-#: Features per column: a 1-D Gaussian kernel is well approximated by few frequencies.
-DEFAULT_COLUMN_FEATURES = 64
 #: Quantile bins per column: a bin of a normal column's centre is ~0.02 sd wide, negligible against
 #: the median-heuristic bandwidth (~1 sd: the kernel changes by ~(0.02)^2 / 24 across a bin). The
 #: null's draws cost B x bins per column, the finish's only cost that grows with the bins.
@@ -139,6 +138,27 @@ class MarginalTestResult:
     joint: TwoSampleResult | None = field(default=None, repr=False)
     null: str = ""
 
+    @classmethod
+    def ranked(
+        cls, statistics: np.ndarray, p_values: np.ndarray, standardised: np.ndarray, bandwidths: Any, **fields: Any
+    ) -> MarginalTestResult:
+        """The result of tests given in column order: most different first, Holm-adjusted.
+
+        Ordered by p-value, ties by the larger standardised statistic, then the lower index;
+        ``mmd`` is ``sqrt(max(MMD^2, 0))``. ``fields``: the other attributes (``kind``, ``n_x``, ...).
+        """
+        order = np.lexsort((np.arange(len(p_values)), -standardised, p_values))
+        return cls(
+            columns=order.astype(np.int64),
+            statistics=statistics[order],
+            p_values=p_values[order],
+            adjusted_p_values=holm(p_values)[order],
+            mmd=np.sqrt(np.maximum(statistics[order], 0.0)),
+            standardised=standardised[order],
+            bandwidths=np.asarray(bandwidths, dtype=np.float64)[order],
+            **fields,
+        )
+
     def rejected(self, level: float = 0.05) -> np.ndarray:
         """The columns whose Holm-adjusted p-value is at most ``level`` (most different first)."""
         if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
@@ -193,13 +213,10 @@ class MarginalTestResult:
 
 def _column_maps(bandwidths: list[float], n_features: int, seed: int) -> list[RFF]:
     """One fitted 1-D RFF map per column; map c is seeded by ``(seed, c)`` so columns' draws differ."""
-    maps = []
-    for column, bandwidth in enumerate(bandwidths):
-        column_seed = int(np.random.SeedSequence([seed, column]).generate_state(1)[0])
-        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, seed=column_seed)
-        feature_map._begin_fit(1)
-        maps.append(feature_map._finish_fit(np.empty((0, 1))))
-    return maps
+    return [
+        fitted_column_map(n_features, bandwidth, int(np.random.SeedSequence([seed, column]).generate_state(1)[0]))
+        for column, bandwidth in enumerate(bandwidths)
+    ]
 
 
 def _marginal_kernel(
@@ -454,19 +471,12 @@ def _marginal_result(
         values[column, 1:] = _binned_statistics(features, relabelled, totals, n_x, n_y)
         # Ties within 1e-12 of the kernel's diagonal (1) count as >=, as for the joint test.
         p_values[column] = _monte_carlo_p_value(values[column, 1:], values[column, 0], 1e-12)
-    scores = standardise(values)[:, 0]
-    order = np.lexsort((np.arange(n_tests), -scores, p_values))
-    adjusted = holm(p_values)
-    bandwidths = np.array([column_map.bandwidth for column_map in maps], dtype=np.float64)
     unit = kind[:-1]
-    return MarginalTestResult(
-        columns=order.astype(np.int64),
-        statistics=values[order, 0],
-        p_values=p_values[order],
-        adjusted_p_values=adjusted[order],
-        mmd=np.sqrt(np.maximum(values[order, 0], 0.0)),
-        standardised=scores[order],
-        bandwidths=bandwidths[order],
+    return MarginalTestResult.ranked(
+        values[:, 0],
+        p_values,
+        standardise(values)[:, 0],
+        [column_map.bandwidth for column_map in maps],
         kind=kind,
         n_x=n_x,
         n_y=n_y,

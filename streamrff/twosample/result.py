@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..maps import FeatureMap
+from ..maps import FeatureMap, spec_bandwidth
 from ..typing import MapSpec
 from .effect import NO_MOMENTS_MESSAGE, EffectSize, check_level, normal_interval
 
@@ -276,14 +276,6 @@ class TwoSampleResult:
         return f"MMD = {self.mmd:.4g}, {level:.0%} interval for MMD^2 [{low:.4g}, {high:.4g}]"
 
 
-def _bandwidth_of(spec: MapSpec) -> float | None:
-    while isinstance(spec, dict):
-        if isinstance(spec.get("bandwidth"), (int, float)):
-            return float(spec["bandwidth"])
-        spec = spec.get("inner")
-    return None
-
-
 def _result(
     method: str,
     statistic: float,
@@ -302,7 +294,7 @@ def _result(
         method=method,
         n_x=int(n_x),
         n_y=int(n_y),
-        bandwidth=_bandwidth_of(spec),
+        bandwidth=spec_bandwidth(spec),
         n_features=int(feature_map.n_features_out_),
         null=null,
         map_spec=spec,
