@@ -9,7 +9,7 @@ is the median of the turns' ratios, so a machine whose speed drifts moves both a
 * read       - reading and decoding the chunks alone (zarr only, a dask pass over ``da.from_zarr``
                that touches every chunk): the floor a pass can reach through zarr;
 * engine read - the same pass over the array as the engine reads it (``srf.open_source``: whole
-               stored chunks decompressed directly, ``streamrff._chunkread``).
+               stored chunks decompressed directly, ``streamrff.sources.chunkread``).
 
 for rows in memory (a numpy array, chunked by ``--chunk-rows``) and for a zarr array written by
 ``dask.array.to_zarr`` (zarr 3's default zstd codec). Prints rows/s and structured/dense ratios for
@@ -19,7 +19,7 @@ squared norm of the kernel mean embedding.
 Then the kernel error table: the mean squared error of the 400 x 400 Gram matrix ``Z Z^T``
 against the exact Gaussian kernel, rows N(0, I_d), bandwidth sqrt(d), sin/cos variant, mean of
 three seeds, for dense iid, dense orthogonal (``RFF(orthogonal=True)``), structured
-(``RFF(structured=True)``), Fastfood (``streamrff._structured``, method "fastfood", not an option
+(``RFF(structured=True)``), Fastfood (``streamrff._kernels.sorf``, method "fastfood", not an option
 of the map) and, where it imports, scikit-learn-extra's ``Fastfood`` (cos+phase features, its own
 scaling).
 
@@ -46,7 +46,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import streamrff as srf
-from streamrff._structured import structured_features, structured_params
+from streamrff._kernels.sorf import structured_features, structured_params
 
 ERROR_ROWS = 400
 SEEDS = (0, 1, 2)

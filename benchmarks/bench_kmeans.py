@@ -45,8 +45,8 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.kernel_approximation import RBFSampler
 
 import streamrff as srf
-from streamrff.engine import fit_map
-from streamrff.kmeans.sketch import _compiled_lloyd_step
+from streamrff.engine.jobs import fit_map
+from streamrff.sketches.cluster import _compiled_lloyd_step
 
 
 def write_mixture(path: str, rows: int, dim: int, k: int, chunk_rows: int, seed: int, spread: float = 1.0) -> None:

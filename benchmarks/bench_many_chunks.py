@@ -9,7 +9,7 @@ reference, equal to float32 rounding of the features (max |difference| / count o
 What dominates at 1e6 chunks is dask's own graph of the source (a getitem task per chunk, and the
 rechunk tasks that hand each group its chunks): a few kilobytes and a fraction of a millisecond
 per chunk on the client, which the engine bounds by running such a source in waves of 32 768
-chunks (``streamrff._tasks.WAVE_CHUNKS``). A zarr source of as many
+chunks (``streamrff.engine.tasks.WAVE_CHUNKS``). A zarr source of as many
 stored chunks costs far less: its grouped tasks read their stored chunks themselves, so the graph
 holds only the groups.
 

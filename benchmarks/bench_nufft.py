@@ -1,4 +1,4 @@
-"""The type-3 NUFFT fast path (``streamrff.nufft``) next to the direct path, side by side in one run.
+"""The type-3 NUFFT fast path (``streamrff.maps.nufft``) next to the direct path, side by side in one run.
 
 Generates N float32 rows of a d-dimensional Gaussian mixture in memory, fits one ``RFF`` on them
 (bandwidth by the median heuristic unless given), splits the rows into chunks of ``--chunk-rows``
@@ -6,9 +6,9 @@ Generates N float32 rows of a d-dimensional Gaussian mixture in memory, fits one
 and times, on a pool of ``--threads`` Python threads with BLAS limited to one thread per task
 (as the engine runs chunk tasks):
 
-* direct - ``streamrff.sketches.mean_sketch_of_chunk(chunk, rff, method="direct")`` per chunk (float32 embedding,
+* direct - ``streamrff.sketches.mean.mean_sketch_of_chunk(chunk, rff, method="direct")`` per chunk (float32 embedding,
            float64 sums), partial sums added;
-* nufft  - ``streamrff.nufft.nufft_mean_sums(chunk, rff, nthreads=1)`` per chunk on the same pool,
+* nufft  - ``streamrff.maps.nufft.nufft_mean_sums(chunk, rff, nthreads=1)`` per chunk on the same pool,
            at each size of ``--sweep-chunk-rows`` (default: 1e5, 1e6 and all rows in one chunk,
            which runs on one core; all rows are also timed as one call with ``nthreads=--threads``,
            which uses every core).
@@ -84,8 +84,8 @@ def compare(args: argparse.Namespace) -> None:
     import finufft
 
     import streamrff as srf
-    from streamrff.nufft import nufft_applies, nufft_cost, nufft_mean_sums
-    from streamrff.sketches import mean_sketch_of_chunk
+    from streamrff.maps.nufft import nufft_applies, nufft_cost, nufft_mean_sums
+    from streamrff.sketches.mean import mean_sketch_of_chunk
 
     bandwidth = args.bandwidth if args.bandwidth == "median" else float(args.bandwidth)
     start = time.perf_counter()
@@ -165,15 +165,15 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def calibrate(args: argparse.Namespace) -> None:
-    """Fit the constants of streamrff.nufft's cost model by non-negative least squares on timings."""
+    """Fit the constants of streamrff.maps.nufft's cost model by non-negative least squares on timings."""
     import warnings
 
     import finufft
     from scipy.optimize import nnls
 
     import streamrff as srf
-    from streamrff import nufft as fast
-    from streamrff.sketches import mean_sketch_of_chunk
+    from streamrff.maps import nufft as fast
+    from streamrff.sketches.mean import mean_sketch_of_chunk
 
     warnings.simplefilter("ignore")  # finufft warns about copies of non-contiguous inputs
     rng = np.random.default_rng(0)

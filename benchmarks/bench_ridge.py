@@ -18,7 +18,7 @@ moment-sketch pass on the same rows (1e6 x 10, D = 1024, chunks of 50 000 rows; 
 in one process: the per-chunk kernels on one core, and whole jobs through ``srf.sketch``, each
 pair taken in turns (moments, then fit) so that a drifting machine moves both alike; the ratio
 printed is the median of the turns' ratios. Both take their tile products in float32 on tiles
-centred on their means (``streamrff._moments``); the fit adds ``Z^T y`` and the target sums.
+centred on their means (``streamrff.sketches.moments``); the fit adds ``Z^T y`` and the target sums.
 
 Timings are only meaningful on an otherwise idle machine (the load average is printed).
 
@@ -147,8 +147,8 @@ def run_pass_ratio(config: dict) -> dict:
     """Seconds of a moment-sketch pass and of a fit pass on the same rows, in turns: the per-chunk kernels on
     one core, chunk by chunk, and whole jobs through ``srf.sketch`` (the engine); every turn's ratio."""
     import streamrff as srf
-    from streamrff.regression import regression_sketch_of_chunk
-    from streamrff.sketches import mean_sketch_of_chunk
+    from streamrff.sketches.mean import mean_sketch_of_chunk
+    from streamrff.sketches.regression import regression_sketch_of_chunk
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(config["rows"], 10)).astype(np.float32)

@@ -1,7 +1,7 @@
 """Nanoseconds per row of the k-means score product: streamrff's row_dots against OpenBLAS.
 
 The product ``scores = features @ centres.T`` of a Lloyd tile (float32, one core), computed side
-by side by :func:`streamrff._rowdot.row_dots` (register blocks of explicit 16-lane vectors) and by
+by side by :func:`streamrff._kernels.rowdot.row_dots` (register blocks of explicit 16-lane vectors) and by
 OpenBLAS's sgemm through numba's ``np.dot`` (what the Lloyd kernel called before, and still calls
 above ``MAX_COLUMNS`` centres). As in the Lloyd kernel, one tile of features (2 MiB at most, in
 the L2 cache) is scored again and again. Each configuration is timed alternately, minimum of
@@ -22,9 +22,9 @@ import time
 import numba
 import numpy as np
 
-from streamrff._blas import one_blas_thread
-from streamrff._rowdot import MAX_COLUMNS, row_dots
-from streamrff.kmeans.scoring import _lloyd_tile_rows
+from streamrff._base.blas import one_blas_thread
+from streamrff._kernels.rowdot import MAX_COLUMNS, row_dots
+from streamrff.sketches.cluster import _lloyd_tile_rows
 
 
 @numba.njit(nogil=True)

@@ -4,7 +4,7 @@ On one core (BLAS limited to one thread), for a tile of phases of ``--rows`` x `
 (the sketch kernel's tile at D = 1024 is 256 x 512), prints the median time of:
 
 * features - numpy ``cos`` and ``sin`` into the two halves of a (rows, 2 m) tile, then the scale
-             (``RFF.transform``'s numpy path), against ``streamrff._sincos.sincos_features``;
+             (``RFF.transform``'s numpy path), against ``streamrff._kernels.sincos.sincos_features``;
 * sums     - for a chunk of ``--chunk-rows`` rows of ``--dims`` columns, tile by tile: numpy's
              projection, ``cos`` and ``sin`` into two contiguous blocks and a float32 GEMV for
              their column sums (the numpy sum path), against one ``sincos_feature_sums`` call
@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from streamrff import _sincos
-from streamrff._blas import one_blas_thread
+from streamrff._base.blas import one_blas_thread
+from streamrff._kernels import sincos as _sincos
 
 
 def median_seconds(function, repeats: int) -> float:

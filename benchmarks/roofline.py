@@ -17,7 +17,7 @@ all cores, and a distributed LocalCluster of 1 against ``cores`` single-threaded
 
 First, the parts of the pass at ``--parts-dim`` x ``--parts-features`` (d = 32, D = 1024 by default),
 each per row on one core in CPU time with one BLAS thread: decode (whole stored chunks read and decompressed
-as the engine reads them, ``streamrff._chunkread``; zarr's own read of the array, on zarr's threads, beside it),
+as the engine reads them, ``streamrff.sources.chunkread``; zarr's own read of the array, on zarr's threads, beside it),
 the projection GEMM in the kernel's tiles, the compiled sin/cos (``sincos_features``) on those tiles,
 numpy's float32 ``cos`` + ``sin`` on them, the fused sum kernel (``sincos_feature_sums``: GEMM + sin/cos +
 column sums, as a ratio to GEMM + sin/cos), the SYRK of a features tile in cache and the moments kernel
@@ -42,12 +42,12 @@ import numpy as np
 import zarr
 
 import streamrff as srf
-from streamrff import _sincos
-from streamrff._blas import one_blas_thread
-from streamrff._chunkread import ChunkRows
-from streamrff._moments import _moment_tile_rows
+from streamrff._base.blas import one_blas_thread
+from streamrff._kernels import sincos as _sincos
 from streamrff.maps.fourier import _MIN_PROJECTION_ROWS
-from streamrff.sketches import mean_sketch_of_chunk
+from streamrff.sketches.mean import mean_sketch_of_chunk
+from streamrff.sketches.moments import _moment_tile_rows
+from streamrff.sources.chunkread import ChunkRows
 
 
 def best_of(function, repeats: int = 3, clock=time.perf_counter) -> float:

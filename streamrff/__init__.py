@@ -31,23 +31,32 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         StreamRFFError,
         VarianceWarning,
     )
-    from .fileformat import load, read_signing_key
-    from .io import RowSource, open_source
-    from .kmeans import ClusterSketch, KernelKMeans
+    from .formats import load, load_map, read_signing_key, save_map
+    from .kmeans import KernelKMeans
     from .kpca import KernelPCA
-    from .mapfile import load_map, save_map
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
-    from .modelfile import load_model, save_model
-    from .nystrom import NystromSketch
-    from .pointsets import SketchIndex, kernel_distance
-    from .regression import NystromRegressionSketch, RegressionSketch, regression_sketch_array
-    from .ridge import KernelRidge, KernelRidgeClassifier, ridge_gcv
-    from .sketches import LandmarkSketch, MeanSketch, Sketch, merge, mmd2, sketch_array
+    from .ridge import KernelRidge, KernelRidgeClassifier, load_model, ridge_gcv, save_model
+    from .sketches import (
+        ClusterSketch,
+        LandmarkSketch,
+        MeanSketch,
+        NystromRegressionSketch,
+        NystromSketch,
+        RegressionSketch,
+        Sketch,
+        SketchIndex,
+        TwoSampleSketch,
+        kernel_distance,
+        merge,
+        mmd2,
+        regression_sketch_array,
+        sketch_array,
+    )
+    from .sources import RowSource, open_source
     from .twosample import (
         AggregatedTwoSampleResult,
         MarginalTestResult,
         TwoSampleResult,
-        TwoSampleSketch,
         Witness,
         explain,
         marginal_tests,
@@ -56,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         permutation_test,
         two_sample_test,
         witness,
-    )
+    )  # fmt: skip
 
 
 #: Where each public name lives (imported on first use, see _load_public_api).
@@ -69,20 +78,19 @@ _LOCATIONS = {
         "SketchFormatWarning", "SketchMismatchError", "SketchSignatureError", "SourceChangedError", "SourceError",
         "StateLockedError", "StreamRFFError", "VarianceWarning",
     ),
-    "fileformat": ("load", "read_signing_key"),
-    "io": ("open_source", "RowSource"),
-    "kmeans": ("ClusterSketch", "KernelKMeans"),
+    "formats": ("load", "read_signing_key", "load_map", "save_map"),
+    "sources": ("open_source", "RowSource"),
+    "kmeans": ("KernelKMeans",),
     "kpca": ("KernelPCA",),
-    "mapfile": ("load_map", "save_map"),
-    "modelfile": ("load_model", "save_model"),
-    "nystrom": ("NystromSketch",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
-    "pointsets": ("SketchIndex", "kernel_distance"),
-    "regression": ("RegressionSketch", "NystromRegressionSketch", "regression_sketch_array"),
-    "ridge": ("KernelRidge", "KernelRidgeClassifier", "ridge_gcv"),
-    "sketches": ("LandmarkSketch", "MeanSketch", "Sketch", "merge", "mmd2", "sketch_array"),
+    "ridge": ("KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "load_model", "save_model"),
+    "sketches": (
+        "ClusterSketch", "LandmarkSketch", "MeanSketch", "NystromSketch", "NystromRegressionSketch", "RegressionSketch",
+        "Sketch", "SketchIndex", "TwoSampleSketch", "kernel_distance", "merge", "mmd2", "regression_sketch_array",
+        "sketch_array",
+    ),
     "twosample": (
-        "AggregatedTwoSampleResult", "TwoSampleResult", "TwoSampleSketch", "mmd_test", "permutation_indices",
+        "AggregatedTwoSampleResult", "TwoSampleResult", "mmd_test", "permutation_indices",
         "permutation_test", "two_sample_test", "witness", "Witness", "marginal_tests", "MarginalTestResult", "explain",
     ),
 }  # fmt: skip

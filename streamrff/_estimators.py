@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import check_rows, check_width, is_in_memory, validate_estimator_input
+from ._base.validation import check_rows, check_width, is_in_memory, validate_estimator_input
 from .errors import InputError
-from .fileformat import load
-from .io import open_source
+from .formats.sketch import load
 from .maps import KJL, RFF, FeatureMap
-from .sketches import Sketch
+from .sketches.base import Sketch
+from .sources.rows import open_source
 from .typing import Seed, StorageOptions
 
 
@@ -44,7 +44,7 @@ def sketch_or_load(
 
     Examples
     --------
-    >>> from streamrff.sketches import MeanSketch
+    >>> from streamrff.sketches.base import MeanSketch
     >>> sketch_or_load(3, (MeanSketch,), None, "a MeanSketch or the path/URL of a saved one", "A mean sketch")
     Traceback (most recent call last):
     ...

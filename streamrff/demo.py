@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._publish import publish_text
+from ._files.publish import publish_text
 from .typing import PathOrURL
 
 __all__ = ["write_demo_data", "demo_cluster_centres", "run_demo"]
@@ -80,7 +80,7 @@ def _refer_to_shared_map(test: dict[str, Any], shared_map: dict[str, Any]) -> di
 
 def _demo_client(scheduler: str | None, echo: Any) -> contextlib.AbstractContextManager:
     """The scheduler to use: the given address, or an embedded LocalCluster (its dashboard link printed)."""
-    from .engine import connect
+    from .engine.jobs import connect
 
     if scheduler is not None:
         return connect(scheduler)
@@ -190,8 +190,8 @@ def run_demo(
         two_sample_test,
         witness,
     )  # fmt: skip
-    from .io import open_source
     from .kmeans import KernelKMeans
+    from .sources.rows import open_source
 
     out_dir = Path(out)
     if out_dir.exists() and not overwrite:

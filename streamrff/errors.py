@@ -73,7 +73,7 @@ class CheckpointMismatchError(InputError):
 
     Its partials would sketch rows of the wrong data, so the job is refused before
     any work (CLI exit status 2, as for any other wrong argument); pass another
-    checkpoint folder or delete it. See :mod:`streamrff.checkpoint`.
+    checkpoint folder or delete it. See :mod:`streamrff.engine.checkpoint`.
 
     Examples
     --------

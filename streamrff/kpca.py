@@ -37,16 +37,16 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from ._blas import one_blas_thread, single_blas_thread
-from ._connection import connect
+from ._base.blas import one_blas_thread, single_blas_thread
+from ._base.validation import check_positive_int, is_in_memory, normalize_seed, store_params, validate_estimator_input
 from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
-from ._validation import check_positive_int, is_in_memory, normalize_seed, store_params, validate_estimator_input
-from .engine import _memory_per_thread, fit_map, nystrom_sketch, sketch
+from .engine.connection import connect
+from .engine.jobs import _memory_per_thread, fit_map, nystrom_sketch, sketch
 from .errors import InputError, NotFittedMapError
-from .io import open_source
 from .maps import FeatureMap
-from .nystrom import NystromSketch, nystrom_eigenpairs
-from .sketches import MeanSketch
+from .sketches.mean import MeanSketch
+from .sketches.nystrom import NystromSketch, nystrom_eigenpairs
+from .sources.rows import open_source
 from .typing import PathOrURL, StorageOptions
 
 __all__ = ["KernelPCA"]

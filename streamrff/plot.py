@@ -420,7 +420,7 @@ def _publish_figure(figure: Any, path: str, overwrite: bool) -> None:
     plt = _pyplot()
     from pathlib import Path
 
-    from ._publish import output_errors, publish, remove_path, staging_path
+    from ._files.publish import output_errors, publish, remove_path, staging_path
 
     staging = staging_path(path)
     try:

@@ -1,4 +1,4 @@
-"""Results do not depend on the BLAS thread count (streamrff._blas).
+"""Results do not depend on the BLAS thread count (streamrff._base.blas).
 
 OpenBLAS's Haswell/Zen kernels round float32 products differently for different thread counts; on
 other processors the default kernels may agree anyway. The subprocess test therefore also runs with
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from streamrff._blas import one_blas_thread, single_blas_thread
+from streamrff._base.blas import one_blas_thread, single_blas_thread
 
 
 def _blas_threads() -> list[int]:
@@ -67,9 +67,9 @@ _SCRIPT = textwrap.dedent(
     import sys
     import numpy as np
     import streamrff as srf
-    from streamrff.kmeans.sketch import cluster_sketch_of_chunk
+    from streamrff.sketches.cluster import cluster_sketch_of_chunk
     from streamrff.twosample import bandwidth_maps
-    from streamrff.twosample.sketch import two_sample_sketch_of_chunk, two_sample_sketches_of_chunk
+    from streamrff.sketches.twosample import two_sample_sketch_of_chunk, two_sample_sketches_of_chunk
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(6_000, 8)).astype(np.float32)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff.fileformat import _attributes_digest
+from streamrff.formats.sketch import _attributes_digest
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -199,7 +199,7 @@ def test_info_refuses_links_and_special_files_inside_a_sketch_at_once(tmp_path: 
 
 
 def test_load_refuses_a_group_document_above_the_metadata_cap(tmp_path: Path) -> None:
-    from streamrff._bounded_read import MAX_JSON_BYTES
+    from streamrff._files.bounded_read import MAX_JSON_BYTES
 
     directory = _moment_sketch(tmp_path)
     document = (directory / "zarr.json").read_text()

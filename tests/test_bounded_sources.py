@@ -14,7 +14,7 @@ import zarr
 
 import streamrff as srf
 from streamrff.errors import InputError, SourceError
-from streamrff.io import MAX_CHUNKS, open_source
+from streamrff.sources.rows import MAX_CHUNKS, open_source
 
 N_COLUMNS = 3
 DECLARED = {"1e10": 10**10, "1e15": 10**15}
@@ -217,13 +217,13 @@ def test_chunk_rows_that_would_plan_too_many_tasks_are_refused_before_dask_plans
 
 
 def test_a_dask_source_of_very_many_chunks_runs_in_waves_with_the_same_result(monkeypatch):
-    import streamrff._tasks
+    import streamrff.engine.tasks
 
     rows = _many_chunks(600)
     source = da.from_array(rows, chunks=(4, N_COLUMNS))
     rff = srf.RFF(n_features=32, bandwidth=1.0, seed=1)
     per_chunk = srf.sketch(source, rff)
-    monkeypatch.setattr(streamrff._tasks, "WAVE_CHUNKS", 50)  # groups of 12 chunks, 4 groups per wave: 13 waves
+    monkeypatch.setattr(streamrff.engine.tasks, "WAVE_CHUNKS", 50)  # groups of 12 chunks, 4 groups per wave: 13 waves
 
     in_waves = srf.sketch(source, rff, max_tasks=50)
 

@@ -14,9 +14,9 @@ import pytest
 import zarr
 
 import streamrff as srf
-from streamrff._publish import staging_path
-from streamrff.checkpoint import open_checkpoint
-from streamrff.io import open_source
+from streamrff._files.publish import staging_path
+from streamrff.engine.checkpoint import open_checkpoint
+from streamrff.sources.rows import open_source
 
 ROWS = np.random.default_rng(0).normal(size=(8_000, 4)).astype(np.float32)
 OTHER = np.random.default_rng(1).normal(loc=1.0, size=(8_000, 4)).astype(np.float32)

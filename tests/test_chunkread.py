@@ -1,4 +1,4 @@
-"""Whole stored chunks decompressed directly (streamrff._chunkread), against the rows written."""
+"""Whole stored chunks decompressed directly (streamrff.sources.chunkread), against the rows written."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import zarr
 
 import streamrff as srf
-from streamrff._chunkread import ChunkRows, frame_content_size
 from streamrff.errors import SourceError
-from streamrff.io import open_source
+from streamrff.sources.chunkread import ChunkRows, frame_content_size
+from streamrff.sources.rows import open_source
 
 ROWS = np.random.default_rng(3).standard_normal((1_003, 7)).astype(np.float32)
 

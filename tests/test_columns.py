@@ -17,8 +17,8 @@ import zarr
 
 import streamrff as srf
 from streamrff.cli import main
-from streamrff.columns import derive_column_maps
 from streamrff.errors import InputError, SketchFormatError, SketchMismatchError
+from streamrff.sketches.columns import derive_column_maps
 from streamrff.twosample.explain import column_tests
 
 

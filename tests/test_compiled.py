@@ -1,4 +1,4 @@
-"""Compiled kernels cache in a per-user folder, never inside the installed package (streamrff._compiled)."""
+"""Compiled kernels cache in a per-user folder, never inside the installed package (streamrff._kernels.compiled)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 from numba.core.caching import NullCache
 
-from streamrff import _compiled, _sincos
+from streamrff._kernels import compiled as _compiled
+from streamrff._kernels import sincos as _sincos
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "streamrff"
 
 _KERNEL_SOURCE = '''
-from streamrff._compiled import jit
+from streamrff._kernels.compiled import jit
 
 
 @jit(nogil=True)
@@ -106,8 +107,8 @@ def test_compiled_kernel_without_a_writable_cache_folder_compiles_uncached(tmp_p
 def test_streamrff_kernels_cache_outside_the_package():
     # Every kernel module of the package uses the decorator: none caches in its __pycache__.
     kernels = [_sincos.rff_features, _sincos.sincos_feature_sums]
-    from streamrff import _rowdot
-    from streamrff.kmeans import _lloyd
+    from streamrff._kernels import lloyd as _lloyd
+    from streamrff._kernels import rowdot as _rowdot
 
     kernels += [_rowdot._block_row, _lloyd.lloyd_chunk]
     for kernel in kernels:

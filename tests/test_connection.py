@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff._connection import probe_scheduler
+from streamrff.engine.connection import probe_scheduler
 
 ROWS = np.random.default_rng(27).normal(size=(40, 3))
 
@@ -115,7 +115,7 @@ def test_probe_of_a_huge_length_prefix_allocates_nothing_for_it(misbehaving_serv
     address = misbehaving_server(_huge_length_prefix)
     script = (
         "import resource, sys\n"
-        "from streamrff._connection import probe_scheduler\n"
+        "from streamrff.engine.connection import probe_scheduler\n"
         "from streamrff.errors import ClusterError\n"
         "try:\n"
         f"    probe_scheduler({address!r}, 5.0)\n"

@@ -382,7 +382,7 @@ def test_drift_monitor_declaring_a_huge_window_without_chunks_is_refused_before_
     import json
     import shutil
 
-    from streamrff._sketchfile import _attributes_digest
+    from streamrff._files.signed import _attributes_digest
 
     path = tmp_path / "monitor"
     fresh(fitted).save(path)
@@ -407,7 +407,7 @@ def test_drift_monitor_declaring_a_huge_window_without_chunks_is_refused_before_
 
 
 def test_monitor_memory_check_counts_the_window_of_raw_rows():
-    from streamrff._memory import check_monitor_fits
+    from streamrff._base.memory import check_monitor_fits
 
     # window 1 000, D = 64, 100 streams, d = 1 000: features 1 000 x (64 x 4 + 8) B, raw rows 1 000 x 1 000 x 8 B,
     # streams 100 x 2 x 1 000 x 12 B; 5e6 B hold all but the raw rows, and 468 rows of everything (10 664 B a row)

@@ -164,7 +164,7 @@ def test_monitor_file_column_arrays_are_checked_before_any_read(tmp_path):
 
     import pytest
 
-    from streamrff._sketchfile import _attributes_digest
+    from streamrff._files.signed import _attributes_digest
     from streamrff.errors import SketchFormatError
 
     rng = np.random.default_rng(6)

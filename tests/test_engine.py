@@ -27,7 +27,8 @@ import zarr
 from scipy.spatial.distance import pdist
 
 import streamrff as srf
-from streamrff.engine import (
+from streamrff._base.sampling import MEDIAN_SAMPLE_ROWS, row_keys
+from streamrff.engine.jobs import (
     _feature_sum_not_finite,
     _mean_kernel,
     auto_chunk_rows,
@@ -36,9 +37,8 @@ from streamrff.engine import (
     run_chunks,
 )
 from streamrff.errors import InputError, SourceError
-from streamrff.io import open_source
-from streamrff.sampling import MEDIAN_SAMPLE_ROWS, row_keys
-from streamrff.sketches import mean_sketch_of_chunk
+from streamrff.sketches.mean import mean_sketch_of_chunk
+from streamrff.sources.rows import open_source
 
 N_ROWS, N_COLUMNS, N_FEATURES = 20_000, 8, 128
 POLL_INTERVAL = 0.02

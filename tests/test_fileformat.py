@@ -18,10 +18,10 @@ import pytest
 import zarr
 
 import streamrff as srf
-import streamrff._sketchfile as sketchfile
-from streamrff._sketchfile import _write_group
+import streamrff._files.signed as sketchfile
+from streamrff._files.signed import _write_group
 from streamrff.errors import SketchFormatError, SourceError
-from streamrff.fileformat import save_sketch
+from streamrff.formats.sketch import save_sketch
 
 DATA = Path(__file__).parent / "data"
 ROWS = np.random.default_rng(11).normal(size=(40, 3))
@@ -373,7 +373,7 @@ _SAVE_SCRIPT = """
 import sys
 import numpy as np
 import streamrff as srf
-import streamrff._sketchfile as sketchfile
+import streamrff._files.signed as sketchfile
 
 target, mode = sys.argv[1], sys.argv[2]
 feature_map = srf.RFF(n_features=4096, bandwidth=1.0, seed=0).fit(np.zeros((1, 3)))

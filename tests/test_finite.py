@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from streamrff._finite import all_finite
+from streamrff._kernels.finite import all_finite
 
 SPECIAL = [np.nan, np.inf, -np.inf, -np.nan]
 

@@ -816,7 +816,7 @@ MAP_SIZE_VALUES = [2**31, 2**40, 2**62, 10**30, -1, 0, 1.5, "8", None, True, [],
 
 @pytest.fixture(scope="module")
 def map_originals() -> dict[str, tuple[srf.FeatureMap, dict[str, Any]]]:
-    from streamrff.mapfile import map_to_json
+    from streamrff.formats.map import map_to_json
 
     maps = {name: build() for name, build in MAP_BASES.items()}
     return {name: (feature_map, json.loads(map_to_json(feature_map))) for name, feature_map in maps.items()}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from streamrff import _hadamard
+from streamrff._kernels import hadamard as _hadamard
 
 UNIT_ROUNDOFF = 2.0**-24
 

@@ -192,8 +192,8 @@ def test_cli_merges_racing_to_one_output_exactly_one_wins(tmp_path: Path, suffix
 def test_publish_never_replaces_without_overwrite_and_replaces_whole_with_it(
     tmp_path: Path, is_directory: bool
 ) -> None:
-    from streamrff._publish import staging_path
-    from streamrff.fileformat import publish
+    from streamrff._files.publish import staging_path
+    from streamrff.formats.sketch import publish
 
     target = tmp_path / "out"
 
@@ -223,7 +223,7 @@ def test_write_zarr_never_replaces_an_output_that_appeared_during_the_job(tmp_pa
     import dask
     import dask.array as da
 
-    from streamrff.io import write_zarr
+    from streamrff.engine.jobs import write_zarr
 
     target = tmp_path / "labels.zarr"
 
@@ -299,7 +299,7 @@ def test_load_while_another_process_saves_returns_a_whole_sketch(tmp_path: Path)
 def test_zstd_content_size_reads_the_size_numcodecs_wrote(n_bytes: int) -> None:
     from numcodecs import Zstd
 
-    from streamrff._zarrcheck import zstd_content_size as _zstd_content_size
+    from streamrff._files.zarrcheck import zstd_content_size as _zstd_content_size
 
     frame = Zstd(level=1).encode(np.random.default_rng(n_bytes).integers(0, 4, n_bytes, dtype=np.uint8).tobytes())
     assert _zstd_content_size(frame[:18]) == n_bytes
@@ -430,7 +430,7 @@ def test_job_fails_naming_the_scheduler_when_its_last_worker_died(tmp_path: Path
 
     import dask
 
-    from streamrff._connection import wait_for_result
+    from streamrff.engine.connection import wait_for_result
     from streamrff.testing import LocalProcessCluster
 
     with LocalProcessCluster(n_workers=1, nanny=False) as cluster, cluster.client() as client:

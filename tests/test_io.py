@@ -11,7 +11,7 @@ import xarray as xr
 import zarr
 
 from streamrff.errors import InputError, SourceError
-from streamrff.io import as_row_chunked, describe_source, open_zarr_array
+from streamrff.sources.rows import as_row_chunked, describe_source, open_zarr_array
 
 X = np.random.default_rng(0).standard_normal((1_000, 6)).astype(np.float32)
 

@@ -26,17 +26,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from threadpoolctl import threadpool_limits
 
 import streamrff as srf
-from streamrff.engine import fit_map, run_chunks
+from streamrff._base.sampling import bottom_k, row_keys
+from streamrff.engine.jobs import fit_map, run_chunks
 from streamrff.errors import InputError, NotFittedMapError, SketchFormatError, SketchMismatchError
-from streamrff.kmeans import (
-    ClusterSketch,
-    KernelKMeans,
-    LloydIteration,
-    _cluster_kernel,
-    _labels_of_rows,
-    cluster_sketch_of_chunk,
-)
-from streamrff.sampling import bottom_k, row_keys
+from streamrff.kmeans import ClusterSketch, KernelKMeans, LloydIteration, cluster_sketch_of_chunk
+from streamrff.sketches.cluster import _cluster_kernel, _labels_of_rows
 
 METHODS = ["rff", "kjl"]
 

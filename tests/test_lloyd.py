@@ -1,4 +1,4 @@
-"""The compiled Lloyd kernel (streamrff.kmeans._lloyd) against a float64 numpy reference.
+"""The compiled Lloyd kernel (streamrff._kernels.lloyd) against a float64 numpy reference.
 
 The reference is float64 arithmetic on the float32 features that ``transform`` returns: exact
 squared distances by ``cdist`` (ties to the lowest index), cluster sums by numpy. Labels, counts
@@ -12,8 +12,12 @@ import pytest
 from scipy.spatial.distance import cdist
 
 import streamrff as srf
-from streamrff.kmeans.scoring import _labels_of_rows, _lloyd_tile_rows
-from streamrff.kmeans.sketch import _compiled_lloyd_step, cluster_sketch_of_chunk
+from streamrff.sketches.cluster import (
+    _compiled_lloyd_step,
+    _labels_of_rows,
+    _lloyd_tile_rows,
+    cluster_sketch_of_chunk,
+)
 
 FLOAT32_REL = 1e-6
 
@@ -92,7 +96,7 @@ def test_compiled_lloyd_step_with_phases_beyond_the_fast_range():
 def test_compiled_lloyd_kernel_has_one_specialisation_whatever_the_callers_arrays():
     # Read-only or strided centres, both variants, with and without previous centres: one set of
     # argument types, so a fit never stops to compile the kernel again (seconds on a worker).
-    from streamrff.kmeans._lloyd import lloyd_chunk
+    from streamrff._kernels.lloyd import lloyd_chunk
 
     rng = np.random.default_rng(11)
     X = rng.normal(size=(300, 3)).astype(np.float32)
@@ -112,8 +116,8 @@ def test_exact_labels_rescores_only_centres_within_the_bound_and_matches_float64
     # group, so every row is unsure and each group member must be rescored; centres of the other
     # groups are beyond the bound and may be skipped. Labels must equal float64 arithmetic's
     # (scipy's cdist on the same float32 features), on the compiled and the numpy path alike.
-    from streamrff.kmeans._lloyd import exact_labels
-    from streamrff.kmeans.scoring import _NearestCentres
+    from streamrff._kernels.lloyd import exact_labels
+    from streamrff.sketches.cluster import _NearestCentres
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(500, 2)).astype(np.float32)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff.sampling import MEDIAN_SAMPLE_ROWS, row_keys
+from streamrff._base.sampling import MEDIAN_SAMPLE_ROWS, row_keys
 
 RNG = np.random.default_rng(11)
 X = RNG.normal(size=(3_000, 4)).astype(np.float32)

@@ -20,8 +20,8 @@ import pytest
 from scipy.spatial.distance import pdist
 
 import streamrff as srf
+from streamrff._base.sampling import row_keys
 from streamrff.errors import InputError, NotFittedMapError
-from streamrff.sampling import row_keys
 
 SIGMA = 1.5
 

@@ -1,4 +1,4 @@
-"""Model files (:mod:`streamrff.modelfile`): a fitted kernel ridge model round-trips bit for bit, no pickle.
+"""Model files (:mod:`streamrff.ridge.modelfile`): a fitted kernel ridge model round-trips bit for bit, no pickle.
 
 References are independent: predictions are checked against numpy's ``z(X) @ coef + intercept``
 on the map's features, and the file against the JSON standard library.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff.modelfile import MODEL_FORMAT_NAME, _canonical_digest
+from streamrff.ridge.modelfile import MODEL_FORMAT_NAME, _canonical_digest
 
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(300, 3))

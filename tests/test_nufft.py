@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff import nufft
 from streamrff.errors import InputError, NotFittedMapError
-from streamrff.nufft import nufft_applies, nufft_available, nufft_cost, nufft_mean_sums, nufft_supports
-from streamrff.sketches import mean_sketch_of_chunk
+from streamrff.maps import nufft
+from streamrff.maps.nufft import nufft_applies, nufft_available, nufft_cost, nufft_mean_sums, nufft_supports
+from streamrff.sketches.mean import mean_sketch_of_chunk
 
 needs_finufft = pytest.mark.skipif(not nufft_available(), reason="needs finufft (pip install 'streamrff[nufft]')")
 

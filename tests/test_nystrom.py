@@ -18,7 +18,7 @@ from sklearn.datasets import load_digits
 
 import streamrff as srf
 from streamrff.cli import main
-from streamrff.nystrom import nystrom_eigenpairs
+from streamrff.sketches.nystrom import nystrom_eigenpairs
 
 ROWS = np.random.default_rng(3).normal(size=(700, 3))
 

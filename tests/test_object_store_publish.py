@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff._sketchfile import write_state_path
+from streamrff._files.signed import write_state_path
 
 ROWS = np.random.default_rng(8).normal(size=(40, 3))
 #: Overwrites at most, while the loads run (the writer stops when they are done).
@@ -78,7 +78,7 @@ def test_save_leaves_a_complete_write_state_beside_the_group(s3_server, s3_bucke
 
 def test_an_interrupted_save_reads_as_being_written_and_an_old_file_as_before(s3_server, s3_bucket, monkeypatch):
     # An interrupted save never finishes: 3 reads (not load's 20, about 4 s of waiting) say so.
-    monkeypatch.setattr("streamrff.fileformat._CONCURRENT_SAVE_ATTEMPTS", 3)
+    monkeypatch.setattr("streamrff.formats.sketch._CONCURRENT_SAVE_ATTEMPTS", 3)
     options = s3_server.storage_options
     versions = two_versions()
     fs, _ = fsspec.core.url_to_fs(f"s3://{s3_bucket}", **options)
@@ -101,7 +101,7 @@ def test_an_interrupted_save_reads_as_being_written_and_an_old_file_as_before(s3
 
 
 def test_load_refuses_an_oversized_metadata_object_on_object_storage_unread(s3_server, s3_bucket):
-    from streamrff._bounded_read import MAX_JSON_BYTES
+    from streamrff._files.bounded_read import MAX_JSON_BYTES
 
     url = f"s3://{s3_bucket}/big.sketch"
     sketch = srf.sketch_array(ROWS, srf.RFF(n_features=8, bandwidth=1.0, seed=1))

@@ -19,7 +19,7 @@ import pytest
 import zarr
 
 import streamrff as srf
-from streamrff._publish import as_output_error, check_output_location, output_errors
+from streamrff._files.publish import as_output_error, check_output_location, output_errors
 from streamrff.cli import main
 
 ROWS = np.random.default_rng(3).normal(size=(64, 3)).astype(np.float32)

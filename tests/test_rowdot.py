@@ -1,4 +1,4 @@
-"""The compiled row-block dot products (streamrff._rowdot) against float64 numpy.
+"""The compiled row-block dot products (streamrff._kernels.rowdot) against float64 numpy.
 
 Every result must be within Higham's bound for a float32 dot product in any order of summation,
 ``gamma_D sum_d |z_d c_d|``, the bound the exact-label rescoring of k-means assumes; and a result
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from streamrff._rowdot import BLOCK_CENTRES, BLOCK_ROWS, LANES, row_dots
+from streamrff._kernels.rowdot import BLOCK_CENTRES, BLOCK_ROWS, LANES, row_dots
 
 UNIT = 2.0**-24
 
@@ -83,7 +83,7 @@ def test_row_dots_refuses_arrays_that_are_not_c_contiguous_float32():
 def test_row_dots_are_not_used_when_numba_compiles_for_a_cpu_without_avx512(environment, expected):
     # A portable numba target (caches built for "generic" x86-64) has no room for the 25 vector
     # accumulators: the Lloyd kernel must then score with BLAS whatever the host offers.
-    code = "import streamrff._rowdot as r; print(r.MAX_COLUMNS)"
+    code = "import streamrff._kernels.rowdot as r; print(r.MAX_COLUMNS)"
     env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_CPU")} | environment
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert int(result.stdout) == expected

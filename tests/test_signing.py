@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff.fileformat import is_signed
+from streamrff.formats.sketch import is_signed
 
 ROWS = np.random.default_rng(5).normal(size=(30, 3))
 KEY = b"site-A shared key: 9f2c71d04be8a6"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import streamrff as srf
-from streamrff import _sincos
+from streamrff._kernels import sincos as _sincos
 
 FLOAT32_ULP_AT_ONE = float(np.spacing(np.float32(1.0)))  # 1.19e-7
 

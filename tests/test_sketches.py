@@ -429,7 +429,7 @@ def test_mmd2_from_sketches_matches_exact_mmd2(two_samples, variant, orthogonal)
 
 def _sum_sketch_builders(rff, rows):
     from streamrff.kmeans import cluster_sketch_of_chunk
-    from streamrff.regression import regression_sketch_of_chunk
+    from streamrff.sketches.regression import regression_sketch_of_chunk
     from streamrff.twosample import two_sample_sketch_of_chunk
 
     centers = rff.transform(rows[:3]).astype(np.float64)

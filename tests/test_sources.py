@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 import streamrff as srf
-from streamrff.io import RowSource, open_source
+from streamrff.sources.rows import RowSource, open_source
 
 X = np.random.default_rng(0).normal(size=(6_000, 5)).astype(np.float32)
 Y = np.random.default_rng(1).normal(loc=0.3, size=(4_000, 5)).astype(np.float32)

@@ -11,9 +11,9 @@ import pytest
 import scipy.linalg
 
 import streamrff as srf
-from streamrff import _sincos
-from streamrff._hadamard import padded_width
-from streamrff._structured import (
+from streamrff._kernels import sincos as _sincos
+from streamrff._kernels.hadamard import padded_width
+from streamrff._kernels.sorf import (
     structured_feature_sums,
     structured_features,
     structured_params,
@@ -218,7 +218,7 @@ def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
     X = rows_of(130, d, seed=9)
     code = (
         "import sys, numpy as np\n"
-        "from streamrff._structured import structured_feature_sums, structured_features, structured_params\n"
+        "from streamrff._kernels.sorf import structured_feature_sums, structured_features, structured_params\n"
         "X = np.frombuffer(bytes.fromhex(sys.argv[1]), np.float32).reshape(130, 100).copy()\n"
         "params = structured_params(np.random.default_rng(1), 100, 300, 4.0)\n"
         "phases = np.random.default_rng(2).uniform(0, 2 * np.pi, 300).astype(np.float32)\n"
@@ -251,7 +251,7 @@ def test_structured_sums_and_features_do_not_depend_on_the_vector_width():
 def test_transpose_tile_is_numpy_transpose(d):
     # Whole tiles move in 16 x 16 squares of vectors on AVX-512, the last d mod 16 columns and
     # tiles of other widths by the loops; every value lands where numpy's transpose puts it.
-    from streamrff._structured import _transpose_tile
+    from streamrff._kernels.sorf import _transpose_tile
 
     rows = rows_of(100, 2 * d, seed=d)
     for array in (rows[:, :d], np.ascontiguousarray(rows[:, :d]), rows[:, ::2]):  # strided rows, contiguous, neither

@@ -84,7 +84,7 @@ def test_structured_rff_rows_orthogonal_within_a_block():
     squared = np.einsum("ij,ij->i", W, W) * 2.0**2
     assert abs(squared.mean() - d) < 4 * np.sqrt(2 * d / m)
     # The compiled float32 projection is the formed W rounded to float32.
-    from streamrff._structured import structured_projection
+    from streamrff._kernels.sorf import structured_projection
 
     W32 = structured_projection(np.eye(d, dtype=np.float32), rff._params(), np.empty((d, m), np.float32)).T
     np.testing.assert_array_equal(W32, W.astype(np.float32))

@@ -22,9 +22,11 @@ from scipy.spatial.distance import cdist, pdist
 from scipy.special import gammaln, log_ndtr, logsumexp
 
 from streamrff.errors import InputError, SketchFormatError, SketchMismatchError
-from streamrff.fileformat import load
+from streamrff.formats.sketch import load
 from streamrff.maps import JL, RFF
-from streamrff.sketches import merge, mmd2, sketch_array
+from streamrff.sketches.base import merge
+from streamrff.sketches.mean import mmd2, sketch_array
+from streamrff.sketches.twosample import _squared_norms
 from streamrff.twosample import (
     TwoSampleResult,
     TwoSampleSketch,
@@ -35,7 +37,6 @@ from streamrff.twosample import (
     two_sample_test,
 )
 from streamrff.twosample.nulls import chi2_log_survival
-from streamrff.twosample.sketch import _squared_norms
 
 ALPHA = 0.05
 

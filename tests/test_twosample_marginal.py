@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import streamrff as srf
+from streamrff._kernels.binning import ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
 from streamrff.errors import InputError
-from streamrff.twosample._binning import ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
 from streamrff.twosample.marginal import _column_maps, _marginal_result, _relabelled_counts
 
 

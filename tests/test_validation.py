@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamrff._validation import check_rows
+from streamrff._base.validation import check_rows
 from streamrff.errors import InputError
 
 

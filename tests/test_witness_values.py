@@ -1,4 +1,4 @@
-"""The witness's values from the fused feature-dot kernel (streamrff._featuredot) against exact features."""
+"""The witness's values from the fused feature-dot kernel (streamrff._kernels.featuredot) against exact features."""
 
 from __future__ import annotations
 

@@ -76,11 +76,11 @@ def _save_plot(args: argparse.Namespace, sketches: list[Any], found: Any, client
     """The --plot figure: the witness histogram beside its map over two columns or kernel PCs."""
     import numpy as np
 
-    from ..engine import landmark_sample
-    from ..io import open_source
+    from ..engine.jobs import landmark_sample
     from ..kpca import KernelPCA
     from ..plot import save_explain_figure
-    from ..sketches import merge
+    from ..sketches.base import merge
+    from ..sources.rows import open_source
 
     source = open_source(args.source, storage_options=args.storage_options, name="source")
     sample = landmark_sample([source], _MAP_ROWS, 0, client=client).rows
@@ -105,7 +105,7 @@ def _save_plot(args: argparse.Namespace, sketches: list[Any], found: Any, client
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine import connect  # here, not at the top: start-up time
+    from ..engine.jobs import connect  # here, not at the top: start-up time
     from ..twosample import explain
     from .sketchfiles import load_checked_sketches
 

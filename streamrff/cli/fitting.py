@@ -61,8 +61,10 @@ def fit_write_report(
     its payload, with the output and the map spec added, under ``--json``,
     else its lines.
     """
-    from ..engine import connect  # here, not at the top: start-up time
-    from ..io import write_zarr
+    from ..engine.jobs import (
+        connect,  # here, not at the top: start-up time
+        write_zarr,
+    )
 
     storage_options = args.storage_options
     options.check_output_free(args.output, storage_options, args.overwrite)

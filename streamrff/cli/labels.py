@@ -54,7 +54,7 @@ def open_labels(path: str, storage_options: dict[str, Any] | None) -> Any:
     import dask.array as da  # here, not at the top: start-up time
 
     from ..errors import InputError
-    from ..io import open_zarr_array
+    from ..sources.rows import open_zarr_array
 
     labels = da.from_zarr(open_zarr_array(path, storage_options))
     if labels.ndim == 2 and labels.shape[1] == 1:
@@ -68,7 +68,7 @@ def one_vs_rest_targets(path: str, texts: Sequence[str], storage_options: dict[s
     """The +-1 targets (lazy) of the labels at ``path`` for the classes of ``--classes``, and those classes
     (typed like the labels), which the sketch records."""
     from ..errors import InputError  # here, not at the top: start-up time
-    from ..ridge import KernelRidgeClassifier
+    from ..ridge.estimators import KernelRidgeClassifier
 
     classes = classes_of(texts)
     labels = open_labels(path, storage_options)

@@ -62,8 +62,8 @@ def _unfitted_map(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine import connect, fit_map  # here, not at the top: start-up time
-    from ..mapfile import save_map
+    from ..engine.jobs import connect, fit_map  # here, not at the top: start-up time
+    from ..formats.map import save_map
 
     feature_map = _unfitted_map(args)
     options.check_output_free(args.output, args.storage_options, args.overwrite)

@@ -38,7 +38,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import merge  # here, not at the top: start-up time
     from ..errors import SketchSignatureError
-    from ..fileformat import check_writable
+    from ..formats.sketch import check_writable
 
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     check_writable(args.output, args.storage_options, args.overwrite)

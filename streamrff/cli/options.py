@@ -189,7 +189,7 @@ def add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
 
 def signing_key(args: argparse.Namespace) -> bytes | None:
     """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key)."""
-    from ..fileformat import read_signing_key  # here, not at the top: start-up time
+    from ..formats.sketch import read_signing_key  # here, not at the top: start-up time
 
     return read_signing_key(args.sign_key, allow_readable=args.allow_readable_key)
 
@@ -436,14 +436,14 @@ def resolve_map_options(args: argparse.Namespace, names: Sequence[str], map_sets
 
 def load_map_option(args: argparse.Namespace) -> Any:
     """The map of ``--map`` (a map file or a sketch file), or None."""
-    from ..mapfile import load_map  # here, not at the top: start-up time
+    from ..formats.map import load_map  # here, not at the top: start-up time
 
     return None if args.map is None else load_map(args.map, storage_options=args.storage_options)
 
 
 def fit_on_sources(feature_map: Any, sources: Sequence[str], client: Any, storage_options: Any) -> Any:
     """``feature_map`` fitted on the seeded row sample pooled across ``sources`` (as ``streamrff map`` fits it)."""
-    from ..engine import fit_map  # here, not at the top: start-up time
+    from ..engine.jobs import fit_map  # here, not at the top: start-up time
 
     return fit_map(feature_map, list(sources), client=client, storage_options=storage_options)
 
@@ -495,7 +495,7 @@ def check_output_free(path: str, storage_options: dict[str, Any] | None, overwri
     (read-only, forbidden, no inode left: OutputError, exit 1).
     """
     if "://" not in path or path.startswith("file://"):
-        from .._publish import check_output_location  # here, not at the top: start-up time
+        from .._files.publish import check_output_location  # here, not at the top: start-up time
 
         check_output_location(path[len("file://") :] if path.startswith("file://") else path)
     if overwrite:

@@ -32,9 +32,8 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np  # here, not at the top: start-up time
 
-    from ..engine import connect
-    from ..io import write_zarr
-    from ..modelfile import load_model
+    from ..engine.jobs import connect, write_zarr
+    from ..ridge.modelfile import load_model
 
     model = load_model(args.model, storage_options=args.storage_options, verify_key=options.signing_key(args))
     options.check_output_free(args.output, args.storage_options, args.overwrite)

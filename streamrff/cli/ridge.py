@@ -115,7 +115,7 @@ def training_r2(sketch: Any, coef: Any) -> Any:
     """Per-target training R^2 of coefficients ``coef`` (D, t) from a regression sketch's sums alone.
 
     With centred moment ``C``, cross moment ``c`` and ``||y_c||^2`` (module
-    notes of :mod:`streamrff.ridge`), the residual sum of squares of
+    notes of :mod:`streamrff.ridge.estimators`), the residual sum of squares of
     ``beta`` with its intercept is ``||y_c||^2 - 2 beta^T c + beta^T C beta``;
     R^2 is ``1 - RSS / ||y_c||^2`` (NaN for a constant target).
     """
@@ -137,7 +137,7 @@ def _training_r2(sketch: Any, model: Any) -> Any:
     model's alpha and rank (that of the rank-k approximation of the moment, which is all the sketch holds)."""
     import numpy as np  # here, not at the top: start-up time
 
-    from ..ridge import ridge_gcv
+    from ..ridge.estimators import ridge_gcv
 
     if sketch.kind == "regression":
         return training_r2(sketch, np.atleast_2d(model.coef_).T)
@@ -156,7 +156,7 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
     import numpy as np  # here, not at the top: start-up time
 
     from .. import KernelRidge, KernelRidgeClassifier, merge
-    from ..engine import connect
+    from ..engine.jobs import connect
     from ..maps import RFF
 
     estimator = KernelRidgeClassifier if args.classify else KernelRidge
@@ -242,7 +242,7 @@ def _r2_text(r2: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     import numpy as np  # here, not at the top: start-up time
 
-    from ..modelfile import save_model
+    from ..ridge.modelfile import save_model
 
     _check_inputs(args)
     options.check_output_free(args.output, args.storage_options, args.overwrite)

@@ -101,8 +101,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine import sketch  # here, not at the top: start-up time
-    from ..fileformat import check_writable
+    from ..engine.jobs import sketch  # here, not at the top: start-up time
+    from ..formats.sketch import check_writable
 
     options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
     if args.classes is not None and args.target is None:

@@ -75,7 +75,7 @@ def _unreachable(error: BaseException) -> bool:
 
 def _file_problems(loaded: Sequence[tuple[str, Any]], mean_with_moments_for: str | None, min_rows: int) -> list[str]:
     """What is wrong with each sketch on its own."""
-    from ..sketches import MeanSketch  # here, not at the top: start-up time
+    from ..sketches.mean import MeanSketch  # here, not at the top: start-up time
 
     problems = []
     for path, sketch in loaded:
@@ -101,7 +101,7 @@ def _file_problems(loaded: Sequence[tuple[str, Any]], mean_with_moments_for: str
 
 def _pair_problems(loaded: Sequence[tuple[str, Any]], same_moments: bool) -> list[str]:
     """What is wrong between the first sketch and each other one: kind, map, second moments."""
-    from ..sketches import _input_width_advice, describe_map_differences  # here, not at the top: start-up time
+    from ..sketches.base import _input_width_advice, describe_map_differences  # here, not at the top: start-up time
 
     if not loaded:
         return []

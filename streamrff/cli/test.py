@@ -220,7 +220,7 @@ def _test_sketches(args: argparse.Namespace) -> Any:
 
 
 def _test_data(args: argparse.Namespace) -> Any:
-    from ..engine import connect  # here, not at the top: start-up time
+    from ..engine.jobs import connect  # here, not at the top: start-up time
     from ..twosample import two_sample_test
 
     # --seed also seeds the permutations, so it never contradicts --map.
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     if _columns_ride_along(args):
         columns, result = result, result.joint
     elif args.columns or args.components is not None:
-        from ..engine import connect  # here, not at the top: start-up time
+        from ..engine.jobs import connect  # here, not at the top: start-up time
 
         with connect(args.scheduler) as client:
             columns = _test_columns(args, client)

@@ -152,7 +152,7 @@ def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
     """What ``--reference`` holds: "monitor", "sketch" or "data" (from the zarr group's ``format`` attribute)."""
     import fsspec  # here, not at the top: start-up time
 
-    from .._bounded_read import MAX_JSON_BYTES
+    from .._files.bounded_read import MAX_JSON_BYTES
     from ..drift import MONITOR_FORMAT_NAME
     from ..errors import SketchFormatError, SourceError
 
@@ -212,8 +212,8 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
     seed = 0 if args.seed is None else args.seed
     streams = "auto" if args.streams is None else args.streams
     if kind == "sketch":
-        from ..fileformat import load
-        from ..sketches import MeanSketch
+        from ..formats.sketch import load
+        from ..sketches.mean import MeanSketch
 
         clash = options.given(args, ["features", "bandwidth"])
         if clash:
@@ -504,7 +504,7 @@ def _wait_for_chunk(watch: _Watch, follow: bool, start: int, stop: int, n_rows: 
 
 def _open(args: argparse.Namespace) -> Any:
     from ..errors import SourceError
-    from ..io import open_source  # here, not at the top: start-up time
+    from ..sources.rows import open_source  # here, not at the top: start-up time
 
     source = open_source(args.source, storage_options=args.storage_options, name="SOURCE")
     if source.zarr_array is None:  # pragma: no cover - a path always opens a zarr array
@@ -550,8 +550,8 @@ def _state_lock(path: str | None) -> Iterator[None]:
     if not path:
         yield
         return
-    from .._lock import LockHeld, describe_holder, exclusive_lock
-    from .._publish import remove_path
+    from .._files.lock import LockHeld, describe_holder, exclusive_lock
+    from .._files.publish import remove_path
     from ..errors import StateLockedError
 
     target = Path(path[len("file://") :] if path.startswith("file://") else path).absolute()

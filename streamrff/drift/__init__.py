@@ -8,13 +8,13 @@ the features of the row that leaves are subtracted, and the unbiased MMD^2 of
 the window against the reference is read off the sums. The alarm thresholds
 are calibrated, from the reference alone, to an expected run time under no
 change (Cobb, Van Looveren & Klaise 2022; :mod:`streamrff.drift.calibration`).
-The monitor saves to a zarr group (:mod:`streamrff.drift.fileformat`).
+The monitor saves to a zarr group (:mod:`streamrff.formats.monitor`).
 """
 
 from __future__ import annotations
 
+from ..formats.monitor import MONITOR_FORMAT_NAME, MONITOR_FORMAT_VERSION
 from .calibration import calibrate_thresholds
-from .fileformat import MONITOR_FORMAT_NAME, MONITOR_FORMAT_VERSION
 from .monitor import ALARM_TOP_ROWS, DriftMonitor, DriftUpdate, load_monitor
 
 __all__ = [

@@ -7,9 +7,9 @@ import math
 import numba
 import numpy as np
 
-from .._compiled import jit
+from .._kernels.compiled import jit
 from ..errors import InputError
-from ..sketches import MeanSketch
+from ..sketches.mean import MeanSketch
 
 __all__ = ["calibrate_thresholds", "default_stream_count", "gaussian_bank"]
 

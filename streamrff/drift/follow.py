@@ -2,7 +2,7 @@
 
 A follower of a zarr array (``streamrff watch``) records, with the monitor's
 state and in the same atomic save, a *cursor*: the source's identity
-(:attr:`streamrff.io.RowSource.identity`: its location and its metadata less the
+(:attr:`streamrff.sources.rows.RowSource.identity`: its location and its metadata less the
 row count, so it survives growth), its width, dtype and rows per stored chunk,
 the next source row to read, and the stored identity (size and ETag, or size,
 modification time and inode) of the objects of the last complete chunk consumed.
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SourceChangedError
-from ..io import RowSource
+from ..sources.rows import RowSource
 
 __all__ = ["CURSOR_VERSION", "chunk_rows", "new_cursor", "advance", "source_change", "missing_objects"]
 

@@ -12,9 +12,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from .._blas import one_blas_thread
-from .._connection import connect
-from .._validation import (
+from .._base.blas import one_blas_thread
+from .._base.validation import (
     check_bandwidth,
     check_finite_rows,
     check_positive_int,
@@ -25,15 +24,16 @@ from .._validation import (
     store_params,
     validate_estimator_input,
 )
-from ..engine import fit_map_and_sample, sketch
+from .._kernels.sliding import NOT_FINITE, reference_term, slide_features, slide_rows
+from ..engine.connection import connect
+from ..engine.jobs import fit_map_and_sample, sketch
 from ..errors import InputError, NotFittedMapError, SketchFormatError
-from ..io import open_source
+from ..formats.monitor import read_monitor_group, write_monitor_group
 from ..maps import RFF, FeatureMap, map_from_spec
-from ..sketches import MeanSketch
+from ..sketches.mean import MeanSketch
+from ..sources.rows import open_source
 from ..typing import PathOrURL, StorageOptions
-from ._sliding import NOT_FINITE, reference_term, slide_features, slide_rows
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
-from .fileformat import read_monitor_group, write_monitor_group
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
@@ -103,7 +103,7 @@ def _column_moments(source: Any, client: Any, progress: bool) -> tuple[np.ndarra
     if source.rows is not None:
         rows = np.asarray(source.rows)
         return rows.mean(axis=0, dtype=np.float64), rows.var(axis=0, dtype=np.float64, ddof=1)
-    from ..engine import _compute
+    from ..engine.jobs import _compute
 
     array = source.array
     mean, variance = _compute((array.mean(axis=0, dtype=np.float64), array.var(axis=0, dtype=np.float64, ddof=1)),
@@ -450,7 +450,7 @@ class DriftMonitor(BaseEstimator):
 
     def _check_memory(self, reference: Any, window: int, ert: float) -> None:
         """Refuse a window whose buffers cannot fit: features, and the raw rows of a reference given as data."""
-        from .._memory import _map_width, check_monitor_fits, memory_available
+        from .._base.memory import _map_width, check_monitor_fits, memory_available
 
         n_columns = 0
         if isinstance(reference, MeanSketch):
@@ -506,7 +506,7 @@ class DriftMonitor(BaseEstimator):
     def update(self, rows: Any, on_invalid: str = "raise") -> DriftUpdate:
         """Slide the window over ``rows`` (a batch of any size) and return every row's statistic.
 
-        One compiled call per batch (:mod:`streamrff.drift._sliding`; per tile of
+        One compiled call per batch (:mod:`streamrff._kernels.sliding`; per tile of
         1024 rows for maps other than a dense RFF): each row's features enter
         the window sums and those of the row that leaves (from the ring buffer)
         are subtracted, in row order, and the statistic is read off the sums
@@ -637,7 +637,7 @@ class DriftMonitor(BaseEstimator):
         """Write the monitor (reference sums, thresholds, window state, source cursor) to a local zarr directory.
 
         Written under a temporary name and published in one step
-        (:func:`streamrff._publish.publish`): a reader never sees a half-written
+        (:func:`streamrff._files.publish.publish`): a reader never sees a half-written
         monitor, and an existing one is replaced only with ``overwrite``.
 
         Parameters
@@ -657,7 +657,7 @@ class DriftMonitor(BaseEstimator):
         write_monitor_group(path, *self._state(), overwrite=overwrite)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The group attributes and arrays that describe this monitor (see :mod:`streamrff.drift.fileformat`)."""
+        """The group attributes and arrays that describe this monitor (see :mod:`streamrff.formats.monitor`)."""
         arrays = {
             "reference_sum": self.reference_sum_,
             "thresholds": self.thresholds_,

@@ -17,8 +17,8 @@ the same seed gives bit-identical centres however many workers run, and
 centres equal to float32 rounding of the tile sums (rel 1e-6; the same labels
 in practice) whatever the chunking.
 
-Modules: :mod:`~streamrff.kmeans.sketch` (:class:`ClusterSketch` and its chunk
-kernel :func:`cluster_sketch_of_chunk`), :mod:`~streamrff.kmeans.scoring` (the
+Modules: :mod:`~streamrff.sketches.cluster` (:class:`ClusterSketch` and its chunk
+kernel :func:`cluster_sketch_of_chunk`), :mod:`~streamrff.sketches.cluster` (the
 float32 nearest-centre scores with float64 rescoring, and the labels of rows),
 :mod:`~streamrff.kmeans.initialization` (spectral starts, Lloyd on the init
 sample, the exact kernel k-means objective that ranks the candidates) and
@@ -28,14 +28,11 @@ sample, the exact kernel k-means objective that ranks the candidates) and
 
 from __future__ import annotations
 
-from . import estimator, scoring, sketch
+from ..sketches.cluster import ClusterSketch, cluster_sketch_of_chunk
+from . import estimator
 from .estimator import KernelKMeans, LloydIteration
-from .sketch import ClusterSketch, cluster_sketch_of_chunk
 
 __all__ = ["ClusterSketch", "KernelKMeans", "LloydIteration", "cluster_sketch_of_chunk"]
 
-# Names that streamrff.kmeans held, outside __all__, before it became a package: its logger (every
-# module logs to "streamrff.kmeans") and the chunk kernels the tests call directly.
+# Every module of the package logs to "streamrff.kmeans".
 logger = estimator.logger
-_cluster_kernel = sketch._cluster_kernel
-_labels_of_rows = scoring._labels_of_rows

@@ -2,7 +2,7 @@
 
 :class:`KernelKMeans` validates its parameters, draws the seeded row sample
 once for the map and the initialisation, and runs the full-data Lloyd passes
-with :func:`~streamrff.kmeans.sketch.cluster_sketch_of_chunk` on the engine;
+with :func:`~streamrff.sketches.cluster.cluster_sketch_of_chunk` on the engine;
 :class:`LloydIteration` is what every pass reports.
 """
 
@@ -19,10 +19,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from .._blas import single_blas_thread
-from .._connection import connect
-from .._estimators import apply_to_rows, initial_feature_map
-from .._validation import (
+from .._base.blas import single_blas_thread
+from .._base.validation import (
     check_bandwidth,
     check_positive_int,
     check_rows,
@@ -31,10 +29,13 @@ from .._validation import (
     store_params,
     validate_estimator_input,
 )
-from ..engine import landmark_sample, run_chunks
+from .._estimators import apply_to_rows, initial_feature_map
+from ..engine.connection import connect
+from ..engine.jobs import landmark_sample, run_chunks
 from ..errors import InputError, NotFittedMapError
-from ..io import RowSource, open_source
 from ..maps import KJL, RFF, FeatureMap
+from ..sketches.cluster import _cluster_kernel, _labels_of_rows, _nearest
+from ..sources.rows import RowSource, open_source
 from ..typing import Seed, StorageOptions
 from .initialization import (
     _INIT_STREAM,
@@ -46,8 +47,6 @@ from .initialization import (
     _spectral_labels,
     _sum_by_label,
 )
-from .scoring import _labels_of_rows, _nearest
-from .sketch import _cluster_kernel
 
 __all__ = ["KernelKMeans", "LloydIteration"]
 
@@ -187,7 +186,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     init_sample_labels_ : ndarray of shape (m,), int64
         Cluster of each init-sample row under the initial centres, which are
         the feature means of these clusters for "k-means++" and "random". The
-        sample is the bottom-m rows by ``streamrff.sampling.row_keys(seed_, ...)``.
+        sample is the bottom-m rows by ``streamrff._base.sampling.row_keys(seed_, ...)``.
     seed_ : int
         The integer seed in use.
     n_features_in_ : int
@@ -206,7 +205,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     Cost: one embedding pass per Lloyd iteration (plus one pass to draw the
     seeded row sample); each task holds one chunk, its features tile by tile,
     and ``2 k D`` float64 centres. For RFF maps a chunk is one compiled call
-    (:mod:`streamrff.kmeans._lloyd`): per tile the rows are scored by float32
+    (:mod:`streamrff._kernels.lloyd`): per tile the rows are scored by float32
     dot products (compiled register blocks up to 24 centres on AVX-512 CPUs,
     BLAS otherwise; rows within float32 rounding of a tie are rescored in
     float64) and each row is added to its cluster's float32 tile sum; near

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scoring import _nearest
+from ..sketches.cluster import _nearest
 
 __all__: list[str] = []
 

@@ -33,11 +33,11 @@ from scipy.spatial.distance import cdist
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import validate_data
 
-from .._blas import single_blas_thread
-from .._registry import KindRegistry
-from .._validation import check_bandwidth, check_finite_rows, check_rows, check_width
+from .._base.blas import single_blas_thread
+from .._base.registry import KindRegistry
+from .._base.sampling import bottom_k, row_keys
+from .._base.validation import check_bandwidth, check_finite_rows, check_rows, check_width
 from ..errors import InputError, NotFittedMapError
-from ..sampling import bottom_k, row_keys
 from ..typing import ArrayLike2D, MapSpec
 
 __all__ = ["FeatureMap", "exact_kernel", "map_from_spec", "spec_bandwidth", "tile_column_sums"]

@@ -13,7 +13,7 @@ An RFF's frequencies come from one small function, ``_gaussian_frequencies``
 (i.i.d. rows, or orthogonal blocks), called by ``RFF._make_params``; the
 structured variant (``structured=True``) draws SORF diagonals instead
 (:mod:`streamrff.maps.structured`). The float32 hot paths run the compiled
-kernels of :mod:`streamrff._sincos` (dense) and :mod:`streamrff._structured`
+kernels of :mod:`streamrff._kernels.sincos` (dense) and :mod:`streamrff._kernels.sorf`
 (structured).
 """
 
@@ -26,9 +26,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from .._validation import check_bandwidth, check_positive_int, normalize_seed
+from .._base.sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
+from .._base.validation import check_bandwidth, check_positive_int, normalize_seed
 from ..errors import InputError
-from ..sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
@@ -267,7 +267,7 @@ def _zero_offsets(m: int) -> np.ndarray:
 @functools.cache
 def _compiled_sincos() -> Any:
     """The compiled float32 sin/cos kernels, imported on first use (numba takes ~0.2 s to import)."""
-    from .. import _sincos
+    from .._kernels import sincos as _sincos
 
     return _sincos
 
@@ -275,7 +275,7 @@ def _compiled_sincos() -> Any:
 @functools.cache
 def _compiled_feature_dots() -> Any:
     """The compiled fused feature-direction dot products, imported on first use."""
-    from .. import _featuredot
+    from .._kernels import featuredot as _featuredot
 
     return _featuredot
 
@@ -283,7 +283,7 @@ def _compiled_feature_dots() -> Any:
 @functools.cache
 def _compiled_structured() -> Any:
     """The compiled structured (SORF) kernels, imported on first use."""
-    from .. import _structured
+    from .._kernels import sorf as _structured
 
     return _structured
 
@@ -329,7 +329,7 @@ class RFF(FourierFeatureMap):
         random sign diagonals and chi(n) row norms S, never formed: a row
         costs O(D log d) instead of O(D d), and the rows are orthogonal within
         a block, so the kernel error is that of ``orthogonal=True`` (measured
-        0.84x at d = 768, D = 4096; :mod:`streamrff._structured`). For inputs
+        0.84x at d = 768, D = 4096; :mod:`streamrff._kernels.sorf`). For inputs
         of hundreds of columns and more. Warns
         (:class:`~streamrff.errors.BiasWarning`) on 16 columns or fewer, where
         the estimate is biased (:mod:`streamrff.maps.structured`). Cannot be
@@ -580,7 +580,7 @@ class RFF(FourierFeatureMap):
             _compiled_sincos().cos_features(reduced, _zero_offsets(frequencies.shape[1]), scale, out)
 
     def _float32_kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
-        """``(frequencies (d, m), offsets, scale)`` of :func:`streamrff._sincos.rff_features`:
+        """``(frequencies (d, m), offsets, scale)`` of :func:`streamrff._kernels.sincos.rff_features`:
         float32, with offsets of length 0 for the sincos variant. A structured map's frequencies
         are an empty (0, m) array: its kernels take :meth:`_structure_args` instead."""
         spec_json = _spec_key(self.spec)
@@ -595,7 +595,7 @@ class RFF(FourierFeatureMap):
 
     def _structure_args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(signs, permutation, gaussian, row_scales)`` of
-        :func:`streamrff._structured.structured_rff_features` for a structured map; empty arrays
+        :func:`streamrff._kernels.sorf.structured_rff_features` for a structured map; empty arrays
         (row_scales of length 0) for a dense one."""
         if not self.structured:
             return _NO_STRUCTURE
@@ -604,7 +604,7 @@ class RFF(FourierFeatureMap):
 
     def _feature_sums(self, X: np.ndarray, dtype: Any = np.float32) -> tuple[np.ndarray, float]:
         # Fused for speed:
-        # - float32: one compiled call per chunk (streamrff._sincos) projects each tile and
+        # - float32: one compiled call per chunk (streamrff._kernels.sincos) projects each tile and
         #   accumulates its cosines and sines without writing them, holding the GIL once (so
         #   the chunk's threads are not slowed by other threads' Python, such as zarr's reads);
         # - float64 (numpy): a tile's cosines and sines go to two contiguous blocks (numpy's
@@ -654,7 +654,7 @@ class RFF(FourierFeatureMap):
         return sums.reshape(-1) * scale, squares * scale * scale
 
     def _feature_dots(self, X: np.ndarray, direction: np.ndarray) -> np.ndarray:
-        # Fused (streamrff._featuredot): one compiled call per chunk projects each tile and sums
+        # Fused (streamrff._kernels.featuredot): one compiled call per chunk projects each tile and sums
         # each row's sin/cos times the direction, features never written; the scale multiplies
         # the float64 results. Structured maps and float64 phases take the tile-by-tile GEMV.
         if self.structured or not self._float32_phases():

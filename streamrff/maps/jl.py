@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
-from .._validation import check_positive_int, normalize_seed
+from .._base.validation import check_positive_int, normalize_seed
 from ..errors import InputError
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _require, map_from_spec

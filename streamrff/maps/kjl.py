@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._blas import single_blas_thread
-from .._validation import check_bandwidth, check_positive_int, normalize_seed, store_params
+from .._base.blas import single_blas_thread
+from .._base.sampling import median_heuristic
+from .._base.validation import check_bandwidth, check_positive_int, normalize_seed, store_params
 from ..errors import InputError
-from ..sampling import median_heuristic
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _fitted_bandwidth, _require
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_bandwidth
+from .._base.validation import check_bandwidth
 from ..errors import InputError, VarianceWarning
 from ..typing import MapSpec, Seed
 from .fourier import FourierFeatureMap, _check_paired_n_features

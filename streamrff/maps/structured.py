@@ -6,7 +6,7 @@ sec. 4), ``n`` = d padded to a power of two: a block is
 ``(1 / sigma) S H D1 H D2 H D3`` with ``H`` the Walsh-Hadamard matrix, D1..D3
 random sign diagonals and S independent chi(n) row norms. Its rows are exactly
 orthogonal within a block; a row costs O(m log n) to project instead of
-O(m d). The compiled kernels (:mod:`streamrff._structured`, whose docstring
+O(m d). The compiled kernels (:mod:`streamrff._kernels.sorf`, whose docstring
 compares SORF with Fastfood and with dense features) apply the blocks without
 forming ``W``; the float64 paths and the NUFFT need ``W`` itself, which
 :func:`structured_frequency_matrix` builds exactly.
@@ -57,7 +57,7 @@ MIN_UNBIASED_PADDED_WIDTH = 32
 def padded_width(n_features_in: int) -> int:
     """The smallest power of two >= ``n_features_in``: the length of the transforms.
 
-    The same as :func:`streamrff._hadamard.padded_width`, without importing numba.
+    The same as :func:`streamrff._kernels.hadamard.padded_width`, without importing numba.
 
     Examples
     --------
@@ -73,7 +73,7 @@ def draw_structured_params(
 ) -> dict[str, np.ndarray]:
     """The SORF diagonals and row scales of ``n_frequencies`` frequencies, drawn from ``rng``.
 
-    See :func:`streamrff._structured.structured_params` (method ``"sorf"``) for the arrays.
+    See :func:`streamrff._kernels.sorf.structured_params` (method ``"sorf"``) for the arrays.
 
     Examples
     --------
@@ -83,7 +83,7 @@ def draw_structured_params(
     >>> params["signs"].shape, params["row_scales"].shape  # two blocks of 32 rows, 3 sign diagonals each
     ((2, 3, 32), (40,))
     """
-    from .._structured import structured_params  # here, not at the top: numba takes ~0.2 s to import
+    from .._kernels.sorf import structured_params  # here, not at the top: numba takes ~0.2 s to import
 
     return structured_params(rng, n_features_in, n_frequencies, bandwidth, method="sorf")
 

@@ -29,9 +29,9 @@ Its null distribution comes from one of three sources:
 The per-chunk kernel :func:`two_sample_sketch_of_chunk` is pure: the Dask
 engine maps it over chunks and reduces the partials with ``merge``.
 
-Modules: :mod:`~streamrff.twosample.permutations` (the keyed permutations),
+Modules: :mod:`~streamrff._base.permutations` (the keyed permutations),
 :mod:`~streamrff.twosample.aggregated` (the bandwidth grid and the aggregated statistics),
-:mod:`~streamrff.twosample.sketch` (the sketch and its chunk kernel),
+:mod:`~streamrff.sketches.twosample` (the sketch and its chunk kernel),
 :mod:`~streamrff.twosample.nulls` (the statistic, null distributions and
 p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`),
 :mod:`~streamrff.twosample.api` (the tests), :mod:`~streamrff.twosample.effect`
@@ -42,19 +42,21 @@ its top rows) and :mod:`~streamrff.twosample.marginal` (one test per column). Ev
 
 from __future__ import annotations
 
-from . import nulls, permutations, sketch
+from .._base.permutations import FEISTEL_ROUNDS, PERMUTATION_SCHEME, permutation_indices
+from ..sketches import twosample as _sketch
+from ..sketches.twosample import *  # noqa: F403 - the sketches, their chunk kernels and size limit: the sketch module's __all__, listed once
 from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, shared_map_seed
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .effect import EffectSize, mmd2_variance
 from .explain import Explanation, WitnessProfile, explain
 from .marginal import MarginalTestResult, holm, marginal_tests
-from .permutations import FEISTEL_ROUNDS, permutation_indices
+from .nulls import DEFAULT_SPECTRAL_DRAWS as DEFAULT_SPECTRAL_DRAWS
+from .nulls import HOTELLING_EXPLAINED_VARIANCE as HOTELLING_EXPLAINED_VARIANCE
 from .result import AggregatedTwoSampleResult, TwoSampleResult
-from .sketch import *  # noqa: F403 - the sketches, their chunk kernels and size limit: sketch.__all__, listed once
 from .witness import TopRows, Witness, witness
 
 __all__ = [
-    *sketch.__all__,
+    *_sketch.__all__,
     "TwoSampleResult",
     "AggregatedTwoSampleResult",
     "EffectSize",
@@ -81,9 +83,7 @@ __all__ = [
     "mmd_test",
     "two_sample_test",
     "FEISTEL_ROUNDS",
+    "PERMUTATION_SCHEME",
+    "DEFAULT_SPECTRAL_DRAWS",
+    "HOTELLING_EXPLAINED_VARIANCE",
 ]
-
-# Public constants that streamrff.twosample held, outside __all__, before it became a package.
-PERMUTATION_SCHEME = permutations.PERMUTATION_SCHEME
-DEFAULT_SPECTRAL_DRAWS = nulls.DEFAULT_SPECTRAL_DRAWS
-HOTELLING_EXPLAINED_VARIANCE = nulls.HOTELLING_EXPLAINED_VARIANCE

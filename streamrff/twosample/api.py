@@ -15,15 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from .._connection import connect
-from .._memory import check_sizes_fit, task_bytes
-from .._validation import check_positive_int, normalize_seed
-from ..engine import _mean_kernel, _memory_per_thread, fit_map, landmark_sample, run_chunks
+from .._base.memory import check_sizes_fit, task_bytes
+from .._base.sampling import MEDIAN_SAMPLE_ROWS
+from .._base.validation import check_positive_int, normalize_seed
+from ..engine.connection import connect
+from ..engine.jobs import _mean_kernel, _memory_per_thread, fit_map, landmark_sample, run_chunks
 from ..errors import InputError
-from ..io import open_source
 from ..maps import RFF, FeatureMap, spec_bandwidth
-from ..sampling import MEDIAN_SAMPLE_ROWS
-from ..sketches import MeanSketch, mmd2
+from ..sketches.mean import MeanSketch, mmd2
+from ..sketches.twosample import (
+    DEFAULT_MAX_ACCUMULATOR_BYTES,
+    AggregatedTwoSampleSketch,
+    TwoSampleSketch,
+    check_accumulator_size,
+    two_sample_sketch_of_chunk,
+    two_sample_sketches_of_chunk,
+)
+from ..sources.rows import open_source
 from ..typing import Seed, StorageOptions
 from .aggregated import (
     AGGREGATIONS,
@@ -39,14 +47,6 @@ from .aggregated import (
 from .effect import EffectSize, effect_of_sketches, effect_of_sums
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
 from .result import AggregatedTwoSampleResult, TwoSampleResult, _result
-from .sketch import (
-    DEFAULT_MAX_ACCUMULATOR_BYTES,
-    AggregatedTwoSampleSketch,
-    TwoSampleSketch,
-    check_accumulator_size,
-    two_sample_sketch_of_chunk,
-    two_sample_sketches_of_chunk,
-)
 from .with_moments import with_moments_kernel
 
 __all__ = ["permutation_test", "aggregated_permutation_test", "mmd_test", "two_sample_test", "bandwidth_maps"]
@@ -461,7 +461,7 @@ def _check_aggregated_fits(
     """Refuse an aggregated design whose L x (B + 2) x D sums in the merge tree cannot fit a task thread.
 
     A task holds L maps' parameters, feature tiles and, in the merge tree, partials of
-    L x (B + 2) x D float64: the single-map budget of :func:`streamrff._memory.task_bytes`
+    L x (B + 2) x D float64: the single-map budget of :func:`streamrff._base.memory.task_bytes`
     at width L x D.
     """
     need = task_bytes(n_bandwidths * n_features, n_features_in, False, n_permutations + 1)
@@ -597,7 +597,7 @@ def two_sample_test(
         One seed for the maps, the row sample, the permutations and the
         spectral Monte Carlo.
     client : distributed.Client, optional
-        Run on this Dask cluster (through :mod:`streamrff.engine`).
+        Run on this Dask cluster (through :mod:`streamrff.engine.jobs`).
     storage_options : dict, optional
         fsspec options for zarr URLs. Never logged.
     variant : {"sincos", "cosphase"}, default="sincos"

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..maps import FeatureMap
-from ..sketches import MeanSketch
+from ..sketches.mean import MeanSketch
 
 __all__ = ["EffectSize", "mmd2_variance", "effect_of_sketches", "effect_of_sums", "normal_interval"]
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .._connection import connect
-from .._validation import check_positive_int
-from ..engine import _plan_chunks, run_chunks
+from .._base.validation import check_positive_int
+from ..engine.connection import connect
+from ..engine.jobs import _plan_chunks, run_chunks
 from ..errors import InputError
-from ..io import open_source
-from ..sketches import MeanSketch, mmd2
+from ..sketches.mean import MeanSketch, mmd2
+from ..sources.rows import open_source
 from ..typing import StorageOptions
 from .effect import check_level, effect_of_sketches, normal_interval
 from .marginal import MarginalTestResult
@@ -219,7 +219,7 @@ def column_tests(
     """One two-sample test per input column, from the column parts of two sketches (no rows read).
 
     For each column c, the column part holds the sums and second moments of a
-    1-D sincos map of that column (:mod:`streamrff.columns`): the statistic is the
+    1-D sincos map of that column (:mod:`streamrff.sketches.columns`): the statistic is the
     unbiased MMD^2 of its kernel from the means (``||z||^2 = 1``, so the squared
     norm sums are the counts), its p-value that of the spectral (weighted
     chi-square) null of the pooled column moments (Gretton et al. 2009), and the

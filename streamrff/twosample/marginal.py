@@ -4,7 +4,7 @@ Each column c gets its own Gaussian kernel on that column alone (a 1-D RFF map, 
 the median heuristic of the column in the pooled row sample) and is tested from its quantile
 bins: the pooled row sample gives each column ``n_bins`` quantile bins, and one pass over both
 sources counts, per column and bin, A's rows, B's rows and the pooled sum of the values
-(:mod:`streamrff.twosample._binning`, a compiled kernel; the partial merges by addition). The
+(:mod:`streamrff._kernels.binning`, a compiled kernel; the partial merges by addition). The
 column's statistic is the unbiased MMD^2 of its map on the bins' pooled means weighted by the
 counts, and its null is exact: given the bins' totals, A's counts under a uniform relabelling of
 the rows are multivariate hypergeometric, so B draws of them (per column, seeded from ``seed``)
@@ -24,22 +24,22 @@ from typing import Any
 
 import numpy as np
 
-from .._blas import one_blas_thread
-from .._connection import connect
-from .._validation import check_positive_int, normalize_seed
-from ..columns import DEFAULT_COLUMN_FEATURES, fitted_column_map
-from ..engine import fit_map, landmark_sample, run_chunks
+from .._base.blas import one_blas_thread
+from .._base.sampling import MEDIAN_SAMPLE_ROWS
+from .._base.validation import check_positive_int, normalize_seed
+from .._kernels.binning import BinEdges, ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
+from ..engine.connection import connect
+from ..engine.jobs import fit_map, landmark_sample, run_chunks
 from ..errors import InputError
-from ..io import open_source
 from ..maps import RFF, FeatureMap
-from ..sampling import MEDIAN_SAMPLE_ROWS
+from ..sketches.columns import DEFAULT_COLUMN_FEATURES, fitted_column_map
+from ..sketches.twosample import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
+from ..sources.rows import open_source
 from ..typing import Seed, StorageOptions
-from ._binning import BinEdges, ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
 from .aggregated import standardise
 from .api import permutation_test
 from .nulls import _monte_carlo_p_value, _unbiased_mmd2
 from .result import TwoSampleResult
-from .sketch import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
 
 __all__ = ["marginal_tests", "MarginalTestResult", "holm"]
 

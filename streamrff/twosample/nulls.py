@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
-from ..sketches import MeanSketch
+from ..sketches.mean import MeanSketch
 
 __all__ = ["DEFAULT_SPECTRAL_DRAWS", "HOTELLING_EXPLAINED_VARIANCE", "chi2_log_survival"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..maps import FeatureMap
-from ..sketches import MeanSketch, mean_sketch_of_chunk
+from ..sketches.mean import MeanSketch, mean_sketch_of_chunk
 
 __all__ = ["JoinedPartials", "with_moments_kernel"]
 

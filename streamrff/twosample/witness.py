@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from .._blas import single_blas_thread
-from .._connection import connect
+from .._base.blas import single_blas_thread
+from .._base.validation import check_positive_int
 from .._estimators import apply_to_rows
-from .._validation import check_positive_int
-from ..engine import _plan_chunks, run_chunks
+from ..engine.connection import connect
+from ..engine.jobs import _plan_chunks, run_chunks
 from ..errors import InputError
-from ..fileformat import load
-from ..io import open_source
+from ..formats.sketch import load
 from ..maps import FeatureMap
-from ..sketches import MeanSketch
+from ..sketches.mean import MeanSketch
+from ..sources.rows import open_source
 from ..typing import StorageOptions
 from .effect import EffectSize, effect_of_sketches
 

@@ -1,0 +1,247 @@
+"""The drift monitor file format: one zarr v3 group per monitor, written atomically. No pickle.
+
+The state of a :class:`~streamrff.DriftMonitor` (format ``"streamrff.drift-monitor"``,
+version 2; version 1 files load too)::
+
+    <monitor>/zarr.json               group; attrs: format, version, map (spec),
+                                      fingerprint, params, counters, checksums,
+                                      attributes_digest; version 2 adds
+                                      n_rows_skipped and cursor (null, or where in
+                                      its source a follower stopped:
+                                      :mod:`streamrff.drift.follow`)
+    <monitor>/reference_sum           (D,) float64
+    <monitor>/thresholds              (window + 1,) float64; [0] is +inf
+    <monitor>/window_features         (window, D) float32 ring buffer
+    <monitor>/window_squared_norms    (window,) float64 ring buffer
+    <monitor>/window_sum              (D,) float64
+    <monitor>/map/<array>             fitted map arrays the spec does not give (K-JL)
+
+Version 2, optional (a monitor fitted on reference data; absent for a reference
+given as a sketch, and in version 1 files: the alarm's per-column statistic is then None)::
+
+    <monitor>/reference_column_mean      (d,) float64, d = n_features_in
+    <monitor>/reference_column_variance  (d,) float64 (ddof=1)
+    <monitor>/window_rows                (window, d) float64 ring buffer of the window's raw rows
+
+Arrays are little-endian with an explicit ``bytes`` codec; ``checksums`` holds the
+sha256 of each array's little-endian bytes and ``attributes_digest`` the sha256 of
+the canonical JSON of every other attribute, so every saved value is verified on
+load. The group is written under a temporary name beside the target, its
+attributes last, and published in one step (:func:`streamrff._files.publish.publish`).
+
+Reading is bounded: before any array is read, every array's declared shape and
+dtype must be the ones the attributes imply (the window and the reference width),
+its one stored chunk must have exactly the bytes of that shape, and the arrays
+together must fit in the memory available (the checks sketch files pass,
+:mod:`streamrff.formats.sketch`). Version 2 stores every chunk (zeros
+too), so a missing chunk is a damaged file; in version 1, whose all-zero arrays
+were not stored, only an empty window (``run_length`` 0) may lack its chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._files.bounded_read import GuardedLocalStore
+from .._files.publish import publish, remove_path, staging_path
+from .._files.signed import _attributes_digest, _checksum
+from .._files.zarrcheck import check_stored_chunks
+from ..errors import InputError, SketchFormatError
+from ..typing import PathOrURL
+
+__all__ = ["MONITOR_FORMAT_NAME", "MONITOR_FORMAT_VERSION", "write_monitor_group", "read_monitor_group"]
+
+MONITOR_FORMAT_NAME = "streamrff.drift-monitor"
+MONITOR_FORMAT_VERSION = 2
+#: Versions :func:`read_monitor_group` reads (1: no cursor, no skipped-row count).
+READABLE_VERSIONS = (1, 2)
+#: Elements of an absent (all-zero) array a version 1 file may imply.
+_MAX_IMPLIED_ELEMENTS = 2**24
+#: Optional version 2 arrays: all present (a monitor fitted on data) or none (fitted on a sketch).
+COLUMN_ARRAYS = ("reference_column_mean", "reference_column_variance", "window_rows")
+
+
+def write_monitor_group(
+    path: PathOrURL, attrs: dict[str, Any], arrays: dict[str, np.ndarray], overwrite: bool = False
+) -> None:
+    """Write a monitor's attributes and arrays as a new local zarr group (see :meth:`DriftMonitor.save`)."""
+    import zarr  # here, not at the top: `import streamrff.drift` stays light until a monitor is saved
+    from zarr.codecs import BytesCodec
+
+    attrs = {"n_rows_skipped": 0, "cursor": None, **attrs}
+
+    target = Path(_local_target(path))
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} already exists. Choose another path or pass overwrite=True.")
+    attrs = {
+        "format": MONITOR_FORMAT_NAME,
+        "version": MONITOR_FORMAT_VERSION,
+        **attrs,
+        "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
+    }
+    attrs = json.loads(json.dumps(attrs))
+    attrs["attributes_digest"] = _attributes_digest(attrs)
+    staging = staging_path(target)
+    try:
+        root = zarr.open_group(store=zarr.storage.LocalStore(staging), mode="w", zarr_format=3)
+        for name, value in arrays.items():
+            little = np.ascontiguousarray(value)
+            little = little.astype(little.dtype.newbyteorder("<"), copy=False)
+            node = root.create_array(
+                name, shape=little.shape, dtype=little.dtype, chunks=little.shape if little.size else "auto",
+                serializer=BytesCodec(endian="little"), fill_value=0, config={"write_empty_chunks": True},
+            )  # fmt: skip
+            if little.size:
+                node[...] = little
+        root.attrs.update(attrs)  # last: marks the group complete
+        publish(staging, target, overwrite)
+    finally:
+        remove_path(staging)
+
+
+def _local_target(path: Any) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"path must be a local path (str or PathLike). Got {type(path).__name__}.")
+    target = os.fspath(path)
+    if "://" in target and not target.startswith("file://"):
+        raise InputError(f"Expected a local path for a drift monitor. Got the URL {target!r}; save it locally.")
+    return target[len("file://") :] if target.startswith("file://") else target
+
+
+def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The attributes and arrays of a saved monitor, after checking its format, digest and checksums.
+
+    Regular files only, no link inside the group (as for sketch files).
+
+    Raises
+    ------
+    SketchFormatError
+        If the directory is not a monitor of this format version, or fails a check.
+    """
+    import zarr  # here, not at the top: `import streamrff.drift` stays light until a monitor is loaded
+
+    target = _local_target(path)
+    if not Path(target).is_dir():
+        raise SketchFormatError(f"No drift monitor at {target}: expected a directory written by DriftMonitor.save.")
+    try:
+        root = zarr.open_group(store=GuardedLocalStore(target, read_only=True), mode="r", zarr_format=3)
+        attrs = dict(root.attrs)
+    except Exception as error:  # zarr raises many types for a damaged group
+        raise SketchFormatError(f"{target} is not a readable zarr group: {type(error).__name__}: {error}") from error
+    if attrs.get("format") != MONITOR_FORMAT_NAME or attrs.get("version") not in READABLE_VERSIONS:
+        raise SketchFormatError(
+            f"Expected format {MONITOR_FORMAT_NAME!r} version {' or '.join(map(str, READABLE_VERSIONS))} at "
+            f"{target}. Got format {attrs.get('format')!r} version {attrs.get('version')!r}; a sketch loads with "
+            "srf.load instead."
+        )
+    digest = attrs.get("attributes_digest")
+    try:
+        matches = digest == _attributes_digest(attrs)
+    except (TypeError, ValueError):
+        matches = False
+    if not matches:
+        raise SketchFormatError(f"{target}: the group attributes do not match their digest (tampered or incomplete).")
+    arrays: dict[str, np.ndarray] = {}
+    checksums = attrs["checksums"]
+    if not isinstance(checksums, dict):
+        raise SketchFormatError(f"{target}: the attribute 'checksums' is not a mapping (not a drift monitor).")
+    _check_declared_arrays(root, attrs, target)
+    for name, expected in checksums.items():
+        try:
+            value = np.asarray(root[name][...])
+        except Exception as error:
+            raise SketchFormatError(f"{target}: array {name!r} is missing or unreadable ({error}).") from error
+        if _checksum(value) != expected:
+            raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (corrupt).")
+        arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
+    return attrs, arrays
+
+
+def _expected_shapes(attrs: dict[str, Any], width: int, target: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    window = attrs.get("params", {}).get("window") if isinstance(attrs.get("params"), dict) else None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise SketchFormatError(f"{target}: params.window must be an integer >= 2. Got {window!r} (not a monitor).")
+    expected = {
+        "reference_sum": ((width,), "float64"),
+        "thresholds": ((window + 1,), "float64"),
+        "window_features": ((window, width), "float32"),
+        "window_squared_norms": ((window,), "float64"),
+        "window_sum": ((width,), "float64"),
+    }
+    present = [name for name in COLUMN_ARRAYS if name in attrs["checksums"]]
+    if present:
+        columns = attrs.get("n_features_in")
+        if attrs.get("version") == 1 or len(present) != len(COLUMN_ARRAYS):
+            raise SketchFormatError(
+                f"{target}: the arrays {', '.join(COLUMN_ARRAYS)} come together, in version 2 only. Got {present} "
+                f"in version {attrs.get('version')!r} (tampered or damaged)."
+            )
+        if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+            raise SketchFormatError(f"{target}: n_features_in must be an integer >= 1. Got {columns!r}.")
+        expected.update({
+            "reference_column_mean": ((columns,), "float64"),
+            "reference_column_variance": ((columns,), "float64"),
+            "window_rows": ((window, columns), "float64"),
+        })  # fmt: skip
+    return expected
+
+
+def _check_declared_arrays(root: Any, attrs: dict[str, Any], target: str) -> None:
+    """Refuse, before reading any array, shapes the attributes do not imply, chunks of the wrong size, absent
+    chunks a file of this version stores, and arrays that would not fit in memory (see the module docstring)."""
+    from .._base.memory import memory_available
+
+    names = list(attrs["checksums"])
+    nodes = {}
+    for name in names:
+        try:
+            nodes[name] = root[name]
+        except Exception as error:  # zarr raises many types for damaged metadata
+            raise SketchFormatError(f"{target}: array {name!r} is missing or unreadable ({error}).") from error
+    if "reference_sum" not in nodes or nodes["reference_sum"].ndim != 1:
+        raise SketchFormatError(f"{target}: no 1-D array 'reference_sum' (not a drift monitor, or damaged).")
+    expected = _expected_shapes(attrs, int(nodes["reference_sum"].shape[0]), target)
+    empty_window = attrs.get("version") == 1 and attrs.get("run_length") == 0
+    total = 0
+    for name, node in nodes.items():
+        shape, dtype = expected.get(name, (tuple(node.shape), str(node.dtype)))
+        if tuple(node.shape) != shape or str(node.dtype) != dtype:
+            raise SketchFormatError(
+                f"{target}: array {name!r} declares shape {tuple(node.shape)} and dtype {node.dtype}; the monitor's "
+                f"attributes imply {shape} and {dtype} (tampered or damaged)."
+            )
+        n_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        total += n_bytes
+        if not n_bytes:
+            continue
+        if node.nchunks != 1:
+            raise SketchFormatError(
+                f"{target}: array {name!r} declares {node.nchunks:,} chunks; a monitor stores each array as one "
+                "chunk (tampered or damaged)."
+            )
+        if not _chunk_stored(target, name, node):
+            implied = empty_window and name.startswith("window_") and node.size <= _MAX_IMPLIED_ELEMENTS
+            if not implied:
+                raise SketchFormatError(
+                    f"{target}: array {name!r} of shape {shape} has no stored chunk (damaged or tampered: a monitor "
+                    "stores its arrays). Restore the monitor from a copy, or fit a new one."
+                )
+            continue  # a version 1 file's empty window: zeros, implied by run_length 0
+        check_stored_chunks(node, name, target)  # its stored and decoded sizes against the declared shape
+    available = memory_available()
+    if total > available:
+        raise SketchFormatError(
+            f"{target}: the monitor declares {total / 2**30:.1f} GiB of arrays; this process has "
+            f"{available / 2**30:.1f} GiB available. Load it on a machine with more memory."
+        )
+
+
+def _chunk_stored(target: str, name: str, node: Any) -> bool:
+    """Whether the one chunk of a monitor array is stored (zarr reads an absent one as zeros)."""
+    key = node.metadata.encode_chunk_key((0,) * node.ndim)
+    return os.path.lexists(Path(target) / name / key)

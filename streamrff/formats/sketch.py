@@ -1,0 +1,638 @@
+"""The sketch file format: one zarr v3 group per sketch. No pickle.
+
+Layout (version 1)::
+
+    <sketch>/zarr.json              group; attrs below
+    <sketch>/<array>                e.g. feature_sum (D,) float64, moment (D, D) float64
+    <sketch>/map/<array>            fitted map arrays not given by the spec (K-JL landmarks)
+
+Group attributes::
+
+    format            "streamrff.sketch"
+    version           1
+    kind              "mean" | "landmark" | ...
+    map               the feature map's JSON spec
+    fingerprint       sha256 of the spec and the map's parameters
+    count             rows sketched
+    checksums         {array path: sha256 of its little-endian C-order bytes}
+    ...               kind-specific scalars (squared_norm_sum, n_invalid, moments)
+    attributes_digest sha256 of the canonical JSON of every other attribute (sorted
+                      keys, no spaces, ASCII, no NaN); it covers the checksums, so
+                      every saved byte that carries a value is verified on load
+
+Files written before the attributes digest (older streamrff, still version 1)
+load with a :class:`~streamrff.errors.SketchFormatWarning`: their arrays are
+verified, their scalar attributes (count, norms) cannot be. ``load(...,
+require_digest=True)`` refuses them instead, and checkpoint partials are always
+loaded that way (delete a refused partial to recompute its chunk). Saving such a
+sketch again adds the digest. The version stays 1 because a reader that does not
+know the digest still reads these files correctly.
+
+Arrays are little-endian with an explicit ``bytes`` codec. The attributes are
+written last, so an interrupted write to object storage leaves a group that
+:func:`load` rejects as incomplete; local directories and zip files are written
+under a temporary name and published in one step that never replaces an
+existing output unless asked to (:func:`publish`).
+
+The writer lives in :mod:`streamrff._files.signed`, below :mod:`streamrff.sketches.base`
+(which saves through it); this module reads, and re-exports
+:func:`save_sketch` and :func:`check_writable`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+import zipfile
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
+from zarr.errors import ContainsArrayError
+
+from .._base.memory import memory_available
+from .._base.validation import check_format_version
+from .._files.bounded_read import MAX_JSON_BYTES, GuardedLocalStore, GuardedZipStore, _file_type
+from .._files.publish import publish
+from .._files.signed import (
+    DIGEST_ATTRIBUTE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SIGNATURE_ATTRIBUTE,
+    _attributes_digest,
+    _checksum,
+    _is_url,
+    _local_path,
+    check_signature_record,
+    check_signing_key,
+    check_writable,
+    read_signing_key,
+    signature_value,
+    write_state_path,
+)
+from .._files.zarrcheck import check_stored_chunks, read_by_chunk
+from ..errors import (
+    SketchBeingWrittenError,
+    SketchFormatError,
+    SketchFormatWarning,
+    SketchSignatureError,
+    StreamRFFError,
+)
+from ..sketches.base import Sketch
+from ..typing import PathOrURL, StorageOptions
+
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish",
+    "read_signing_key", "is_signed",
+]  # fmt: skip
+
+
+def save_sketch(
+    sketch: Sketch,
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    overwrite: bool = False,
+    signing_key: bytes | None = None,
+) -> None:
+    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`Sketch.save`.
+
+    The writer lives in :mod:`streamrff._files.signed` (below the sketch classes);
+    see :func:`streamrff._files.signed.write_sketch` for the parameters and for
+    the guarantees on concurrent saves.
+
+    Raises
+    ------
+    SketchFormatError
+        If ``sketch`` is not a :class:`Sketch`.
+    """
+    if not isinstance(sketch, Sketch):
+        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
+    sketch.save(path_or_url, storage_options=storage_options, overwrite=overwrite, signing_key=signing_key)
+
+
+def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
+    stored = attrs.get(DIGEST_ATTRIBUTE)
+    if stored is None:
+        if require_digest:
+            raise SketchFormatError(
+                f"{target} has no attributes digest, so its scalar attributes (count, norms) cannot be "
+                "verified. Expected a sketch written by this streamrff; load it with require_digest=False "
+                "and save it again to add one (or delete a checkpoint partial to recompute it)."
+            )
+        warnings.warn(
+            f"{target} was written before attribute digests: its arrays are verified, but its scalar "
+            "attributes (count, norms) are not verified. Save it again (e.g. `streamrff merge OLD -o NEW`) to add one.",
+            SketchFormatWarning,
+            stacklevel=5,  # the caller of load(), through _load_once and _read_sketch
+        )
+        return
+    if not _digest_matches(attrs):
+        raise _digest_error(target)
+
+
+def _digest_matches(attrs: dict[str, Any]) -> bool:
+    try:
+        return attrs.get(DIGEST_ATTRIBUTE) == _attributes_digest(attrs)
+    except (TypeError, ValueError):  # NaN or values JSON cannot hold
+        return False
+
+
+def _digest_error(target: str) -> SketchFormatError:
+    return SketchFormatError(
+        f"{target}: the group attributes do not match their digest (tampered or corrupt). Expected "
+        "the attributes as saved; restore the file from its source or sketch the data again."
+    )
+
+
+def _open_store(target: str, storage_options: StorageOptions) -> Any:
+    if _is_url(target):
+        _check_remote_metadata_sizes(target, storage_options)
+        return zarr.storage.FsspecStore.from_url(target, storage_options=storage_options, read_only=True)
+    path = _local_path(target)
+    if not path.exists():
+        raise SketchFormatError(f"No sketch at {path}: the path does not exist.")
+    if not path.is_file() and not path.is_dir():
+        raise SketchFormatError(
+            f"{path} is {_file_type(path.stat().st_mode)}, not a sketch directory or .zip file. Pass a "
+            "sketch written by Sketch.save or `streamrff sketch`."
+        )
+    if path.is_file():
+        # ZipStore opens lazily: a non-zip file would fail inside zarr and then again in
+        # close(), hiding the cause behind "'ZipStore' object has no attribute '_zf'".
+        if not zipfile.is_zipfile(path):
+            raise SketchFormatError(
+                f"{path} is a file but not a zip archive, so not a streamrff sketch. Expected a "
+                "sketch directory or .zip written by Sketch.save or `streamrff sketch`."
+            )
+        return GuardedZipStore(path, mode="r")
+    return GuardedLocalStore(path, read_only=True)
+
+
+def _check_remote_metadata_sizes(url: str, storage_options: StorageOptions) -> None:
+    """Refuse, unread, a sketch on object storage whose metadata objects are larger than a sketch's ever are.
+
+    One listing of the group (a sketch holds a few objects); the local stores cap their reads themselves.
+    """
+    import fsspec
+
+    try:
+        filesystem, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        listing = filesystem.find(root, detail=True)
+    except Exception:  # missing or unreachable: the load itself reports it
+        return
+    for path, info in listing.items():
+        size = info.get("size") or 0
+        if path.rsplit("/", 1)[-1] == "zarr.json" and size > MAX_JSON_BYTES:
+            raise SketchFormatError(
+                f"{url}: its metadata object {path[len(root.rstrip('/')) + 1 :] or 'zarr.json'} holds {size:,} bytes; "
+                f"a sketch's metadata is at most {MAX_JSON_BYTES:,}. Refused unread: not a sketch written by streamrff."
+            )
+
+
+def load(
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    require_digest: bool = False,
+    verify_key: bytes | None = None,
+) -> Sketch:
+    """Read a sketch written by :meth:`Sketch.save`, validating everything.
+
+    Checks the format name and version, the kind, the map spec (rebuilt and
+    re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
+    the scalar attributes, and the attributes digest. Array sizes, codecs and
+    chunking, declared shapes against the map spec and attributes (no array
+    larger than the square of their largest size), the decoded size each stored
+    zstd chunk declares, and the size of the map to rebuild, are checked before
+    any data is read or any parameter drawn, so a tampered file fails fast
+    instead of allocating gigabytes; large arrays are read only after the
+    attributes digest matched. Arrays are read one chunk at a time, so a failing
+    chunk leaves no background reads behind.
+
+    A local directory replaced by a concurrent save while it is read is read
+    again (the save publishes a complete directory in one step), so a load never
+    mixes two versions.
+
+    Parameters
+    ----------
+    path_or_url : str or PathLike
+        Directory, ``.zip`` file, ``file://`` or fsspec URL.
+    storage_options : dict, optional
+        fsspec options for URLs. Never logged.
+    require_digest : bool, default=False
+        Refuse a file without an attributes digest (written by an older streamrff)
+        instead of loading it with a :class:`SketchFormatWarning`.
+    verify_key : bytes, optional
+        Accept only a sketch signed with this key (``save(..., signing_key=key)``):
+        an unsigned sketch, or one signed with another key or edited after
+        signing, raises :class:`SketchSignatureError`. See docs/security.
+
+    Returns
+    -------
+    Sketch
+
+    Raises
+    ------
+    SketchFormatError
+        If the place is missing, unreadable, not a sketch, incomplete, tampered
+        with, or written by a newer format version.
+    SketchSignatureError
+        If ``verify_key`` is given and the sketch is not signed with it.
+    SketchBeingWrittenError
+        If another process kept writing the sketch while it was read (retry later).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, streamrff as srf
+    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0))
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+    >>> s.save(path)
+    >>> srf.load(path) == s
+    True
+    """
+    target = os.fspath(path_or_url)
+    if not isinstance(require_digest, (bool, np.bool_)):
+        raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
+    if verify_key is not None:
+        verify_key = check_signing_key(verify_key, "verify_key")
+    for attempt in range(_CONCURRENT_SAVE_ATTEMPTS):
+        before = _publication_identity(target, storage_options)
+        try:
+            return _load_once(target, storage_options, bool(require_digest), verify_key)
+        except SketchFormatError:
+            # A save with overwrite=True swapped the directory (or, on object storage, rewrote
+            # the group) while it was read, so the files read may mix both versions: read
+            # again. A failure on a place that stayed as it was, with no save under way, is
+            # the file's own.
+            after = _publication_identity(target, storage_options)
+            if (before is None and after is None) or (after == before and not _being_written(after)):
+                raise
+        if _is_url(target):
+            time.sleep(min(0.02 * 2**attempt, 0.25))  # let the writer finish (about 4 s in all)
+    raise SketchBeingWrittenError(
+        f"{target} is being written by another process: it changed {_CONCURRENT_SAVE_ATTEMPTS} times while "
+        "being read, or a save is still under way. Retry when the save has finished (if none is running, "
+        "an interrupted save left it: write the sketch again)."
+    )
+
+
+#: Reads of a local sketch directory that another process replaced meanwhile, before giving up.
+_CONCURRENT_SAVE_ATTEMPTS = 20
+
+
+def _publication_identity(target: str, storage_options: StorageOptions) -> Any:
+    """What changes when a save publishes a sketch: the directory's identity, or the object store's write state."""
+    return _write_state(target, storage_options) if _is_url(target) else _directory_identity(target)
+
+
+def _being_written(identity: Any) -> bool:
+    return isinstance(identity, dict) and identity.get("state") != "complete"
+
+
+def _write_state(url: str, storage_options: StorageOptions) -> dict[str, Any] | None:
+    """The write-state object a save keeps beside a sketch on object storage; None if absent (older files)."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        data = fs.cat_file(write_state_path(root), start=0, end=_WRITE_STATE_BYTES)
+    except Exception:  # absent (written before write states), or unreachable: the load itself reports that
+        return None
+    try:
+        state = json.loads(data)
+    except ValueError:
+        state = None
+    return state if isinstance(state, dict) else {"state": "unreadable", "bytes": data.hex()}
+
+
+#: Bytes of a write-state object read at most (it holds a short JSON document).
+_WRITE_STATE_BYTES = 1024
+
+
+def _directory_identity(target: str) -> tuple[int, int, int] | None:
+    """(device, inode, ctime) of a local sketch directory, None for other places.
+
+    A save with overwrite=True renames a new directory into place, so the identity
+    changes; the ctime tells a new directory from an old one whose inode was reused.
+    """
+    if _is_url(target):
+        return None
+    try:
+        status = os.stat(_local_path(target))
+    except OSError:
+        return None
+    if not os.path.isdir(_local_path(target)):
+        return None  # zip files are replaced whole and read through one open handle
+    return status.st_dev, status.st_ino, status.st_ctime_ns
+
+
+def _load_once(
+    target: str, storage_options: StorageOptions, require_digest: bool, verify_key: bytes | None = None
+) -> Sketch:
+    try:
+        store = _open_store(target, storage_options)
+        try:
+            return _read_sketch(store, target, require_digest, verify_key)
+        finally:
+            if isinstance(store, zarr.storage.ZipStore):
+                store.close()
+    except StreamRFFError as error:
+        if isinstance(error, SketchFormatError):
+            raise
+        raise SketchFormatError(f"{target} is not a valid streamrff sketch: {error}") from error
+    except Exception as error:  # anything zarr, json or fsspec raise on a malformed file
+        raise SketchFormatError(
+            f"Cannot read a streamrff sketch from {target}: {type(error).__name__}: {error}"
+        ) from error
+
+
+#: Largest array a version-1 sketch holds (a 16384 x 16384 float64 second moment, 2 GiB).
+#: load() refuses larger declared shapes before reading, so a tampered few-kB file cannot make
+#: it allocate and fill gigabytes.
+MAX_ARRAY_ELEMENTS = 2**28
+#: save_sketch writes 1-D arrays as one chunk and 2-D arrays in row blocks of about 2**22
+#: elements; a file declaring far more chunks (e.g. one per element) was not written by it, and
+#: reading it would take one store request per chunk.
+_MIN_ELEMENTS_PER_CHUNK = 2**21
+_COMPRESSORS = (ZstdCodec, GzipCodec, BloscCodec, Crc32cCodec)
+
+
+def _check_array_metadata(node: Any, name: str, target: str) -> None:
+    """Refuse arrays whose metadata no sketch writer produces, before any data is read."""
+    dtype = np.dtype(node.dtype)
+    if dtype.kind not in "biuf" or node.ndim > 2:
+        raise SketchFormatError(
+            f"{target}: array {name!r} has dtype {dtype} and {node.ndim} dimensions; sketch arrays are "
+            "numeric with at most 2 dimensions (tampered or not a streamrff sketch)."
+        )
+    if (
+        not isinstance(node.serializer, BytesCodec)
+        or node.filters
+        or not all(isinstance(codec, _COMPRESSORS) for codec in node.compressors)
+    ):
+        # Other codecs (vlen-bytes, sharding, numcodecs filters) are never written and would
+        # trust sizes stored in the chunk bytes.
+        codecs = [type(codec).__name__ for codec in (*node.filters, node.serializer, *node.compressors)]
+        raise SketchFormatError(
+            f"{target}: array {name!r} uses codecs {codecs}; sketch arrays use the plain 'bytes' "
+            "codec with an optional zstd, gzip or blosc compressor (tampered or not a streamrff sketch)."
+        )
+    if node.size > MAX_ARRAY_ELEMENTS:
+        raise SketchFormatError(
+            f"{target}: array {name!r} declares shape {node.shape} ({node.size:,} elements); a sketch "
+            f"array holds at most {MAX_ARRAY_ELEMENTS:,} (tampered or not a streamrff sketch)."
+        )
+    if node.nchunks > 1 + -(-node.size // _MIN_ELEMENTS_PER_CHUNK):
+        raise SketchFormatError(
+            f"{target}: array {name!r} of shape {node.shape} declares {node.nchunks:,} chunks of shape "
+            f"{node.chunks}; sketches are written in few large chunks (tampered or not a streamrff sketch)."
+        )
+
+
+#: Map spec fields that size the random parameters a map regenerates on load.
+_SPEC_SIZE_KEYS = ("n_features_in", "n_features", "n_components", "n_landmarks", "inner_width", "k")
+
+
+def _check_spec_sizes(spec: dict[str, Any], shapes: dict[str, tuple[int, ...]], target: str) -> None:
+    """Refuse a map spec that would cost far more to rebuild than the sketch it describes.
+
+    Maps regenerate their random parameters from the spec (K-JL even eagerly, before any shape
+    check), so a tampered size field could make load() draw gigabytes of normals first.
+    """
+    check_map_cost(spec, target)
+    # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
+    width = spec.get("n_components", spec.get("n_features"))
+    if isinstance(width, int) and not isinstance(width, bool):
+        widths = {shape[-1] for name, shape in shapes.items() if len(shape) and not name.startswith("map/")}
+        if width not in widths:
+            raise SketchFormatError(
+                f"{target}: the map spec declares {width} output features, but the stored arrays have widths "
+                f"{sorted(widths)} (tampered spec or arrays)."
+            )
+
+
+def check_map_cost(spec: dict[str, Any], target: str) -> None:
+    """Refuse a map spec whose random parameters would cost more than :data:`MAX_ARRAY_ELEMENTS` to rebuild.
+
+    Used by sketch and map files alike, before the map is rebuilt.
+    """
+    levels = [spec]
+    while levels:
+        level = levels.pop()
+        levels.extend(value for value in level.values() if isinstance(value, dict))  # nested specs (JL's inner)
+        sizes = sorted(
+            value for key, value in level.items()
+            if key in _SPEC_SIZE_KEYS and isinstance(value, int) and not isinstance(value, bool) and value > 0
+        )  # fmt: skip
+        landmarks = level.get("n_landmarks") if isinstance(level.get("n_landmarks"), int) else 0
+        # parameters ~ the product of the two largest sizes; K-JL also builds the landmarks' Gram matrix
+        cost = max(sizes[-1] * (sizes[-2] if len(sizes) > 1 else 1) if sizes else 0, landmarks**2)
+        if cost > MAX_ARRAY_ELEMENTS:
+            raise SketchFormatError(
+                f"{target}: the map spec {_describe_sizes(level)} would need about {cost:,} random "
+                f"parameters to rebuild; a sketch's map has at most {MAX_ARRAY_ELEMENTS:,} (tampered spec?)."
+            )
+
+
+#: Array elements load() reads before it has verified the attributes digest (8 MiB of float64).
+_UNVERIFIED_READ_ELEMENTS = 2**20
+#: An array may lack chunks only if it declares at most this many bytes: earlier streamrff let
+#: zarr skip all-zero chunks (read back as the fill value 0); it now writes every chunk, so an
+#: absent chunk of a larger array is a partial copy or a tampered file, refused before reading.
+_MISSING_CHUNK_BYTES = 8 * _UNVERIFIED_READ_ELEMENTS
+#: Integer attributes that size a sketch's arrays besides the map spec (permutations B,
+#: clusters k, target columns t, the stacked per-column moments' rows d * D_c of a sketch with
+#: columns). A new sketch kind with another sizing attribute adds its name here.
+_SIZE_ATTRIBUTES = ("n_permutations", "n_clusters", "n_targets", "column_moment_rows")
+
+
+def _declared_sizes(spec: dict[str, Any], attrs: dict[str, Any]) -> list[int]:
+    """The sizes the spec and the attributes declare: widths, k, B, the number of names."""
+    sizes = []
+    levels = [spec]
+    while levels:
+        level = levels.pop()
+        levels.extend(value for value in level.values() if isinstance(value, dict))
+        sizes += [level.get(key) for key in _SPEC_SIZE_KEYS]
+    sizes += [attrs.get(key) for key in _SIZE_ATTRIBUTES]
+    if isinstance(attrs.get("names"), list):
+        sizes.append(len(attrs["names"]))
+    return [size for size in sizes if isinstance(size, int) and not isinstance(size, bool) and size > 0]
+
+
+def _check_declared_size(node: Any, name: str, spec: dict[str, Any], attrs: dict[str, Any], target: str) -> None:
+    """Refuse an array declaring more elements than the spec and attributes allow, before reading it.
+
+    No sketch array is larger than the square of the largest size they declare (a D x D
+    second moment, B x D permutation sums); zarr would fill a declared shape whose chunks
+    are missing with zeros, so a lie there costs gigabytes of memory and time.
+    """
+    largest = max(_declared_sizes(spec, attrs), default=1)
+    if node.size > largest**2:
+        raise SketchFormatError(
+            f"{target}: array {name!r} declares shape {node.shape} ({node.size:,} elements); the map spec and "
+            f"attributes allow at most {largest:,}^2 = {largest**2:,} (tampered array metadata or spec)."
+        )
+
+
+def _check_memory(nodes: dict[str, Any], target: str) -> None:
+    """Refuse arrays that this process cannot hold (:func:`~streamrff._base.memory.memory_available`), before reading.
+
+    The declared sizes are consistent at this point (spec, attributes and shapes agree), yet a
+    file of a few kilobytes can still declare a 2 GiB moment whose chunks are missing (zeros).
+    """
+    chunks = [int(np.prod(node.chunks)) * np.dtype(node.dtype).itemsize for node in nodes.values() if node.size]
+    need = sum(int(node.nbytes) for node in nodes.values()) + max(chunks, default=0)
+    available = memory_available()
+    if need > available:
+        raise SketchFormatError(
+            f"{target} declares arrays of {need / 2**30:.2f} GiB, but this process can allocate "
+            f"{available / 2**30:.2f} GiB (free memory, ulimit -v and cgroup limit). Load it on a machine "
+            "with more memory, or check where the file came from (a few-kB file declaring this much is tampered)."
+        )
+
+
+def _describe_sizes(level: dict[str, Any]) -> str:
+    return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
+
+
+def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_key: bytes | None = None) -> Sketch:
+    try:
+        root = zarr.open_group(store=store, mode="r", zarr_format=3)
+    except FileNotFoundError as error:
+        raise SketchFormatError(f"No sketch at {target}: no zarr group found.") from error
+    except ContainsArrayError as error:
+        raise SketchFormatError(
+            f"{target} is a zarr array, not a streamrff sketch. Pass a sketch written by "
+            "`streamrff sketch` or Sketch.save (sketch the array first)."
+        ) from error
+    attrs = dict(root.attrs)
+    if attrs.get("format") != FORMAT_NAME:
+        raise SketchFormatError(
+            f"{target} is not a complete streamrff sketch: expected attribute format={FORMAT_NAME!r}, "
+            f"got {attrs.get('format')!r}. It may be another zarr group or an incomplete (interrupted) write."
+        )
+    check_format_version(attrs.get("version"), FORMAT_VERSION, target, "sketch", SketchFormatError)
+    kind = attrs.get("kind")
+    if kind not in Sketch._registry:
+        raise SketchFormatError(f"{target}: unknown sketch kind {kind!r}; expected one of {sorted(Sketch._registry)}.")
+    checksums = attrs.get("checksums")
+    if not isinstance(checksums, dict):
+        raise SketchFormatError(f"{target}: missing or malformed checksums attribute.")
+    spec = attrs.get("map")
+    nodes: dict[str, Any] = {}
+    for name in checksums:
+        try:
+            node = root[name]
+        except KeyError as error:
+            raise SketchFormatError(f"{target}: array {name!r} is missing (truncated file?).") from error
+        if not isinstance(node, zarr.Array):
+            raise SketchFormatError(f"{target}: {name!r} is not an array.")
+        _check_array_metadata(node, name, target)  # before reading: a tampered shape costs nothing
+        if isinstance(spec, dict):
+            _check_declared_size(node, name, spec, attrs, target)
+        nodes[name] = node
+    for name, node in nodes.items():
+        # Before the memory check, so that a file whose chunks were deleted is named for that. The column
+        # part came after the rule that every chunk is written: none of its chunks may be absent.
+        allowed = 0 if name.startswith("columns/") else _MISSING_CHUNK_BYTES
+        check_stored_chunks(node, name, target, missing_allowed_bytes=allowed)
+    _check_memory(nodes, target)
+    if not isinstance(spec, dict):
+        raise SketchFormatError(f"{target}: missing map spec.")
+    _check_spec_sizes(spec, {name: node.shape for name, node in nodes.items()}, target)
+    if (
+        sum(node.size for node in nodes.values()) > _UNVERIFIED_READ_ELEMENTS
+        and DIGEST_ATTRIBUTE in attrs
+        and not _digest_matches(attrs)
+    ):
+        # Large arrays described by attributes (spec, sizes) that fail their digest: refuse
+        # before reading them. Small ones are read first, so that the checks below can
+        # name what exactly was edited.
+        raise _digest_error(target)
+    arrays: dict[str, np.ndarray] = {}
+    for name, expected in checksums.items():
+        value = read_by_chunk(nodes[name])
+        if _checksum(value) != expected:
+            raise SketchFormatError(f"{target}: array {name!r} does not match its checksum (tampered or corrupt).")
+        arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
+    map_arrays = {k[len("map/") :]: v for k, v in arrays.items() if k.startswith("map/")}
+    sketch_arrays = {k: v for k, v in arrays.items() if not k.startswith("map/")}
+    try:
+        sketch = Sketch._registry[kind]._from_parts(spec, map_arrays, attrs, sketch_arrays)
+    except StreamRFFError as error:
+        raise SketchFormatError(f"{target}: {error}") from error
+    if sketch.fingerprint != attrs.get("fingerprint"):
+        raise SketchFormatError(
+            f"{target}: the stored fingerprint does not match the map rebuilt from its spec "
+            "(tampered file, or written with an incompatible numpy random stream)."
+        )
+    # The sketch must write back exactly what is stored: otherwise an edited attribute (say
+    # moments=false beside a stored moment array) would silently load as a different sketch.
+    written = set(sketch._arrays()) | {f"map/{name}" for name in sketch.state_arrays()}
+    if written != set(checksums):
+        raise SketchFormatError(
+            f"{target}: the file holds arrays {sorted(checksums)}, but a {kind!r} sketch with these "
+            f"attributes holds {sorted(written)} (tampered attributes or arrays)."
+        )
+    for key, value in sketch._attrs().items():
+        if not _same_value(value, attrs.get(key)):
+            raise SketchFormatError(
+                f"{target}: attribute {key!r} is {attrs.get(key)!r}; expected {value!r} for this sketch "
+                "(tampered attributes)."
+            )
+    # Last, so that the specific checks above name what is wrong; this one catches the edits
+    # that leave a valid-looking sketch (a count off by one).
+    _check_attributes_digest(attrs, target, require_digest)
+    if verify_key is not None:
+        _check_signature(attrs, verify_key, target)
+    return sketch
+
+
+def _check_signature(attrs: dict[str, Any], verify_key: bytes, target: str) -> None:
+    """Refuse a sketch not signed with ``verify_key`` (after the digest verified every value it covers)."""
+    check_signature_record(
+        attrs.get(SIGNATURE_ATTRIBUTE), signature_value(attrs, verify_key), target, "sketch",
+        "Sketch.save(..., signing_key=...) or `streamrff sketch/merge --sign-key FILE`", SketchSignatureError,
+    )  # fmt: skip
+
+
+def is_signed(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> bool:
+    """Whether the sketch file carries a signature (not verified: use ``load(..., verify_key=)`` for that).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, streamrff as srf
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+    >>> srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8)).save(path, signing_key=b"k" * 32)
+    >>> is_signed(path), srf.load(path, verify_key=b"k" * 32).count
+    (True, 3)
+    """
+    target = os.fspath(path_or_url)
+    store = _open_store(target, storage_options)
+    try:
+        return isinstance(zarr.open_group(store=store, mode="r", zarr_format=3).attrs.get(SIGNATURE_ATTRIBUTE), dict)
+    finally:
+        if isinstance(store, zarr.storage.ZipStore):
+            store.close()
+
+
+def _same_value(expected: Any, stored: Any) -> bool:
+    """JSON-level equality that keeps bools apart from numbers (``1 == True`` in Python)."""
+    if isinstance(expected, (bool, np.bool_)) or isinstance(stored, bool):
+        return isinstance(stored, bool) and isinstance(expected, (bool, np.bool_)) and stored == bool(expected)
+    if isinstance(expected, dict):
+        return (
+            isinstance(stored, dict)
+            and expected.keys() == stored.keys()
+            and all(_same_value(expected[key], stored[key]) for key in expected)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(expected)
+            and all(_same_value(a, b) for a, b in zip(expected, stored))
+        )
+    return bool(expected == stored)
