@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and IDEs
     from .drift import DriftMonitor, DriftUpdate, load_monitor
-    from .engine import fit_map, nystrom_sketch, sketch
+    from .engine import JobOptions, fit_map, job_options, nystrom_sketch, sketch
     from .errors import (
         BiasWarning,
         CheckpointMismatchError,
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
 #: Where each public name lives (imported on first use, see _load_public_api).
 _LOCATIONS = {
     "drift": ("DriftMonitor", "DriftUpdate", "load_monitor"),
-    "engine": ("sketch", "fit_map", "nystrom_sketch"),
+    "engine": ("sketch", "fit_map", "nystrom_sketch", "job_options", "JobOptions"),
     "errors": (
         "BiasWarning", "CheckpointMismatchError", "ClusterError", "InputError", "MapFormatError", "ModelFormatError",
         "ModelSignatureError", "NotFittedMapError", "OutputError", "SketchBeingWrittenError", "SketchFormatError",
@@ -173,6 +173,8 @@ __all__ = [
     "sketch_array",
     "sketch",
     "fit_map",
+    "job_options",
+    "JobOptions",
     "open_source",
     "RowSource",
     "load",

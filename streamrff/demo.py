@@ -80,7 +80,7 @@ def _refer_to_shared_map(test: dict[str, Any], shared_map: dict[str, Any]) -> di
 
 def _demo_client(scheduler: str | None, echo: Any) -> contextlib.AbstractContextManager:
     """The scheduler to use: the given address, or an embedded LocalCluster (its dashboard link printed)."""
-    from .engine.jobs import connect
+    from .engine import connect
 
     if scheduler is not None:
         return connect(scheduler)

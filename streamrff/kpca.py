@@ -40,13 +40,11 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from ._base.blas import one_blas_thread, single_blas_thread
 from ._base.validation import check_positive_int, is_in_memory, normalize_seed, store_params, validate_estimator_input
 from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
-from .engine.connection import connect
-from .engine.jobs import _memory_per_thread, fit_map, nystrom_sketch, sketch
+from .engine import connect, current_job_options, fit_map_and_sample, memory_per_thread, open_job_source, run_sketch
 from .errors import InputError, NotFittedMapError
 from .maps import FeatureMap
 from .sketches.mean import MeanSketch
 from .sketches.nystrom import NystromSketch, nystrom_eigenpairs
-from .sources.rows import open_source
 from .typing import PathOrURL, StorageOptions
 
 __all__ = ["KernelPCA"]
@@ -243,9 +241,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             return self.feature_map
         return initial_feature_map(self.method, self.n_features, self.bandwidth, self.seed, self.n_landmarks)
 
-    def fit(
-        self, X: Any, y: Any = None, client: Any = None, storage_options: StorageOptions = None, progress: bool = False
-    ) -> KernelPCA:
+    def fit(self, X: Any, y: Any = None, **options: Any) -> KernelPCA:
         """Sketch ``X`` in one pass (second moments or their Nystrom sketch) and diagonalise the centred covariance.
 
         Parameters
@@ -253,9 +249,9 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         X : array-like, dask Array, xarray DataArray, or str/PathLike
             Anything :func:`streamrff.sketch` accepts (zarr path or URL included).
         y : ignored
-        client, storage_options, progress
-            Where the pass runs, the fsspec options of URL sources and whether to show a progress bar,
-            as for :func:`streamrff.sketch`.
+        **options
+            The job options (``client``, ``storage_options``, ``progress``, ...), as for
+            :func:`streamrff.sketch`.
 
         Returns
         -------
@@ -272,22 +268,20 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         feature_map = self._initial_map()
         if is_in_memory(X):
             X = validate_estimator_input(self, X, reset=True)
-        source = open_source(X, storage_options=storage_options)
-        with connect(client) as active:
+        job = current_job_options(**options)
+        source = open_job_source(X, job)
+        with connect(job.client) as active:
+            job = job.replace(client=active)
             # Fit the map first (the seeded row sample; nothing else is read) to learn D.
-            fitted = fit_map(feature_map, [source], client=active, progress=progress)
+            fitted = fit_map_and_sample(feature_map, [source], 0, 0, job)[0]
             width = fitted.n_features_out_
-            if self._moments_kind(width, _memory_per_thread(active)) == "full":
-                covariance_sketch = sketch(source, fitted, moments=True, client=active, progress=progress)
+            if self._moments_kind(width, memory_per_thread(active)) == "full":
+                covariance_sketch = run_sketch(source, "mean", fitted, job, moments=True)
             else:
-                covariance_sketch = nystrom_sketch(
-                    source,
-                    fitted,
-                    sketch_size=self._sketch_size(width, k),
-                    seed=normalize_seed(self.seed),
-                    client=active,
-                    progress=progress,
-                )
+                covariance_sketch = run_sketch(
+                    source, "nystrom", fitted, job, sketch_size=self._sketch_size(width, k),
+                    test_seed=normalize_seed(self.seed),
+                )  # fmt: skip
         return self.fit_from_sketch(covariance_sketch)
 
     def fit_from_sketch(

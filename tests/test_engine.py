@@ -9,7 +9,6 @@ moto's S3 server.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -28,15 +27,9 @@ from scipy.spatial.distance import pdist
 
 import streamrff as srf
 from streamrff._base.sampling import MEDIAN_SAMPLE_ROWS, row_keys
-from streamrff.engine.jobs import (
-    _feature_sum_not_finite,
-    _mean_kernel,
-    auto_chunk_rows,
-    fit_map_and_sample,
-    landmark_sample,
-    run_chunks,
-)
+from streamrff.engine import JobOptions, auto_chunk_rows, fit_map_and_sample, landmark_sample, run_chunks
 from streamrff.errors import InputError, SourceError
+from streamrff.sketches import MeanSketch
 from streamrff.sketches.mean import mean_sketch_of_chunk
 from streamrff.sources.rows import open_source
 
@@ -557,11 +550,12 @@ def test_rff_sketch_without_finiteness_pass_equals_the_check_first_pass_bit_for_
     rows = X.copy()
     rows[[10, 4_100, 4_321, 19_999], [0, 1, 1, 7]] = [np.nan, np.inf, -np.inf, np.nan]
     fitted = srf.RFF(n_features=128, bandwidth=2.0, seed=4).fit(X[:1])
-    kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=False)
+    job = MeanSketch.chunk_job(fitted)
+    kernel = job.kernel
     for data in (X, rows):
         source = open_source(data, chunk_rows=1_000)
-        check_first = run_chunks([source], kernel, on_invalid="skip")
-        folded = run_chunks([source], kernel, on_invalid="skip", shows_non_finite=_feature_sum_not_finite)
+        check_first = run_chunks([source], kernel, JobOptions(on_invalid="skip"))
+        folded = run_chunks([source], kernel, JobOptions(on_invalid="skip"), shows_non_finite=job.shows_non_finite)
         assert folded.feature_sum.tobytes() == check_first.feature_sum.tobytes()
         assert (folded.count, folded.n_invalid) == (check_first.count, check_first.n_invalid)
 
@@ -594,3 +588,40 @@ def test_sketch_fitted_map_of_other_width_is_rejected():
 def test_sketch_rejects_bad_arguments(kwargs, message):
     with pytest.raises(InputError, match=message):
         srf.sketch(X[:100], median_map(), **kwargs)
+
+
+def test_sketch_job_opens_lists_and_checks_its_zarr_source_once(tmp_zarr, monkeypatch):
+    # srf.sketch on a zarr path with a median map runs two passes (the row sample, then the sketch): the source
+    # is opened once (one zarr open), its store listed once, and the sum method checked once, then handed down.
+    import sys
+    from collections import Counter
+    from functools import cached_property
+
+    import streamrff.sketches.mean
+    import streamrff.sources.rows as rows_module
+
+    path = tmp_zarr(X, 2_500)
+    counts: Counter[str] = Counter()
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    originals = {
+        "open_source": rows_module.open_source,
+        "open_zarr_array": rows_module.open_zarr_array,
+        "check_sum_method": streamrff.sketches.mean.check_sum_method,
+    }
+    for module in [module for name, module in sys.modules.items() if name.startswith("streamrff")]:
+        for name, original in originals.items():
+            if getattr(module, name, None) is original:
+                monkeypatch.setattr(module, name, counted(name, original))
+    listing = rows_module.RowSource._stored_keys.func
+    monkeypatch.setattr(rows_module.RowSource, "_stored_keys", cached_property(counted("store listing", listing)))
+    monkeypatch.setattr(rows_module.RowSource._stored_keys, "attrname", "_stored_keys")
+    result = srf.sketch(path, median_map(), moments=True)
+    assert result.count == N_ROWS
+    assert counts == {"open_source": 1, "open_zarr_array": 1, "check_sum_method": 1, "store listing": 1}

@@ -35,9 +35,9 @@ from .options import (
     EXIT_USAGE,
     HelpFormatter,
     UsageError,
+    job_options_of,
     parse_storage_options,
     resolve_deprecated_alias,
-    source_config,
 )
 from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_summary, as before the split
 
@@ -139,8 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
                 args.storage_options = parse_storage_options(args.storage_options)
-            if hasattr(args, "allow_missing_chunks"):  # a command that reads sources
-                with source_config(args):
+            job = job_options_of(args)
+            if job:  # a command that runs jobs: every job and source of it takes the command line's options
+                from ..engine.options import job_options  # here, not at the top: start-up time
+
+                with job_options(**job):
                     return handler(args)
             return handler(args)
     except UsageError as error:

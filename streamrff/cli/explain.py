@@ -72,18 +72,17 @@ def add_parser(commands: Any) -> None:
 _MAP_ROWS = 2000
 
 
-def _save_plot(args: argparse.Namespace, sketches: list[Any], found: Any, client: Any) -> None:
+def _save_plot(args: argparse.Namespace, sketches: list[Any], found: Any) -> None:
     """The --plot figure: the witness histogram beside its map over two columns or kernel PCs."""
     import numpy as np
 
-    from ..engine.jobs import landmark_sample
+    from ..engine import current_job_options, landmark_sample, open_job_source
     from ..kpca import KernelPCA
     from ..plot import save_explain_figure
     from ..sketches.base import merge
-    from ..sources.rows import open_source
 
-    source = open_source(args.source, storage_options=args.storage_options, name="source")
-    sample = landmark_sample([source], _MAP_ROWS, 0, client=client).rows
+    source = open_job_source(args.source, current_job_options(), name="source")
+    sample = landmark_sample([source], _MAP_ROWS, 0).rows
     top = np.asarray(source.array[np.sort(found.rows)].compute(), dtype=np.float64)
     if args.plot_columns is not None:
         if max(args.plot_columns) >= source.shape[1]:
@@ -105,18 +104,14 @@ def _save_plot(args: argparse.Namespace, sketches: list[Any], found: Any, client
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.jobs import connect  # here, not at the top: start-up time
-    from ..twosample import explain
+    from ..twosample import explain  # here, not at the top: start-up time
     from .sketchfiles import load_checked_sketches
 
     options.check_plot_free(args)
     sketches = load_checked_sketches(args.sketches, args.storage_options, min_rows=1)
-    with connect(args.scheduler) as client:
-        found = explain(
-            sketches[0], sketches[1], args.source, k=args.top, which=args.which, level=args.level, client=client,
-            storage_options=args.storage_options,
-        )  # fmt: skip
+    with options.one_connection():
+        found = explain(sketches[0], sketches[1], args.source, k=args.top, which=args.which, level=args.level)
         if args.plot:
-            _save_plot(args, sketches, found, client)
+            _save_plot(args, sketches, found)
     emit(args, found.to_dict(), found.lines() + ([f"wrote {args.plot}"] if args.plot else []))
     return options.EXIT_OK

@@ -61,18 +61,14 @@ def fit_write_report(
     its payload, with the output and the map spec added, under ``--json``,
     else its lines.
     """
-    from ..engine.jobs import (
-        connect,  # here, not at the top: start-up time
-        write_zarr,
-    )
+    from ..engine import write_zarr  # here, not at the top: start-up time
 
     storage_options = args.storage_options
     options.check_output_free(args.output, storage_options, args.overwrite)
-    with connect(args.scheduler) as client:
+    with options.one_connection() as client:
         if model.feature_map is not None and not model.feature_map.is_fitted():  # --structured
-            fitted = options.fit_on_sources(model.feature_map, [args.source], client, storage_options)
-            model.set_params(feature_map=fitted)
-        model.fit(args.source, client=client, storage_options=storage_options, **fit_options)
+            model.set_params(feature_map=options.fit_on_sources(model.feature_map, [args.source]))
+        model.fit(args.source, **fit_options)
         values = per_row(model, args.source, storage_options=storage_options)
         write_zarr(values, args.output, storage_options=storage_options, client=client, overwrite=args.overwrite)
     payload, lines = report(model)

@@ -62,19 +62,12 @@ def _unfitted_map(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.jobs import connect, fit_map  # here, not at the top: start-up time
+    from ..engine import fit_map  # here, not at the top: start-up time
     from ..formats.map import save_map
 
     feature_map = _unfitted_map(args)
     options.check_output_free(args.output, args.storage_options, args.overwrite)
-    with connect(args.scheduler) as client:
-        fitted = fit_map(
-            feature_map,
-            list(args.sources),
-            client=client,
-            progress=show_progress(args),
-            storage_options=args.storage_options,
-        )
+    fitted = fit_map(feature_map, list(args.sources), progress=show_progress(args))
     save_map(fitted, args.output, storage_options=args.storage_options, overwrite=args.overwrite)
     payload = {
         "path": args.output,

@@ -15,10 +15,11 @@ must stay fast); the checks that need streamrff import it when they run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -334,8 +335,8 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
 def add_source_options(parser: argparse.ArgumentParser) -> None:
     """``--allow-missing-chunks`` and ``--max-tasks``, of every command that reads zarr sources.
 
-    :func:`streamrff.cli.main` runs the command under :func:`source_config`, so every source the
-    command opens and every job it runs takes them.
+    :func:`streamrff.cli.main` runs the command under :func:`streamrff.job_options` with them
+    (:func:`job_options_of`), so every source the command opens and every job it runs takes them.
     """
     parser.add_argument(
         "--allow-missing-chunks", action="store_true",
@@ -349,15 +350,28 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def source_config(args: argparse.Namespace) -> Any:
-    """A context in which the sources and jobs of the command take ``--allow-missing-chunks`` and ``--max-tasks``
-    (the dask config keys ``streamrff.allow-missing-chunks`` and ``streamrff.max-tasks``)."""
-    import dask  # here, not at the top: start-up time
+def job_options_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The job options the command line sets for every job of a command (:class:`streamrff.engine.JobOptions`).
 
-    settings: dict[str, Any] = {"streamrff.allow-missing-chunks": bool(args.allow_missing_chunks)}
-    if args.max_tasks is not None:
-        settings["streamrff.max-tasks"] = args.max_tasks
-    return dask.config.set(settings)
+    ``--scheduler`` (the client), ``--storage-options``, ``--allow-missing-chunks`` and
+    ``--max-tasks``, of the commands that declare them; :func:`streamrff.cli.main` runs the command
+    under :func:`streamrff.job_options` with them. A command's own job options (``sketch
+    --chunk-rows``, ``--checkpoint``, ``--on-invalid``, progress bars) go to its call.
+    """
+    names = {"scheduler": "client", "storage_options": "storage_options", "max_tasks": "max_tasks"}
+    found = {option: getattr(args, name) for name, option in names.items() if hasattr(args, name)}
+    if hasattr(args, "allow_missing_chunks"):
+        found["allow_missing_chunks"] = bool(args.allow_missing_chunks)
+    return found
+
+
+@contextlib.contextmanager
+def one_connection() -> Iterator[Any]:
+    """One connection to the command's ``--scheduler`` (None: the embedded local default) for all its jobs."""
+    from ..engine import connect, current_job_options, job_options  # here, not at the top: start-up time
+
+    with connect(current_job_options().client) as client, job_options(client=client):
+        yield client
 
 
 def add_json(parser: argparse.ArgumentParser, help: str) -> None:
@@ -375,11 +389,6 @@ def refuse(problems: Sequence[str]) -> None:
         raise UsageError(problems[0])
     if problems:
         raise UsageError(f"{len(problems)} problems with the command line:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
-def dask_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--scheduler`` and ``--storage-options`` as the keyword arguments of the public API."""
-    return {"client": args.scheduler, "storage_options": args.storage_options}
 
 
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:
@@ -441,11 +450,11 @@ def load_map_option(args: argparse.Namespace) -> Any:
     return None if args.map is None else load_map(args.map, storage_options=args.storage_options)
 
 
-def fit_on_sources(feature_map: Any, sources: Sequence[str], client: Any, storage_options: Any) -> Any:
+def fit_on_sources(feature_map: Any, sources: Sequence[str]) -> Any:
     """``feature_map`` fitted on the seeded row sample pooled across ``sources`` (as ``streamrff map`` fits it)."""
-    from ..engine.jobs import fit_map  # here, not at the top: start-up time
+    from ..engine import fit_map  # here, not at the top: start-up time
 
-    return fit_map(feature_map, list(sources), client=client, storage_options=storage_options)
+    return fit_map(feature_map, list(sources))
 
 
 def rff_of_options(args: argparse.Namespace) -> Any:

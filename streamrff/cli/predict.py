@@ -32,7 +32,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np  # here, not at the top: start-up time
 
-    from ..engine.jobs import connect, write_zarr
+    from ..engine import write_zarr
     from ..ridge.modelfile import load_model
 
     model = load_model(args.model, storage_options=args.storage_options, verify_key=options.signing_key(args))
@@ -40,9 +40,8 @@ def run(args: argparse.Namespace) -> int:
     predictions = model.predict(args.source, storage_options=args.storage_options)
     if predictions.dtype.kind == "U":  # zarr's stable text type is the variable-width string
         predictions = predictions.astype(np.dtypes.StringDType())
-    with connect(args.scheduler) as client:
-        write_zarr(predictions, args.output, storage_options=args.storage_options, client=client,
-                   overwrite=args.overwrite)  # fmt: skip
+    write_zarr(predictions, args.output, storage_options=args.storage_options, client=args.scheduler,
+               overwrite=args.overwrite)  # fmt: skip
     kind = "class labels" if hasattr(model, "classes_") else "predictions"
     payload = {
         "output": args.output,

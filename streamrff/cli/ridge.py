@@ -155,9 +155,9 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
     """The fitted model, and what to report of its training data."""
     import numpy as np  # here, not at the top: start-up time
 
-    from .. import KernelRidge, KernelRidgeClassifier, merge
-    from ..engine.jobs import connect
     from ..maps import RFF
+    from ..ridge import KernelRidge, KernelRidgeClassifier
+    from ..sketches import merge
 
     estimator = KernelRidgeClassifier if args.classify else KernelRidge
     if args.sketches is not None:
@@ -202,8 +202,8 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
         map_options = {"n_features": args.features, "bandwidth": args.bandwidth, "seed": args.seed}
     else:
         map_options = {"feature_map": feature_map}
-    with connect(args.scheduler) as client:
-        job = {"client": client, "storage_options": args.storage_options, "progress": show_progress(args)}
+    with options.one_connection() as client:
+        job = {"progress": show_progress(args)}
         if args.classify:
             from .labels import open_labels
 
@@ -219,7 +219,7 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
         if feature_map is None:
             feature_map = RFF(**map_options)  # KernelRidge's default map
         sketcher = estimator(rank=args.rank, feature_map=feature_map, seed=feature_map.get_params().get("seed", 0))
-        regression = sketcher._sketch(args.source, args.target, **job)
+        regression = sketcher._sketch(args.source, args.target, job)
     model = estimator(alpha=args.alpha, rank=args.rank).fit_from_sketch(regression)
     r2 = _training_r2(regression, model)
     data = {"source": args.source, "target": args.target, "training_r2": _finite_or_none(r2)}

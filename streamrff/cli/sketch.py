@@ -101,7 +101,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.jobs import sketch  # here, not at the top: start-up time
+    from ..engine import sketch  # here, not at the top: start-up time
     from ..formats.sketch import check_writable
 
     options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
@@ -129,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
         args.source,
         feature_map,
         moments=args.moments,
-        **options.dask_options(args),
         chunk_rows=args.chunk_rows,
         checkpoint=args.checkpoint,
         on_invalid=args.on_invalid,

@@ -220,7 +220,6 @@ def _test_sketches(args: argparse.Namespace) -> Any:
 
 
 def _test_data(args: argparse.Namespace) -> Any:
-    from ..engine.jobs import connect  # here, not at the top: start-up time
     from ..twosample import two_sample_test
 
     # --seed also seeds the permutations, so it never contradicts --map.
@@ -232,11 +231,11 @@ def _test_data(args: argparse.Namespace) -> Any:
         # --features and --variant checked against each other before the data are read
         unfitted = options.rff_of_options(args)
     aggregated = args.null == "aggregated"
-    with connect(args.scheduler) as client:
+    with options.one_connection():
         if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
-            feature_map = options.fit_on_sources(unfitted, args.sources, client, args.storage_options)
+            feature_map = options.fit_on_sources(unfitted, args.sources)
         if _columns_ride_along(args):  # the joint test and the per-column tests in one pass
-            return _test_columns(args, client, feature_map if feature_map is not None else unfitted)
+            return _test_columns(args, feature_map if feature_map is not None else unfitted)
         return two_sample_test(
             args.sources[0],
             args.sources[1],
@@ -245,8 +244,6 @@ def _test_data(args: argparse.Namespace) -> Any:
             method=args.null,
             n_permutations=args.permutations,
             seed=args.seed,
-            client=client,
-            storage_options=args.storage_options,
             variant=args.variant,
             feature_map=feature_map,
             **({"bandwidths": args.bandwidths, "aggregation": args.aggregation} if aggregated else {}),
@@ -260,7 +257,7 @@ def _columns_ride_along(args: argparse.Namespace) -> bool:
     return wanted and not args.sketches and args.null == "permutation" and not args.moments
 
 
-def _test_columns(args: argparse.Namespace, client: Any, joint_map: Any = None) -> Any:
+def _test_columns(args: argparse.Namespace, joint_map: Any = None) -> Any:
     """The per-column (or per-component) tests of ``--columns`` / ``--components``; with ``joint_map``
     the joint permutation test rides along in the same pass (``result.joint``)."""
     from ..twosample import marginal_tests  # here, not at the top: start-up time
@@ -268,7 +265,6 @@ def _test_columns(args: argparse.Namespace, client: Any, joint_map: Any = None) 
     return marginal_tests(
         args.sources[0], args.sources[1], n_features=args.column_features, n_permutations=args.permutations,
         seed=0 if args.seed is None else args.seed, components=args.components, feature_map=joint_map,
-        client=client, storage_options=args.storage_options,
     )  # fmt: skip
 
 
@@ -281,10 +277,7 @@ def run(args: argparse.Namespace) -> int:
     if _columns_ride_along(args):
         columns, result = result, result.joint
     elif args.columns or args.components is not None:
-        from ..engine.jobs import connect  # here, not at the top: start-up time
-
-        with connect(args.scheduler) as client:
-            columns = _test_columns(args, client)
+        columns = _test_columns(args)
     if args.plot:
         from ..plot import save_report_figure  # here, not at the top: start-up time
 

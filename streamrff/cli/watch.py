@@ -234,7 +234,7 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
         seed=seed,
         n_streams=streams,
     )
-    return monitor.fit(args.reference, client=args.scheduler, storage_options=args.storage_options), kind
+    return monitor.fit(args.reference), kind
 
 
 class _Refusal(Exception):
@@ -503,10 +503,10 @@ def _wait_for_chunk(watch: _Watch, follow: bool, start: int, stop: int, n_rows: 
 
 
 def _open(args: argparse.Namespace) -> Any:
+    from ..engine import current_job_options, open_job_source  # here, not at the top: start-up time
     from ..errors import SourceError
-    from ..sources.rows import open_source  # here, not at the top: start-up time
 
-    source = open_source(args.source, storage_options=args.storage_options, name="SOURCE")
+    source = open_job_source(args.source, current_job_options(), name="SOURCE")
     if source.zarr_array is None:  # pragma: no cover - a path always opens a zarr array
         raise SourceError(f"{args.source} is not a zarr array.")
     return source

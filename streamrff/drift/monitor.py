@@ -25,14 +25,13 @@ from .._base.validation import (
     validate_estimator_input,
 )
 from .._kernels.sliding import NOT_FINITE, reference_term, slide_features, slide_rows
+from ..engine import JobOptions, compute, current_job_options, fit_map_and_sample, open_job_source, run_sketch
 from ..engine.connection import connect
-from ..engine.jobs import fit_map_and_sample, sketch
 from ..errors import InputError, NotFittedMapError, SketchFormatError
 from ..formats.monitor import read_monitor_group, write_monitor_group
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches.mean import MeanSketch
-from ..sources.rows import open_source
-from ..typing import PathOrURL, StorageOptions
+from ..typing import PathOrURL
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
@@ -91,7 +90,7 @@ def _column_statistics(monitor: DriftMonitor, slots: np.ndarray) -> tuple[np.nda
     return statistic, np.argsort(-np.abs(statistic), kind="stable").astype(np.int64)
 
 
-def _column_moments(source: Any, client: Any, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+def _column_moments(source: Any, job: JobOptions) -> tuple[np.ndarray, np.ndarray]:
     """Per column of an opened reference source, the mean and the variance (``ddof=1``) of its raw rows, in float64.
 
     An on-disk reference is read once more for them (a dask reduction; no features). Folding them
@@ -103,11 +102,9 @@ def _column_moments(source: Any, client: Any, progress: bool) -> tuple[np.ndarra
     if source.rows is not None:
         rows = np.asarray(source.rows)
         return rows.mean(axis=0, dtype=np.float64), rows.var(axis=0, dtype=np.float64, ddof=1)
-    from ..engine.jobs import _compute
-
     array = source.array
-    mean, variance = _compute((array.mean(axis=0, dtype=np.float64), array.var(axis=0, dtype=np.float64, ddof=1)),
-                              client, progress, retries=3)  # fmt: skip
+    mean, variance = compute((array.mean(axis=0, dtype=np.float64), array.var(axis=0, dtype=np.float64, ddof=1)),
+                             job.client, job.progress, job.retries)  # fmt: skip
     return np.asarray(mean, dtype=np.float64), np.asarray(variance, dtype=np.float64)
 
 
@@ -377,8 +374,7 @@ class DriftMonitor(BaseEstimator):
         return default_stream_count(window, ert, width) if self.n_streams == "auto" else int(self.n_streams)
 
     def fit(
-        self, reference: Any, y: Any = None, *, client: Any = None, storage_options: StorageOptions = None,
-        progress: bool = False,
+        self, reference: Any, y: Any = None, **options: Any
     ) -> DriftMonitor:
         """Sketch the reference (one pass through the engine) and calibrate the thresholds.
 
@@ -389,9 +385,9 @@ class DriftMonitor(BaseEstimator):
             ``srf.load(path)``, possibly merged across sites; it needs second
             moments for the Gaussian calibration, its only option).
         y : ignored
-        client, storage_options, progress
-            Where the reference pass runs, the fsspec options of URL sources and whether to show a progress bar,
-            as for :func:`streamrff.sketch`.
+        **options
+            The job options of the reference pass (``client``, ``storage_options``,
+            ``progress``, ...), as for :func:`streamrff.sketch`.
 
         Returns
         -------
@@ -404,10 +400,11 @@ class DriftMonitor(BaseEstimator):
         """
         window, ert = self._check_params()
         seed = normalize_seed(self.seed)
+        job = current_job_options(**options)
         if not isinstance(reference, MeanSketch):  # opened (metadata only) for its width: the raw rows' buffer
             if is_in_memory(reference):
                 reference = validate_estimator_input(self, reference, reset=True)
-            reference = open_source(reference, storage_options=storage_options)
+            reference = open_job_source(reference, job)
         self._check_memory(reference, window, ert)  # before the reference pass: a window too large fails at once
         if isinstance(reference, MeanSketch):
             simulation = "gaussian" if self.simulation == "auto" else self.simulation
@@ -419,7 +416,7 @@ class DriftMonitor(BaseEstimator):
             summary, sample, columns = reference, None, (None, None)
         else:
             simulation = "resample" if self.simulation == "auto" else self.simulation
-            summary, sample, columns = self._sketch_reference(reference, simulation, seed, client, progress)
+            summary, sample, columns = self._sketch_reference(reference, simulation, seed, job)
         if simulation == "gaussian" and not summary.has_moments:
             raise InputError(
                 "simulation='gaussian' needs the reference's second moment. Got a MeanSketch without "
@@ -462,17 +459,18 @@ class DriftMonitor(BaseEstimator):
             check_monitor_fits(window, width, self._streams(window, ert, width), memory_available(), n_columns)
 
     def _sketch_reference(
-        self, source: Any, simulation: str, seed: int, client: Any, progress: bool
+        self, source: Any, simulation: str, seed: int, job: JobOptions
     ) -> tuple[MeanSketch, np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """The reference's sketch, calibration sample and column moments, from its opened ``source``."""
         initial = self.feature_map or RFF(n_features=self.n_features, bandwidth=self.bandwidth, seed=seed)
         # One sampling pass serves the map's fit (the median bandwidth) and the calibration bank.
         n_bank_rows = int(self.n_reference_rows) if simulation == "resample" else 0
         bank_seed = int(np.random.SeedSequence([seed, 0xBA4C]).generate_state(1)[0])  # when the map takes no sample
-        with connect(client) as active:
-            fitted, sample = fit_map_and_sample(initial, [source], n_bank_rows, bank_seed, active, progress)
-            summary = sketch(source, fitted, moments=simulation == "gaussian", client=active, progress=progress)
-            columns = _column_moments(source, active, progress)
+        with connect(job.client) as active:
+            job = job.replace(client=active)
+            fitted, sample = fit_map_and_sample(initial, [source], n_bank_rows, bank_seed, job)
+            summary = run_sketch(source, "mean", fitted, job, moments=simulation == "gaussian")
+            columns = _column_moments(source, job)
         return summary, sample, columns
 
     def _start_run(self, window: int, width: int) -> None:

@@ -1,17 +1,21 @@
-"""The tasks of a job: consecutive chunks of a source grouped into at most ``max_tasks`` tasks.
+"""The tasks of a job: rows per task, and consecutive chunks of a source grouped into at most ``max_tasks`` tasks.
 
 A task reads its chunks one after the other (a zarr source's task reads its stored chunks itself;
 a numpy source's gets a view of its rows; a dask source's gets its group's block), embeds each as
 it would alone with the job's chunk kernel, checks it (finite rows), and merges the partials in
 chunk order, at most ``split_every`` at once; so a task never holds more than one chunk's
 features, and the result differs from one task per chunk by float64 rounding only.
-:func:`streamrff.engine.jobs.run_chunks` plans the groups and tree-merges the tasks' partials.
+:func:`plan_chunks` picks the rows per task of sources without a chunking of their own (from the
+workers' memory per thread, never their number); :func:`streamrff.engine.run_chunks` groups the chunks
+and tree-merges the tasks' partials.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,14 +29,16 @@ from ..sources.chunkread import ChunkRows
 from ..sources.rows import RowSource, chunk_digest
 from .checkpoint import PartialSlot, load_partial
 
-__all__ = ["ChunkKernel", "DEFAULT_MAX_TASKS", "chunk_groups", "group_data", "group_identity", "group_task"]
+__all__ = [
+    "ChunkKernel", "DEFAULT_MAX_TASKS", "auto_chunk_rows", "chunk_groups", "group_data", "group_identity", "group_task",
+    "memory_per_thread", "merge_group", "plan_chunks", "resolve_max_tasks",
+]
+
+logger = logging.getLogger("streamrff.engine")
 
 #: A per-chunk kernel: (finite rows, global index of the chunk's first row,
 #: boolean mask of the finite rows within the chunk or None) -> partial sketch.
 ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], Sketch]
-
-_ON_INVALID = ("raise", "skip")
-
 
 @dataclasses.dataclass(frozen=True)
 class _ChunkGroup:
@@ -90,8 +96,8 @@ def group_task(
             _chunk_partial(rows_of(position), offset, group.where(position), kernel, on_invalid, shows_non_finite)
         )
         if len(partials) == split_every:
-            partials = [_merge_group(*partials)]
-    return _saved(partials[0] if len(partials) == 1 else _merge_group(*partials), slot)
+            partials = [merge_group(*partials)]
+    return _saved(partials[0] if len(partials) == 1 else merge_group(*partials), slot)
 
 
 def group_identity(identities: Sequence[str | None]) -> str | None:
@@ -155,7 +161,7 @@ def _saved(partial: Sketch, slot: PartialSlot | None) -> Sketch:
     return partial
 
 
-def _merge_group(*partials: Sketch) -> Sketch:
+def merge_group(*partials: Sketch) -> Sketch:
     return partials[0].merge_many(partials[1:])
 
 
@@ -171,7 +177,7 @@ DEFAULT_MAX_TASKS = 10_000
 WAVE_CHUNKS = 2**15
 
 
-def _max_tasks(max_tasks: Any) -> int:
+def resolve_max_tasks(max_tasks: Any) -> int:
     """``max_tasks``, or the dask config key ``streamrff.max-tasks`` (default :data:`DEFAULT_MAX_TASKS`)."""
     if max_tasks is None:
         max_tasks = dask.config.get("streamrff.max-tasks", DEFAULT_MAX_TASKS)
@@ -233,3 +239,62 @@ def group_data(source: RowSource, groups: list[_ChunkGroup], per_task: int, list
             rows = source.array[int(block_starts[first]) : int(block_starts[last])]
             waves = {wave: rows.rechunk({0: merged[first:last], 1: -1}).to_delayed(optimize_graph=False).ravel()}
         yield dataclasses.replace(group, read_base=int(block_starts[block]), wave=wave), waves[wave][block % per_wave]
+
+
+#: Rows per task of in-memory data: each task embeds about this many feature values (rows x D,
+#: ~0.1-0.3 s on one core), which amortises scheduling (~1 ms locally, more on a cluster) and,
+#: with moments, merging its D x D partial; a task's input stays under 1/8 of a thread's memory.
+_TASK_FEATURE_VALUES = 2**27
+
+
+_MAX_TASK_INPUT_BYTES = 256 * 2**20
+
+
+def memory_per_thread(client: Any) -> float:
+    """Smallest memory per task thread of the cluster's workers, or of this machine (no client, or an address
+    not connected yet)."""
+    if client is not None and not isinstance(client, str):
+        workers = client.scheduler_info().get("workers", {}).values()
+        limits = [w["memory_limit"] / max(int(w.get("nthreads", 1)), 1) for w in workers if w.get("memory_limit")]
+        if limits:
+            return min(limits)
+    import psutil
+
+    return psutil.virtual_memory().total / (os.cpu_count() or 1)
+
+
+def _task_input_cap(memory_per_thread: float) -> float:
+    return min(_MAX_TASK_INPUT_BYTES, memory_per_thread / 8)
+
+
+def auto_chunk_rows(n_rows: int, n_columns: int, width: int, moments: bool, memory_per_thread: float) -> int:
+    """Rows per task for a sketch of ``n_rows`` x ``n_columns`` data into ``width`` features.
+
+    About ``2**27 / width`` rows (at least ``8 * width`` with moments, so the
+    rank-k updates outweigh merging D x D partials), at most what keeps a
+    task's float64 input under 1/8 of a thread's memory and 256 MiB. It does
+    not depend on the number of workers, so neither does the result.
+
+    Examples
+    --------
+    >>> auto_chunk_rows(10_000_000, 32, 1024, False, memory_per_thread=4e9)
+    131072
+    >>> auto_chunk_rows(10_000, 32, 1024, False, memory_per_thread=4e9)
+    10000
+    """
+    most = max(1, int(_task_input_cap(memory_per_thread) // (9 * n_columns)))  # float64 rows + finite mask
+    wanted = max(_TASK_FEATURE_VALUES // max(width, 1), 8 * width if moments else 1)
+    return int(max(1, min(n_rows, most, wanted)))
+
+
+def plan_chunks(source: RowSource, width: int, moments: bool, client: Any) -> RowSource:
+    """Rows per task when the caller gave none: :func:`auto_chunk_rows` for in-memory arrays
+    (dask's default chunks for them ignore D); a chunked source keeps its chunks (they are
+    the unit of reading and of checkpoints) unless a chunk is too big for a worker's memory."""
+    memory = memory_per_thread(client)
+    too_big = max(source.row_chunks) * 9 * source.shape[1] > _task_input_cap(memory)
+    if not (source.in_memory or too_big):
+        return source
+    rows = auto_chunk_rows(source.shape[0], source.shape[1], width, moments, memory)
+    logger.info("rows per task: %d (D = %d, moments: %s)", rows, width, moments)
+    return source.with_chunk_rows(rows)

@@ -13,7 +13,6 @@ import logging
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,12 +29,12 @@ from .._base.validation import (
     validate_estimator_input,
 )
 from .._estimators import apply_to_rows, initial_feature_map
+from ..engine import JobOptions, current_job_options, landmark_sample, open_job_source, run_chunks
 from ..engine.connection import connect
-from ..engine.jobs import landmark_sample, run_chunks
 from ..errors import InputError, NotFittedMapError
 from ..maps import KJL, RFF, FeatureMap
-from ..sketches.cluster import _cluster_kernel, _labels_of_rows, _nearest
-from ..sources.rows import RowSource, open_source
+from ..sketches.cluster import ClusterSketch, _labels_of_rows, _nearest
+from ..sources.rows import RowSource
 from ..typing import Seed, StorageOptions
 from .initialization import (
     _INIT_STREAM,
@@ -421,8 +420,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
 
     # -- fitting -------------------------------------------------------------------------
     def fit(
-        self, X: Any, y: Any = None, client: Any = None, storage_options: StorageOptions = None, progress: bool = False,
-        callback: Callable[[LloydIteration], Any] | None = None,
+        self, X: Any, y: Any = None, callback: Callable[[LloydIteration], Any] | None = None, **options: Any
     ) -> KernelKMeans:
         """Fit the map on the seeded sample, initialise on the sample, then run full-data Lloyd passes.
 
@@ -432,13 +430,13 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             Anything :func:`streamrff.sketch` accepts (numpy, dask, xarray,
             zarr path or URL).
         y : ignored
-        client, storage_options, progress
-            Where the passes run, the fsspec options of URL sources and whether to show a progress bar,
-            as for :func:`streamrff.sketch`.
         callback : callable, optional
             Called with a :class:`LloydIteration` after every pass (the CLI
             shows them as progress); every pass is also logged at INFO level
             on the ``streamrff.kmeans`` logger.
+        **options
+            The job options of every pass (``client``, ``storage_options``,
+            ``progress``, ...), as for :func:`streamrff.sketch`.
 
         Returns
         -------
@@ -454,8 +452,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         try:
             if in_memory:
                 X = validate_estimator_input(self, X, reset=True)
-            source = open_source(X, storage_options=storage_options)
-            result = self._fit_source(source, client, progress, callback)
+            job = current_job_options(**options)
+            source = open_job_source(X, job)
+            result = self._fit_source(source, job, callback)
         except BaseException:
             if not fitted_before:  # validate_data sets n_features_in_ early; a failed fit stays unfitted
                 vars(self).pop("n_features_in_", None)
@@ -469,13 +468,14 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         return self
 
     def _fit_source(
-        self, source: RowSource, client: Any, progress: bool, callback: Callable[[LloydIteration], Any] | None
+        self, source: RowSource, job: JobOptions, callback: Callable[[LloydIteration], Any] | None
     ) -> dict[str, Any]:
         n_rows, n_columns = source.shape
         params = self._check_params(n_rows, n_columns)
         seed = normalize_seed(self.seed)
         history: list[LloydIteration] = []
-        with connect(client) as active:
+        with connect(job.client) as active:
+            job = job.replace(client=active)
             # One sampling pass serves the map and the init: bottom-k samples under one seed
             # are nested, so the map's sample (what engine.fit_map would draw) is the first
             # rows of the init sample, in key order.
@@ -487,7 +487,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
                 if map_seed != seed:  # pragma: no cover - both maps key their sample by their own seed
                     raise AssertionError("the map's row sample must be keyed by the estimator's seed")
             size = max(params["init_size"], map_rows)
-            sample = landmark_sample([source], size, seed, client=active, progress=progress).rows
+            sample = landmark_sample([source], size, seed, job).rows
             if self.feature_map is None:
                 feature_map._finish_fit(sample[:map_rows])
             sample_features = feature_map._embed(sample[: params["init_size"]])  # float32
@@ -496,8 +496,8 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             )
             previous = None
             for iteration in range(1, params["max_iter"] + 1):
-                kernel = partial(_cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous)
-                pass_sketch = run_chunks([source], kernel, client=active, progress=progress)
+                lloyd_step = ClusterSketch.chunk_job(feature_map, centers, previous)
+                pass_sketch = run_chunks([source], lloyd_step.kernel, job.replace(checkpoint=None))
                 counts = pass_sketch.counts
                 new_centers = pass_sketch.sums / np.maximum(counts, 1)[:, None]
                 empty = np.flatnonzero(counts == 0)
@@ -629,4 +629,5 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         self.fit(X, **fit_params)
         if hasattr(self, "labels_"):
             return self.labels_
-        return self.predict(X, storage_options=fit_params.get("storage_options"))
+        options = {name: value for name, value in fit_params.items() if name != "callback"}
+        return self.predict(X, storage_options=current_job_options(**options).storage_options)

@@ -61,11 +61,11 @@ from .._base.validation import (
     store_params,
 )
 from .._estimators import apply_to_rows, initial_feature_map, sketch_or_load
-from ..engine.jobs import connect, fit_map, nystrom_sketch, sketch
+from ..engine import connect, current_job_options, fit_map_and_sample, nystrom_sketch, open_job_source, sketch
 from ..errors import InputError, NotFittedMapError
 from ..maps import FeatureMap
 from ..sketches.regression import NystromRegressionSketch, RegressionSketch
-from ..sources.rows import open_source, open_zarr_array
+from ..sources.rows import open_zarr_array
 from ..typing import PathOrURL, StorageOptions
 from .gcv import _centred_system, _gcv_from_spectrum, _low_rank_system, _Spectrum, rank_tolerance, rounding_level
 
@@ -249,21 +249,22 @@ class _KernelRidgeBase(BaseEstimator):
                 "Pass the targets (or class labels) of the rows of X."
             )
 
-    def _sketch(self, X: Any, targets: Any, client: Any, storage_options: StorageOptions, progress: bool) -> Any:
-        job = {"client": client, "storage_options": storage_options, "progress": progress}
-        job["on_invalid"] = "require"  # no rows are skipped: a NaN in X or y is named, with no option to skip
+    def _sketch(self, X: Any, targets: Any, options: dict[str, Any]) -> Any:
+        # No rows are skipped: a NaN in X or y is named, with no option to skip.
+        job = current_job_options(**options).replace(on_invalid="require")
         if self.rank is None:
-            return sketch(X, self._initial_map(), target=targets, **job)
-        source = open_source(X, storage_options=storage_options)
-        with connect(client) as active:
+            return sketch(X, self._initial_map(), target=targets, **job.as_dict())
+        source = open_job_source(X, job)
+        with connect(job.client) as active:
+            job = job.replace(client=active, sample_dim=None, chunk_rows=None)  # the source is open
             # Fit the map first (the seeded row sample; nothing else is read) to learn D.
-            fitted = fit_map(self._initial_map(), [source], client=active, progress=progress)
+            fitted = fit_map_and_sample(self._initial_map(), [source], 0, 0, job)[0]
             width = fitted.n_features_out_
             if self.rank > width:
                 raise InputError(f"rank must be <= the map's output width D = {width}. Got {self.rank}; lower rank.")
             return nystrom_sketch(
                 source, fitted, sketch_size=min(width, 2 * self.rank), seed=normalize_seed(self.seed),
-                target=targets, **{**job, "client": active},
+                target=targets, **job.as_dict(),
             )  # fmt: skip
 
     def _solve(self, sketch: RegressionSketch) -> None:
@@ -429,7 +430,7 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
     """
 
     def fit(
-        self, X: Any, y: Any, client: Any = None, storage_options: StorageOptions = None, progress: bool = False
+        self, X: Any, y: Any, **options: Any
     ) -> KernelRidge:
         """Sketch rows and targets in one pass and solve the ridge normal equations.
 
@@ -439,9 +440,9 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
             Rows: anything :func:`streamrff.sketch` accepts (zarr path or URL included).
         y : array-like, dask Array, xarray DataArray, or str/PathLike
             Targets of shape (n_samples,) or (n_samples, n_targets), the same kinds of source.
-        client, storage_options, progress
-            Where the pass runs, the fsspec options of URL sources and whether to show a progress bar,
-            as for :func:`streamrff.sketch`.
+        **options
+            The job options (``client``, ``storage_options``, ``progress``, ...), as for
+            :func:`streamrff.sketch`.
 
         Returns
         -------
@@ -457,7 +458,7 @@ class KernelRidge(RegressorMixin, _KernelRidgeBase):
         self._check_y(y)
         if is_in_memory(X) and is_in_memory(y):
             X, y = _validate_xy(self, X, y, y_numeric=True, multi_output=True)
-        sketch = self._sketch(X, y, client, storage_options, progress)
+        sketch = self._sketch(X, y, options)
         return self.fit_from_sketch(sketch)
 
     def fit_from_sketch(
@@ -583,7 +584,7 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
         return _one_vs_rest(np.asarray(labels).reshape(-1), classes)
 
     def fit(
-        self, X: Any, y: Any, client: Any = None, storage_options: StorageOptions = None, progress: bool = False
+        self, X: Any, y: Any, **options: Any
     ) -> KernelRidgeClassifier:
         """Encode the labels one vs rest, sketch rows and targets in one pass, and solve.
 
@@ -594,8 +595,8 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
         y : array-like, dask Array, xarray DataArray, or str/PathLike
             Class labels of shape (n_samples,). Out-of-core labels are read
             once for their distinct values, then encoded chunk by chunk.
-        client, storage_options, progress
-            As in :meth:`KernelRidge.fit`.
+        **options
+            The job options, as in :meth:`KernelRidge.fit`.
 
         Returns
         -------
@@ -618,14 +619,14 @@ class KernelRidgeClassifier(ClassifierMixin, _KernelRidgeBase):
             check_classification_targets(y)
             classes = np.unique(y)
         else:
-            y = _labels_as_dask(y, storage_options)
+            y = _labels_as_dask(y, current_job_options(**options).storage_options)
             classes = np.unique(y.map_blocks(np.unique, dtype=y.dtype, chunks=((np.nan,) * y.numblocks[0],)).compute())
         if classes.size < 2:
             raise InputError(
                 f"Classifier can't train when only one class is present. Got the single class {classes.tolist()}; "
                 "pass labels of at least 2 classes."
             )
-        sketch = self._sketch(X, self.encode_targets(y, classes), client, storage_options, progress)
+        sketch = self._sketch(X, self.encode_targets(y, classes), options)
         return self.fit_from_sketch(sketch.with_classes(classes))
 
     def fit_from_sketch(

@@ -12,7 +12,7 @@ kernel they share. Imports the maps, the compiled kernels, the safe-file writer 
 
 from __future__ import annotations
 
-from .base import MappedSketch, Sketch, SumSketch, merge
+from .base import ChunkJob, MappedSketch, Sketch, SumSketch, merge
 from .cluster import ClusterSketch, cluster_sketch_of_chunk
 from .index import SketchIndex, kernel_distance
 from .landmark import LandmarkSketch
@@ -22,7 +22,8 @@ from .regression import NystromRegressionSketch, RegressionSketch, regression_sk
 from .twosample import TwoSampleSketch
 
 __all__ = [
-    "ClusterSketch", "LandmarkSketch", "MappedSketch", "MeanSketch", "NystromRegressionSketch", "NystromSketch",
+    "ChunkJob", "ClusterSketch", "LandmarkSketch", "MappedSketch", "MeanSketch", "NystromRegressionSketch",
+    "NystromSketch",
     "RegressionSketch", "Sketch", "SketchIndex", "SumSketch", "TwoSampleSketch", "cluster_sketch_of_chunk",
     "kernel_distance", "merge", "mmd2", "regression_sketch_array", "sketch_array",
 ]

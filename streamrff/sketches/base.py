@@ -1,7 +1,8 @@
 """The sketch contract: commutative monoids over chunks of rows, and the verbs every kind shares.
 
 Every sketch kind is immutable and offers the same few verbs: build one from a
-chunk of rows (a pure function that Dask can ship), :meth:`Sketch.merge`
+chunk of rows (a pure function that Dask can ship; a kind's ``chunk_job``
+hands it to the engine as a :class:`ChunkJob`), :meth:`Sketch.merge`
 (commutative and associative up to float64 rounding, with ``empty`` as the
 neutral element), :meth:`Sketch.save` / :func:`streamrff.load`, ``count``,
 ``is_empty`` and ``==``. Estimates are small functions over sketches
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any, ClassVar
 
@@ -25,7 +26,55 @@ from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap
 from ..typing import MapSpec, PathOrURL, StorageOptions
 
-__all__ = ["Sketch", "MappedSketch", "SumSketch", "merge", "spec_differences", "describe_map_differences"]
+__all__ = [
+    "ChunkJob", "Sketch", "MappedSketch", "SumSketch", "invalid_count", "merge", "spec_differences",
+    "describe_map_differences",
+]
+
+#: A per-chunk kernel: (finite rows of one chunk, global index of the chunk's first row, boolean
+#: mask of the chunk's finite rows or None when all are) -> partial sketch.
+ChunkKernel = Callable[[np.ndarray, int, "np.ndarray | None"], "Sketch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkJob:
+    """What a sketch kind hands the engine for one pass: its pure chunk kernel, and how to plan and name the pass.
+
+    A kind builds it with its ``chunk_job`` class method (``MeanSketch.chunk_job(feature_map,
+    moments=True)``); :func:`streamrff.engine.run_sketch` runs the kernel over a source's planned
+    chunks and merges the partials with the kind's own merge, knowing no kind by name.
+
+    Parameters
+    ----------
+    kernel : callable
+        ``kernel(rows, row_offset, valid) -> partial`` (:data:`ChunkKernel`): pure, so Dask can ship
+        and retry it; the map and every parameter travel inside it (a :func:`functools.partial` of a
+        module-level function).
+    kind : type of Sketch
+        The class of the partials.
+    key : str
+        Names the pass's checkpoint partials: everything a partial depends on besides its rows
+        (the map's fingerprint and the kind's parameters).
+    width : int
+        Features per row, for the rows per task of sources without chunks of their own.
+    moments : bool, default=False
+        Whether a task holds a D x D partial (more rows per task amortise merging it).
+    shows_non_finite : callable, optional
+        For a kernel whose result is non-finite whenever a row is: ``shows_non_finite(partial)``
+        replaces the finiteness pass over every chunk by a look at the result.
+    """
+
+    kernel: ChunkKernel
+    kind: type[Sketch]
+    key: str
+    width: int
+    moments: bool = False
+    shows_non_finite: Callable[[Sketch], bool] | None = None
+
+
+def invalid_count(valid: np.ndarray | None) -> int:
+    """Rows of a chunk skipped as non-finite, from the kernel's ``valid`` mask (None: none skipped)."""
+    return 0 if valid is None else int(valid.shape[0] - valid.sum())
 
 
 class Sketch(KindRegistry, ABC):

@@ -11,6 +11,7 @@ tile; tiles accumulated in float64), and the engine tree-merges the partials.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from typing import Any
 
@@ -21,7 +22,7 @@ from .._base.validation import check_positive_int
 from .._kernels.lloyd import FULL_RESCORE_FRACTION, exact_labels, lloyd_step
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
-from .base import SumSketch, _describe, _expect_array, _expect_int
+from .base import ChunkJob, SumSketch, _describe, _expect_array, _expect_int
 
 __all__ = ["ClusterSketch", "cluster_sketch_of_chunk"]
 
@@ -330,6 +331,17 @@ class ClusterSketch(SumSketch):
         if attrs.get("centers_fingerprint") != _centers_fingerprint(centers, previous):
             raise InputError("The stored centres fingerprint does not match the stored centres.")
         return cls(feature_map, centers, previous, counts, sums, attrs["inertia"], attrs["squared_norm_sum"], n_moved)
+
+    @classmethod
+    def chunk_job(
+        cls, feature_map: FeatureMap, centers: np.ndarray, previous_centers: np.ndarray | None = None
+    ) -> ChunkJob:
+        """The engine's pass for one Lloyd step from ``centers`` (and the rows moved since ``previous_centers``)."""
+        kernel = functools.partial(
+            _cluster_kernel, feature_map=feature_map, centers=centers, previous_centers=previous_centers
+        )
+        key = f"cluster-{feature_map.fingerprint[:20]}-{_centers_fingerprint(centers, previous_centers)[:20]}"
+        return ChunkJob(kernel, cls, key, feature_map.n_features_out_)
 
     def __repr__(self) -> str:
         return (

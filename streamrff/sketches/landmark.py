@@ -6,6 +6,7 @@ chunked: the seeded sample behind the median heuristic, K-JL landmarks and k-mea
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -16,7 +17,7 @@ from .._base.sampling import bottom_k, row_keys
 from .._base.validation import check_positive_int
 from ..errors import InputError
 from ..typing import MapSpec
-from .base import Sketch, _expect_array, _expect_int
+from .base import ChunkJob, Sketch, _expect_array, _expect_int
 
 
 class LandmarkSketch(Sketch):
@@ -109,6 +110,11 @@ class LandmarkSketch(Sketch):
     def __repr__(self) -> str:
         return f"LandmarkSketch(k={self.k}, kept={self.rows.shape[0]}, count={self.count}, seed={self.seed})"
 
+    @classmethod
+    def chunk_job(cls, k: int, seed: int) -> ChunkJob:
+        """The engine's pass for the bottom-``k`` sample keyed by ``seed`` (no features: width 0)."""
+        return ChunkJob(functools.partial(_landmark_kernel, k=k, seed=seed), cls, f"landmark-{k}-{seed}", 0)
+
 
 def landmark_sketch_of_chunk(
     rows: np.ndarray, k: int, seed: int, row_offset: int, valid: np.ndarray | None = None
@@ -125,3 +131,6 @@ def landmark_sketch_of_chunk(
     chosen = bottom_k(keys, k)
     return LandmarkSketch(k, seed, rows.shape[1], keys[chosen], np.asarray(rows[chosen], np.float64), valid.shape[0])
 
+
+def _landmark_kernel(rows: np.ndarray, row_offset: int, valid: np.ndarray | None, k: int, seed: int) -> LandmarkSketch:
+    return landmark_sketch_of_chunk(rows, k, seed, row_offset, valid)

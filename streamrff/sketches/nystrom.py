@@ -22,6 +22,7 @@ the full moment's rank-k update; ``8 D l`` bytes per partial.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from functools import lru_cache
@@ -33,7 +34,7 @@ from .._base.blas import one_blas_thread, single_blas_thread
 from .._base.validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap, tile_column_sums
-from .base import SumSketch, _describe, _expect_array, _expect_int, _expect_squared_norm_sum
+from .base import ChunkJob, SumSketch, _describe, _expect_array, _expect_int, _expect_squared_norm_sum, invalid_count
 
 __all__ = ["NystromSketch", "nystrom_sketch_of_chunk", "nystrom_eigenpairs", "test_matrix"]
 
@@ -239,11 +240,33 @@ class NystromSketch(SumSketch):
             "n_invalid": attrs["n_invalid"],
         }  # fmt: skip
 
+    @classmethod
+    def chunk_job(cls, feature_map: FeatureMap, sketch_size: int, test_seed: int, dtype: Any = "float32") -> ChunkJob:
+        """The engine's pass for range sketches ``sum z z^T Omega`` (``Omega`` of ``test_seed``) of a fitted map."""
+        kernel = functools.partial(
+            _nystrom_kernel, feature_map=feature_map, sketch_size=sketch_size, test_seed=test_seed, dtype=dtype
+        )
+        key = f"nystrom-{feature_map.fingerprint[:20]}-{sketch_size}-{test_seed}"
+        return ChunkJob(kernel, cls, key + _dtype_suffix(dtype), feature_map.n_features_out_)
+
     def __repr__(self) -> str:
         return (
             f"NystromSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
             f"sketch_size={self.sketch_size}, test_seed={self.test_seed}, map={_describe(self.spec)})"
         )
+
+
+def _dtype_suffix(dtype: Any) -> str:
+    """What a checkpoint key adds for float64 features (float32 partials differ by rounding)."""
+    return "-float64" if np.dtype(dtype) == np.float64 else ""
+
+
+def _nystrom_kernel(
+    rows: np.ndarray, row_offset: int, valid: np.ndarray | None, feature_map: FeatureMap, sketch_size: int,
+    test_seed: int, dtype: Any = "float32",
+) -> NystromSketch:  # fmt: skip
+    n_invalid = invalid_count(valid)
+    return nystrom_sketch_of_chunk(rows, feature_map, sketch_size, test_seed, n_invalid=n_invalid, dtype=dtype)
 
 
 def check_sketch_size(sketch_size: Any, width: int) -> int:

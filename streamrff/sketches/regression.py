@@ -15,6 +15,7 @@ instead of the D x D second moment (``8 D l`` bytes per partial instead of ``8 D
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -25,10 +26,10 @@ from .._base.validation import check_feature_dtype, check_rows, check_width, nor
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap
 from ..typing import ArrayLike2D
-from .base import _describe, _expect_array, _expect_int, _expect_squared_norm_sum
+from .base import ChunkJob, _describe, _expect_array, _expect_int, _expect_squared_norm_sum, invalid_count
 from .mean import MeanSketch
 from .moments import _CentredMoments, _moment_tile_rows
-from .nystrom import _MIN_TILE_ROWS, NystromSketch, check_sketch_size, test_matrix
+from .nystrom import _MIN_TILE_ROWS, NystromSketch, _dtype_suffix, check_sketch_size, test_matrix
 
 __all__ = [
     "RegressionSketch",
@@ -54,6 +55,25 @@ class _TargetSums:
     target_ndim: int = dataclasses.field(default=1, kw_only=True)
     classes: tuple[Any, ...] | None = dataclasses.field(default=None, kw_only=True)
     target_shift: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
+
+    @classmethod
+    def chunk_job(
+        cls, feature_map: FeatureMap, n_columns: int, rows_dtype: Any, target_ndim: int, target_head: np.ndarray,
+        dtype: Any = "float32", sketch_size: int | None = None, test_seed: int = 0,
+    ) -> ChunkJob:  # fmt: skip
+        """The engine's pass over rows joined with their targets (``RowSource.with_columns_of``): the first
+        ``n_columns`` columns of a block are the data, the rest the targets; ``target_head`` (the targets' first
+        rows) gives the one shift of every chunk (:func:`first_target_values`). With ``sketch_size``, the
+        low-rank kind (a :class:`NystromRegressionSketch`)."""
+        target_shift = tuple(float(value) for value in first_target_values(target_head))
+        kernel = functools.partial(
+            _regression_kernel, feature_map=feature_map, n_columns=n_columns, rows_dtype=np.dtype(rows_dtype),
+            target_ndim=target_ndim, dtype=dtype, sketch_size=sketch_size, test_seed=test_seed,
+            target_shift=target_shift,
+        )  # fmt: skip
+        low_rank = "" if sketch_size is None else f"-{sketch_size}-{test_seed}"
+        key = f"{cls.kind}-{feature_map.fingerprint[:20]}{low_rank}-{len(target_shift)}{_dtype_suffix(dtype)}"
+        return ChunkJob(kernel, cls, key, feature_map.n_features_out_, moments=sketch_size is None)
 
     def __post_init__(self) -> None:
         if self.classes is not None:
@@ -497,6 +517,19 @@ def _expect_classes(attrs: dict[str, Any]) -> list[Any] | None:
     ):
         raise InputError(f"Attribute 'classes' must be a list of labels of one type. Got {classes!r}.")
     return classes
+
+
+def _regression_kernel(
+    rows: np.ndarray, row_offset: int, valid: np.ndarray | None, feature_map: FeatureMap, n_columns: int,
+    rows_dtype: np.dtype, target_ndim: int, dtype: Any = "float32", sketch_size: int | None = None,
+    test_seed: int = 0, target_shift: tuple[float, ...] | None = None,
+) -> RegressionSketch | NystromRegressionSketch:  # fmt: skip
+    # float32 data widened to float64 beside float64 targets narrows back exactly.
+    data = np.ascontiguousarray(rows[:, :n_columns], dtype=rows_dtype)
+    return regression_sketch_of_chunk(
+        data, rows[:, n_columns:], feature_map, n_invalid=invalid_count(valid), dtype=dtype,
+        target_ndim=target_ndim, sketch_size=sketch_size, test_seed=test_seed, target_shift=target_shift,
+    )  # fmt: skip
 
 
 @single_blas_thread

@@ -18,8 +18,16 @@ import numpy as np
 from .._base.memory import check_sizes_fit, task_bytes
 from .._base.sampling import MEDIAN_SAMPLE_ROWS
 from .._base.validation import check_positive_int, normalize_seed
-from ..engine.connection import connect
-from ..engine.jobs import _mean_kernel, _memory_per_thread, fit_map, landmark_sample, run_chunks
+from ..engine import (
+    JobOptions,
+    connect,
+    current_job_options,
+    fit_map_and_sample,
+    landmark_sample,
+    memory_per_thread,
+    open_job_source,
+    run_chunks,
+)
 from ..errors import InputError
 from ..maps import RFF, FeatureMap, spec_bandwidth
 from ..sketches.mean import MeanSketch, mmd2
@@ -31,8 +39,8 @@ from ..sketches.twosample import (
     two_sample_sketch_of_chunk,
     two_sample_sketches_of_chunk,
 )
-from ..sources.rows import open_source
-from ..typing import Seed, StorageOptions
+from ..sources.rows import RowSource
+from ..typing import Seed
 from .aggregated import (
     AGGREGATIONS,
     AUTO_BANDWIDTHS,
@@ -475,6 +483,18 @@ def _check_aggregated_fits(
         )
 
 
+def open_samples(X: Any, Y: Any, job: JobOptions, names: tuple[str, str] = ("X", "Y")) -> list[RowSource]:
+    """The two samples of a test, opened with the job's options and checked to have one width."""
+    sources = [open_job_source(source, job, name=name) for source, name in zip((X, Y), names)]
+    if sources[0].shape[1] != sources[1].shape[1]:
+        raise InputError(
+            f"{names[0]} and {names[1]} must have the same number of columns. Got {names[0]} with "
+            f"{sources[0].shape[1]} and {names[1]} with {sources[1].shape[1]}. "
+            "Select the same features in both samples."
+        )
+    return sources
+
+
 def _sketch_sources(
     X: Any,
     Y: Any,
@@ -483,8 +503,7 @@ def _sketch_sources(
     method: str,
     n_permutations: int,
     seed: int,
-    client: Any,
-    storage_options: StorageOptions,
+    job: JobOptions,
     bandwidths: str | tuple[float, ...] = "auto",
     moments: bool = False,
 ) -> Any:
@@ -500,23 +519,20 @@ def _sketch_sources(
     also return, per map, the moment sketches of X and Y (same pass):
     ``(sketch, [(moments_x, moments_y), ...])``.
     """
-    sources = [open_source(source, storage_options=storage_options, name=name) for source, name in ((X, "X"), (Y, "Y"))]
-    if sources[0].shape[1] != sources[1].shape[1]:
-        raise InputError(
-            f"X and Y must have the same number of columns. Got X with {sources[0].shape[1]} and Y with "
-            f"{sources[1].shape[1]}. Select the same features in both samples."
-        )
+    sources = open_samples(X, Y, job)
     n_x, n_y = sources[0].shape[0], sources[1].shape[0]
     _check_sizes(n_x, n_y)
-    with connect(client) as active:
+    with connect(job.client) as active:
+        # Every row counts in a test: a NaN is named, with no option to skip it; no checkpoint (two sources).
+        job = job.replace(client=active, on_invalid="require", checkpoint=None)
         if method == "aggregated":
             n_bandwidths = AUTO_BANDWIDTHS if bandwidths == "auto" else len(bandwidths)
             _check_aggregated_fits(
-                n_bandwidths, feature_map.n_features, sources[0].shape[1], n_permutations, _memory_per_thread(active),
+                n_bandwidths, feature_map.n_features, sources[0].shape[1], n_permutations, memory_per_thread(active),
                 task_bytes,
             )  # fmt: skip
             if bandwidths == "auto":
-                sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, client=active).rows
+                sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, job).rows
                 bandwidths = tuple(float(value) for value in auto_bandwidths(sample))
             maps = bandwidth_maps(
                 bandwidths, sources[0].shape[1], feature_map.n_features, seed=seed, variant=feature_map.variant
@@ -524,29 +540,29 @@ def _sketch_sources(
             kernel = functools.partial(
                 _aggregated_kernel, feature_maps=tuple(maps), n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
             )
-            return _run_test_pass(sources, kernel, tuple(maps), n_x, moments, active)
+            return _run_test_pass(sources, kernel, tuple(maps), n_x, moments, job)
         check_sizes_fit(  # before any work: B x D permutation sums, D x D moments
-            feature_map, sources[0].shape[1], _memory_per_thread(active), moments=moments or method != "permutation",
+            feature_map, sources[0].shape[1], memory_per_thread(active), moments=moments or method != "permutation",
             n_permutations=n_permutations if method == "permutation" else 0,
         )  # fmt: skip
-        fitted = fit_map(feature_map, sources, client=active)
+        fitted = fit_map_and_sample(feature_map, sources, 0, 0, job)[0]
         if method != "permutation":
-            kernel = functools.partial(_mean_kernel, feature_map=fitted, moments=True)
-            return tuple(run_chunks([source], kernel, client=active, on_invalid="require") for source in sources)
+            kernel = MeanSketch.chunk_job(fitted, moments=True).kernel
+            return tuple(run_chunks([source], kernel, job) for source in sources)
         kernel = functools.partial(
             _two_sample_kernel, feature_map=fitted, n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
         )
-        return _run_test_pass(sources, kernel, (fitted,), n_x, moments, active)
+        return _run_test_pass(sources, kernel, (fitted,), n_x, moments, job)
 
 
 def _run_test_pass(
-    sources: list[Any], kernel: Any, feature_maps: tuple[FeatureMap, ...], n_x: int, moments: bool, client: Any
+    sources: list[Any], kernel: Any, feature_maps: tuple[FeatureMap, ...], n_x: int, moments: bool, job: JobOptions
 ) -> Any:
     """One pass of a permutation kernel; with ``moments``, ``(sketch, [(moments_x, moments_y) per map])``."""
     if not moments:
-        return run_chunks(sources, kernel, client=client, on_invalid="require")
+        return run_chunks(sources, kernel, job)
     joined = functools.partial(with_moments_kernel, kernel=kernel, feature_maps=feature_maps, n_x=n_x)
-    parts = run_chunks(sources, joined, client=client, on_invalid="require").parts
+    parts = run_chunks(sources, joined, job).parts
     return parts[0], [(parts[1 + 2 * index], parts[2 + 2 * index]) for index in range(len(feature_maps))]
 
 
@@ -558,14 +574,13 @@ def two_sample_test(
     method: str = "permutation",
     n_permutations: int = 500,
     seed: Seed = 0,
-    client: Any = None,
-    storage_options: StorageOptions = None,
     variant: str = "sincos",
     max_accumulator_bytes: int = DEFAULT_MAX_ACCUMULATOR_BYTES,
     feature_map: FeatureMap | None = None,
     bandwidths: str | Sequence[float] | None = None,
     aggregation: str | None = None,
     moments: bool = False,
+    **options: Any,
 ) -> TwoSampleResult | AggregatedTwoSampleResult:
     """Kernel (MMD) two-sample test of whether X and Y come from the same distribution.
 
@@ -596,10 +611,6 @@ def two_sample_test(
     seed : int, numpy.random.Generator or None, default=0
         One seed for the maps, the row sample, the permutations and the
         spectral Monte Carlo.
-    client : distributed.Client, optional
-        Run on this Dask cluster (through :mod:`streamrff.engine.jobs`).
-    storage_options : dict, optional
-        fsspec options for zarr URLs. Never logged.
     variant : {"sincos", "cosphase"}, default="sincos"
         RFF variant (:class:`streamrff.RFF`).
     max_accumulator_bytes : int, default=2**30
@@ -623,6 +634,11 @@ def two_sample_test(
         moments in the same pass (D x D float64 per partial and map), so that the
         result gives :meth:`~TwoSampleResult.confidence_interval`. The spectral
         and Hotelling tests read the moments anyway.
+    **options
+        The job options (``client``, ``storage_options``, ``sample_dim``,
+        ``chunk_rows``, ``progress``, ...), as for :func:`streamrff.sketch`.
+        Every row counts: NaN/inf rows are refused whatever ``on_invalid``
+        says, and a test keeps no checkpoint.
 
     Returns
     -------
@@ -694,6 +710,7 @@ def two_sample_test(
     >>> aggregated.p_value, aggregated.bandwidths.shape
     (0.005, (10,))
     """
+    job = current_job_options(**options)
     if method not in _METHODS:
         raise InputError(f"method must be one of {_METHODS}. Got {method!r}.")
     n_permutations = check_positive_int(n_permutations, "n_permutations")
@@ -748,8 +765,7 @@ def two_sample_test(
         method=method,
         n_permutations=n_permutations,
         seed=seed,
-        client=client,
-        storage_options=storage_options,
+        job=job,
         bandwidths=grid,
         moments=bool(moments),
     )

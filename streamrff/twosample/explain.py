@@ -19,12 +19,9 @@ from typing import Any
 import numpy as np
 
 from .._base.validation import check_positive_int
-from ..engine.connection import connect
-from ..engine.jobs import _plan_chunks, run_chunks
+from ..engine import current_job_options, run_row_pass
 from ..errors import InputError
 from ..sketches.mean import MeanSketch, mmd2
-from ..sources.rows import open_source
-from ..typing import StorageOptions
 from .effect import check_level, effect_of_sketches, normal_interval
 from .marginal import MarginalTestResult
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _spectral_test
@@ -320,10 +317,7 @@ def explain(
     which: str = "auto",
     level: float = 0.95,
     bins: int = DEFAULT_BINS,
-    client: Any = None,
-    storage_options: StorageOptions = None,
-    on_invalid: str = "raise",
-    progress: bool = False,
+    **options: Any,
 ) -> Explanation:
     """How much A and B differ, and the rows of ``source`` where they differ most, in one pass over ``source``.
 
@@ -343,8 +337,10 @@ def explain(
         Coverage of the MMD^2 interval.
     bins : int, default=60
         Bins of the witness histogram.
-    client, storage_options, on_invalid, progress
-        As for :meth:`Witness.top_rows`.
+    **options
+        The job options of the pass over ``source`` (``client``,
+        ``storage_options``, ``on_invalid``, ``progress``, ...), as for
+        :func:`streamrff.sketch`; ``storage_options`` also reads sketch files.
 
     Returns
     -------
@@ -376,24 +372,17 @@ def explain(
     level = check_level(level)
     if which not in ("auto", *WHICH):
         raise InputError(f"which must be one of {('auto', *WHICH)}. Got {which!r}.")
-    a = _as_mean_sketch(a, "a", storage_options)
-    b = _as_mean_sketch(b, "b", storage_options)
+    job = current_job_options(**options)
+    a = _as_mean_sketch(a, "a", job.storage_options)
+    b = _as_mean_sketch(b, "b", job.storage_options)
     if a.fingerprint != b.fingerprint:
         a.check_compatible(b)
     effect = effect_of_sketches(a, b)
     witness = Witness.of_effect(effect)
-    opened = open_source(source, storage_options=storage_options, name="source")
-    if opened.shape[1] != witness.n_features_in_:
-        raise InputError(
-            f"The source has {opened.shape[1]} columns; the sketches' map takes {witness.n_features_in_}. "
-            "Explain with rows of the data the sketches were made from."
-        )
     reach = float(np.linalg.norm(witness.direction) * np.sqrt(effect.kernel_diagonal))  # |f| <= ||z|| ||direction||
     edges = np.linspace(-reach, reach, bins + 1) if reach > 0 else np.linspace(-1.0, 1.0, bins + 1)
     kernel = functools.partial(_profile_kernel, witness=witness, k=k, edges=edges)
-    with connect(client) as active:
-        opened = _plan_chunks(opened, witness.direction.shape[0], False, active)
-        profile = run_chunks([opened], kernel, client=active, on_invalid=on_invalid, progress=progress)
+    profile = run_row_pass(source, kernel, witness.direction.shape[0], witness.n_features_in_, job, "the sketches' map")
     mean_a, mean_b = float(effect.mean_x @ witness.direction), float(effect.mean_y @ witness.direction)
     source_mean = profile.total / max(profile.count, 1)
     if which == "auto":

@@ -28,16 +28,15 @@ from .._base.blas import one_blas_thread
 from .._base.sampling import MEDIAN_SAMPLE_ROWS
 from .._base.validation import check_positive_int, normalize_seed
 from .._kernels.binning import BinEdges, ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
+from ..engine import current_job_options, fit_map_and_sample, landmark_sample, run_chunks
 from ..engine.connection import connect
-from ..engine.jobs import fit_map, landmark_sample, run_chunks
 from ..errors import InputError
 from ..maps import RFF, FeatureMap
 from ..sketches.columns import DEFAULT_COLUMN_FEATURES, fitted_column_map
 from ..sketches.twosample import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
-from ..sources.rows import open_source
-from ..typing import Seed, StorageOptions
+from ..typing import Seed
 from .aggregated import standardise
-from .api import permutation_test
+from .api import open_samples, permutation_test
 from .nulls import _monte_carlo_p_value, _unbiased_mmd2
 from .result import TwoSampleResult
 
@@ -270,8 +269,7 @@ def marginal_tests(
     components: int | None = None,
     n_bins: int = DEFAULT_BINS,
     feature_map: FeatureMap | None = None,
-    client: Any = None,
-    storage_options: StorageOptions = None,
+    **options: Any,
 ) -> MarginalTestResult:
     """One kernel two-sample test per column of A against B, in a single pass, Holm-adjusted.
 
@@ -307,8 +305,9 @@ def marginal_tests(
         for the joint test of whole rows, run in the same pass: ``result.joint``. It evaluates
         the joint test's B keyed permutations per row, as :func:`two_sample_test` does: that
         costs many sketch passes, where the per-column tests alone cost about one.
-    client : distributed.Client, optional
-    storage_options : dict, optional
+    **options
+        The job options (``client``, ``storage_options``, ``progress``, ...), as for
+        :func:`streamrff.sketch`; every row counts (NaN/inf rows are refused).
 
     Returns
     -------
@@ -348,24 +347,18 @@ def marginal_tests(
         components = check_positive_int(components, "components")
     n_bins = check_positive_int(n_bins, "n_bins")
     seed = normalize_seed(seed)
-    sources = [
-        open_source(source, storage_options=storage_options, name=name)
-        for source, name in ((a_source, "A"), (b_source, "B"))
-    ]
+    job = current_job_options(**options)
+    sources = open_samples(a_source, b_source, job, names=("A", "B"))
     width = sources[0].shape[1]
-    if sources[1].shape[1] != width:
-        raise InputError(
-            f"A and B must have the same number of columns. Got A with {width} and B with {sources[1].shape[1]}. "
-            "Select the same features in both samples."
-        )
     n_x, n_y = sources[0].shape[0], sources[1].shape[0]
     for name, size in (("A", n_x), ("B", n_y)):
         if size < 2:
             raise InputError(f"{name} has {size} row(s); each test needs at least 2 rows per sample.")
     if components is not None and components > MEDIAN_SAMPLE_ROWS:
         raise InputError(f"components must be at most {MEDIAN_SAMPLE_ROWS}. Got {components}.")
-    with connect(client) as active:
-        sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, client=active).rows
+    with connect(job.client) as active:
+        job = job.replace(client=active, on_invalid="require", checkpoint=None)
+        sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, job).rows
         projector = None
         if components is not None:
             from ..kpca import KernelPCA  # an analysis beside this one, needed only for components
@@ -380,17 +373,14 @@ def marginal_tests(
         if feature_map is not None:
             if not isinstance(feature_map, FeatureMap):
                 raise InputError(f"feature_map must be a streamrff FeatureMap. Got {type(feature_map).__name__}.")
-            joint_map = feature_map if feature_map.is_fitted() else fit_map(feature_map, sources, client=active)
+            joint_map = fit_map_and_sample(feature_map, sources, 0, 0, job)[0]
         bins = quantile_bins(tested, n_bins)
         kernel = functools.partial(
             _marginal_kernel, bins=bins, projector=projector, joint_map=joint_map,
             joint_columns=slice(0, width) if projector is not None else None,
             n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed,
         )  # fmt: skip
-        partial = run_chunks(
-            sources, kernel, client=active, on_invalid="require",
-            shows_non_finite=lambda merged: merged.bins.shows_non_finite(),
-        )  # fmt: skip
+        partial = run_chunks(sources, kernel, job, shows_non_finite=lambda merged: merged.bins.shows_non_finite())
     kind = "components" if projector is not None else "columns"
     with one_blas_thread():  # small products (B x bins x 64): threads cost more than they give
         result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)

@@ -20,13 +20,11 @@ import numpy as np
 from .._base.blas import single_blas_thread
 from .._base.validation import check_positive_int
 from .._estimators import apply_to_rows
-from ..engine.connection import connect
-from ..engine.jobs import _plan_chunks, run_chunks
+from ..engine import current_job_options, run_row_pass
 from ..errors import InputError
 from ..formats.sketch import load
 from ..maps import FeatureMap
 from ..sketches.mean import MeanSketch
-from ..sources.rows import open_source
 from ..typing import StorageOptions
 from .effect import EffectSize, effect_of_sketches
 
@@ -192,10 +190,7 @@ class Witness:
         source: Any,
         k: int = 20,
         which: str = "largest",
-        client: Any = None,
-        storage_options: StorageOptions = None,
-        on_invalid: str = "raise",
-        progress: bool = False,
+        **options: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` rows of ``source`` where the witness is largest (or smallest), in one pass.
 
@@ -211,11 +206,9 @@ class Witness:
             Rows returned (all of them when the source has fewer).
         which : {"largest", "smallest"}, default="largest"
             ``"largest"``: where A is most over-represented against B; ``"smallest"``: where B is.
-        client : distributed.Client, optional
-        storage_options : dict, optional
-        on_invalid : {"raise", "skip"}, default="raise"
-            NaN/inf rows: fail, or skip them (they are never returned).
-        progress : bool, default=False
+        **options
+            The job options (``client``, ``storage_options``, ``progress``, ...), as for
+            :func:`streamrff.sketch`; with ``on_invalid="skip"`` NaN/inf rows are never returned.
 
         Returns
         -------
@@ -232,16 +225,9 @@ class Witness:
         k = check_positive_int(k, "k")
         if which not in WHICH:
             raise InputError(f"which must be one of {WHICH}. Got {which!r}.")
-        opened = open_source(source, storage_options=storage_options, name="source")
-        if opened.shape[1] != self.n_features_in_:
-            raise InputError(
-                f"The source has {opened.shape[1]} columns; the witness's map takes {self.n_features_in_}. "
-                "Rank rows of data with the columns the sketches were made from."
-            )
         kernel = functools.partial(_top_rows_kernel, witness=self, k=k, which=which)
-        with connect(client) as active:
-            opened = _plan_chunks(opened, self.direction.shape[0], False, active)
-            top = run_chunks([opened], kernel, client=active, on_invalid=on_invalid, progress=progress)
+        job = current_job_options(**options)
+        top = run_row_pass(source, kernel, self.direction.shape[0], self.n_features_in_, job, "the witness's map")
         return top.rows, top.values
 
     def __repr__(self) -> str:
