@@ -378,7 +378,7 @@ def test_cli_never_prints_storage_options(cli_main, caplog, s3_server, s3_bucket
         "sketch", f"s3://{s3_bucket}/x.zarr", "-o", output, "--features", "32", "--storage-options", options, "-v"
     )
     assert sketched.returncode == 0, sketched.stderr
-    assert "streamrff.engine.jobs: sketching" in sketched.stderr  # -v does log
+    assert "streamrff.engine: sketching" in sketched.stderr  # -v does log
     texts = {"sketch -v": sketched.stdout + sketched.stderr}
     # ... and the other commands in-process, with every INFO log record captured like -v.
     caplog.set_level(logging.INFO)

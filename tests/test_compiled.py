@@ -115,7 +115,7 @@ def test_streamrff_kernels_cache_outside_the_package():
         cache_path = Path(kernel.stats.cache_path or "")
         assert cache_path.parts, kernel
         assert PACKAGE not in cache_path.parents and cache_path != PACKAGE
-    sources = "".join(path.read_text() for path in PACKAGE.rglob("*.py") if path.name != "_compiled.py")
+    sources = "".join(path.read_text() for path in PACKAGE.rglob("*.py") if path.name != "compiled.py")
     assert not re.search(r"jit\([^)]*cache\s*=\s*True", sources)
 
 

@@ -248,7 +248,7 @@ def test_gcv_equals_numpy_at_every_grid_alpha_below_and_above_full_rank(name):
     reference, left = numpy_gcv(explicit_features_of(feature_map, rows), targets, alphas)
     compared = left > 1e-6 * n
     np.testing.assert_allclose(scores[compared], reference[compared], rtol=2e-3)
-    above = compared & (alphas >= 300 * srf.ridge.rounding_level(np.linalg.eigvalsh(centred_moment(sketch))))
+    above = compared & (alphas >= 300 * srf.ridge.gcv.rounding_level(np.linalg.eigvalsh(centred_moment(sketch))))
     assert above.sum() >= len(alphas) // 2
     np.testing.assert_allclose(scores[above], reference[above], rtol=1e-4)
     assert model.alpha_ == alphas[np.argmin(reference)]

@@ -155,7 +155,7 @@ def test_features_do_not_depend_on_the_vector_width_numba_compiles_for():
     out = np.empty((8, 2 * phases.shape[1]), np.float32)
     _sincos.sincos_features(phases, 0.5, out)
     code = (
-        "import sys, numpy as np; from streamrff import _sincos\n"
+        "import sys, numpy as np; from streamrff._kernels import sincos as _sincos\n"
         "phases = np.frombuffer(bytes.fromhex(sys.argv[1]), np.float32).reshape(8, -1).copy()\n"
         "out = np.empty((8, 2 * phases.shape[1]), np.float32)\n"
         "_sincos.sincos_features(phases, 0.5, out)\n"

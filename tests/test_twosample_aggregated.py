@@ -357,7 +357,7 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
 def test_docstring_examples_run():
     import doctest
 
-    from streamrff.sketches.base import twosample as sketch
+    from streamrff.sketches import twosample as sketch
     from streamrff.twosample import aggregated
 
     for module in (aggregated, sketch):

@@ -491,7 +491,7 @@ def nufft_mean_sums(rows: np.ndarray, feature_map: FeatureMap, *, nthreads: int 
     --------
     >>> import numpy as np, streamrff as srf
     >>> from streamrff.maps.nufft import nufft_mean_sums
-    >>> from streamrff.sketches.base import mean_sketch_of_chunk
+    >>> from streamrff.sketches.mean import mean_sketch_of_chunk
     >>> X = np.random.default_rng(0).normal(size=(20_000, 2)).astype("float32")
     >>> rff = srf.RFF(n_features=1024, bandwidth=0.5, variant="cosphase").fit(X)
     >>> feature_sum, squared_norm_sum = nufft_mean_sums(X, rff)
