@@ -45,7 +45,7 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.kernel_approximation import RBFSampler
 
 import streamrff as srf
-from streamrff.engine.jobs import fit_map
+from streamrff.engine import fit_map
 from streamrff.sketches.cluster import _compiled_lloyd_step
 
 

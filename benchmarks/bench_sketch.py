@@ -9,7 +9,10 @@ Python subprocess so that peak RSS belongs to one job only:
 * sklearn   - ``RBFSampler(n_components=1024).fit(X).transform(X).mean(0)`` on the same rows
               held in memory as float64 (scikit-learn's default path; loading is not timed);
 * dask-ml   - ``ParallelPostFit(RBFSampler(n_components=1024)).transform(dask_array).mean(0)``
-              on ``da.from_zarr(path)`` with dask's threaded scheduler (if dask-ml is installed).
+              on ``da.from_zarr(path)`` with dask's threaded scheduler (if dask-ml is installed);
+* before    - ours, imported from another source tree of streamrff (``--baseline-tree DIR``, e.g. a
+              ``git worktree add DIR <commit>`` of the release before a change), run alternately with
+              ours, round by round, so that both see the same machine (the ratio ours / before).
 
 Every job computes the mean feature vector (the kernel mean embedding) with the same kernel
 width (sigma = sqrt(d), gamma = 1 / (2 sigma^2)). Rows/s is rows / wall time of the job's
@@ -18,7 +21,7 @@ tree with psutil) and includes the interpreter and its imports (``baseline``). F
 at each ``--compare-rows`` size to show that its peak RSS does not grow with the rows.
 
 Run: python benchmarks/bench_sketch.py [--rows 1e6] [--compare-rows 1000000,10000000]
-     [--jobs ours,dask-ml] [--repeat 3]
+     [--jobs ours,dask-ml] [--repeat 3] [--baseline-tree DIR]
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ N_COLUMNS = 32
 N_FEATURES = 1024
 SIGMA = math.sqrt(N_COLUMNS)
 GAMMA = 1.0 / (2.0 * SIGMA**2)
-JOBS = ("ours", "ours-cos", "sklearn", "dask-ml")
+JOBS = ("ours", "ours-cos", "sklearn", "dask-ml", "before")
 
 
 def count(text: str) -> int:
@@ -80,7 +83,7 @@ def run_job(job: str, path: str) -> dict:
     import dask.array as da
     import zarr
 
-    if job in ("ours", "ours-cos"):
+    if job in ("ours", "ours-cos", "before"):
         import streamrff as srf
 
         feature_map = srf.RFF(n_features=N_FEATURES, bandwidth=SIGMA, variant="sincos" if job == "ours" else "cosphase")
@@ -130,12 +133,17 @@ def run_job(job: str, path: str) -> dict:
 # -- the driver -------------------------------------------------------------------------------
 
 
-def measure(job: str, path: str) -> dict:
-    """Run one job in a fresh interpreter; poll its process tree's RSS as a cross-check."""
+def measure(job: str, path: str, baseline_tree: str | None = None) -> dict:
+    """Run one job in a fresh interpreter (``before`` imports streamrff from ``baseline_tree``); poll its process
+    tree's RSS as a cross-check."""
     import psutil
 
     command = [sys.executable, os.path.abspath(__file__), "--job", job, "--path", path]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ)
+    if job == "before":
+        env["PYTHONPATH"] = os.path.abspath(baseline_tree)
+        command = [sys.executable, "-P", *command[1:]]  # -P: the script's folder must not shadow the tree
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     polled_peak = 0
     watched = psutil.Process(process.pid)
     while process.poll() is None:
@@ -215,12 +223,21 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="runs per job, each in a fresh process; the fastest is reported (for busy machines)",
     )
+    parser.add_argument(
+        "--baseline-tree", default=None, metavar="DIR",
+        help="a source tree of another streamrff version (a git worktree): adds the job 'before', run alternately "
+        "with 'ours' in every round, and prints ours / before",
+    )  # fmt: skip
     parser.add_argument("--job", choices=JOBS, help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = sorted(set(args.jobs) - set(JOBS))
     if unknown:
         parser.error(f"--jobs: unknown job(s) {', '.join(unknown)}; choose from {', '.join(JOBS)}")
+    if args.baseline_tree is None:
+        args.jobs = [job for job in args.jobs if job != "before"]
+    elif not os.path.isdir(os.path.join(args.baseline_tree, "streamrff")):
+        parser.error(f"--baseline-tree {args.baseline_tree}: no streamrff package in it (a checkout of the repo)")
 
     if args.job:  # child mode: one measurement, one JSON line
         print(json.dumps(run_job(args.job, args.path)))
@@ -249,13 +266,25 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"\nside by side at {args.rows:,} rows (each job in a fresh process):", flush=True)
 
-        def best(job: str, n_rows: int) -> dict:
-            runs = [measure(job, data(n_rows)) for _ in range(args.repeat)]
+        def fastest(runs: list[dict]) -> dict:
             timed = [run for run in runs if "rows_per_s" in run]
             return max(timed, key=lambda run: run["rows_per_s"]) if timed else runs[0]
 
+        def best(job: str, n_rows: int) -> dict:
+            return fastest([measure(job, data(n_rows), args.baseline_tree) for _ in range(args.repeat)])
+
         results = {job: {"job": job, "skipped": "not selected (--jobs)"} for job in JOBS}
-        for job in args.jobs:
+        if "before" in args.jobs:  # ours and before alternate, round by round: the same machine for both
+            rounds: dict[str, list[dict]] = {"ours": [], "before": []}
+            for _ in range(args.repeat):
+                for job in rounds:
+                    rounds[job].append(measure(job, data(args.rows), args.baseline_tree))
+            for job, runs in rounds.items():
+                results[job] = fastest(runs)
+                seconds = ", ".join(f"{run['seconds']:.2f}" for run in runs if "seconds" in run)
+                print(describe(results[job]) + f"  (rounds: {seconds} s)", flush=True)
+        alternated = {"ours", "before"} if "before" in args.jobs else set()
+        for job in [job for job in args.jobs if job not in alternated]:
             if job == "sklearn":
                 fits, note = sklearn_fits_in_memory(args.rows)
                 if not fits:
@@ -266,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             print(describe(results[job]), flush=True)
 
         print("\nratios of rows/s:")
+        if "before" in args.jobs:
+            print(f"  ours / before        {ratio(results['ours'], results['before'])}  (before: {args.baseline_tree})")
         print(f"  ours / sklearn       {ratio(results['ours'], results['sklearn'])}")
         print(f"  ours / dask-ml       {ratio(results['ours'], results['dask-ml'])}")
         print(f"  ours-cos / sklearn   {ratio(results['ours-cos'], results['sklearn'])}")

@@ -223,7 +223,7 @@ def test_write_zarr_never_replaces_an_output_that_appeared_during_the_job(tmp_pa
     import dask
     import dask.array as da
 
-    from streamrff.engine.jobs import write_zarr
+    from streamrff.engine import write_zarr
 
     target = tmp_path / "labels.zarr"
 

@@ -27,10 +27,10 @@ from threadpoolctl import threadpool_limits
 
 import streamrff as srf
 from streamrff._base.sampling import bottom_k, row_keys
-from streamrff.engine.jobs import fit_map, run_chunks
+from streamrff.engine import fit_map, run_chunks
 from streamrff.errors import InputError, NotFittedMapError, SketchFormatError, SketchMismatchError
 from streamrff.kmeans import ClusterSketch, KernelKMeans, LloydIteration, cluster_sketch_of_chunk
-from streamrff.sketches.cluster import _cluster_kernel, _labels_of_rows
+from streamrff.sketches.cluster import _labels_of_rows
 
 METHODS = ["rff", "kjl"]
 
@@ -350,7 +350,7 @@ def test_cluster_sketch_merge_is_commutative_and_associative(cuts, name):
 def test_cluster_sketch_does_not_depend_on_chunking(name):
     feature_map = SKETCH_MAPS[name]
     centers, previous = centres_for(feature_map)
-    kernel = lambda rows, offset, valid: _cluster_kernel(rows, offset, valid, feature_map, centers, previous)  # noqa: E731
+    kernel = ClusterSketch.chunk_job(feature_map, centers, previous).kernel
     results = [run_chunks([da.from_array(ROWS, chunks=(size, 3))], kernel) for size in (100, 333, 700)]
     for result in results[1:]:
         np.testing.assert_array_equal(result.counts, results[0].counts)
