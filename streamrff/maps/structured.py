@@ -54,20 +54,6 @@ __all__ = ["MIN_UNBIASED_PADDED_WIDTH", "draw_structured_params", "structured_fr
 MIN_UNBIASED_PADDED_WIDTH = 32
 
 
-def padded_width(n_features_in: int) -> int:
-    """The smallest power of two >= ``n_features_in``: the length of the transforms.
-
-    The same as :func:`streamrff._kernels.hadamard.padded_width`, without importing numba.
-
-    Examples
-    --------
-    >>> from streamrff.maps.structured import padded_width
-    >>> padded_width(1), padded_width(16), padded_width(17), padded_width(768)
-    (1, 16, 32, 1024)
-    """
-    return 1 << max(int(n_features_in) - 1, 0).bit_length()
-
-
 def draw_structured_params(
     rng: np.random.Generator, n_features_in: int, n_frequencies: int, bandwidth: float
 ) -> dict[str, np.ndarray]:
@@ -160,6 +146,8 @@ def warn_if_biased(n_features_in: int, stacklevel: int) -> None:
     >>> [warning.category.__name__ for warning in caught]
     ['BiasWarning']
     """
+    from .._kernels.hadamard import padded_width  # here, not at the top: numba takes ~0.2 s to import
+
     n = padded_width(n_features_in)
     if n < MIN_UNBIASED_PADDED_WIDTH:
         warnings.warn(
