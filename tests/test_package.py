@@ -11,7 +11,7 @@ def test_package_public_names_and_submodules_resolve_in_a_fresh_process():
         "import sys, streamrff as srf\n"
         "assert 'dask' not in sys.modules and 'numba' not in sys.modules\n"
         "from streamrff.maps import RFF\n"
-        "from streamrff.formats.sketch import load\n"
+        "from streamrff.sketches import load\n"
         "assert srf.RFF is RFF and srf.load is load\n"
         "missing = [name for name in srf.__all__ if getattr(srf, name, None) is None]\n"
         "assert not missing, missing\n"

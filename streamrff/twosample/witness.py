@@ -23,8 +23,8 @@ from .._estimators import apply_to_rows
 from ..engine.connection import connect
 from ..engine.jobs import _plan_chunks, run_chunks
 from ..errors import InputError
-from ..formats.sketch import load
 from ..maps import FeatureMap
+from ..sketches.base import load
 from ..sketches.mean import MeanSketch
 from ..sources.rows import open_source
 from ..typing import StorageOptions
