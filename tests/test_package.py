@@ -45,8 +45,8 @@ LAYERS = (
     ("compiled kernels", ("_kernels",)),
     ("safe files", ("_files",)),
     ("maps", ("maps",)),
-    ("sketches", ("sketches",)),
     ("file formats", ("formats",)),
+    ("sketches", ("sketches",)),
     ("sources", ("sources",)),
     ("engine", ("engine",)),
     ("analyses", ("_estimators", "twosample", "kmeans", "kpca", "ridge", "drift")),
@@ -105,7 +105,9 @@ def test_package_imports_only_run_down_the_layers_counting_function_local_import
     )
     assert not upward, "imports that run up a layer:\n" + "\n".join(upward)
     surfaces = set(LAYERS[-1][1])
-    face = sorted(module for module, targets in graph.items() if "streamrff" in targets and _room(module) not in surfaces)
+    face = sorted(
+        module for module, targets in graph.items() if "streamrff" in targets and _room(module) not in surfaces
+    )
     assert not face, f"modules below the surfaces that import the package face: {face}"
 
 
@@ -169,4 +171,6 @@ def test_package_modules_stay_under_900_lines_and_the_top_level_under_15_modules
     }
     assert not long_modules, f"split these modules (the house keeps modules under 900 lines): {long_modules}"
     top = sorted(path.name for path in package.glob("*.py") if path.name != "__init__.py")
-    assert len(top) <= 14, f"{len(top)} modules at the top of streamrff/ (at most 14; give them a layer's folder): {top}"
+    assert len(top) <= 14, (
+        f"{len(top)} modules at the top of streamrff/ (at most 14; give them a layer's folder): {top}"
+    )
