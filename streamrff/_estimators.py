@@ -43,7 +43,7 @@ def sketch_or_load(
 
     Examples
     --------
-    >>> from streamrff.sketches.base import MeanSketch
+    >>> from streamrff.sketches.mean import MeanSketch
     >>> sketch_or_load(3, (MeanSketch,), None, "a MeanSketch or the path/URL of a saved one", "A mean sketch")
     Traceback (most recent call last):
     ...
