@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         StreamRFFError,
         VarianceWarning,
     )
-    from .formats import load, load_map, read_signing_key, save_map
+    from .formats import load_map, read_signing_key, save_map
     from .kmeans import KernelKMeans
     from .kpca import KernelPCA
     from .maps import JL, KJL, RFF, FeatureMap, RelativeErrorRFF, exact_kernel, map_from_spec
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         SketchIndex,
         TwoSampleSketch,
         kernel_distance,
+        load,
         merge,
         mmd2,
         regression_sketch_array,
@@ -78,7 +79,7 @@ _LOCATIONS = {
         "SketchFormatWarning", "SketchMismatchError", "SketchSignatureError", "SourceChangedError", "SourceError",
         "StateLockedError", "StreamRFFError", "VarianceWarning",
     ),
-    "formats": ("load", "read_signing_key", "load_map", "save_map"),
+    "formats": ("read_signing_key", "load_map", "save_map"),
     "sources": ("open_source", "RowSource"),
     "kmeans": ("KernelKMeans",),
     "kpca": ("KernelPCA",),
@@ -86,8 +87,8 @@ _LOCATIONS = {
     "ridge": ("KernelRidge", "KernelRidgeClassifier", "ridge_gcv", "load_model", "save_model"),
     "sketches": (
         "ClusterSketch", "LandmarkSketch", "MeanSketch", "NystromSketch", "NystromRegressionSketch", "RegressionSketch",
-        "Sketch", "SketchIndex", "TwoSampleSketch", "kernel_distance", "merge", "mmd2", "regression_sketch_array",
-        "sketch_array",
+        "Sketch", "SketchIndex", "TwoSampleSketch", "kernel_distance", "load", "merge", "mmd2",
+        "regression_sketch_array", "sketch_array",
     ),
     "twosample": (
         "AggregatedTwoSampleResult", "TwoSampleResult", "mmd_test", "permutation_indices",

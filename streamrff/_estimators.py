@@ -12,9 +12,8 @@ import numpy as np
 
 from ._base.validation import check_rows, check_width, is_in_memory, validate_estimator_input
 from .errors import InputError
-from .formats.sketch import load
 from .maps import KJL, RFF, FeatureMap
-from .sketches.base import Sketch
+from .sketches.base import Sketch, load
 from .sources.rows import open_source
 from .typing import Seed, StorageOptions
 

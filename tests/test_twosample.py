@@ -22,8 +22,8 @@ from scipy.spatial.distance import cdist, pdist
 from scipy.special import gammaln, log_ndtr, logsumexp
 
 from streamrff.errors import InputError, SketchFormatError, SketchMismatchError
-from streamrff.formats.sketch import load
 from streamrff.maps import JL, RFF
+from streamrff.sketches import load
 from streamrff.sketches.base import merge
 from streamrff.sketches.mean import mmd2, sketch_array
 from streamrff.sketches.twosample import _squared_norms

@@ -212,7 +212,7 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
     seed = 0 if args.seed is None else args.seed
     streams = "auto" if args.streams is None else args.streams
     if kind == "sketch":
-        from ..formats.sketch import load
+        from ..sketches.base import load
         from ..sketches.mean import MeanSketch
 
         clash = options.given(args, ["features", "bandwidth"])

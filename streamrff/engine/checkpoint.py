@@ -37,7 +37,7 @@ from typing import Any
 from .._files.lock import LockHeld, exclusive_lock
 from .._files.publish import publish_text, remove_path
 from ..errors import CheckpointMismatchError, SketchFormatError
-from ..formats.sketch import load
+from ..sketches.base import load
 from ..sources.rows import RowSource, chunk_digest
 from ..typing import StorageOptions
 

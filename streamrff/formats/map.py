@@ -22,7 +22,9 @@ returned.
 
 A module of its own rather than part of :mod:`streamrff.formats.sketch`: a map
 file is plain JSON and needs neither zarr nor a sketch, and the command line
-reads it before anything else.
+reads it before anything else. The map of a sketch file is read through the
+sketch file reader (:func:`streamrff.formats.sketch.read_sketch_file`), which
+checks the whole file but rebuilds only the map: no sketch class is needed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +45,9 @@ from .._files.publish import check_output_location, publish_text
 from ..errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
 from ..maps import FeatureMap, map_from_spec
 from ..typing import PathOrURL, StorageOptions
+
+if TYPE_CHECKING:  # pragma: no cover - the reader imports zarr: loaded only when a sketch file is read
+    from .sketch import StoredSketch
 
 __all__ = ["MAP_FORMAT_NAME", "MAP_FORMAT_VERSION", "save_map", "load_map", "map_to_json", "map_from_json"]
 
@@ -349,9 +354,16 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
     data = _read_map_bytes(target, storage_options)
     if data is not None:
         return map_from_json(data, target)
-    from .. import load  # the package's load knows every sketch kind
+    from .sketch import read_sketch_file  # here, not at the top: zarr only when a sketch is read
 
     try:
-        return load(target, storage_options=storage_options).feature_map
+        return read_sketch_file(target, _rebuild_map, kinds=None, storage_options=storage_options)
     except SketchFormatError as error:
         raise MapFormatError(f"{target} is neither a map file nor a readable sketch: {error}") from error
+
+
+def _rebuild_map(stored: StoredSketch) -> FeatureMap:
+    """The map of a sketch file (its spec and ``map/`` arrays), which must have the stored fingerprint."""
+    feature_map = map_from_spec(stored.spec, stored.map_arrays)
+    stored.check_fingerprint(feature_map.fingerprint)
+    return feature_map

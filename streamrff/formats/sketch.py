@@ -22,7 +22,7 @@ Group attributes::
 
 Files written before the attributes digest (older streamrff, still version 1)
 load with a :class:`~streamrff.errors.SketchFormatWarning`: their arrays are
-verified, their scalar attributes (count, norms) cannot be. ``load(...,
+verified, their scalar attributes (count, norms) cannot be. ``streamrff.load(...,
 require_digest=True)`` refuses them instead, and checkpoint partials are always
 loaded that way (delete a refused partial to recompute its chunk). Saving such a
 sketch again adds the digest. The version stays 1 because a reader that does not
@@ -30,13 +30,16 @@ know the digest still reads these files correctly.
 
 Arrays are little-endian with an explicit ``bytes`` codec. The attributes are
 written last, so an interrupted write to object storage leaves a group that
-:func:`load` rejects as incomplete; local directories and zip files are written
+:func:`read_sketch_file` rejects as incomplete; local directories and zip files are written
 under a temporary name and published in one step that never replaces an
 existing output unless asked to (:func:`publish`).
 
 The writer lives in :mod:`streamrff._files.signed`, below :mod:`streamrff.sketches.base`
-(which saves through it); this module reads, and re-exports
-:func:`save_sketch` and :func:`check_writable`.
+(which saves through it); this module reads (:func:`read_sketch_file`), and re-exports
+:func:`save_sketch` and :func:`check_writable`. It sits below the sketch kinds and knows
+none of them: the reader checks everything a file holds and leaves the one step that needs
+a kind's class to a ``build`` function its caller passes in (:func:`streamrff.load` builds
+the sketch, :func:`streamrff.load_map` only its map).
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ import os
 import time
 import warnings
 import zipfile
-from typing import Any
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import zarr
@@ -62,6 +67,7 @@ from .._files.signed import (
     FORMAT_NAME,
     FORMAT_VERSION,
     SIGNATURE_ATTRIBUTE,
+    SketchParts,
     _attributes_digest,
     _checksum,
     _is_url,
@@ -71,6 +77,7 @@ from .._files.signed import (
     check_writable,
     read_signing_key,
     signature_value,
+    write_sketch,
     write_state_path,
 )
 from .._files.zarrcheck import check_stored_chunks, read_by_chunk
@@ -81,23 +88,25 @@ from ..errors import (
     SketchSignatureError,
     StreamRFFError,
 )
-from ..sketches.base import Sketch
 from ..typing import PathOrURL, StorageOptions
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "load", "check_writable", "check_map_cost", "publish",
-    "read_signing_key", "is_signed",
+    "FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "read_sketch_file", "StoredSketch", "check_writable",
+    "check_map_cost", "publish", "read_signing_key", "is_signed",
 ]  # fmt: skip
+
+#: What a ``build`` function makes of a sketch file (a sketch, or only its map).
+Built = TypeVar("Built")
 
 
 def save_sketch(
-    sketch: Sketch,
+    sketch: Any,
     path_or_url: PathOrURL,
     storage_options: StorageOptions = None,
     overwrite: bool = False,
     signing_key: bytes | None = None,
 ) -> None:
-    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`Sketch.save`.
+    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`~streamrff.Sketch.save`.
 
     The writer lives in :mod:`streamrff._files.signed` (below the sketch classes);
     see :func:`streamrff._files.signed.write_sketch` for the parameters and for
@@ -106,11 +115,15 @@ def save_sketch(
     Raises
     ------
     SketchFormatError
-        If ``sketch`` is not a :class:`Sketch`.
+        If ``sketch`` is not a :class:`~streamrff.Sketch`.
     """
-    if not isinstance(sketch, Sketch):
+    # Known by what it writes (its file parts), not by its class: the sketch kinds live a layer up.
+    file_parts = getattr(sketch, "_file_parts", None)
+    if isinstance(sketch, type) or not callable(file_parts):
         raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
-    sketch.save(path_or_url, storage_options=storage_options, overwrite=overwrite, signing_key=signing_key)
+    write_sketch(
+        file_parts(), path_or_url, storage_options=storage_options, overwrite=overwrite, signing_key=signing_key
+    )
 
 
 def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
@@ -126,7 +139,7 @@ def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest:
             f"{target} was written before attribute digests: its arrays are verified, but its scalar "
             "attributes (count, norms) are not verified. Save it again (e.g. `streamrff merge OLD -o NEW`) to add one.",
             SketchFormatWarning,
-            stacklevel=5,  # the caller of load(), through _load_once and _read_sketch
+            stacklevel=6,  # the caller of streamrff.load or load_map, through read_sketch_file and two more
         )
         return
     if not _digest_matches(attrs):
@@ -192,46 +205,46 @@ def _check_remote_metadata_sizes(url: str, storage_options: StorageOptions) -> N
             )
 
 
-def load(
+def read_sketch_file(
     path_or_url: PathOrURL,
+    build: Callable[[StoredSketch], Built],
+    kinds: Collection[str] | None,
     storage_options: StorageOptions = None,
     require_digest: bool = False,
     verify_key: bytes | None = None,
-) -> Sketch:
-    """Read a sketch written by :meth:`Sketch.save`, validating everything.
+) -> Built:
+    """Read a sketch file, validating everything, and return what ``build`` makes of its contents.
 
-    Checks the format name and version, the kind, the map spec (rebuilt and
-    re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
-    the scalar attributes, and the attributes digest. Array sizes, codecs and
-    chunking, declared shapes against the map spec and attributes (no array
-    larger than the square of their largest size), the decoded size each stored
-    zstd chunk declares, and the size of the map to rebuild, are checked before
-    any data is read or any parameter drawn, so a tampered file fails fast
-    instead of allocating gigabytes; large arrays are read only after the
-    attributes digest matched. Arrays are read one chunk at a time, so a failing
-    chunk leaves no background reads behind.
-
-    A local directory replaced by a concurrent save while it is read is read
-    again (the save publishes a complete directory in one step), so a load never
-    mixes two versions.
+    The reader behind :func:`streamrff.load` (which documents the checks) and
+    :func:`streamrff.load_map`. It checks the format name and version, the kind,
+    every array's metadata, size and checksum and the map spec's cost before
+    calling ``build``, and the attributes digest and the signature after it. A
+    local directory replaced by a concurrent save while it is read is read again.
 
     Parameters
     ----------
     path_or_url : str or PathLike
         Directory, ``.zip`` file, ``file://`` or fsspec URL.
+    build : callable
+        ``build(stored)`` rebuilds the object from the file's checked contents
+        (:class:`StoredSketch`) and compares it with them
+        (:meth:`StoredSketch.check_written` for a sketch,
+        :meth:`StoredSketch.check_fingerprint` for a map alone). An error of
+        streamrff it raises is reported as the file's :class:`SketchFormatError`.
+    kinds : collection of str or None
+        The sketch kinds the caller can build (``Sketch._registry``); a file of
+        another kind is refused. None accepts any kind (``build`` reads only the map).
     storage_options : dict, optional
         fsspec options for URLs. Never logged.
     require_digest : bool, default=False
-        Refuse a file without an attributes digest (written by an older streamrff)
-        instead of loading it with a :class:`SketchFormatWarning`.
+        Refuse a file without an attributes digest instead of warning.
     verify_key : bytes, optional
-        Accept only a sketch signed with this key (``save(..., signing_key=key)``):
-        an unsigned sketch, or one signed with another key or edited after
-        signing, raises :class:`SketchSignatureError`. See docs/security.
+        Accept only a sketch signed with this key.
 
     Returns
     -------
-    Sketch
+    object
+        What ``build`` returned.
 
     Raises
     ------
@@ -242,15 +255,6 @@ def load(
         If ``verify_key`` is given and the sketch is not signed with it.
     SketchBeingWrittenError
         If another process kept writing the sketch while it was read (retry later).
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, os, streamrff as srf
-    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0))
-    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
-    >>> s.save(path)
-    >>> srf.load(path) == s
-    True
     """
     target = os.fspath(path_or_url)
     if not isinstance(require_digest, (bool, np.bool_)):
@@ -260,7 +264,7 @@ def load(
     for attempt in range(_CONCURRENT_SAVE_ATTEMPTS):
         before = _publication_identity(target, storage_options)
         try:
-            return _load_once(target, storage_options, bool(require_digest), verify_key)
+            return _load_once(target, storage_options, bool(require_digest), verify_key, build, kinds)
         except SketchFormatError:
             # A save with overwrite=True swapped the directory (or, on object storage, rewrote
             # the group) while it was read, so the files read may mix both versions: read
@@ -329,12 +333,17 @@ def _directory_identity(target: str) -> tuple[int, int, int] | None:
 
 
 def _load_once(
-    target: str, storage_options: StorageOptions, require_digest: bool, verify_key: bytes | None = None
-) -> Sketch:
+    target: str,
+    storage_options: StorageOptions,
+    require_digest: bool,
+    verify_key: bytes | None,
+    build: Callable[[StoredSketch], Built],
+    kinds: Collection[str] | None,
+) -> Built:
     try:
         store = _open_store(target, storage_options)
         try:
-            return _read_sketch(store, target, require_digest, verify_key)
+            return _read_sketch(store, target, require_digest, verify_key, build, kinds)
         finally:
             if isinstance(store, zarr.storage.ZipStore):
                 store.close()
@@ -349,7 +358,7 @@ def _load_once(
 
 
 #: Largest array a version-1 sketch holds (a 16384 x 16384 float64 second moment, 2 GiB).
-#: load() refuses larger declared shapes before reading, so a tampered few-kB file cannot make
+#: The reader refuses larger declared shapes before reading, so a tampered few-kB file cannot make
 #: it allocate and fill gigabytes.
 MAX_ARRAY_ELEMENTS = 2**28
 #: save_sketch writes 1-D arrays as one chunk and 2-D arrays in row blocks of about 2**22
@@ -399,7 +408,7 @@ def _check_spec_sizes(spec: dict[str, Any], shapes: dict[str, tuple[int, ...]], 
     """Refuse a map spec that would cost far more to rebuild than the sketch it describes.
 
     Maps regenerate their random parameters from the spec (K-JL even eagerly, before any shape
-    check), so a tampered size field could make load() draw gigabytes of normals first.
+    check), so a tampered size field could make a load draw gigabytes of normals first.
     """
     check_map_cost(spec, target)
     # Every sketch stores something per output feature (a sum, a moment, per-cluster sums).
@@ -436,7 +445,7 @@ def check_map_cost(spec: dict[str, Any], target: str) -> None:
             )
 
 
-#: Array elements load() reads before it has verified the attributes digest (8 MiB of float64).
+#: Array elements the reader reads before it has verified the attributes digest (8 MiB of float64).
 _UNVERIFIED_READ_ELEMENTS = 2**20
 #: An array may lack chunks only if it declares at most this many bytes: earlier streamrff let
 #: zarr skip all-zero chunks (read back as the fill value 0); it now writes every chunk, so an
@@ -498,7 +507,75 @@ def _describe_sizes(level: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{key}={level[key]!r}" for key in _SPEC_SIZE_KEYS if key in level) + ")"
 
 
-def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_key: bytes | None = None) -> Sketch:
+@dataclass(frozen=True)
+class StoredSketch:
+    """A sketch file's contents, every array read and matched with its checksum, the digest not yet verified.
+
+    What a ``build`` function of :func:`read_sketch_file` receives: it rebuilds
+    the sketch (or only its map) from these and compares the result with them.
+
+    Attributes
+    ----------
+    target : str
+        The place read (named in every error).
+    kind : str
+        The ``kind`` attribute.
+    spec : dict
+        The map spec (``map`` attribute).
+    attrs : dict
+        Every group attribute.
+    arrays : dict of str to ndarray
+        The sketch's arrays (native byte order).
+    map_arrays : dict of str to ndarray
+        The fitted map's arrays (stored under ``map/``).
+    """
+
+    target: str
+    kind: str
+    spec: dict[str, Any]
+    attrs: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    map_arrays: dict[str, np.ndarray]
+
+    def check_fingerprint(self, fingerprint: str) -> None:
+        """Refuse a file whose stored fingerprint is not the one of the map rebuilt from its spec."""
+        if fingerprint != self.attrs.get("fingerprint"):
+            raise SketchFormatError(
+                f"{self.target}: the stored fingerprint does not match the map rebuilt from its spec "
+                "(tampered file, or written with an incompatible numpy random stream)."
+            )
+
+    def check_written(self, parts: SketchParts) -> None:
+        """Refuse a file unless the sketch rebuilt from it writes back exactly what it holds (``parts``).
+
+        The fingerprint first, then the set of arrays, then every attribute.
+        """
+        self.check_fingerprint(parts.fingerprint)
+        # The sketch must write back exactly what is stored: otherwise an edited attribute (say
+        # moments=false beside a stored moment array) would silently load as a different sketch.
+        stored = set(self.arrays) | {f"map/{name}" for name in self.map_arrays}
+        written = set(parts.arrays)
+        if written != stored:
+            raise SketchFormatError(
+                f"{self.target}: the file holds arrays {sorted(stored)}, but a {self.kind!r} sketch with these "
+                f"attributes holds {sorted(written)} (tampered attributes or arrays)."
+            )
+        for key, value in parts.attrs.items():
+            if not _same_value(value, self.attrs.get(key)):
+                raise SketchFormatError(
+                    f"{self.target}: attribute {key!r} is {self.attrs.get(key)!r}; expected {value!r} for this "
+                    "sketch (tampered attributes)."
+                )
+
+
+def _read_sketch(
+    store: Any,
+    target: str,
+    require_digest: bool,
+    verify_key: bytes | None,
+    build: Callable[[StoredSketch], Built],
+    kinds: Collection[str] | None,
+) -> Built:
     try:
         root = zarr.open_group(store=store, mode="r", zarr_format=3)
     except FileNotFoundError as error:
@@ -516,8 +593,10 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
         )
     check_format_version(attrs.get("version"), FORMAT_VERSION, target, "sketch", SketchFormatError)
     kind = attrs.get("kind")
-    if kind not in Sketch._registry:
-        raise SketchFormatError(f"{target}: unknown sketch kind {kind!r}; expected one of {sorted(Sketch._registry)}.")
+    if kinds is None and not isinstance(kind, str):
+        raise SketchFormatError(f"{target}: the sketch kind is {kind!r}; expected a string.")
+    if kinds is not None and kind not in kinds:
+        raise SketchFormatError(f"{target}: unknown sketch kind {kind!r}; expected one of {sorted(kinds)}.")
     checksums = attrs.get("checksums")
     if not isinstance(checksums, dict):
         raise SketchFormatError(f"{target}: missing or malformed checksums attribute.")
@@ -560,35 +639,19 @@ def _read_sketch(store: Any, target: str, require_digest: bool = False, verify_k
         arrays[name] = value.astype(value.dtype.newbyteorder("="), copy=False)
     map_arrays = {k[len("map/") :]: v for k, v in arrays.items() if k.startswith("map/")}
     sketch_arrays = {k: v for k, v in arrays.items() if not k.startswith("map/")}
+    stored = StoredSketch(target, kind, spec, attrs, sketch_arrays, map_arrays)
     try:
-        sketch = Sketch._registry[kind]._from_parts(spec, map_arrays, attrs, sketch_arrays)
+        built = build(stored)  # rebuilds the sketch (or its map) and compares it with what is stored
+    except SketchFormatError:
+        raise
     except StreamRFFError as error:
         raise SketchFormatError(f"{target}: {error}") from error
-    if sketch.fingerprint != attrs.get("fingerprint"):
-        raise SketchFormatError(
-            f"{target}: the stored fingerprint does not match the map rebuilt from its spec "
-            "(tampered file, or written with an incompatible numpy random stream)."
-        )
-    # The sketch must write back exactly what is stored: otherwise an edited attribute (say
-    # moments=false beside a stored moment array) would silently load as a different sketch.
-    written = set(sketch._arrays()) | {f"map/{name}" for name in sketch.state_arrays()}
-    if written != set(checksums):
-        raise SketchFormatError(
-            f"{target}: the file holds arrays {sorted(checksums)}, but a {kind!r} sketch with these "
-            f"attributes holds {sorted(written)} (tampered attributes or arrays)."
-        )
-    for key, value in sketch._attrs().items():
-        if not _same_value(value, attrs.get(key)):
-            raise SketchFormatError(
-                f"{target}: attribute {key!r} is {attrs.get(key)!r}; expected {value!r} for this sketch "
-                "(tampered attributes)."
-            )
     # Last, so that the specific checks above name what is wrong; this one catches the edits
     # that leave a valid-looking sketch (a count off by one).
     _check_attributes_digest(attrs, target, require_digest)
     if verify_key is not None:
         _check_signature(attrs, verify_key, target)
-    return sketch
+    return built
 
 
 def _check_signature(attrs: dict[str, Any], verify_key: bytes, target: str) -> None:

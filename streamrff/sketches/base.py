@@ -4,9 +4,11 @@ Every sketch kind is immutable and offers the same few verbs: build one from a
 chunk of rows (a pure function that Dask can ship; a kind's ``chunk_job``
 hands it to the engine as a :class:`ChunkJob`), :meth:`Sketch.merge`
 (commutative and associative up to float64 rounding, with ``empty`` as the
-neutral element), :meth:`Sketch.save` / :func:`streamrff.load`, ``count``,
+neutral element), :meth:`Sketch.save` / :func:`load`, ``count``,
 ``is_empty`` and ``==``. Estimates are small functions over sketches
-(:func:`mmd2`), not methods on them.
+(:func:`mmd2`), not methods on them. :func:`load` reads a file through the
+file formats' reader (:func:`streamrff.formats.sketch.read_sketch_file`) and
+builds the sketch of the file's kind from what it read.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import numpy as np
 from .._base.registry import KindRegistry
 from .._files.signed import SketchParts, write_sketch
 from ..errors import InputError, SketchMismatchError
+from ..formats.sketch import StoredSketch, read_sketch_file
 from ..maps import FeatureMap
 from ..typing import MapSpec, PathOrURL, StorageOptions
 
 __all__ = [
-    "ChunkJob", "Sketch", "MappedSketch", "SumSketch", "invalid_count", "merge", "spec_differences",
+    "ChunkJob", "Sketch", "MappedSketch", "SumSketch", "invalid_count", "load", "merge", "spec_differences",
     "describe_map_differences",
 ]
 
@@ -457,3 +460,79 @@ def merge(*sketches: Sketch) -> Sketch:
             raise InputError(f"merge takes sketches. Got {type(sketch).__name__}.")
     return sketches[0].merge_many(sketches[1:])
 
+
+def load(
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    require_digest: bool = False,
+    verify_key: bytes | None = None,
+) -> Sketch:
+    """Read a sketch written by :meth:`Sketch.save`, validating everything.
+
+    Checks the format name and version, the kind, the map spec (rebuilt and
+    re-fingerprinted), every array's shape, dtype, finiteness and checksum, and
+    the scalar attributes, and the attributes digest. Array sizes, codecs and
+    chunking, declared shapes against the map spec and attributes (no array
+    larger than the square of their largest size), the decoded size each stored
+    zstd chunk declares, and the size of the map to rebuild, are checked before
+    any data is read or any parameter drawn, so a tampered file fails fast
+    instead of allocating gigabytes; large arrays are read only after the
+    attributes digest matched. Arrays are read one chunk at a time, so a failing
+    chunk leaves no background reads behind.
+
+    A local directory replaced by a concurrent save while it is read is read
+    again (the save publishes a complete directory in one step), so a load never
+    mixes two versions.
+
+    Parameters
+    ----------
+    path_or_url : str or PathLike
+        Directory, ``.zip`` file, ``file://`` or fsspec URL.
+    storage_options : dict, optional
+        fsspec options for URLs. Never logged.
+    require_digest : bool, default=False
+        Refuse a file without an attributes digest (written by an older streamrff)
+        instead of loading it with a :class:`SketchFormatWarning`.
+    verify_key : bytes, optional
+        Accept only a sketch signed with this key (``save(..., signing_key=key)``):
+        an unsigned sketch, or one signed with another key or edited after
+        signing, raises :class:`SketchSignatureError`. See docs/security.
+
+    Returns
+    -------
+    Sketch
+
+    Raises
+    ------
+    SketchFormatError
+        If the place is missing, unreadable, not a sketch, incomplete, tampered
+        with, or written by a newer format version.
+    SketchSignatureError
+        If ``verify_key`` is given and the sketch is not signed with it.
+    SketchBeingWrittenError
+        If another process kept writing the sketch while it was read (retry later).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os, streamrff as srf
+    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0))
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+    >>> s.save(path)
+    >>> srf.load(path) == s
+    True
+    """
+    return read_sketch_file(
+        path_or_url,
+        _rebuild_sketch,
+        Sketch._registry,  # every kind: the package that holds this module registers them all on import
+        storage_options=storage_options,
+        require_digest=require_digest,
+        verify_key=verify_key,
+    )
+
+
+def _rebuild_sketch(stored: StoredSketch) -> Sketch:
+    """The sketch of a file's kind, built from its checked contents, which it must write back exactly."""
+    sketch = Sketch._registry[stored.kind]._from_parts(stored.spec, stored.map_arrays, stored.attrs, stored.arrays)
+    stored.check_written(sketch._file_parts())
+    return sketch

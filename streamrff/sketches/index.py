@@ -19,7 +19,7 @@ from .._base.validation import check_positive_int
 from ..errors import InputError, SketchFormatError, SketchMismatchError
 from ..maps import FeatureMap, map_from_spec
 from ..typing import MapSpec, PathOrURL, StorageOptions
-from .base import Sketch, _describe, _expect_array, _expect_int
+from .base import Sketch, _describe, _expect_array, _expect_int, load
 from .mean import MeanSketch, mmd2
 
 __all__ = ["kernel_distance", "SketchIndex"]
@@ -351,8 +351,6 @@ class SketchIndex(Sketch):
         SketchFormatError
             If the place holds no valid sketch file, or a sketch that is not an index.
         """
-        from ..formats.sketch import load
-
         loaded = load(path_or_url, storage_options=storage_options)
         if not isinstance(loaded, SketchIndex):
             raise SketchFormatError(

@@ -22,8 +22,8 @@ from .._base.validation import check_positive_int
 from .._estimators import apply_to_rows
 from ..engine import current_job_options, run_row_pass
 from ..errors import InputError
-from ..formats.sketch import load
 from ..maps import FeatureMap
+from ..sketches.base import load
 from ..sketches.mean import MeanSketch
 from ..typing import StorageOptions
 from .effect import EffectSize, effect_of_sketches
