@@ -1,4 +1,4 @@
-"""The ``streamrff`` command line: parses arguments and calls the public API, nothing else.
+"""The ``streamrff`` command line: parses arguments and calls the library.
 
 Exit codes (the table in docs/cli.rst): 0 success; 1 the data or the
 environment is wrong (unreadable files, mismatched sketches, unreachable
@@ -10,8 +10,11 @@ files, is reported at once.
 One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``, ``explain``,
 ``kmeans``, ``kpca``, ``ridge``, ``predict``, ``watch``, ``demo``: its options, its help and what it runs); the
 options several commands share are declared and checked once, in
-:mod:`streamrff.cli.options`; what commands print is in
-:mod:`streamrff.cli.output`.
+:mod:`streamrff.cli.options`, which also builds the job options every job of a command takes
+(``--scheduler``, ``--storage-options``, ``--allow-missing-chunks``, ``--max-tasks``:
+:func:`~streamrff.cli.options.job_options_of`); what commands print is in
+:mod:`streamrff.cli.output`. Commands call the public API; ``watch``, a service, also holds its
+state's lock and publishes its state files with the safe-file helpers (:mod:`streamrff._files`).
 
 Only the standard library is imported at module level, here and in every
 module of the package: ``streamrff --help`` must not pay for numpy, numba,
