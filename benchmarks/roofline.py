@@ -46,7 +46,7 @@ from streamrff._base.blas import one_blas_thread
 from streamrff._kernels import sincos as _sincos
 from streamrff.maps.fourier import _MIN_PROJECTION_ROWS
 from streamrff.sketches.mean import mean_sketch_of_chunk
-from streamrff.sketches.moments import _moment_tile_rows
+from streamrff.sketches.moments import moment_tile_rows
 from streamrff.sources.chunkread import ChunkRows
 
 
@@ -173,7 +173,7 @@ def parts_table(tmp: str, rows: int, d: int, D: int, chunk_rows: int, cores: int
     phases = np.empty((tile, m), np.float32)
     features = np.empty((tile, 2 * m), np.float32)
     sums = np.zeros((2, m))
-    moment_rows = _moment_tile_rows(np.float32)  # the moments kernel's tile (_moments.py)
+    moment_rows = moment_tile_rows(np.float32)  # the moments kernel's tile (sketches/moments.py)
     moment_tile = rff.transform(values[:moment_rows])
     moment = np.empty((D, D), np.float32)
 

@@ -101,7 +101,7 @@ def _file_problems(loaded: Sequence[tuple[str, Any]], mean_with_moments_for: str
 
 def _pair_problems(loaded: Sequence[tuple[str, Any]], same_moments: bool) -> list[str]:
     """What is wrong between the first sketch and each other one: kind, map, second moments."""
-    from ..sketches.base import _input_width_advice, describe_map_differences  # here, not at the top: start-up time
+    from ..sketches.base import describe_map_differences, input_width_advice  # here, not at the top: start-up time
 
     if not loaded:
         return []
@@ -112,7 +112,7 @@ def _pair_problems(loaded: Sequence[tuple[str, Any]], same_moments: bool) -> lis
             problems.append(f"{first_path} is a {first.kind!r} sketch but {path} is a {other.kind!r} sketch.")
             continue
         if other.fingerprint != first.fingerprint:
-            advice = _input_width_advice(first.spec, other.spec) or (
+            advice = input_width_advice(first.spec, other.spec) or (
                 f"Sketch every site with one map: re-run the other sites with "
                 f"`streamrff sketch SOURCE --map {first_path} ...`, or fit one map on all sites with "
                 "`streamrff map SOURCE [SOURCE ...] -o map.json` and sketch each with --map map.json."

@@ -31,7 +31,8 @@ from ..typing import MapSpec, PathOrURL, StorageOptions
 
 __all__ = [
     "ChunkJob", "Sketch", "MappedSketch", "SumSketch", "invalid_count", "load", "merge", "spec_differences",
-    "describe_map_differences",
+    "describe_map_differences", "describe_spec", "expect_array", "expect_int", "expect_squared_norm_sum",
+    "input_width_advice",
 ]
 
 #: A per-chunk kernel: (finite rows of one chunk, global index of the chunk's first row, boolean
@@ -162,7 +163,7 @@ class Sketch(KindRegistry, ABC):
         if getattr(other, "feature_map", None) is getattr(self, "feature_map", False):
             return  # one map object (the partials of one job): its fingerprint costs a JSON dump and a hash
         if other.fingerprint != self.fingerprint:
-            advice = _input_width_advice(self.spec, other.spec) or (
+            advice = input_width_advice(self.spec, other.spec) or (
                 "Sketch every part with one fitted map: pass feature_map=first.feature_map, or "
                 "streamrff.load_map(path) of a map file or of a sketch."
             )
@@ -375,7 +376,7 @@ def describe_map_differences(spec_a: MapSpec, spec_b: MapSpec) -> str:
     return ", ".join(parts)
 
 
-def _input_width_advice(spec_a: MapSpec, spec_b: MapSpec) -> str | None:
+def input_width_advice(spec_a: MapSpec, spec_b: MapSpec) -> str | None:
     """The fix for maps fitted on inputs of different widths, or None when the widths agree.
 
     Rows of different widths are different data: no shared map makes their
@@ -396,12 +397,12 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
 
 
-def _describe(spec: MapSpec) -> str:
+def describe_spec(spec: MapSpec) -> str:
     keys = ("kind", "n_features", "n_components", "bandwidth", "variant", "seed", "k")
     return ", ".join(f"{k}={spec[k]}" for k in keys if k in spec)
 
 
-def _expect_array(arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+def expect_array(arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     if name not in arrays:
         raise InputError(f"Missing array {name!r}. Got arrays {sorted(arrays)}.")
     array = arrays[name]
@@ -415,7 +416,7 @@ def _expect_array(arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ..
     return array
 
 
-def _expect_squared_norm_sum(attrs: dict[str, Any]) -> float:
+def expect_squared_norm_sum(attrs: dict[str, Any]) -> float:
     """The ``squared_norm_sum`` attribute of a sum sketch: a finite number >= 0."""
     value = attrs.get("squared_norm_sum")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (np.isfinite(value) and value >= 0):
@@ -432,7 +433,7 @@ def _left_fold_sum(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return total
 
 
-def _expect_int(attrs: dict[str, Any], name: str) -> int:
+def expect_int(attrs: dict[str, Any], name: str) -> int:
     value = attrs.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"Attribute {name!r} must be an integer >= 0. Got {value!r}.")

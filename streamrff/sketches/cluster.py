@@ -22,7 +22,7 @@ from .._base.validation import check_positive_int
 from .._kernels.lloyd import FULL_RESCORE_FRACTION, exact_labels, lloyd_step
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
-from .base import ChunkJob, SumSketch, _describe, _expect_array, _expect_int
+from .base import ChunkJob, SumSketch, describe_spec, expect_array, expect_int
 
 __all__ = ["ClusterSketch", "cluster_sketch_of_chunk"]
 
@@ -309,16 +309,16 @@ class ClusterSketch(SumSketch):
         expected = {"counts", "sums", "centers"} | ({"previous_centers"} if has_previous else set())
         if set(arrays) != expected:
             raise InputError(f"A cluster sketch holds the arrays {sorted(expected)}. Got {sorted(arrays)}.")
-        counts = _expect_array(arrays, "counts", (k,), np.int64)
+        counts = expect_array(arrays, "counts", (k,), np.int64)
         if (counts < 0).any():
             raise InputError("Cluster counts must be >= 0. Got a negative count.")
-        sums = _expect_array(arrays, "sums", (k, width), np.float64)
-        centers = _expect_array(arrays, "centers", (k, width), np.float64)
-        previous = _expect_array(arrays, "previous_centers", (k, width), np.float64) if has_previous else None
-        count = _expect_int(attrs, "count")
+        sums = expect_array(arrays, "sums", (k, width), np.float64)
+        centers = expect_array(arrays, "centers", (k, width), np.float64)
+        previous = expect_array(arrays, "previous_centers", (k, width), np.float64) if has_previous else None
+        count = expect_int(attrs, "count")
         if count != int(counts.sum()):
             raise InputError(f"count must equal the sum of the cluster counts ({int(counts.sum())}). Got {count}.")
-        n_moved = _expect_int(attrs, "n_moved")
+        n_moved = expect_int(attrs, "n_moved")
         if n_moved > count or (previous is None and n_moved != count):
             raise InputError(
                 f"n_moved must be <= count, and equal to count without previous centres. Got n_moved={n_moved}, "
@@ -346,7 +346,7 @@ class ClusterSketch(SumSketch):
     def __repr__(self) -> str:
         return (
             f"ClusterSketch(count={self.count}, k={self.n_clusters}, n_features={self.sums.shape[1]}, "
-            f"inertia={self.inertia:.6g}, n_moved={self.n_moved}, map={_describe(self.spec)})"
+            f"inertia={self.inertia:.6g}, n_moved={self.n_moved}, map={describe_spec(self.spec)})"
         )
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from .._base.validation import check_format_version
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap, spec_bandwidth
-from .moments import _CentredMoments, _moment_tile_rows
+from .moments import CentredMoments, moment_tile_rows
 
 __all__ = [
     "COLUMN_FORMAT_NAME",
@@ -342,13 +342,13 @@ def _expect(arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ...]) ->
 
 def column_sketch_of_chunk(rows: np.ndarray, column_maps: ColumnMaps, dtype: Any = np.float32) -> ColumnSketch:
     """The column part of trusted, finite ``rows``: each column embedded tile by tile by its 1-D map, its
-    sums and second moment accumulated by the moment kernel of the mean sketch (:class:`_CentredMoments`)."""
+    sums and second moment accumulated by the moment kernel of the mean sketch (:class:`CentredMoments`)."""
     dtype = np.dtype(dtype)
     d, width = column_maps.n_columns, column_maps.n_features
     feature_sum, moment = np.zeros((d, width)), np.zeros((d, width, width))
-    tile_rows = _moment_tile_rows(dtype)
+    tile_rows = moment_tile_rows(dtype)
     for column, column_map in enumerate(column_maps.maps):
-        sums = _CentredMoments(width, dtype)
+        sums = CentredMoments(width, dtype)
         for _, features in column_map.embed_tiles(rows[:, column : column + 1], tile_rows=tile_rows, dtype=dtype):
             sums.add(features)
         feature_sum[column], _, moment[column] = sums.totals()

@@ -19,7 +19,7 @@ from .._base.validation import check_positive_int
 from ..errors import InputError, SketchFormatError, SketchMismatchError
 from ..maps import FeatureMap, map_from_spec
 from ..typing import MapSpec, PathOrURL, StorageOptions
-from .base import Sketch, _describe, _expect_array, _expect_int, load
+from .base import Sketch, describe_spec, expect_array, expect_int, load
 from .mean import MeanSketch, mmd2
 
 __all__ = ["kernel_distance", "SketchIndex"]
@@ -254,8 +254,8 @@ class SketchIndex(Sketch):
         if sketch.fingerprint != self.fingerprint:
             raise SketchMismatchError(
                 f"The {argument} was made with another feature map than the index: fingerprint "
-                f"{sketch.fingerprint[:16]} ({_describe(sketch.spec)}) vs the index's {self.fingerprint[:16]} "
-                f"({_describe(self.spec)}). Sketch every point set with the index's map (index.feature_map)."
+                f"{sketch.fingerprint[:16]} ({describe_spec(sketch.spec)}) vs the index's {self.fingerprint[:16]} "
+                f"({describe_spec(self.spec)}). Sketch every point set with the index's map (index.feature_map)."
             )
 
     # -- Sketch protocol (file format, merge, ==) --------------------------------
@@ -320,16 +320,16 @@ class SketchIndex(Sketch):
     @classmethod
     def _from_parts(cls, spec, map_arrays, attrs, arrays) -> SketchIndex:
         feature_map = map_from_spec(spec, map_arrays)
-        total = _expect_int(attrs, "count")
+        total = expect_int(attrs, "count")
         names = attrs.get("names")
         if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
             raise InputError(f"Attribute 'names' must be a list of non-empty strings. Got {names!r:.200}.")
         n = len(names)
         if len(set(names)) != n:
             raise InputError("Attribute 'names' holds duplicate names.")
-        sums = _expect_array(arrays, "feature_sums", (n, feature_map.n_features_out_), np.float64)
-        counts = _expect_array(arrays, "counts", (n,), np.int64)
-        norms = _expect_array(arrays, "squared_norm_sums", (n,), np.float64)
+        sums = expect_array(arrays, "feature_sums", (n, feature_map.n_features_out_), np.float64)
+        counts = expect_array(arrays, "counts", (n,), np.int64)
+        norms = expect_array(arrays, "squared_norm_sums", (n,), np.float64)
         if (counts < 1).any() or (norms < 0).any() or int(counts.sum()) != total:
             raise InputError(
                 f"Every indexed point set needs a count >= 1 and a squared_norm_sum >= 0, and the counts must "
@@ -360,5 +360,5 @@ class SketchIndex(Sketch):
 
     def __repr__(self) -> str:
         shown = ", ".join(self.names[:3]) + (", ..." if len(self) > 3 else "")
-        described = "no map yet" if self.feature_map is None else _describe(self.spec)
+        described = "no map yet" if self.feature_map is None else describe_spec(self.spec)
         return f"SketchIndex({len(self)} point sets: [{shown}], map={described})"

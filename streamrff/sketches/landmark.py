@@ -17,7 +17,7 @@ from .._base.sampling import bottom_k, row_keys
 from .._base.validation import check_positive_int
 from ..errors import InputError
 from ..typing import MapSpec
-from .base import ChunkJob, Sketch, _expect_array, _expect_int
+from .base import ChunkJob, Sketch, expect_array, expect_int
 
 
 class LandmarkSketch(Sketch):
@@ -99,12 +99,12 @@ class LandmarkSketch(Sketch):
         seed = spec.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise InputError(f"seed must be an int. Got {seed!r}.")
-        count = _expect_int(attrs, "count")
+        count = expect_int(attrs, "count")
         kept = arrays.get("keys", np.empty(0)).shape[0]
         if kept > min(k, count):
             raise InputError(f"A landmark sketch keeps at most min(k, count) rows. Got {kept}.")
-        keys = _expect_array(arrays, "keys", (kept,), np.uint64)
-        rows = _expect_array(arrays, "rows", (kept, d), np.float64)
+        keys = expect_array(arrays, "keys", (kept,), np.uint64)
+        rows = expect_array(arrays, "rows", (kept, d), np.float64)
         return cls(k, seed, d, keys, rows, count)
 
     def __repr__(self) -> str:

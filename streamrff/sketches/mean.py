@@ -19,7 +19,7 @@ from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
 from ..maps.nufft import nufft_applies, nufft_available, nufft_mean_sums, nufft_supports
 from ..typing import ArrayLike2D
-from .base import ChunkJob, SumSketch, _describe, _expect_array, _expect_int, _expect_squared_norm_sum, invalid_count
+from .base import ChunkJob, SumSketch, describe_spec, expect_array, expect_int, expect_squared_norm_sum, invalid_count
 from .columns import (
     DEFAULT_COLUMN_FEATURES,
     ColumnMaps,
@@ -29,7 +29,7 @@ from .columns import (
     column_sketch_of_chunk,
 )
 from .columns import PREFIX as COLUMN_PREFIX
-from .moments import _CentredMoments, _moment_tile_rows
+from .moments import CentredMoments, moment_tile_rows
 
 
 @dataclasses.dataclass(eq=False, repr=False)
@@ -143,13 +143,13 @@ class MeanSketch(SumSketch):
 
         feature_map = map_from_spec(spec, map_arrays)
         width = feature_map.n_features_out_
-        _expect_array(arrays, "feature_sum", (width,), np.float64)
+        expect_array(arrays, "feature_sum", (width,), np.float64)
         moment = None
         if attrs.get("moments"):
-            moment = _expect_array(arrays, "moment", (width, width), np.float64)
-        _expect_int(attrs, "count")
-        _expect_int(attrs, "n_invalid")
-        squared_norm_sum = _expect_squared_norm_sum(attrs)
+            moment = expect_array(arrays, "moment", (width, width), np.float64)
+        expect_int(attrs, "count")
+        expect_int(attrs, "n_invalid")
+        squared_norm_sum = expect_squared_norm_sum(attrs)
         columns = None
         if "columns" in attrs:
             columns = ColumnSketch.from_file(feature_map, attrs, arrays, attrs["count"])
@@ -170,7 +170,7 @@ class MeanSketch(SumSketch):
         if method == "nufft" and not nufft_supports(feature_map):
             raise InputError(
                 f"method='nufft' serves RFF and RelativeErrorRFF maps on at most 3 input columns. Got "
-                f"{_describe(feature_map.spec)}. Use method='auto' or 'direct'."
+                f"{describe_spec(feature_map.spec)}. Use method='auto' or 'direct'."
             )
         key = f"mean-{feature_map.fingerprint[:20]}-{'moments' if moments else 'sums'}"
         if column_maps is not None:
@@ -192,7 +192,7 @@ class MeanSketch(SumSketch):
         columns = "" if self.columns is None else f", columns={self.columns.column_maps.n_columns}"
         return (
             f"MeanSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
-            f"moments={self.has_moments}{columns}, map={_describe(self.spec)})"
+            f"moments={self.has_moments}{columns}, map={describe_spec(self.spec)})"
         )
 
 
@@ -239,7 +239,7 @@ def mean_sketch_of_chunk(
     without moments, RFF maps use their fused kernel), and with ``moments``
     each tile's ``Z^T Z`` by a symmetric rank-k update (BLAS ``ssyrk``) of
     the tile centred on its own mean, the mean's terms added in float64
-    (:class:`_CentredMoments`). Both agree with float64 arithmetic on the same
+    (:class:`CentredMoments`). Both agree with float64 arithmetic on the same
     features to float32 rounding, the centred moment to that of the
     within-tile variance.
     ``dtype="float64"`` embeds in float64 throughout (about 10x slower:
@@ -263,8 +263,8 @@ def mean_sketch_of_chunk(
     if not moments:
         feature_sum, squared_norm_sum = feature_map._feature_sums(rows, dtype)
         return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, None, n_invalid, columns)
-    sums = _CentredMoments(feature_map.n_features_out_, dtype)
-    for _, features in feature_map.embed_tiles(rows, tile_rows=_moment_tile_rows(dtype), dtype=dtype):
+    sums = CentredMoments(feature_map.n_features_out_, dtype)
+    for _, features in feature_map.embed_tiles(rows, tile_rows=moment_tile_rows(dtype), dtype=dtype):
         sums.add(features)
     feature_sum, squared_norm_sum, moment = sums.totals()
     return MeanSketch(feature_map, rows.shape[0], feature_sum, squared_norm_sum, moment, n_invalid, columns)

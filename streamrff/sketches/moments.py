@@ -18,7 +18,7 @@ from ..maps import tile_column_sums
 _MOMENT_TILE_ROWS = 2048
 
 
-def _moment_tile_rows(dtype: np.dtype) -> int:
+def moment_tile_rows(dtype: np.dtype) -> int:
     """Rows per tile of :func:`mean_sketch_of_chunk`'s second-moment update: the bytes of
     :data:`_MOMENT_TILE_ROWS` float64 rows (the tile :mod:`streamrff._base.memory` counts), so 4096
     float32 rows. numpy mirrors each update's D x D triangle and the float64 moment adds it, a
@@ -38,7 +38,7 @@ def _rank_k_update(features: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.matmul(features.T, features, out=out)
 
 
-class _CentredMoments:
+class CentredMoments:
     """Float64 sums of feature tiles and their second moment, each tile's rank-k product taken on the tile centred.
 
     :meth:`add` shifts a tile in place by ``c``, its column means rounded to
@@ -95,6 +95,6 @@ class _CentredMoments:
             self._rank_two = []
 
 
-#: Tiles whose rank-2 terms :class:`_CentredMoments` adds in one float64 product (D x 2b x D):
+#: Tiles whose rank-2 terms :class:`CentredMoments` adds in one float64 product (D x 2b x D):
 #: few enough that the stacked vectors stay small (16 MiB at D = 16 384).
 _RANK_TWO_BATCH = 64

@@ -34,7 +34,7 @@ from .._base.blas import one_blas_thread, single_blas_thread
 from .._base.validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap, tile_column_sums
-from .base import ChunkJob, SumSketch, _describe, _expect_array, _expect_int, _expect_squared_norm_sum, invalid_count
+from .base import ChunkJob, SumSketch, describe_spec, expect_array, expect_int, expect_squared_norm_sum, invalid_count
 
 __all__ = ["NystromSketch", "nystrom_sketch_of_chunk", "nystrom_eigenpairs", "test_matrix"]
 
@@ -196,8 +196,8 @@ class NystromSketch(SumSketch):
         if isinstance(other, NystromSketch) and other.map_fingerprint != self.map_fingerprint:
             raise SketchMismatchError(
                 "Cannot merge sketches of different feature maps: fingerprint "
-                f"{self.map_fingerprint[:16]} ({_describe(self.spec)}) vs {other.map_fingerprint[:16]} "
-                f"({_describe(other.spec)}). Sketch every part with the same map spec "
+                f"{self.map_fingerprint[:16]} ({describe_spec(self.spec)}) vs {other.map_fingerprint[:16]} "
+                f"({describe_spec(other.spec)}). Sketch every part with the same map spec "
                 "(same kind, n_features, bandwidth, variant and seed)."
             )
         super().check_compatible(other)
@@ -221,7 +221,7 @@ class NystromSketch(SumSketch):
 
         feature_map = map_from_spec(spec, map_arrays)
         width = feature_map.n_features_out_
-        _expect_array(arrays, "feature_sum", (width,), np.float64)
+        expect_array(arrays, "feature_sum", (width,), np.float64)
         test = attrs.get("test_matrix")
         if not isinstance(test, dict) or test.get("scheme") != TEST_MATRIX_SCHEME:
             raise InputError(
@@ -230,10 +230,10 @@ class NystromSketch(SumSketch):
             )
         test_seed = normalize_seed(test.get("seed"), "test_matrix seed")
         sketch_size = check_sketch_size(test.get("sketch_size"), width)
-        range_sketch = _expect_array(arrays, "range_sketch", (width, sketch_size), np.float64)
-        _expect_int(attrs, "count")
-        _expect_int(attrs, "n_invalid")
-        squared_norm_sum = _expect_squared_norm_sum(attrs)
+        range_sketch = expect_array(arrays, "range_sketch", (width, sketch_size), np.float64)
+        expect_int(attrs, "count")
+        expect_int(attrs, "n_invalid")
+        squared_norm_sum = expect_squared_norm_sum(attrs)
         return {
             "feature_map": feature_map, "count": attrs["count"], "feature_sum": arrays["feature_sum"],
             "squared_norm_sum": squared_norm_sum, "range_sketch": range_sketch, "test_seed": test_seed,
@@ -252,7 +252,7 @@ class NystromSketch(SumSketch):
     def __repr__(self) -> str:
         return (
             f"NystromSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
-            f"sketch_size={self.sketch_size}, test_seed={self.test_seed}, map={_describe(self.spec)})"
+            f"sketch_size={self.sketch_size}, test_seed={self.test_seed}, map={describe_spec(self.spec)})"
         )
 
 

@@ -26,9 +26,9 @@ from .._base.validation import check_feature_dtype, check_rows, check_width, nor
 from ..errors import InputError, SketchMismatchError
 from ..maps import FeatureMap
 from ..typing import ArrayLike2D
-from .base import ChunkJob, _describe, _expect_array, _expect_int, _expect_squared_norm_sum, invalid_count
+from .base import ChunkJob, describe_spec, expect_array, expect_int, expect_squared_norm_sum, invalid_count
 from .mean import MeanSketch
-from .moments import _CentredMoments, _moment_tile_rows
+from .moments import CentredMoments, moment_tile_rows
 from .nystrom import _MIN_TILE_ROWS, NystromSketch, _dtype_suffix, check_sketch_size, test_matrix
 
 __all__ = [
@@ -198,16 +198,16 @@ class _TargetSums:
     @staticmethod
     def _target_parts(attrs: dict[str, Any], arrays: dict[str, np.ndarray], width: int) -> dict[str, Any]:
         """The target fields of a sketch file, checked (shapes, dtypes, ``target_ndim``, classes)."""
-        n_targets = _expect_int(attrs, "n_targets")
+        n_targets = expect_int(attrs, "n_targets")
         if n_targets < 1:
             raise InputError(f"Attribute 'n_targets' must be >= 1. Got {n_targets}.")
         target_ndim = attrs.get("target_ndim")
         if target_ndim not in (1, 2) or isinstance(target_ndim, bool) or (target_ndim == 1 and n_targets != 1):
             raise InputError(f"Attribute 'target_ndim' must be 1 (one target) or 2. Got {target_ndim!r}.")
         return {
-            "cross_moment": _expect_array(arrays, "cross_moment", (width, n_targets), np.float64),
-            "target_sum": _expect_array(arrays, "target_sum", (n_targets,), np.float64),
-            "target_moment": _expect_array(arrays, "target_moment", (n_targets, n_targets), np.float64),
+            "cross_moment": expect_array(arrays, "cross_moment", (width, n_targets), np.float64),
+            "target_sum": expect_array(arrays, "target_sum", (n_targets,), np.float64),
+            "target_moment": expect_array(arrays, "target_moment", (n_targets, n_targets), np.float64),
             "target_ndim": target_ndim,
             "classes": _expect_classes(attrs),
             "target_shift": _expect_target_shift(attrs, n_targets),
@@ -343,18 +343,18 @@ class RegressionSketch(_TargetSums, MeanSketch):
             )
         return cls(
             feature_map,
-            _expect_int(attrs, "count"),
-            _expect_array(arrays, "feature_sum", (width,), np.float64),
-            _expect_squared_norm_sum(attrs),
-            _expect_array(arrays, "moment", (width, width), np.float64),
-            n_invalid=_expect_int(attrs, "n_invalid"),
+            expect_int(attrs, "count"),
+            expect_array(arrays, "feature_sum", (width,), np.float64),
+            expect_squared_norm_sum(attrs),
+            expect_array(arrays, "moment", (width, width), np.float64),
+            n_invalid=expect_int(attrs, "n_invalid"),
             **cls._target_parts(attrs, arrays, width),
         )
 
     def __repr__(self) -> str:
         return (
             f"RegressionSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
-            f"{self._targets_repr()}, map={_describe(self.spec)})"
+            f"{self._targets_repr()}, map={describe_spec(self.spec)})"
         )
 
 
@@ -432,7 +432,7 @@ class NystromRegressionSketch(_TargetSums, NystromSketch):
         return (
             f"NystromRegressionSketch(count={self.count}, n_features={self.feature_sum.shape[0]}, "
             f"sketch_size={self.sketch_size}, test_seed={self.test_seed}, {self._targets_repr()}, "
-            f"map={_describe(self.spec)})"
+            f"map={describe_spec(self.spec)})"
         )
 
 
@@ -550,7 +550,7 @@ def regression_sketch_of_chunk(
     The second moment is the moment sketch's (:func:`streamrff.sketches.mean.mean_sketch_of_chunk`
     with moments): each tile of features is centred on its own mean and its ``Z^T Z`` taken
     by a symmetric rank-k update in the features' dtype (float32 ``ssyrk``), accumulated in
-    float64 with the mean's terms (:class:`streamrff.sketches.moments._CentredMoments`). So the
+    float64 with the mean's terms (:class:`streamrff.sketches.moments.CentredMoments`). So the
     sums agree with float64 arithmetic on the same features to float32 rounding (relative
     1e-6, as every sketch), and a fit pass costs little more than a moments pass. That
     rounding depends on where tiles start; the ridge solve at the alphas GCV picks amplifies
@@ -600,7 +600,7 @@ def regression_sketch_of_chunk(
     shifted = columns - shift
     dtype = np.dtype(dtype)
     if sketch_size is None:
-        sums = _CentredMoments(width, dtype)
+        sums = CentredMoments(width, dtype)
         cross_moment = _centred_tile_sums(rows, shifted, feature_map, sums, dtype)
         feature_sum, squared_norm_sum, moment = sums.totals()
         return RegressionSketch(
@@ -625,13 +625,13 @@ def regression_sketch_of_chunk(
 
 
 def _centred_tile_sums(
-    rows: np.ndarray, targets: np.ndarray, feature_map: FeatureMap, sums: _CentredMoments, dtype: np.dtype
+    rows: np.ndarray, targets: np.ndarray, feature_map: FeatureMap, sums: CentredMoments, dtype: np.dtype
 ) -> np.ndarray:
     """Add every tile's features to ``sums`` (centred float32 rank-k updates) and return ``Z^T targets``.
 
     ``Z^T y = Zc^T y + c (sum y)^T`` per tile, ``Zc`` the centred tile widened exactly to
     float64 (the features ``sums`` holds are ``Zc + c``, so both describe the same features)."""
-    tile_rows = _moment_tile_rows(dtype)
+    tile_rows = moment_tile_rows(dtype)
     cross_moment = np.zeros((feature_map.n_features_out_, targets.shape[1]))
     wide = np.empty((min(tile_rows, rows.shape[0]), feature_map.n_features_out_))
     for start, features in feature_map.embed_tiles(rows, tile_rows=tile_rows, dtype=dtype):

@@ -23,7 +23,7 @@ from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..maps.base import _spec_key
 from ..maps.fourier import _projection_params
-from .base import SumSketch, _describe, _expect_array, _expect_int
+from .base import SumSketch, describe_spec, expect_array, expect_int
 
 __all__ = [
     "TwoSampleSketch",
@@ -191,8 +191,8 @@ class TwoSampleSketch(SumSketch):
             )
         feature_map = map_from_spec(spec, map_arrays)
         width = feature_map.n_features_out_
-        n_x, n_y = _expect_int(attrs, "n_x"), _expect_int(attrs, "n_y")
-        count_x, count_y = _expect_int(attrs, "count_x"), _expect_int(attrs, "count_y")
+        n_x, n_y = expect_int(attrs, "n_x"), expect_int(attrs, "n_y")
+        count_x, count_y = expect_int(attrs, "count_x"), expect_int(attrs, "count_y")
         n_permutations = check_positive_int(attrs.get("n_permutations"), "n_permutations")
         seed = normalize_seed(attrs.get("seed"))
         if n_x + n_y < 1:
@@ -202,7 +202,7 @@ class TwoSampleSketch(SumSketch):
                 f"count_x <= n_x and count_y <= n_y are required. Got count_x={count_x}, n_x={n_x}, "
                 f"count_y={count_y}, n_y={n_y}."
             )
-        if _expect_int(attrs, "count") != count_x + count_y:
+        if expect_int(attrs, "count") != count_x + count_y:
             raise InputError(f"count must equal count_x + count_y = {count_x + count_y}. Got {attrs['count']}.")
         norms = []
         for name in ("squared_norm_sum_x", "squared_norm_sum_y"):
@@ -218,19 +218,19 @@ class TwoSampleSketch(SumSketch):
             seed,
             count_x,
             count_y,
-            _expect_array(arrays, "feature_sum_x", (width,), np.float64),
-            _expect_array(arrays, "feature_sum_y", (width,), np.float64),
+            expect_array(arrays, "feature_sum_x", (width,), np.float64),
+            expect_array(arrays, "feature_sum_y", (width,), np.float64),
             norms[0],
             norms[1],
-            _expect_array(arrays, "permutation_sums", (n_permutations, width), np.float64),
-            _expect_array(arrays, "permutation_squared_norms", (n_permutations,), np.float64),
+            expect_array(arrays, "permutation_sums", (n_permutations, width), np.float64),
+            expect_array(arrays, "permutation_squared_norms", (n_permutations,), np.float64),
         )
 
     def __repr__(self) -> str:
         return (
             f"TwoSampleSketch(count_x={self.count_x}/{self.n_x}, count_y={self.count_y}/{self.n_y}, "
             f"n_permutations={self.n_permutations}, seed={self.seed}, "
-            f"n_features={self.feature_sum_x.shape[0]}, map={_describe(self.spec)})"
+            f"n_features={self.feature_sum_x.shape[0]}, map={describe_spec(self.spec)})"
         )
 
 
