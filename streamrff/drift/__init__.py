@@ -8,7 +8,8 @@ the features of the row that leaves are subtracted, and the unbiased MMD^2 of
 the window against the reference is read off the sums. The alarm thresholds
 are calibrated, from the reference alone, to an expected run time under no
 change (Cobb, Van Looveren & Klaise 2022; :mod:`streamrff.drift.calibration`).
-The monitor saves to a zarr group (:mod:`streamrff.formats.monitor`).
+The monitor saves to a zarr group (:mod:`streamrff.formats.monitor`). An analysis: it imports the
+engine, the sources, the file formats, the sketches, the maps and the layers below, never a surface.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ float32 nearest-centre scores with float64 rescoring, and the labels of rows),
 :mod:`~streamrff.kmeans.initialization` (spectral starts, Lloyd on the init
 sample, the exact kernel k-means objective that ranks the candidates) and
 :mod:`~streamrff.kmeans.estimator` (:class:`KernelKMeans` and
-:class:`LloydIteration`). Everything is importable from ``streamrff.kmeans``.
+:class:`LloydIteration`). Everything is importable from ``streamrff.kmeans``. An
+analysis: it imports the engine, the sketches, the maps and the layers below, never a surface.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ pickled map (as Dask ships it) carries only the spec.
 - :mod:`~streamrff.maps.jl`: :class:`JL`, a Gaussian projection after another map;
 - :mod:`~streamrff.maps.kjl`: :class:`KJL`, the landmark-fitted Kernel-JL sketch.
 
-Importing this package registers every map kind with :func:`map_from_spec`.
+Importing this package registers every map kind with :func:`map_from_spec`. The maps layer imports
+only the compiled kernels (:mod:`streamrff._kernels`, inside functions: numba loads on first use)
+and the foundations.
 
 Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
 ``sigma = bandwidth``.

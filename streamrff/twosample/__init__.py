@@ -37,7 +37,9 @@ p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`),
 :mod:`~streamrff.twosample.api` (the tests), :mod:`~streamrff.twosample.effect`
 (the interval of MMD^2), :mod:`~streamrff.twosample.witness` (the witness and
 its top rows) and :mod:`~streamrff.twosample.marginal` (one test per column). Everything is importable from
-``streamrff.twosample``.
+``streamrff.twosample``. An analysis: it imports the engine, the sketches (its own kind is
+:mod:`streamrff.sketches.twosample`), the maps, the layers below and :mod:`streamrff.kpca` beside
+it; never a surface.
 """
 
 from __future__ import annotations
