@@ -17,11 +17,12 @@ the same seed gives bit-identical centres however many workers run, and
 centres equal to float32 rounding of the tile sums (rel 1e-6; the same labels
 in practice) whatever the chunking.
 
-Modules: :mod:`~streamrff.sketches.cluster` (:class:`ClusterSketch` and its chunk
-kernel :func:`cluster_sketch_of_chunk`), :mod:`~streamrff.sketches.cluster` (the
-float32 nearest-centre scores with float64 rescoring, and the labels of rows),
-:mod:`~streamrff.kmeans.initialization` (spectral starts, Lloyd on the init
-sample, the exact kernel k-means objective that ranks the candidates) and
+Modules: :mod:`~streamrff.sketches.cluster` (:class:`ClusterSketch`, its chunk
+kernel :func:`cluster_sketch_of_chunk`, the float32 nearest-centre scores with
+float64 rescoring, and the labels of rows), :mod:`streamrff._kernels.lloyd` (the
+compiled Lloyd step of RFF maps), :mod:`~streamrff.kmeans.initialization`
+(spectral starts, Lloyd on the init sample, the exact kernel k-means objective
+that ranks the candidates) and
 :mod:`~streamrff.kmeans.estimator` (:class:`KernelKMeans` and
 :class:`LloydIteration`). Everything is importable from ``streamrff.kmeans``. An
 analysis: it imports the engine, the sketches, the maps and the layers below, never a surface.

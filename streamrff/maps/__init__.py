@@ -9,9 +9,11 @@ pickled map (as Dask ships it) carries only the spec.
   :func:`map_from_spec`, fingerprints, :func:`tile_column_sums` and
   :func:`exact_kernel`;
 - :mod:`~streamrff.maps.fourier`: :class:`RFF` and ``FourierFeatureMap``, the base it shares with
-- :mod:`~streamrff.maps.relative`: :class:`RelativeErrorRFF`;
+  :mod:`~streamrff.maps.relative`: :class:`RelativeErrorRFF`;
+- :mod:`~streamrff.maps.structured`: the SORF frequencies of ``RFF(structured=True)``;
 - :mod:`~streamrff.maps.jl`: :class:`JL`, a Gaussian projection after another map;
-- :mod:`~streamrff.maps.kjl`: :class:`KJL`, the landmark-fitted Kernel-JL sketch.
+- :mod:`~streamrff.maps.kjl`: :class:`KJL`, the landmark-fitted Kernel-JL sketch;
+- :mod:`~streamrff.maps.nufft`: a chunk's kernel-mean sums as one non-uniform FFT (d <= 3).
 
 Importing this package registers every map kind with :func:`map_from_spec`. The maps layer imports
 only the compiled kernels (:mod:`streamrff._kernels`, inside functions: numba loads on first use)

@@ -508,7 +508,7 @@ def _move_bound(current: _NearestCentres, previous: _NearestCentres) -> tuple[fl
 def _compiled_lloyd_step(
     rows: np.ndarray, feature_map: RFF, centers: np.ndarray, previous_centers: np.ndarray | None
 ) -> tuple[ClusterSketch, np.ndarray, int]:
-    """:func:`cluster_sketch_of_chunk` for RFF maps in one compiled call (:mod:`._lloyd`).
+    """:func:`cluster_sketch_of_chunk` for RFF maps in one compiled call (:mod:`streamrff._kernels.lloyd`).
 
     Returns the sketch, the rows' labels and how many rows were rescored in float64.
     """
