@@ -2,10 +2,9 @@
 
 The lower half of :mod:`streamrff.formats.sketch` (which documents the layout and
 reads files back): it writes what a sketch stores (:class:`SketchParts`: kind,
-map spec, fingerprint, arrays, scalar attributes) and knows nothing of the
-sketch classes, so :mod:`streamrff.sketches.base` saves through it without importing
-the reader, which needs the sketch classes (layering maps -> sketches ->
-fileformat).
+map spec, fingerprint, arrays, scalar attributes), digests and signs it, and
+knows nothing of the sketch classes or the maps; the monitor and model files
+sign with it too.
 """
 
 from __future__ import annotations
