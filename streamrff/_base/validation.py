@@ -184,17 +184,27 @@ def store_params(estimator: Any, arguments: dict[str, Any]) -> None:
             setattr(estimator, name, value)
 
 
-def validate_estimator_input(model: Any, X: Any, reset: bool) -> np.ndarray:
-    """scikit-learn's ``validate_data`` (n_features_in_, feature names) plus streamrff's finite-row check."""
+def validate_estimator_input(model: Any, X: Any, reset: bool, y: Any = None, **y_checks: Any) -> Any:
+    """scikit-learn's ``validate_data`` (n_features_in_, feature names) plus streamrff's finite-row check.
+
+    Returns the checked rows; with ``y``, ``(rows, y)``, y checked by ``validate_data`` with ``y_checks``
+    (``multi_output``, ``y_numeric``, ...). scikit-learn's ValueErrors become InputErrors.
+    """
     from sklearn.utils.validation import validate_data
 
+    targets = () if y is None else (y,)  # an explicit y=None would be "y is required" for a regressor
     try:
-        rows = validate_data(model, X, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False)
+        validated = validate_data(
+            model, X, *targets, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite=False, **y_checks
+        )
     except ValueError as error:
         if isinstance(error, InputError):
             raise
         raise InputError(str(error)) from error
-    return check_rows(rows, "X")
+    if y is None:
+        return check_rows(validated, "X")
+    rows, y = validated
+    return check_rows(rows, "X"), y
 
 
 def check_format_version(version: Any, newest: int, target: str, noun: str, error: type[Exception]) -> None:

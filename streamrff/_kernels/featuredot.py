@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import jit
-from .sincos import LANES, MAX_FAST_PHASE, WIDE_VECTORS, _sincos, _wide_sincos
+from .sincos import MAX_FAST_PHASE, WIDE_VECTORS, _sincos, _wide_lanes
 
 __all__ = ["rff_feature_dots"]
 
@@ -110,16 +110,12 @@ def _row_dot(row, offsets, direction, scratch):  # pragma: no cover - compiled
     wide = WIDE_VECTORS and row.strides[0] == 4 and cosines.strides[0] == 4
     if offsets.shape[0]:
         if wide and offsets.strides[0] == 4:
-            while first + LANES <= m:
-                _wide_sincos(row, offsets, first, one, cosines, cosines, row, 2)
-                first += LANES
+            first = _wide_lanes(row, offsets, one, cosines, cosines, row, 2)
         for j in range(first, m):
             cosines[j] = _sincos(row[j] + offsets[j])[1]
         return _lane_sum(cosines, direction[:m], cosines, direction[:0])
     if wide:
-        while first + LANES <= m:
-            _wide_sincos(row, row, first, one, cosines, sines, row, 0)
-            first += LANES
+        first = _wide_lanes(row, row, one, cosines, sines, row, 0)
     for j in range(first, m):
         sines[j], cosines[j] = _sincos(row[j])
     return _lane_sum(cosines, direction[:m], sines, direction[m:])

@@ -29,24 +29,14 @@ _jit = jit(nogil=True, boundscheck=False)
 
 @_jit
 def _slide_tile(
-    features,
-    ring,
-    ring_norms,
-    window_sum,
-    reference_sum,
-    reference_term,
-    n_reference,
-    thresholds,
-    start,
-    norm_sum,
-    watch,
-    statistic,
-    threshold,
-    offset,
+    features, window_state, reference, start, norm_sum, watch, statistic, threshold, offset
 ):  # pragma: no cover - compiled
     """Slide the window over ``features`` (run rows ``start``, ``start + 1``, ...); write rows ``offset``... of
     ``statistic`` and ``threshold``; return the new squared-norm sum and the first crossing (-1 if none or not
-    ``watch``)."""
+    ``watch``). ``window_state`` is ``(ring, ring_norms, window_sum)`` and ``reference`` is ``(reference_sum,
+    reference_term, n_reference, thresholds)``, as :func:`slide_rows` takes them."""
+    ring, ring_norms, window_sum = window_state
+    reference_sum, reference_term, n_reference, thresholds = reference
     window, width = ring.shape
     first = -1
     for k in range(features.shape[0]):
@@ -136,6 +126,8 @@ def slide_rows(
     tile = np.empty((step, width), dtype=np.float32)
     projection = np.empty((step, frequencies.shape[1]), dtype=np.float32)
     features = np.empty((step, ring.shape[1]), dtype=np.float32)
+    window_state = (ring, ring_norms, window_sum)
+    reference = (reference_sum, reference_term, n_reference, thresholds)
     first = -1
     for begin in range(0, n_rows, step):
         count = min(n_rows, begin + step) - begin
@@ -144,8 +136,8 @@ def slide_rows(
                 tile[i, j] = rows[begin + i, j]
         rff_features(tile[:count], frequencies, offsets, scale, projection[:count], features[:count])
         norm_sum, crossed = _slide_tile(
-            features[:count], ring, ring_norms, window_sum, reference_sum, reference_term, n_reference,
-            thresholds, start + begin, norm_sum, watch and first < 0, statistic, threshold, begin,
+            features[:count], window_state, reference, start + begin, norm_sum, watch and first < 0, statistic,
+            threshold, begin,
         )  # fmt: skip
         if first < 0:
             first = crossed
@@ -160,8 +152,7 @@ def slide_features(
     """:func:`slide_rows` for float32 ``features`` that another map embedded (finite: the map's output)."""
     statistic = np.empty(features.shape[0])
     threshold = np.empty(features.shape[0])
-    norm_sum, first = _slide_tile(
-        features, ring, ring_norms, window_sum, reference_sum, reference_term, n_reference, thresholds, start,
-        norm_sum, watch, statistic, threshold, 0,
-    )  # fmt: skip
+    window_state = (ring, ring_norms, window_sum)
+    reference = (reference_sum, reference_term, n_reference, thresholds)
+    norm_sum, first = _slide_tile(features, window_state, reference, start, norm_sum, watch, statistic, threshold, 0)
     return statistic, threshold, norm_sum, first

@@ -55,10 +55,10 @@ from .._base.blas import single_blas_thread
 from .._base.validation import (
     check_bandwidth,
     check_positive_int,
-    check_rows,
     is_in_memory,
     normalize_seed,
     store_params,
+    validate_estimator_input,
 )
 from .._estimators import apply_to_rows, initial_feature_map, sketch_or_load
 from ..engine import connect, current_job_options, fit_map_and_sample, nystrom_sketch, open_job_source, sketch
@@ -770,20 +770,11 @@ def _numeric_targets(y: Any) -> Any:
 
 def _validate_xy(model: Any, X: Any, y: Any, y_numeric: bool, multi_output: bool) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's ``validate_data`` for X and y, plus streamrff's finite checks."""
-    from sklearn.utils.validation import validate_data
-
     if y_numeric:
         y = _numeric_targets(y)
-    try:
-        X, y = validate_data(
-            model, X, y, dtype=[np.float64, np.float32], ensure_all_finite=False,
-            multi_output=multi_output, y_numeric=y_numeric, ensure_min_samples=1,
-        )  # fmt: skip
-    except ValueError as error:
-        if isinstance(error, InputError):
-            raise
-        raise InputError(str(error)) from error
-    X = check_rows(X, "X")
+    X, y = validate_estimator_input(
+        model, X, reset=True, y=y, multi_output=multi_output, y_numeric=y_numeric, ensure_min_samples=1
+    )
     if y_numeric and not np.isfinite(y).all():
         raise InputError("y must contain only finite values. Got NaN or inf; drop or impute those rows.")
     return X, y
