@@ -21,7 +21,6 @@ import streamrff as srf
 import streamrff._files.signed as sketchfile
 from streamrff._files.signed import _write_group
 from streamrff.errors import SketchFormatError, SourceError
-from streamrff.formats.sketch import save_sketch
 
 DATA = Path(__file__).parent / "data"
 ROWS = np.random.default_rng(11).normal(size=(40, 3))
@@ -188,12 +187,6 @@ def test_sketch_save_failing_midway_keeps_old_file(tmp_path, suffix, monkeypatch
         replacement.save(path, overwrite=True)
     assert srf.load(path) == original
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
-
-
-def test_save_sketch_rejects_non_sketch(tmp_path):
-    with pytest.raises(SketchFormatError, match="writes sketches. Got dict"):
-        save_sketch({"count": 1}, tmp_path / "s.zarr")
-    assert list(tmp_path.iterdir()) == []
 
 
 # -- loading things that are not sketches ---------------------------------------------------------------

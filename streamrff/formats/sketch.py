@@ -34,9 +34,9 @@ written last, so an interrupted write to object storage leaves a group that
 under a temporary name and published in one step that never replaces an
 existing output unless asked to (:func:`publish`).
 
-The writer lives in :mod:`streamrff._files.signed`, below :mod:`streamrff.sketches.base`
-(which saves through it); this module reads (:func:`read_sketch_file`), and re-exports
-:func:`save_sketch` and :func:`check_writable`. It sits below the sketch kinds and knows
+The writer lives in :mod:`streamrff._files.signed` (:meth:`streamrff.Sketch.save` saves
+through it); this module reads (:func:`read_sketch_file`) and re-exports :func:`check_writable`
+(the CLI's check of an output before any work). It sits below the sketch kinds and knows
 none of them: the reader checks everything a file holds and leaves the one step that needs
 a kind's class to a ``build`` function its caller passes in (:func:`streamrff.load` builds
 the sketch, :func:`streamrff.load_map` only its map).
@@ -44,6 +44,7 @@ the sketch, :func:`streamrff.load_map` only its map).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -77,7 +78,6 @@ from .._files.signed import (
     check_writable,
     read_signing_key,
     signature_value,
-    write_sketch,
     write_state_path,
 )
 from .._files.zarrcheck import check_stored_chunks, read_by_chunk
@@ -91,39 +91,12 @@ from ..errors import (
 from ..typing import PathOrURL, StorageOptions
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "save_sketch", "read_sketch_file", "StoredSketch", "check_writable",
+    "FORMAT_NAME", "FORMAT_VERSION", "read_sketch_file", "StoredSketch", "check_writable",
     "check_map_cost", "publish", "read_signing_key", "is_signed",
 ]  # fmt: skip
 
 #: What a ``build`` function makes of a sketch file (a sketch, or only its map).
 Built = TypeVar("Built")
-
-
-def save_sketch(
-    sketch: Any,
-    path_or_url: PathOrURL,
-    storage_options: StorageOptions = None,
-    overwrite: bool = False,
-    signing_key: bytes | None = None,
-) -> None:
-    """Write ``sketch`` to a directory, a ``.zip`` file or an fsspec URL (``s3://...``): :meth:`~streamrff.Sketch.save`.
-
-    The writer lives in :mod:`streamrff._files.signed` (below the sketch classes);
-    see :func:`streamrff._files.signed.write_sketch` for the parameters and for
-    the guarantees on concurrent saves.
-
-    Raises
-    ------
-    SketchFormatError
-        If ``sketch`` is not a :class:`~streamrff.Sketch`.
-    """
-    # Known by what it writes (its file parts), not by its class: the sketch kinds live a layer up.
-    file_parts = getattr(sketch, "_file_parts", None)
-    if isinstance(sketch, type) or not callable(file_parts):
-        raise SketchFormatError(f"save_sketch writes sketches. Got {type(sketch).__name__}.")
-    write_sketch(
-        file_parts(), path_or_url, storage_options=storage_options, overwrite=overwrite, signing_key=signing_key
-    )
 
 
 def _check_attributes_digest(attrs: dict[str, Any], target: str, require_digest: bool) -> None:
@@ -248,23 +221,21 @@ def read_sketch_file(
 
     Raises
     ------
-    SketchFormatError
-        If the place is missing, unreadable, not a sketch, incomplete, tampered
-        with, or written by a newer format version.
-    SketchSignatureError
-        If ``verify_key`` is given and the sketch is not signed with it.
-    SketchBeingWrittenError
-        If another process kept writing the sketch while it was read (retry later).
+    SketchFormatError, SketchSignatureError, SketchBeingWrittenError
+        As :func:`streamrff.load` says.
     """
     target = os.fspath(path_or_url)
     if not isinstance(require_digest, (bool, np.bool_)):
         raise SketchFormatError(f"require_digest must be True or False. Got {require_digest!r}.")
     if verify_key is not None:
         verify_key = check_signing_key(verify_key, "verify_key")
+    read = functools.partial(
+        _read_sketch, require_digest=bool(require_digest), verify_key=verify_key, build=build, kinds=kinds
+    )
     for attempt in range(_CONCURRENT_SAVE_ATTEMPTS):
         before = _publication_identity(target, storage_options)
         try:
-            return _load_once(target, storage_options, bool(require_digest), verify_key, build, kinds)
+            return _load_once(target, storage_options, read)
         except SketchFormatError:
             # A save with overwrite=True swapped the directory (or, on object storage, rewrote
             # the group) while it was read, so the files read may mix both versions: read
@@ -332,18 +303,12 @@ def _directory_identity(target: str) -> tuple[int, int, int] | None:
     return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
-def _load_once(
-    target: str,
-    storage_options: StorageOptions,
-    require_digest: bool,
-    verify_key: bytes | None,
-    build: Callable[[StoredSketch], Built],
-    kinds: Collection[str] | None,
-) -> Built:
+def _load_once(target: str, storage_options: StorageOptions, read: Callable[[Any, str], Built]) -> Built:
+    """``read(store, target)`` on the opened store, anything but a SketchFormatError reported as one."""
     try:
         store = _open_store(target, storage_options)
         try:
-            return _read_sketch(store, target, require_digest, verify_key, build, kinds)
+            return read(store, target)
         finally:
             if isinstance(store, zarr.storage.ZipStore):
                 store.close()

@@ -208,8 +208,7 @@ class Sketch(KindRegistry, ABC):
 
         ``signing_key`` (bytes, at least 16) signs it: ``streamrff.load(path,
         verify_key=key)`` then proves it came from a holder of the key (see
-        docs/security). See :func:`streamrff._files.signed.write_sketch` (also
-        :func:`streamrff.formats.sketch.save_sketch`).
+        docs/security). See :func:`streamrff._files.signed.write_sketch`.
         """
         write_sketch(
             self._file_parts(),
