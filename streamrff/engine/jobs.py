@@ -197,6 +197,7 @@ def sketch(
 
     >>> exact = srf.sketch_array(X.astype("float64"), s.feature_map, dtype="float64")
     >>> bool(np.abs(s.feature_sum - exact.feature_sum).max() / s.count < 1e-6)
+    True
     """
     job = current_job_options(**options)
     if not isinstance(moments, (bool, np.bool_)):

@@ -161,10 +161,7 @@ def job_options(**options: Any) -> Iterator[JobOptions]:
     Parameters
     ----------
     **options
-        Any of :class:`JobOptions`' fields: ``client``, ``storage_options``,
-        ``sample_dim``, ``chunk_rows``, ``checkpoint``, ``on_invalid``,
-        ``progress``, ``split_every``, ``retries``, ``allow_missing_chunks``,
-        ``max_tasks``.
+        Any of :class:`JobOptions`' fields.
 
     Yields
     ------
