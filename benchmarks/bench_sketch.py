@@ -86,7 +86,8 @@ def run_job(job: str, path: str) -> dict:
     if job in ("ours", "ours-cos", "before"):
         import streamrff as srf
 
-        feature_map = srf.RFF(n_features=N_FEATURES, bandwidth=SIGMA, variant="sincos" if job == "ours" else "cosphase")
+        variant = "cosphase" if job == "ours-cos" else "sincos"  # "before" is ours from another tree
+        feature_map = srf.RFF(n_features=N_FEATURES, bandwidth=SIGMA, variant=variant)
         baseline = peak_rss_bytes()
         start = time.perf_counter()
         result = srf.sketch(path, feature_map)
