@@ -334,7 +334,10 @@ def test_cli_test_aggregated_prints_the_table_json_and_plot(capsys, tmp_zarr, tm
     reference = two_sample_test(X, Y, n_features=32, n_permutations=19, method="aggregated", bandwidths=[0.5, 1, 2])
     assert [row["bandwidth"] for row in payload["bandwidths"]] == [0.5, 1.0, 2.0]
     assert payload["p_value"] == reference.p_value and payload["aggregation"] == "max"
-    np.testing.assert_allclose([row["statistic"] for row in payload["bandwidths"]], reference.statistics, rtol=1e-6)
+    # chunked (zarr) against in-memory: float32 rounding of the features, on statistics of order 1
+    np.testing.assert_allclose(
+        [row["statistic"] for row in payload["bandwidths"]], reference.statistics, rtol=1e-6, atol=1e-8
+    )
     plot = tmp_path / "scales.png"
     assert main([*common, "--aggregation", "mmdagg", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out

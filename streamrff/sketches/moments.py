@@ -84,8 +84,14 @@ class CentredMoments:
         return shift
 
     def totals(self) -> tuple[np.ndarray, float, np.ndarray]:
-        """``(feature_sum, squared_norm_sum, moment)`` of the tiles added so far."""
+        """``(feature_sum, squared_norm_sum, moment)`` of the tiles added so far.
+
+        The moment is made exactly symmetric: numpy takes ``?syrk`` only for a contiguous tile, and
+        a GEMM's two triangles may round differently (OpenBLAS's Haswell kernels on AMD EPYC do).
+        """
         self._add_rank_two_terms()
+        self.moment += self.moment.T
+        self.moment *= 0.5
         return self.feature_sum, self.squared_norm_sum, self.moment
 
     def _add_rank_two_terms(self) -> None:
