@@ -28,7 +28,8 @@ one it consumed (its saved cursor), and refuses a SOURCE that is not the array i
 per processed chunk; with --follow, new complete chunks are processed once their stored objects exist
 (the newest once its stored bytes stayed unchanged for --settle seconds), until --max-rows or a signal.
 Chunks are known by a digest of their stored bytes, so a consumed chunk rewritten in place is refused.
-With --save-monitor the state is saved atomically, with its cursor, every --save-interval seconds and at every stop; one watcher at a time may hold it (a lock beside it).
+With --save-monitor the state is saved atomically, with its cursor, every --save-interval seconds and
+at every stop; one watcher at a time may hold it (a lock beside it).
 SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
