@@ -6,7 +6,7 @@ state and in the same atomic save, a *cursor*: the source's identity
 row count, so it survives growth), its width, dtype and rows per stored chunk,
 the next source row to read, and the content of the objects of the last complete
 chunk consumed (``[size, digest]`` each, :func:`~streamrff.sources.chunkread.object_digest`:
-S3's ETag, or a CRC-32 of the stored bytes; null for an object never written).
+S3's ETag, or a CRC-32C of the stored bytes; null for an object never written).
 A restart continues at the cursor's row, so a state is exactly once: the rows
 after the last save are read again, none is skipped or counted twice.
 
@@ -24,7 +24,7 @@ The cursor is a JSON mapping (``"version": 2``)::
 
     {"version": 2, "source": "/data/live.zarr", "identity": "zarr:...",
      "n_columns": 3, "dtype": "float32", "chunk_rows": 250, "next_row": 2000,
-     "last_chunk": {"rows": [1750, 2000], "objects": {"c/7/0": [4018, "crc32:5a1c03e2"]}},
+     "last_chunk": {"rows": [1750, 2000], "objects": {"c/7/0": [4018, "crc32c:5a1c03e2"]}},
      "drift_at_row": null}
 """
 

@@ -12,7 +12,7 @@ layout; for other data, its kind, width and dtype). A job refuses a folder made
 for another source (:class:`~streamrff.errors.CheckpointMismatchError`, naming
 both). Within one source, a partial is keyed by its row range and by the
 identity of the chunk's rows: for zarr, a digest of the stored bytes of the
-objects that hold them (S3's ETag, GCS's CRC-32C, else a CRC-32 of the bytes,
+objects that hold them (S3's ETag, GCS's CRC-32C, else a CRC-32C of the bytes,
 read and never decoded; an object never written, read as the fill value, is
 recorded as absent: :meth:`~streamrff.sources.rows.RowSource.chunk_identities`);
 for numpy rows, a content digest (:func:`streamrff.sources.rows.chunk_digest`); for other

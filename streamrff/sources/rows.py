@@ -292,7 +292,7 @@ class RowSource:
 
         A stored object is known by its key and its content
         (:func:`~streamrff.sources.chunkread.object_digest`: the store's content
-        hash, S3's ETag, or a CRC-32 of its stored bytes, read and not decoded);
+        hash, S3's ETag, or a CRC-32C of its stored bytes, read and not decoded);
         an absent object (a chunk of fill values) is recorded as absent. So a
         chunk rewritten with its size and modification time kept gets another
         identity. One listing of the store, then one read of each local (or
@@ -317,7 +317,7 @@ class RowSource:
         For each object key (every column block of the stored chunks or shards
         those rows fall in): ``[size, digest]`` of its content
         (:func:`~streamrff.sources.chunkread.object_digest`: S3's ETag, or a
-        CRC-32 of its stored bytes), or None if the object does not exist (zarr
+        CRC-32C of its stored bytes), or None if the object does not exist (zarr
         would read fill values there). One request (or one read of the object)
         per object, no listing: cheap enough for every poll of a followed array.
 
