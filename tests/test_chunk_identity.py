@@ -7,6 +7,7 @@ only once it settled. References: in-memory numpy sketches, and a monitor fed th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import s3fs
 import zarr
 
 import streamrff as srf
@@ -213,3 +215,18 @@ def test_the_issue_scenario_two_writes_12_s_apart_polled_every_5_s(fitted, tmp_p
 def test_settle_goes_with_follow(tmp_path, cli_main):
     result = cli_main("watch", str(tmp_path / "x.zarr"), "--reference", str(tmp_path / "r"), "--settle", "3")
     assert result.code == 2 and "--settle goes with --follow" in result.err
+
+
+def test_on_s3_a_chunk_is_known_by_its_etag_the_md5_of_its_bytes(s3_server, s3_bucket):
+    url = f"s3://{s3_bucket}/rows.zarr"
+    store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options, read_only=False)
+    zarr.create_array(store=store, data=ROWS[:2_000], chunks=(1_000, 4), zarr_format=3)
+    source = srf.open_source(url, storage_options=s3_server.storage_options)
+
+    objects = source.stored_objects(0, 2_000)
+
+    filesystem = s3fs.S3FileSystem(**s3_server.storage_options)
+    for key, (size, digest) in objects.items():
+        stored = filesystem.cat_file(f"{s3_bucket}/rows.zarr/{key}")
+        assert (size, digest) == (len(stored), "etag:" + hashlib.md5(stored).hexdigest())
+    assert len(set(source.chunk_identities())) == 2
