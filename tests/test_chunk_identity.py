@@ -143,6 +143,13 @@ def test_a_cursor_that_knew_chunks_by_size_and_mtime_is_refused_not_trusted(fitt
     status, out, err = run_watch(argv, capsys)
 
     assert status == 3 and err.count("\n") == 1 and "(version 1)" in err and "--restart" in err
+    monitor.source_cursor_ = {**monitor.source_cursor_, "last_chunk": None}  # version 1, no chunk recorded yet
+    monitor.save(state, overwrite=True)
+    rows = np.vstack([rows, rows + 0.5])
+    zarr.open_array(path, mode="r+").append(rows[500:])
+    assert run_watch(argv, capsys)[0] == 0  # nothing to check: it continues, and its new record is version 2
+    assert load_monitor(state).source_cursor_["version"] == 2
+    assert run_watch(argv, capsys)[0] == 0
 
 
 WRITER = """

@@ -76,11 +76,13 @@ def advance(cursor: dict[str, Any], stop: int, objects: dict[str, Any] | None) -
     """The cursor after rows up to ``stop`` were consumed; ``objects``: those of the chunk ending at ``stop``.
 
     The record of the last consumed chunk moves only when ``stop`` ends a stored
-    chunk (a chunk read in part is rewritten when rows are appended to it).
+    chunk (a chunk read in part is rewritten when rows are appended to it); the
+    cursor is then of this version (:data:`CURSOR_VERSION`), whatever it was.
     """
     moved = {**cursor, "next_row": int(stop)}
     if objects is not None and stop % int(cursor["chunk_rows"]) == 0:
         moved["last_chunk"] = {"rows": [int(stop) - int(cursor["chunk_rows"]), int(stop)], "objects": objects}
+        moved["version"] = CURSOR_VERSION  # its record is this version's (a version 1 cursor without one moves on)
     return moved
 
 
