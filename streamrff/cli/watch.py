@@ -25,9 +25,11 @@ calibrated from the reference alone so that, with no change, a false alarm comes
 rows on average. REF is a zarr array (a new monitor is fitted on it), a sketch file with second
 moments, or a monitor saved with --save-monitor: it continues at the row of SOURCE after the last
 one it consumed (its saved cursor), and refuses a SOURCE that is not the array it follows. One line
-per processed chunk; with --follow, new complete chunks are processed once their stored objects exist,
-until --max-rows or a signal. With --save-monitor the state is saved atomically, with its cursor, every
---save-interval seconds and at every stop; one watcher at a time may hold it (a lock beside it).
+per processed chunk; with --follow, new complete chunks are processed once their stored objects exist
+(the newest once its stored bytes stayed unchanged for --settle seconds), until --max-rows or a signal.
+Chunks are known by a digest of their stored bytes, so a consumed chunk rewritten in place is refused.
+With --save-monitor the state is saved atomically, with its cursor, every --save-interval seconds and
+at every stop; one watcher at a time may hold it (a lock beside it).
 SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
@@ -95,6 +97,12 @@ def add_parser(commands: Any) -> None:
         help="with --follow: seconds between looks at SOURCE's shape (default: 5)",
     )  # fmt: skip
     parser.add_argument(
+        "--settle", type=options.non_negative_float, default=None, metavar="SECONDS",
+        help="with --follow: the newest chunk is read only once its stored bytes stayed unchanged this long, so a "
+        "chunk written in several writes is not read half-written; longer than a writer's pauses (default: two "
+        "--poll)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-rows", type=options.positive_int, default=None, metavar="N", help="stop after N rows of SOURCE"
     )
     parser.add_argument(
@@ -141,6 +149,8 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--streams must be at least 10 (the calibration's quantiles). Got {args.streams}.")
     if args.poll is not None and not args.follow:
         problems.append("--poll goes with --follow; add --follow, or drop --poll.")
+    if args.settle is not None and not args.follow:
+        problems.append("--settle goes with --follow; add --follow, or drop --settle.")
     if args.plot and args.save_monitor and args.plot == args.save_monitor:
         problems.append("--plot and --save-monitor name the same path; give two paths.")
     if args.save_interval is not None and not args.save_monitor:
@@ -256,7 +266,7 @@ class _Watch:
         self.start = int(cursor["next_row"])
         self.chunks = 0
         self.rows_skipped = 0
-        self.settling: Any = None  # with --follow: the last chunk of the array and its stored objects, seen once
+        self.settling: Any = None  # with --follow: the last chunk of the array, its stored objects, when first seen
         self.missing_since: tuple[int, float] | None = None  # the row whose chunk is absent, and since when
         self.alarm_before = monitor.drift_at_ is not None
         self.alarm_printed = self.alarm_before
@@ -449,7 +459,8 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
     Rows are read in the chunks of SOURCE (its shards if it is sharded), so each read is whole stored objects;
     without ``follow`` the last, partial chunk is processed too. A chunk is read only once its stored objects
     exist (zarr reads an absent one as fill values); with ``follow``, a chunk that ends the array is read once
-    its stored objects were seen unchanged at two looks (a writer may fill a chunk in several writes).
+    the digests of its stored bytes stayed the same for ``--settle`` seconds (a writer may fill a chunk in several
+    writes), and its rows are kept only if the digests are still the same after the read.
     """
     import numpy as np  # here, not at the top: start-up time
 
@@ -470,17 +481,29 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
             _wait_for_chunk(watch, follow, position, end, n_rows, missing[0])
             return False
         watch.missing_since = None
-        if follow and end == n_rows:
-            seen = (end, json.dumps(objects, sort_keys=True))
-            if watch.settling != seen:
-                watch.settling = seen
-                return False
+        newest = follow and end == n_rows
+        if newest and not _settled(watch, end, objects):
+            return False
         left = watch.rows_left()
         stop = end if left is None else min(end, position + left)
-        watch.process(np.asarray(source.zarr_array[position:stop]), objects if stop == end else None)
+        rows = np.asarray(source.zarr_array[position:stop])
+        if newest and missing_objects(source, position, end)[0] != objects:  # rewritten while read: settle again
+            watch.settling = None
+            return False
+        watch.process(rows, objects if stop == end else None)
         if watch.rows_left() == 0 or watch.drift_exit:
             return True
     return False
+
+
+def _settled(watch: _Watch, end: int, objects: dict[str, Any]) -> bool:
+    """Whether the chunk ending at row ``end`` has had these stored ``objects`` (their digests) for --settle s."""
+    now, seen = time.monotonic(), (end, json.dumps(objects, sort_keys=True))
+    if watch.settling is None or watch.settling[0] != seen:
+        watch.settling = (seen, now)  # first seen, or changed since: its clock starts now
+    args = watch.args
+    settle = args.settle if args.settle is not None else 2 * (5.0 if args.poll is None else args.poll)
+    return now - watch.settling[1] >= settle
 
 
 def _wait_for_chunk(watch: _Watch, follow: bool, start: int, stop: int, n_rows: int, key: str) -> None:

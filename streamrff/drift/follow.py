@@ -4,23 +4,27 @@ A follower of a zarr array (``streamrff watch``) records, with the monitor's
 state and in the same atomic save, a *cursor*: the source's identity
 (:attr:`streamrff.sources.rows.RowSource.identity`: its location and its metadata less the
 row count, so it survives growth), its width, dtype and rows per stored chunk,
-the next source row to read, and the stored identity (size and ETag, or size,
-modification time and inode) of the objects of the last complete chunk consumed.
+the next source row to read, and the content of the objects of the last complete
+chunk consumed (``[size, digest]`` each, :func:`~streamrff.sources.chunkread.object_digest`:
+S3's ETag, or a CRC-32C of the stored bytes; null for an object never written).
 A restart continues at the cursor's row, so a state is exactly once: the rows
 after the last save are read again, none is skipped or counted twice.
 
 The same record tells, at a restart and at every poll, whether the source is
 still the one the state was built on (:func:`source_change`): another array or
 another layout, fewer rows than were consumed, or a consumed chunk rewritten
-(an array replaced by another at the same path) is a change, named in one line.
+(an array replaced by another at the same path, or its bytes rewritten with their size
+and modification time kept) is a change, named in one line. A version 1 cursor, whose
+last chunk was recorded by size and modification time, cannot be checked that way: it
+is refused as a change (:func:`source_change`).
 Only stored chunks are consumed (:func:`missing_objects`): zarr reads a chunk
 that was never written as its fill value.
 
-The cursor is a JSON mapping (``"version": 1``)::
+The cursor is a JSON mapping (``"version": 2``)::
 
-    {"version": 1, "source": "/data/live.zarr", "identity": "zarr:...",
+    {"version": 2, "source": "/data/live.zarr", "identity": "zarr:...",
      "n_columns": 3, "dtype": "float32", "chunk_rows": 250, "next_row": 2000,
-     "last_chunk": {"rows": [1750, 2000], "objects": {"c/7/0": [4018, "1764...", 1234]}},
+     "last_chunk": {"rows": [1750, 2000], "objects": {"c/7/0": [4018, "crc32c:5a1c03e2"]}},
      "drift_at_row": null}
 """
 
@@ -33,7 +37,7 @@ from ..sources.rows import RowSource
 
 __all__ = ["CURSOR_VERSION", "chunk_rows", "new_cursor", "advance", "source_change", "missing_objects"]
 
-CURSOR_VERSION = 1
+CURSOR_VERSION = 2
 
 
 def chunk_rows(source: RowSource) -> int:
@@ -72,11 +76,13 @@ def advance(cursor: dict[str, Any], stop: int, objects: dict[str, Any] | None) -
     """The cursor after rows up to ``stop`` were consumed; ``objects``: those of the chunk ending at ``stop``.
 
     The record of the last consumed chunk moves only when ``stop`` ends a stored
-    chunk (a chunk read in part is rewritten when rows are appended to it).
+    chunk (a chunk read in part is rewritten when rows are appended to it); the
+    cursor is then of this version (:data:`CURSOR_VERSION`), whatever it was.
     """
     moved = {**cursor, "next_row": int(stop)}
     if objects is not None and stop % int(cursor["chunk_rows"]) == 0:
         moved["last_chunk"] = {"rows": [int(stop) - int(cursor["chunk_rows"]), int(stop)], "objects": objects}
+        moved["version"] = CURSOR_VERSION  # its record is this version's (a version 1 cursor without one moves on)
     return moved
 
 
@@ -107,7 +113,11 @@ def source_change(cursor: dict[str, Any], source: RowSource) -> str | None:
 
     Checks, in order: its identity (location and layout: width, dtype, chunks,
     codecs), its row count against the rows consumed, and the stored objects of
-    the last complete chunk consumed (rewritten: the array was replaced).
+    the last complete chunk consumed, by the digest of their bytes (rewritten:
+    the array was replaced, or its rows changed, even with the size and
+    modification time kept). A cursor of another version whose last chunk is
+    recorded is a change too: its record (size and modification time, in
+    version 1) cannot tell a rewrite.
 
     Raises
     ------
@@ -121,6 +131,13 @@ def source_change(cursor: dict[str, Any], source: RowSource) -> str | None:
     if source.shape[0] < next_row:
         return f"it shrank to {source.shape[0]:,} rows, fewer than the {next_row:,} consumed"
     last = cursor.get("last_chunk")
+    if last and cursor.get("version") != CURSOR_VERSION:
+        start, stop = last["rows"]
+        return (
+            f"its cursor (version {cursor.get('version')!r}) records its last consumed chunk, rows {start:,}-"
+            f"{stop - 1:,}, by size and modification time, which a rewrite can keep, so it cannot be checked; this "
+            f"version records a digest of the stored bytes (cursor version {CURSOR_VERSION})"
+        )
     if last:
         start, stop = last["rows"]
         now = source.stored_objects(start, stop)

@@ -11,12 +11,18 @@ job (the job's name says the map fingerprint, the sketch kind and its options)::
 layout; for other data, its kind, width and dtype). A job refuses a folder made
 for another source (:class:`~streamrff.errors.CheckpointMismatchError`, naming
 both). Within one source, a partial is keyed by its row range and by the
-identity of the chunk's rows: for zarr, the size and modification time or ETag
-of the stored objects that hold them (:meth:`~streamrff.sources.rows.RowSource.chunk_identities`);
+identity of the chunk's rows: for zarr, a digest of the stored bytes of the
+objects that hold them (S3's ETag, GCS's CRC-32C, else a CRC-32C of the bytes,
+read and never decoded; an object never written, read as the fill value, is
+recorded as absent: :meth:`~streamrff.sources.rows.RowSource.chunk_identities`);
 for numpy rows, a content digest (:func:`streamrff.sources.rows.chunk_digest`); for other
 dask arrays, the digest taken by the task as it reads the chunk. So a partial is
 reused only for the same, unchanged rows: a chunk rewritten upstream is
-recomputed, and the partial it supersedes is removed.
+recomputed, and the partial it supersedes is removed, even when the rewrite kept
+the chunk's size and modification time (``cp -p``, ``rsync -t``, a restore).
+Partials saved by versions that keyed zarr chunks by size and modification time
+have names no digest gives: they are never read, their chunks are recomputed once
+and the new partials replace them.
 
 Local folders are locked while a job runs (``fcntl.flock`` on ``source.json``):
 a second job on the same folder is refused, and staging files left by a job

@@ -11,17 +11,87 @@ chunk takes 30 ms.
 array whose only compression is zstd (zarr 3's default) fetches the stored bytes through the
 array's own store (local files, object storage) and decompresses them into a new array; every
 other read goes to zarr unchanged.
+
+:func:`object_digest` names a stored object by its content, for checkpoints and the watch cursor:
+the store's own content hash where it gives one, else a CRC-32C of its stored bytes (read, never
+decoded).
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
 
 from ..errors import SourceError
 
-__all__ = ["ChunkRows", "frame_content_size", "stored_chunk_keys", "missing_chunk_message"]
+__all__ = ["ChunkRows", "frame_content_size", "object_digest", "stored_chunk_keys", "missing_chunk_message"]
+
+#: Stores whose ``info`` gives a hash of the object's content (not of its size and time), by protocol: the field
+#: and its name in a digest. S3's ETag is the MD5 of a single-part object's bytes (of its parts' MD5s for a
+#: multipart one); GCS gives a CRC-32C.
+_CONTENT_HASH_FIELDS = {"s3": ("ETag", "etag"), "s3a": ("ETag", "etag"), "gs": ("crc32c", "gcs-crc32c"),
+                        "gcs": ("crc32c", "gcs-crc32c")}  # fmt: skip
+_DIGEST_BLOCK = 1 << 23
+
+
+def _crc_of_blocks() -> tuple[str, Any, Any]:
+    """The CRC that digests stored bytes: CRC-32C, compiled (google-crc32c, a zarr dependency: ~14 GB/s on one
+    core), else zlib's CRC-32 (~6 GB/s); its name in a digest, its start value and its ``extend(crc, block)``."""
+    try:
+        import google_crc32c
+
+        if google_crc32c.implementation == "c":
+            return "crc32c", 0, google_crc32c.extend
+    except ImportError:  # pragma: no cover - zarr 3 requires it
+        pass
+    return "crc32", 0, lambda crc, block: zlib.crc32(block, crc)  # pragma: no cover - no compiled CRC-32C
+
+
+_CRC_NAME, _CRC_START, _crc_extend = _crc_of_blocks()
+
+
+def object_digest(filesystem: Any, path: str, info: dict[str, Any] | None = None) -> list[Any] | None:
+    """What a stored object holds, as ``[size, digest]``; None if the object does not exist.
+
+    The digest is the store's content hash where ``info`` gives one (``"etag:..."``
+    on S3, ``"gcs-crc32c:..."`` on GCS: no data is read), else ``"crc32c:..."``,
+    the CRC-32C of the object's stored bytes, read in blocks and never decoded
+    (``"crc32:..."``, zlib's CRC-32, where no compiled CRC-32C is installed). A
+    rewrite that keeps the object's size and modification time (``cp -p``,
+    ``rsync -t``, a restore) changes it; a size and a time would not. An absent
+    object (a chunk zarr reads as its fill value, which the array's metadata
+    gives) is None.
+
+    Examples
+    --------
+    >>> import os, tempfile, fsspec
+    >>> path = os.path.join(tempfile.mkdtemp(), "c0")
+    >>> with open(path, "wb") as file:
+    ...     _ = file.write(b"stored bytes")
+    >>> object_digest(fsspec.filesystem("file"), path)
+    [12, 'crc32c:c48c07e0']
+    >>> object_digest(fsspec.filesystem("file"), path + "-never-written") is None
+    True
+    """
+    protocol = filesystem.protocol if isinstance(filesystem.protocol, str) else filesystem.protocol[0]
+    field, name = _CONTENT_HASH_FIELDS.get(protocol, (None, None))
+    if field is not None:
+        try:
+            info = info if info is not None else filesystem.info(path)
+        except FileNotFoundError:
+            return None
+        if info.get(field):
+            return [info.get("size"), f"{name}:{str(info[field]).strip(chr(34))}"]
+    crc, size = _CRC_START, 0
+    try:
+        with filesystem.open(path, "rb") as stored:
+            while block := stored.read(_DIGEST_BLOCK):
+                crc, size = _crc_extend(crc, block), size + len(block)
+    except FileNotFoundError:
+        return None
+    return [size, f"{_CRC_NAME}:{crc:08x}"]
 
 
 def stored_chunk_keys(zarr_array: Any, row_start: int, row_stop: int) -> list[str]:

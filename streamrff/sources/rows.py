@@ -4,8 +4,8 @@
 2-D dask array whose chunks span all columns (one task reads one block of whole
 rows). The :class:`RowSource` it returns carries what is known about the data
 from then on: a secret-free description, the chunk plan, and the source's
-identity (for zarr: the store URL, the array metadata and, per row chunk, the
-size and modification time or ETag of the stored objects; for in-memory data: a
+identity (for zarr: the store URL, the array metadata and, per row chunk, a
+digest of the stored bytes of its objects, or their ETag; for in-memory data: a
 content hash of each chunk, taken as the chunk is read). Public functions accept
 a :class:`RowSource` wherever they accept a source, and pass it down, so a store
 is opened once per job. Storage options travel inside the task graph to the
@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InputError, SourceError
 from ..typing import StorageOptions
-from .chunkread import ChunkRows, missing_chunk_message, stored_chunk_keys
+from .chunkread import ChunkRows, missing_chunk_message, object_digest, stored_chunk_keys
 
 __all__ = [
     "RowSource",
@@ -290,18 +290,24 @@ class RowSource:
     def chunk_identities(self) -> tuple[str, ...] | None:
         """Per row chunk of the plan, a digest of the stored objects that hold its rows; None unless zarr.
 
-        A stored object is known by its key, size and modification time (local
-        files) or ETag (object stores); an absent object (a chunk of fill
-        values) is recorded as absent. Listing the store costs one request per
-        thousand objects on object storage and reads no data.
+        A stored object is known by its key and its content
+        (:func:`~streamrff.sources.chunkread.object_digest`: the store's content
+        hash, S3's ETag, or a CRC-32C of its stored bytes, read and not decoded);
+        an absent object (a chunk of fill values) is recorded as absent. So a
+        chunk rewritten with its size and modification time kept gets another
+        identity. One listing of the store, then one read of each local (or
+        other hash-less) object, a few at once.
         """
         if self.zarr_array is None:
             return None
-        stats = self._stored_object_stats
+        keys = [
+            stored_chunk_keys(self.zarr_array, start, start + size)
+            for start, size in zip(self.row_offsets, self.row_chunks)
+        ]
+        digests = self._stored_object_digests(sorted({key for chunk in keys for key in chunk}))
         identities = []
-        for start, size in zip(self.row_offsets, self.row_chunks):
-            keys = stored_chunk_keys(self.zarr_array, start, start + size)
-            listing = json.dumps([[key, stats.get(key)] for key in keys], default=str)
+        for chunk in keys:
+            listing = json.dumps([[key, digests.get(key)] for key in chunk], default=str)
             identities.append(hashlib.sha256(f"{self.identity}\n{listing}".encode()).hexdigest())
         return tuple(identities)
 
@@ -309,10 +315,11 @@ class RowSource:
         """The stored objects that hold rows ``start..stop-1`` of a zarr source, each asked for on its own.
 
         For each object key (every column block of the stored chunks or shards
-        those rows fall in): ``[size, ETag or modification time, inode]`` as the
-        store reports them (None where it has none), or None if the object does
-        not exist (zarr would read fill values there). One ``info`` request per
-        object, no listing: cheap enough for every poll of a followed array.
+        those rows fall in): ``[size, digest]`` of its content
+        (:func:`~streamrff.sources.chunkread.object_digest`: S3's ETag, or a
+        CRC-32C of its stored bytes), or None if the object does not exist (zarr
+        would read fill values there). One request (or one read of the object)
+        per object, no listing: cheap enough for every poll of a followed array.
 
         Raises
         ------
@@ -330,30 +337,33 @@ class RowSource:
         >>> sorted(objects), objects["c/0/0"][0] > 0, objects["c/1/0"]
         (['c/0/0', 'c/1/0'], True, None)
         """
-        import fsspec
-
         if self.zarr_array is None or self.location is None:
             raise SourceError(f"{self.description} is not a zarr array: it has no stored objects.")
         keys = stored_chunk_keys(self.zarr_array, start, max(stop, start + 1))
-        options = (self.storage_options or {}) if _is_remote(self.location) else {}
+        filesystem, root = self._filesystem()
         try:
-            filesystem, root = fsspec.core.url_to_fs(self.location, **options)
             objects: dict[str, list[Any] | None] = {}
             for key in keys:
-                path = f"{root.rstrip('/')}/{key}"
+                path = f"{root}/{key}"
                 filesystem.invalidate_cache(path)  # a cached listing would hide an object written since
-                try:
-                    info = filesystem.info(path)
-                except FileNotFoundError:
-                    objects[key] = None
-                    continue
-                version = info.get("ETag") or info.get("mtime") or info.get("LastModified")
-                objects[key] = [info.get("size"), version if version is None else str(version), info.get("ino")]
+                objects[key] = object_digest(filesystem, path)
         except Exception as error:  # fsspec/botocore raise many types
             raise SourceError(
                 f"Cannot look up the chunks of {self.description}: {type(error).__name__}: {error}"
             ) from error
         return objects
+
+    def _filesystem(self) -> tuple[Any, str]:
+        import fsspec
+
+        options = (self.storage_options or {}) if _is_remote(self.location) else {}
+        try:
+            filesystem, root = fsspec.core.url_to_fs(self.location, **options)
+        except Exception as error:  # fsspec raises many types
+            raise SourceError(
+                f"Cannot open the store of {self.description}: {type(error).__name__}: {error}"
+            ) from error
+        return filesystem, root.rstrip("/")
 
     def check_chunks_stored(self) -> bool:
         """Refuse a zarr source with a chunk absent from its store, from one listing of the store's keys.
@@ -412,24 +422,24 @@ class RowSource:
         root = root.rstrip("/") + "/"
         return {path[len(root) :] for path in found if path.startswith(root)}
 
-    @cached_property
-    def _stored_object_stats(self) -> dict[str, list[Any]]:
-        import fsspec
+    def _stored_object_digests(self, keys: Sequence[str]) -> dict[str, list[Any] | None]:
+        """:func:`object_digest` of each key stored under the array (None for the absent ones): one listing, then
+        one read (or none, where the listing gives a content hash) per stored key."""
+        from concurrent.futures import ThreadPoolExecutor
 
-        options = (self.storage_options or {}) if _is_remote(self.location) else {}
-        filesystem, root = fsspec.core.url_to_fs(self.location, **options)
+        filesystem, root = self._filesystem()
         try:
+            filesystem.invalidate_cache(root)
             found = filesystem.find(root, detail=True)
+            listing = {path[len(root) + 1 :]: info for path, info in found.items() if path.startswith(root + "/")}
+            stored = [key for key in keys if key in listing]
+            with ThreadPoolExecutor(8) as pool:  # reads release the GIL, and so does zlib's CRC of a block
+                digests = pool.map(lambda key: object_digest(filesystem, f"{root}/{key}", listing[key]), stored)
+                return dict.fromkeys(keys) | dict(zip(stored, digests))
         except Exception as error:  # fsspec/botocore raise many types
             raise SourceError(
-                f"Cannot list the chunks of {self.description}: {type(error).__name__}: {error}"
+                f"Cannot read the chunks of {self.description}: {type(error).__name__}: {error}"
             ) from error
-        root = root.rstrip("/") + "/"
-        return {
-            path[len(root) :]: [info.get("size"), info.get("ETag") or info.get("mtime") or info.get("LastModified")]
-            for path, info in found.items()
-            if path.startswith(root)
-        }
 
 
 def chunk_digest(rows: np.ndarray) -> str:
