@@ -137,9 +137,10 @@ def main() -> None:
     parser.add_argument("--distributions", nargs="+", default=["normal", "t3"])
     parser.add_argument("--kernel-features", nargs="+", type=int, default=[256, 512, 1024])
     parser.add_argument("--skip-kernel", action="store_true")
+    parser.add_argument("--skip-features", action="store_true")
     args = parser.parse_args()
     start = time.perf_counter()
-    for distribution in args.distributions:
+    for distribution in [] if args.skip_features else args.distributions:
         for size in args.sizes:
             n, m = (int(part) for part in size.split(":"))
             for multiple in args.multiples:

@@ -760,5 +760,6 @@ def test_p_value_text_says_floors_and_bounds():
     # A Monte Carlo p-value (1 + #{null >= T}) / (1 + B) at 1 / (B + 1) is a floor, one above it is a value.
     assert format_p_value(1 / 201, 200) == "< 1/201 (0.004975)" and format_p_value(2 / 201, 200) == "0.00995"
     assert format_p_value(1 / 201) == "0.004975"  # no B: no floor known
-    assert p_value_fields(1 / 10_000, 9_999) == {"p_value": 1e-4, "at_floor": True, "p_value_text": "< 1/10000 (0.0001)"}
+    fields = {"p_value": 1e-4, "at_floor": True, "p_value_text": "< 1/10000 (0.0001)"}
+    assert p_value_fields(1 / 10_000, 9_999) == fields
     assert p_value_fields(0.5, 99)["at_floor"] is False

@@ -223,7 +223,7 @@ def test_marginal_statistics_are_each_columns_exact_unbiased_mmd2():
             - 2 * _gaussian_kernel(A[:, [column]], B[:, [column]], bandwidth).mean()
         )
         assert result.statistics[position] == pytest.approx(exact, abs=0.01)
-    np.testing.assert_allclose(result.adjusted_p_values, np.sort(holm(result.p_values)))
+    np.testing.assert_allclose(result.adjusted_p_values, holm(result.p_values))  # Holm in the table order
 
 
 def test_marginal_tests_rank_a_shifted_column_first():
@@ -235,6 +235,28 @@ def test_marginal_tests_rank_a_shifted_column_first():
         result = srf.marginal_tests(A, B, n_features=32, n_permutations=199, seed=seed)
         firsts += int(result.columns[0]) == 9
     assert firsts == 4
+
+
+def _gaussian_mmd2_of_a_shift(shift: np.ndarray, bandwidth: np.ndarray) -> np.ndarray:
+    """Closed form: Gaussian-kernel MMD^2 of N(0, 1) against N(shift, 1) in one dimension."""
+    scale = bandwidth**2 + 2.0
+    return 2.0 * bandwidth / np.sqrt(scale) * (1.0 - np.exp(-(shift**2) / (2.0 * scale)))
+
+
+def test_marginal_table_ranks_columns_by_effect_when_the_p_values_saturate():
+    # 16 columns shifted by different amounts: nearly all p-values sit at their floor 1/(B+1), so only
+    # the effect can order them; the table's order must follow the true per-column MMD.
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(3)
+    shifts = np.linspace(0.06, 0.5, 16)[rng.permutation(16)]
+    A, B = rng.normal(size=(20_000, 16)), rng.normal(size=(20_000, 16)) + shifts
+    result = srf.marginal_tests(A, B, n_features=64, n_permutations=99, seed=0)
+    assert np.sum(result.p_values == 1 / 100) >= 12
+    truth = _gaussian_mmd2_of_a_shift(shifts[result.columns], result.bandwidths)
+    assert spearmanr(np.arange(16), -truth).statistic >= 0.9
+    assert "< 1/100 (0.01)" in "\n".join(result.table_lines()) and "standardised" not in repr(result)
+    assert result.to_dict()["at_floor"][0] is True
 
 
 def test_marginal_tests_run_the_joint_test_in_the_same_pass_and_on_components():
