@@ -124,6 +124,27 @@ def test_confidence_interval_refuses_a_level_outside_zero_one():
         result.confidence_interval(95)
 
 
+def test_kernel_interval_adds_the_feature_variance_and_says_what_it_covers():
+    rng = np.random.default_rng(0)
+    rff = _fitted_rff(64, 1.0, 1)
+    sx = srf.sketch_array(rng.normal(size=(400, 1)), rff, moments=True)
+    sy = srf.sketch_array(rng.normal(0.3, 1.0, size=(400, 1)), rff, moments=True)
+    result = srf.mmd_test(sx, sy)
+    kernel, features = result.confidence_interval(0.9), result.confidence_interval(0.9, interval="features")
+    assert kernel[0] <= features[0] < result.statistic < features[1] <= kernel[1]
+    payload = result.to_dict()["confidence_interval"]
+    assert payload["interval"] == "kernel" and payload["covers"] == "Gaussian kernel"
+    np.testing.assert_allclose(payload["mmd"], np.sqrt(payload["mmd2"]))
+    assert "(Gaussian kernel)" in result.effect_text() and "range 0 to sqrt(2)" in result.effect_text()
+    with pytest.raises(InputError, match="interval must be 'kernel'"):
+        result.confidence_interval(interval="gaussian")
+    jl = srf.RelativeErrorRFF(n_features=32, bandwidth=1.0).fit(np.zeros((1, 1)))  # not kind "rff"
+    other = srf.mmd_test(*(srf.sketch_array(rng.normal(size=(100, 1)), jl, moments=True) for _ in range(2)))
+    with pytest.raises(InputError, match="interval='features'"):
+        other.confidence_interval()
+    assert "(drawn features' kernel)" in other.effect_text() and other.confidence_interval(interval="features")
+
+
 def test_aggregated_result_gives_one_interval_and_one_witness_per_bandwidth():
     rng = np.random.default_rng(1)
     X, Y = rng.normal(size=(300, 2)), rng.normal(0.5, 1.0, size=(300, 2))
