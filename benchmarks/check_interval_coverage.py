@@ -138,19 +138,25 @@ def main() -> None:
     parser.add_argument("--kernel-features", nargs="+", type=int, default=[256, 512, 1024])
     parser.add_argument("--skip-kernel", action="store_true")
     parser.add_argument("--skip-features", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="added to the data seeds (cells of one run share draws)")
     args = parser.parse_args()
     start = time.perf_counter()
     for distribution in [] if args.skip_features else args.distributions:
         for size in args.sizes:
             n, m = (int(part) for part in size.split(":"))
             for multiple in args.multiples:
-                print(coverage(distribution, n, m, multiple, args.repetitions, "features", 256, 7), flush=True)
+                print(
+                    coverage(distribution, n, m, multiple, args.repetitions, "features", 256, 7 + args.seed), flush=True
+                )
     if not args.skip_kernel:
         for n_features in args.kernel_features:
             for size in args.sizes:
                 n, m = (int(part) for part in size.split(":"))
                 for multiple in args.multiples:
-                    print(coverage("normal", n, m, multiple, args.repetitions, "kernel", n_features, 8), flush=True)
+                    print(
+                        coverage("normal", n, m, multiple, args.repetitions, "kernel", n_features, 8 + args.seed),
+                        flush=True,
+                    )
     print(f"total {time.perf_counter() - start:.0f} s", flush=True)
 
 

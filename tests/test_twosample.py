@@ -732,7 +732,7 @@ def test_hotelling_reports_a_p_value_below_float64_from_log_space():
     from streamrff.cli.test import _test_lines
 
     lines = _test_lines(result)
-    assert lines[0].startswith(f"two-sample test: p = {text} (differ")
+    assert lines[0].startswith(f"two-sample test: p {text} (differ")
     assert f"on {int(dof)} degrees of freedom" in lines[2]
 
 

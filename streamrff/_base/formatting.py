@@ -16,7 +16,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["SMALLEST_PRINTED_P", "MMD_RANGE_TEXT", "at_floor", "format_p_value", "p_value_fields", "format_mmd"]
+__all__ = [
+    "SMALLEST_PRINTED_P",
+    "MMD_RANGE_TEXT",
+    "at_floor",
+    "format_p_value",
+    "p_equals",
+    "p_value_fields",
+    "format_mmd",
+]
 
 #: Below this a p-value is printed as ``< 1e-300``.
 SMALLEST_PRINTED_P = 1e-300
@@ -64,6 +72,18 @@ def format_p_value(p_value: float, n_null: int | None = None) -> str:
     if not p_value >= SMALLEST_PRINTED_P:
         return f"< {SMALLEST_PRINTED_P:g}"
     return f"{p_value:.4g}"
+
+
+def p_equals(p_value: float, n_null: int | None = None) -> str:
+    """``"p = 0.01235"``, or ``"p < 1/1000 (0.001)"`` when the text is a bound.
+
+    Examples
+    --------
+    >>> p_equals(0.5), p_equals(1 / 1000, 999)
+    ('p = 0.5', 'p < 1/1000 (0.001)')
+    """
+    text = format_p_value(p_value, n_null)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
 
 
 def p_value_fields(p_value: float, n_null: int | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._base.formatting import format_p_value
+from .._base.formatting import p_equals
 from . import options
 from .output import emit
 from .sketchfiles import load_checked_sketches
@@ -105,8 +105,7 @@ def _aggregated_test_lines(result: Any) -> list[str]:
     verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
     n_bandwidths = result.bandwidths.shape[0]
     return [
-        f"aggregated two-sample test: p = {format_p_value(result.p_value, result.n_permutations)} "
-        f"({verdict} at level 0.05)",
+        f"aggregated two-sample test: {p_equals(result.p_value, result.n_permutations)} ({verdict} at level 0.05)",
         f"  aggregation:  {result.aggregation} over {n_bandwidths} bandwidths, statistic {result.statistic:.6g}",
         f"  null:         {result.n_permutations} permutations shared by every bandwidth",
         f"  samples:      n_x = {result.n_x:,}, n_y = {result.n_y:,}",
@@ -129,7 +128,7 @@ def _test_lines(result: Any) -> list[str]:
     bandwidth = "n/a" if result.bandwidth is None else f"{result.bandwidth:.4g}"
     verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
     return [
-        f"two-sample test: p = {result.p_value_text} ({verdict} at level 0.05)",
+        f"two-sample test: {p_equals(result.p_value, result.n_null)} ({verdict} at level 0.05)",
         f"  statistic (unbiased MMD^2): {result.statistic:.6g}",
         f"  null:                       {_NULLS[result.method](result.null)}",
         f"  samples:                    n_x = {result.n_x:,}, n_y = {result.n_y:,}",
