@@ -55,7 +55,8 @@ def test_cli_explain_ranks_the_planted_rows_and_reports_the_interval(capsys, pla
     assert sum(payload["histogram"]["counts"]) == 1500
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     code, out, _ = run(capsys, "explain", "--sketches", a_sketch, b_sketch, "--source", a_path, "--top", "3")
-    assert code == 0 and "A is most over-represented against B" in out and "95% interval for MMD^2" in out
+    assert code == 0 and "A is most over-represented against B" in out
+    assert "(range 0 to sqrt(2)), 95% interval [" in out and "(Gaussian kernel)" in out
 
 
 def test_cli_explain_refuses_bad_column_pairs_and_sketches(capsys, planted):

@@ -201,7 +201,7 @@ def test_cli_sketch_columns_then_explain_ranks_the_shifted_column_first(capsys, 
     assert columns["null"].startswith("spectral null from the column moments")
     code, out, _ = _run(capsys, "explain", "--sketches", a_sketch, b_sketch, "--source", a_path, "--top", "3")
     lines = out.splitlines()
-    title = next(index for index, line in enumerate(lines) if line.startswith("columns, most different first"))
+    title = next(index for index, line in enumerate(lines) if line.startswith("columns, largest MMD first"))
     assert lines[title + 2].split()[0] == "3"  # below the table's header: the shifted column
     # without column parts: one line saying how to get them
     assert _run(capsys, "sketch", b_path, "-o", plain, "--map", a_sketch)[0] == 0

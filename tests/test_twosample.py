@@ -723,13 +723,8 @@ def test_hotelling_reports_a_p_value_below_float64_from_log_space():
     expected = _log_chi2_survival_by_quadrature(t_squared, int(dof)) / np.log(10.0)
     assert result.log10_p_value == pytest.approx(expected, rel=1e-10)
     assert result.p_value == 0.0
-    exponent = int(np.floor(expected))
-    mantissa = 10.0 ** (expected - exponent)
     text = result.p_value_text
-    assert text.endswith(" (log-space)")  # computed from its logarithm, said where it is printed
-    number = text.removesuffix(" (log-space)")
-    assert number.endswith(f"e{exponent}") or (mantissa >= 9.95 and number == f"1.0e{exponent + 1}")
-    assert float(text.split("e")[0]) == pytest.approx(mantissa, abs=0.051)
+    assert text == "< 1e-300"  # float64 holds no digits there: said as a bound; log10_p_value keeps the value
     assert f"p-value:                    {text}" in repr(result)
     payload = json.loads(json.dumps(result.to_dict()))
     assert payload["log10_p_value"] == pytest.approx(expected, rel=1e-10) and payload["p_value_text"] == text
@@ -737,7 +732,7 @@ def test_hotelling_reports_a_p_value_below_float64_from_log_space():
     from streamrff.cli.test import _test_lines
 
     lines = _test_lines(result)
-    assert lines[0].startswith(f"two-sample test: p = {text} (differ")
+    assert lines[0].startswith(f"two-sample test: p {text} (differ")
     assert f"on {int(dof)} degrees of freedom" in lines[2]
 
 
@@ -748,19 +743,23 @@ def test_two_sample_p_values_of_every_method_are_never_printed_as_zero():
     permutation = two_sample_test(X, Y, n_features=64, bandwidth=2.0, n_permutations=49)
     spectral = two_sample_test(X, Y, n_features=64, bandwidth=2.0, method="spectral")
     hotelling = two_sample_test(X, Y, n_features=64, bandwidth=2.0, method="hotelling")
-    assert permutation.p_value == 1 / 50 and permutation.p_value_text == "0.02"
-    assert spectral.p_value == 1 / (1 + spectral.null.shape[0]) and spectral.p_value_text == "9.999e-05"
+    assert permutation.p_value == 1 / 50 and permutation.p_value_text == "< 1/50 (0.02)"
+    assert spectral.p_value == 1 / (1 + spectral.null.shape[0]) and spectral.p_value_text == "< 1/10001 (9.999e-05)"
+    assert permutation.to_dict()["at_floor"] and not hotelling.to_dict()["at_floor"]
     assert permutation.degrees_of_freedom is None and spectral.log10_p_value == pytest.approx(-4.0, abs=1e-4)
     for result in (permutation, spectral, hotelling):
         assert result.p_value_text != "0" and not result.p_value_text.startswith("0e")
-        assert float(result.p_value_text.lstrip("< ").split("e")[0]) > 0
+        assert result.p_value_text.startswith("< ")  # every floor said as a floor
 
 
-def test_p_value_text_rounds_and_bounds():
-    from streamrff.twosample.result import _format_p_value
+def test_p_value_text_says_floors_and_bounds():
+    from streamrff._base.formatting import format_p_value, p_value_fields
 
-    assert _format_p_value(0.5) == "0.5" and _format_p_value(1e-300) == "1e-300"
-    assert _format_p_value(0.0, -1000.0) == "1.0e-1000 (log-space)"
-    assert _format_p_value(0.0, np.log10(9.97) - 500) == "1.0e-499 (log-space)"
-    assert _format_p_value(0.0, np.log10(3.24) - 305) == "3.2e-305 (log-space)"
-    assert _format_p_value(0.0, -np.inf) == "< 1e-300" and _format_p_value(0.0) == "< 1e-300"
+    assert format_p_value(0.5) == "0.5" and format_p_value(1e-300) == "1e-300"
+    assert format_p_value(0.0) == "< 1e-300" and format_p_value(9e-301) == "< 1e-300"
+    # A Monte Carlo p-value (1 + #{null >= T}) / (1 + B) at 1 / (B + 1) is a floor, one above it is a value.
+    assert format_p_value(1 / 201, 200) == "< 1/201 (0.004975)" and format_p_value(2 / 201, 200) == "0.00995"
+    assert format_p_value(1 / 201) == "0.004975"  # no B: no floor known
+    fields = {"p_value": 1e-4, "at_floor": True, "p_value_text": "< 1/10000 (0.0001)"}
+    assert p_value_fields(1 / 10_000, 9_999) == fields
+    assert p_value_fields(0.5, 99)["at_floor"] is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .._base.formatting import p_equals
 from . import options
 from .output import emit
 from .sketchfiles import load_checked_sketches
@@ -100,23 +101,17 @@ def add_parser(commands: Any) -> None:
 
 
 def _aggregated_test_lines(result: Any) -> list[str]:
-    """The text report of the aggregated test: the p-value, then one row per bandwidth."""
+    """The text report of the aggregated test: the p-value, then one row per bandwidth (MMD, interval, p)."""
     verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
     n_bandwidths = result.bandwidths.shape[0]
-    lines = [
-        f"aggregated two-sample test: p = {result.p_value:.4g} ({verdict} at level 0.05)",
+    return [
+        f"aggregated two-sample test: {p_equals(result.p_value, result.n_permutations)} ({verdict} at level 0.05)",
         f"  aggregation:  {result.aggregation} over {n_bandwidths} bandwidths, statistic {result.statistic:.6g}",
         f"  null:         {result.n_permutations} permutations shared by every bandwidth",
         f"  samples:      n_x = {result.n_x:,}, n_y = {result.n_y:,}",
         f"  kernels:      Gaussian, D = {result.n_features} per bandwidth",
-        f"  per bandwidth (p-values NOT corrected for testing {n_bandwidths} bandwidths):",
-        f"    {'bandwidth':>10} {'MMD^2':>12} {'standardised':>12} {'p uncorrected':>13}",
+        *result.table_lines(),
     ]
-    for bandwidth, statistic, score, p_value in zip(
-        result.bandwidths, result.statistics, result.standardised[:, 0], result.p_values_uncorrected
-    ):
-        lines.append(f"    {bandwidth:>10.4g} {statistic:>12.4e} {score:>12.3f} {p_value:>13.4g}")
-    return lines
 
 
 _NULLS = {
@@ -133,7 +128,7 @@ def _test_lines(result: Any) -> list[str]:
     bandwidth = "n/a" if result.bandwidth is None else f"{result.bandwidth:.4g}"
     verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
     return [
-        f"two-sample test: p = {result.p_value_text} ({verdict} at level 0.05)",
+        f"two-sample test: {p_equals(result.p_value, result.n_null)} ({verdict} at level 0.05)",
         f"  statistic (unbiased MMD^2): {result.statistic:.6g}",
         f"  null:                       {_NULLS[result.method](result.null)}",
         f"  samples:                    n_x = {result.n_x:,}, n_y = {result.n_y:,}",
@@ -145,13 +140,7 @@ def _effect_lines(result: Any) -> list[str]:
     """The effect size lines added under the test's report (the per-bandwidth ones for the aggregated test)."""
     if result.method != "aggregated":
         return [f"  effect size:                {result.effect_text()}"]
-    if not result.has_interval:
-        values = ", ".join(f"{mmd:.3g}" for mmd in result.mmd)
-        return [f"  effect sizes (MMD per bandwidth): {values} (intervals: --moments)"]
-    lines = ["  effect sizes per bandwidth (95% intervals for MMD^2, not corrected for the bandwidths):"]
-    for bandwidth, mmd, (low, high) in zip(result.bandwidths, result.mmd, result.confidence_interval(0.95)):
-        lines.append(f"    {bandwidth:>10.4g}  MMD {mmd:.4g}  [{low:.4g}, {high:.4g}]")
-    return lines
+    return []  # the per-bandwidth table carries MMD and its interval
 
 
 def _column_lines(columns: Any) -> list[str]:

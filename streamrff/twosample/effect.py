@@ -13,14 +13,24 @@ The first two terms are ``4 Var_x[f] / n + 4 Var_y[f] / m`` for the witness
 variance of its degenerate, second-order part, which is all that is left when the
 samples do not differ. Every term is a quadratic form in the centred second
 moments, so two :class:`~streamrff.MeanSketch` made with ``moments=True`` give it
-(:func:`mmd2_variance`), and the statistic's asymptotic normality under the
-alternative (Gretton et al. 2012, Corollary 16) gives the interval.
+(:func:`mmd2_variance`).
+
+The interval inverts the test of each hypothesised value theta (Wilson's interval for a
+proportion does the same): theta is in the interval when ``|MMD^2_u - theta| <= z sd(theta)``,
+with ``Var(theta) = V_0 + a theta (+ V_w)``: the degenerate part ``V_0`` does not depend on theta,
+and the linear part is ``4 delta' C delta / n + ...``, i.e. ``a theta`` with ``a`` from the
+Rayleigh quotients ``d' C d / d' d`` of the observed difference ``d`` (a direction, which does not
+shrink with the statistic as the plug-in ``d' C d`` does). ``V_w``, for the interval of the
+Gaussian kernel rather than of the drawn features, is the variance of the statistic over the
+random frequencies given the data, estimated from the spread of the frequencies' own
+contributions (:func:`feature_variance`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +38,21 @@ from ..errors import InputError
 from ..maps import FeatureMap
 from ..sketches.mean import MeanSketch
 
-__all__ = ["EffectSize", "mmd2_variance", "effect_of_sketches", "effect_of_sums", "normal_interval"]
+__all__ = [
+    "EffectSize",
+    "MMD2Variance",
+    "mmd2_variance",
+    "mmd2_variance_parts",
+    "feature_variance",
+    "effect_of_sketches",
+    "effect_of_sums",
+    "inverted_interval",
+    "INTERVAL_TARGETS",
+]
+
+#: What ``confidence_interval(interval=...)`` covers: ``"kernel"`` the MMD^2 of the Gaussian kernel the
+#: features approximate (data and random frequencies both vary), ``"features"`` that of the drawn features' kernel.
+INTERVAL_TARGETS = ("kernel", "features")
 
 #: What a result says when it cannot give an interval: its samples were sketched without moments.
 NO_MOMENTS_MESSAGE = (
@@ -53,8 +77,9 @@ class EffectSize:
     kernel_diagonal : float
         Pooled mean of ``||z(x)||^2``, the features' estimate of ``k(x, x) = 1``
         (exactly 1 for sincos RFF): the witness is divided by it to read in kernel units.
-    variance : float or None
-        Estimated ``Var[MMD^2_u]`` (:func:`mmd2_variance`); None without moments.
+    variance : MMD2Variance or None
+        ``Var[MMD^2_u]`` as a function of the hypothesised MMD^2 (:func:`mmd2_variance_parts`);
+        None without moments.
 
     Examples
     --------
@@ -63,7 +88,7 @@ class EffectSize:
     >>> rng = np.random.default_rng(0)
     >>> sx, sy = (srf.sketch_array(rng.normal(size=(100, 2)), rff, moments=True) for _ in range(2))
     >>> effect = effect_of_sketches(sx, sy)
-    >>> effect.kernel_diagonal, effect.variance > 0, effect.mean_x.shape
+    >>> effect.kernel_diagonal, effect.variance.at(0.0) > 0, effect.mean_x.shape
     (1.0, True, (64,))
     """
 
@@ -71,7 +96,48 @@ class EffectSize:
     mean_x: np.ndarray = field(repr=False)
     mean_y: np.ndarray = field(repr=False)
     kernel_diagonal: float = 1.0
-    variance: float | None = None
+    variance: MMD2Variance | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class MMD2Variance:
+    """``Var[MMD^2_u]`` as a function of the hypothesised population MMD^2 theta: ``degenerate + slope * theta``,
+    plus ``features`` for the Gaussian kernel's interval.
+
+    Attributes
+    ----------
+    degenerate : float
+        ``V_0``, the variance of the statistic's degenerate second-order part (all of it when theta = 0).
+    slope : float
+        ``a``: the linear part ``4 delta' C_x delta / n + 4 delta' C_y delta / m`` is ``a theta``,
+        ``a = 4 q_x / n + 4 q_y / m`` with ``q`` the Rayleigh quotient of the covariance in the
+        direction of the observed difference of the means.
+    plug_in : float
+        :func:`mmd2_variance`, the estimate at the observed statistic (kept for reference).
+    features : float or None
+        Variance of MMD^2_u over the random frequencies given the data (:func:`feature_variance`);
+        None when the map has no i.i.d. frequency blocks to resample.
+    degenerate_shape : ndarray of float or None
+        Draws of the degenerate part divided by its standard deviation (mean 0, variance 1): a
+        weighted chi-square ``sum_i mu_i (chi^2_1 - 1)`` over the leading eigenvalues of
+        ``C_x / n + C_y / m`` plus a normal remainder (:func:`_degenerate_shape`); None for the normal law.
+
+    Examples
+    --------
+    >>> MMD2Variance(1e-6, 2e-3, 1.5e-6, 4e-7).at(0.001), MMD2Variance(1e-6, 2e-3, 1.5e-6, 4e-7).at(0.001, "kernel")
+    (3e-06, 3.4e-06)
+    """
+
+    degenerate: float
+    slope: float
+    plug_in: float
+    features: float | None = None
+    degenerate_shape: np.ndarray | None = field(default=None, repr=False)
+
+    def at(self, mmd2: float, interval: str = "features") -> float:
+        """The variance of MMD^2_u when the population MMD^2 is ``mmd2`` (``interval="kernel"``: plus ``features``)."""
+        extra = self.features or 0.0 if interval == "kernel" else 0.0
+        return self.degenerate + self.slope * max(mmd2, 0.0) + extra
 
 
 def _centred_covariance(sketch: MeanSketch) -> np.ndarray:
@@ -139,6 +205,13 @@ def mmd2_variance(sketch_x: MeanSketch, sketch_y: MeanSketch) -> float:
     >>> bool(0.7 < ratio < 1.4)
     True
     """
+    terms = _variance_terms(sketch_x, sketch_y)
+    n, m = float(sketch_x.count), float(sketch_y.count)
+    return 4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"]
+
+
+def _variance_terms(sketch_x: MeanSketch, sketch_y: MeanSketch) -> dict[str, Any]:
+    """The covariances and the debiased terms of the variance formula (after checking both sketches)."""
     for name, sketch in (("sketch_x", sketch_x), ("sketch_y", sketch_y)):
         if not isinstance(sketch, MeanSketch):
             raise InputError(f"{name} must be a MeanSketch. Got {type(sketch).__name__}.")
@@ -154,32 +227,248 @@ def mmd2_variance(sketch_x: MeanSketch, sketch_y: MeanSketch) -> float:
     square_y = _squared_frobenius_unbiased(cov_y, sketch_y.count)
     cross = float(np.sum(cov_x * cov_y))
     delta = sketch_x.mean - sketch_y.mean
-    linear_x = max(float(delta @ cov_x @ delta) - square_x / n - cross / m, 0.0)
-    linear_y = max(float(delta @ cov_y @ delta) - cross / n - square_y / m, 0.0)
-    return (
-        4.0 * linear_x / n
-        + 4.0 * linear_y / m
-        + 2.0 * square_x / (n * (n - 1.0))
-        + 2.0 * square_y / (m * (m - 1.0))
-        + 4.0 * cross / (n * m)
-    )
+    return {
+        "cov_x": cov_x,
+        "cov_y": cov_y,
+        "delta": delta,
+        "linear_x": max(float(delta @ cov_x @ delta) - square_x / n - cross / m, 0.0),
+        "linear_y": max(float(delta @ cov_y @ delta) - cross / n - square_y / m, 0.0),
+        "degenerate": 2.0 * square_x / (n * (n - 1.0)) + 2.0 * square_y / (m * (m - 1.0)) + 4.0 * cross / (n * m),
+    }
 
 
-def normal_interval(statistic: float, variance: float, level: float) -> tuple[float, float]:
-    """The two-sided normal interval ``statistic -/+ z_{(1+level)/2} sqrt(variance)`` for MMD^2, clipped at 0.
+def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Variance:
+    """``Var[MMD^2_u]`` of two moment sketches as a function of the population MMD^2 (:class:`MMD2Variance`).
 
-    MMD^2 is never negative, so the lower end is at least 0 (which can only add coverage).
+    The degenerate part is :func:`mmd2_variance`'s; the linear part ``4 delta' C delta / n + ...``
+    is written ``a ||delta||^2`` with ``a`` from the Rayleigh quotients ``d' C d / d' d`` of the
+    observed difference ``d`` of the means: a direction, whose quotient is bounded by the
+    covariance's eigenvalues and does not fall with the statistic as ``d' C d`` does. With
+    ``delta`` the quotient is exact; near theta = 0, where ``d`` is mostly noise, the linear part
+    is small against the degenerate one. ``features`` is :func:`feature_variance`.
 
     Examples
     --------
-    >>> normal_interval(0.1, 0.0001, 0.95)
+    >>> import numpy as np, streamrff as srf
+    >>> rff = srf.RFF(n_features=64, bandwidth=1.0, seed=0).fit(np.zeros((1, 1)))
+    >>> rng = np.random.default_rng(0)
+    >>> sx = srf.sketch_array(rng.normal(size=(300, 1)), rff, moments=True)
+    >>> sy = srf.sketch_array(rng.normal(0.5, 1.0, size=(300, 1)), rff, moments=True)
+    >>> parts = mmd2_variance_parts(sx, sy)
+    >>> bool(parts.degenerate < parts.at(0.05) < parts.at(0.1)), parts.features > 0
+    (True, True)
+    """
+    terms = _variance_terms(sketch_x, sketch_y)
+    n, m = float(sketch_x.count), float(sketch_y.count)
+    delta = terms["delta"]
+    norm = float(delta @ delta)
+    if norm > 0:
+        quotient_x = float(delta @ terms["cov_x"] @ delta) / norm
+        quotient_y = float(delta @ terms["cov_y"] @ delta) / norm
+    else:
+        quotient_x = quotient_y = 0.0
+    plug_in = 4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"]
+    return MMD2Variance(
+        degenerate=terms["degenerate"],
+        slope=4.0 * quotient_x / n + 4.0 * quotient_y / m,
+        plug_in=plug_in,
+        features=feature_variance(sketch_x, sketch_y),
+        degenerate_shape=_degenerate_shape(terms["cov_x"] / n + terms["cov_y"] / m),
+    )
+
+
+#: Draws of the degenerate part's law, and the leading eigenvalues that shape it (the rest is normal).
+SHAPE_DRAWS = 4000
+SHAPE_EIGENVALUES = 64
+
+
+def _degenerate_shape(covariance: np.ndarray) -> np.ndarray:
+    """Standardised draws of ``sum_i mu_i (chi^2_1 - 1)`` for the eigenvalues mu of the covariance of the
+    difference of the means: the law of the degenerate part (Gretton et al. 2012, Theorem 12), whose right
+    skew a normal law misses near MMD^2 = 0. The leading ``SHAPE_EIGENVALUES`` eigenvalues give the
+    chi-squares, the others a normal term of their variance; draws from a fixed seed (the interval is a
+    function of the sketches)."""
+    width = covariance.shape[0]
+    if width <= 4 * SHAPE_EIGENVALUES:
+        eigenvalues = np.linalg.eigvalsh(covariance)
+        leading, rest = eigenvalues[-SHAPE_EIGENVALUES:], eigenvalues[:-SHAPE_EIGENVALUES]
+        rest_variance = 2.0 * float(np.sum(rest * rest))
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        leading = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", return_eigenvectors=False, v0=np.ones(width))
+        rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
+    leading = np.clip(leading, 0.0, None)
+    rng = np.random.default_rng(48)
+    draws = (rng.chisquare(1.0, size=(SHAPE_DRAWS, leading.shape[0])) - 1.0) @ leading
+    draws += np.sqrt(rest_variance) * rng.standard_normal(SHAPE_DRAWS)
+    spread = float(np.std(draws))
+    if not spread > 0:
+        return None
+    shape = (draws - draws.mean()) / spread
+    shape.setflags(write=False)
+    return shape
+
+
+def _frequency_groups(spec: dict[str, Any], n_features: int) -> np.ndarray | None:
+    """Per feature, the index of its block of frequencies drawn independently of the other blocks, or None.
+
+    A random Fourier map (kind ``"rff"``) has m frequencies: sincos features j and j + m share
+    frequency j, cosphase feature j has its own. I.i.d. frequencies are blocks of one; orthogonal
+    ones come in blocks of d, structured (SORF) ones of d padded to a power of two.
+    """
+    if spec.get("kind") != "rff" or spec.get("categorical") is not None:
+        return None
+    sincos = spec.get("variant", "sincos") == "sincos"
+    n_frequencies = n_features // 2 if sincos else n_features
+    width = int(spec.get("n_features_in", 1))
+    if spec.get("structured"):
+        block = 1 << max(width - 1, 0).bit_length()
+    elif spec.get("orthogonal"):
+        block = width
+    else:
+        block = 1
+    groups = np.arange(n_frequencies) // block
+    if groups[-1] < 1:
+        return None
+    return np.concatenate([groups, groups]) if sincos else groups
+
+
+def feature_variance(sketch_x: MeanSketch, sketch_y: MeanSketch) -> float | None:
+    """The variance of MMD^2_u over the random frequencies of the map, given the two samples.
+
+    The unbiased MMD^2 is a sum over the features, ``sum_j c_j`` with
+    ``c_j = (S_xj^2 - Q_xj) / (n (n-1)) + (S_yj^2 - Q_yj) / (m (m-1)) - 2 S_xj S_yj / (n m)``
+    (``S`` the feature sums, ``Q`` the sums of squares: the moments' diagonal). Grouped by
+    independently drawn blocks of frequencies (:func:`_frequency_groups`), the K block sums are
+    i.i.d. given the data with mean the Gaussian kernel's unbiased MMD^2 divided by K, so
+    ``K s^2`` (``s^2`` their sample variance) estimates the variance of the statistic over a new
+    draw of the map. None for a map without such blocks (not a random Fourier map) or without moments.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrff as srf
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.normal(size=(500, 1)), rng.normal(0.5, 1.0, size=(500, 1))
+    >>> def statistic(seed, moments=False):
+    ...     rff = srf.RFF(n_features=64, bandwidth=1.0, seed=seed).fit(X)
+    ...     return srf.sketch_array(X, rff, moments=moments), srf.sketch_array(Y, rff, moments=moments)
+    >>> spread = np.std([srf.mmd2(*statistic(seed)) for seed in range(200)])
+    >>> bool(0.7 < np.sqrt(feature_variance(*statistic(0, True))) / spread < 1.4)
+    True
+    """
+    if not (sketch_x.has_moments and sketch_y.has_moments):
+        return None
+    groups = _frequency_groups(sketch_x.feature_map.spec, sketch_x.mean.shape[0])
+    if groups is None:
+        return None
+    n, m = float(sketch_x.count), float(sketch_y.count)
+    sum_x, sum_y = sketch_x.feature_sum, sketch_y.feature_sum
+    square_x, square_y = np.diagonal(sketch_x.moment), np.diagonal(sketch_y.moment)
+    contributions = (
+        (sum_x * sum_x - square_x) / (n * (n - 1.0))
+        + (sum_y * sum_y - square_y) / (m * (m - 1.0))
+        - 2.0 * sum_x * sum_y / (n * m)
+    )
+    blocks = np.bincount(groups, weights=contributions)
+    return float(blocks.shape[0] * np.var(blocks, ddof=1))
+
+
+def inverted_interval(
+    statistic: float, variance: MMD2Variance, level: float, interval: str = "kernel"
+) -> tuple[float, float]:
+    """The ``level`` interval for MMD^2 that inverts the normal test of each hypothesised value.
+
+    theta >= 0 is in the interval when ``(statistic - theta)^2 <= z^2 Var(theta)`` with
+    ``Var(theta) = V_0 + a theta (+ V_w for interval="kernel")`` (:class:`MMD2Variance`), the
+    roots of a quadratic: ``c -/+ sqrt(c^2 - T^2 + z^2 V)`` with ``c = T + z^2 a / 2``, clipped at 0.
+    Unlike ``T -/+ z sqrt(Var(T))``, the upper end takes the larger variance of the larger
+    values it tests, so the interval does not shrink with a small statistic (Wilson 1927 does
+    the same for a proportion).
+
+    Examples
+    --------
+    With no linear part it is the normal interval; a slope lifts the upper end more than the lower:
+
+    >>> inverted_interval(0.1, MMD2Variance(1e-4, 0.0, 1e-4), 0.95, "features")
     (0.08040036015459947, 0.11959963984540054)
-    >>> normal_interval(0.001, 0.0001, 0.95)[0]
-    0.0
+    >>> low, high = inverted_interval(0.001, MMD2Variance(1e-6, 1e-3, 1e-6), 0.95, "features")
+    >>> low, round(high, 5)
+    (0.0, 0.00629)
     """
     level = check_level(level)
-    half_width = NormalDist().inv_cdf(0.5 + level / 2.0) * float(np.sqrt(max(variance, 0.0)))
-    return max(statistic - half_width, 0.0), statistic + half_width
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    constant = variance.at(0.0, interval)
+    centre = statistic + z * z * variance.slope / 2.0
+    discriminant = centre * centre - statistic * statistic + z * z * constant
+    if discriminant < 0:  # no theta >= 0 passes (a statistic far below 0): the value closest to passing
+        return 0.0, max(centre, 0.0)
+    half_width = float(np.sqrt(discriminant))
+    normal = max(centre - half_width, 0.0), max(centre + half_width, 0.0)
+    if variance.degenerate_shape is None:
+        return normal
+    return _inverted_with_shape(statistic, variance, level, interval, normal)
+
+
+def _inverted_with_shape(
+    statistic: float, variance: MMD2Variance, level: float, interval: str, normal: tuple[float, float]
+) -> tuple[float, float]:
+    """The inverted interval with the degenerate part's skewed law: theta passes when ``statistic`` lies
+    between the ``(1 -/+ level) / 2`` quantiles of ``theta + sqrt(V_0) S + sqrt(a theta + V_w) N``
+    (``S`` the standardised degenerate draws, ``N`` normal draws), each end found by bisection."""
+    shape = variance.degenerate_shape
+    normal_draws = np.random.default_rng(49).standard_normal(shape.shape[0])
+    extra = variance.at(0.0, interval) - variance.degenerate
+    spread = np.sqrt(variance.degenerate)
+    tails = (0.5 - level / 2.0, 0.5 + level / 2.0)
+
+    def quantiles(theta: float) -> np.ndarray:
+        draws = theta + spread * shape + np.sqrt(variance.slope * theta + extra) * normal_draws
+        return np.quantile(draws, tails)
+
+    def bisect(passes, inside: float, outside: float) -> float:
+        for _ in range(48):
+            middle = (inside + outside) / 2.0
+            inside, outside = (middle, outside) if passes(middle) else (inside, middle)
+        return inside
+
+    if quantiles(0.0)[1] >= statistic:
+        low = 0.0
+    else:  # quantiles(max(statistic, 0))[1] >= statistic: the upper quantile lies above its centre
+        low = bisect(lambda theta: quantiles(theta)[1] < statistic, 0.0, max(statistic, 0.0))
+    start = max(statistic, low, 0.0)
+    if quantiles(start)[0] > statistic:
+        return low, low
+    outside = max(normal[1], start) * 2.0 + np.sqrt(variance.at(normal[1], interval)) + 1e-300
+    while quantiles(outside)[0] <= statistic:
+        outside *= 2.0
+    return low, bisect(lambda theta: quantiles(theta)[0] <= statistic, start, outside)
+
+
+def check_interval(interval: object, effect: EffectSize) -> str:
+    """``interval`` (``"kernel"`` or ``"features"``), refused when ``"kernel"`` cannot be estimated for the map."""
+    if interval not in INTERVAL_TARGETS:
+        raise InputError(
+            f"interval must be 'kernel' (the Gaussian kernel's MMD^2) or 'features' (the drawn features' kernel). "
+            f"Got {interval!r}."
+        )
+    if interval == "kernel" and effect.variance is not None and effect.variance.features is None:
+        raise InputError(
+            f"interval='kernel' needs a random Fourier map (kind 'rff') to resample its frequencies; this map is "
+            f"{effect.feature_map.spec.get('kind')!r}. Pass interval='features' for its own kernel's MMD^2."
+        )
+    return str(interval)
+
+
+def default_interval(effect: EffectSize | None) -> str:
+    """What a result prints: ``"kernel"`` when the feature variance is known, else ``"features"``."""
+    if effect is not None and effect.variance is not None and effect.variance.features is None:
+        return "features"
+    return "kernel"
+
+
+#: How a printed interval says what it covers.
+INTERVAL_LABELS = {"kernel": "Gaussian kernel", "features": "drawn features' kernel"}
 
 
 def check_level(level: object) -> float:
@@ -193,7 +482,7 @@ def effect_of_sketches(sketch_x: MeanSketch, sketch_y: MeanSketch) -> EffectSize
     """The :class:`EffectSize` of two mean sketches of one map (the variance when both have moments)."""
     count = sketch_x.count + sketch_y.count
     diagonal = (sketch_x.squared_norm_sum + sketch_y.squared_norm_sum) / count
-    variance = mmd2_variance(sketch_x, sketch_y) if sketch_x.has_moments and sketch_y.has_moments else None
+    variance = mmd2_variance_parts(sketch_x, sketch_y) if sketch_x.has_moments and sketch_y.has_moments else None
     return EffectSize(sketch_x.feature_map, sketch_x.mean, sketch_y.mean, _positive(diagonal), variance)
 
 

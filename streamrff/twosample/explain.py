@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from .._base.formatting import format_mmd
 from .._base.validation import check_positive_int
 from ..engine import current_job_options, run_row_pass
 from ..errors import InputError
 from ..sketches.mean import MeanSketch, mmd2
-from .effect import check_level, effect_of_sketches, normal_interval
+from .effect import INTERVAL_LABELS, check_level, default_interval, effect_of_sketches, inverted_interval
 from .marginal import MarginalTestResult
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _spectral_test
 from .witness import WHICH, TopRows, Witness, _as_mean_sketch
@@ -99,7 +100,8 @@ class Explanation:
     mmd : float
         ``sqrt(max(statistic, 0))``, in kernel units.
     interval : (float, float) or None
-        ``level`` confidence interval for MMD^2; None when the sketches have no moments.
+        ``level`` confidence interval for MMD^2 (of the Gaussian kernel, or of the drawn features'
+        kernel: ``interval_target``); None when the sketches have no moments.
     level : float
     n_a, n_b : int
         Rows of A and B.
@@ -122,6 +124,8 @@ class Explanation:
         The column table (:func:`column_tests`), when both sketches have column parts.
     columns_note : str
         Why there is no column table (empty when there is one).
+    interval_target : str
+        ``"kernel"`` (the Gaussian kernel's MMD^2) or ``"features"`` (the drawn features' kernel's).
 
     Examples
     --------
@@ -133,7 +137,7 @@ class Explanation:
     >>> found.which, found.interval, int(found.counts.sum())
     ('largest', None, 500)
     >>> found.lines()[0]
-    'effect size: MMD = 0.427 (MMD^2 = 0.1823), interval: sketch both samples with --moments'
+    'effect size: MMD = 0.427 (range 0 to sqrt(2)), interval: sketch both samples with --moments; MMD^2 = 0.1823'
     """
 
     statistic: float
@@ -154,20 +158,20 @@ class Explanation:
     witness: Witness = field(repr=False)
     columns: MarginalTestResult | None = field(default=None, repr=False)
     columns_note: str = ""
+    interval_target: str = "kernel"
 
     def lines(self) -> list[str]:
         """The text report: the effect size, then the rows, most extreme first."""
+        effect = format_mmd(self.statistic, self.interval, self.level, INTERVAL_LABELS[self.interval_target])
         if self.interval is None:
-            interval = "interval: sketch both samples with --moments"
-        else:
-            interval = f"{self.level:.0%} interval for MMD^2 [{self.interval[0]:.4g}, {self.interval[1]:.4g}]"
+            effect += ", interval: sketch both samples with --moments"
         over = (
             "A is most over-represented against B"
             if self.which == "largest"
             else "B is most over-represented against A"
         )
         lines = [
-            f"effect size: MMD = {self.mmd:.4g} (MMD^2 = {self.statistic:.4g}), {interval}",
+            f"effect size: {effect}; MMD^2 = {self.statistic:.4g}",
             f"  samples:   n_A = {self.n_a:,}, n_B = {self.n_b:,}",
             f"  witness:   mean {self.mean_a:.4g} under A, {self.mean_b:.4g} under B, "
             f"{self.source_mean:.4g} over the source ({self.source_rows:,} rows)",
@@ -179,7 +183,7 @@ class Explanation:
             return [*lines, f"columns: {self.columns_note}"]
         return [
             *lines,
-            f"columns, most different first ({self.columns.null}; Holm-adjusted, {len(self.columns.columns)} tests):",
+            f"columns, largest MMD first ({self.columns.null}; Holm-adjusted, {len(self.columns.columns)} tests):",
             *self.columns.table_lines(),
         ]
 
@@ -188,9 +192,16 @@ class Explanation:
         return {
             "statistic": float(self.statistic),
             "mmd": float(self.mmd),
+            "mmd_range": [0.0, float(np.sqrt(2.0))],
             "confidence_interval": None
             if self.interval is None
-            else {"level": self.level, "mmd2": [float(v) for v in self.interval]},
+            else {
+                "level": self.level,
+                "interval": self.interval_target,
+                "covers": INTERVAL_LABELS[self.interval_target],
+                "mmd2": [float(v) for v in self.interval],
+                "mmd": [float(np.sqrt(v)) for v in self.interval],
+            },
             "n_a": int(self.n_a),
             "n_b": int(self.n_b),
             "which": self.which,
@@ -272,17 +283,14 @@ def column_tests(
     a.columns.check_compatible(b.columns, action="compare")
     maps = a.columns.column_maps
     rng = np.random.default_rng(seed)
-    statistics, p_values, standardised = (np.empty(maps.n_columns) for _ in range(3))
+    statistics, p_values = np.empty(maps.n_columns), np.empty(maps.n_columns)
     for column in range(maps.n_columns):
         pair = [_column_mean_sketch(sketch, column) for sketch in (a, b)]
         statistics[column] = mmd2(*pair)
-        p_values[column], draws = _spectral_test(*pair, statistics[column], rng, n_draws)
-        spread = float(np.std(draws))
-        standardised[column] = statistics[column] / spread if spread > 0 else 0.0
+        p_values[column], _ = _spectral_test(*pair, statistics[column], rng, n_draws)
     return MarginalTestResult.ranked(
         statistics,
         p_values,
-        standardised,
         np.full(maps.n_columns, maps.bandwidth),
         kind="columns",
         n_x=a.count,
@@ -290,6 +298,7 @@ def column_tests(
         n_permutations=0,
         n_features=maps.n_features,
         null=f"{COLUMN_NULL} ({n_draws:,} draws)",
+        n_null=n_draws,
     )
 
 
@@ -389,7 +398,8 @@ def explain(
         which = "largest" if abs(source_mean - mean_a) <= abs(source_mean - mean_b) else "smallest"
     top = profile.largest if which == "largest" else profile.smallest
     statistic = mmd2(a, b) if min(a.count, b.count) >= 2 else float(np.sum((effect.mean_x - effect.mean_y) ** 2))
-    interval = None if effect.variance is None else normal_interval(statistic, effect.variance, level)
+    target = default_interval(effect)
+    interval = None if effect.variance is None else inverted_interval(statistic, effect.variance, level, target)
     columns, columns_note = _columns_or_note(a, b)
     return Explanation(
         statistic=float(statistic),
@@ -410,4 +420,5 @@ def explain(
         witness=witness,
         columns=columns,
         columns_note=columns_note,
+        interval_target=target,
     )

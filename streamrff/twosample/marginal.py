@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._base.blas import one_blas_thread
+from .._base.formatting import at_floor, format_p_value
 from .._base.sampling import MEDIAN_SAMPLE_ROWS
 from .._base.validation import check_positive_int, normalize_seed
 from .._kernels.binning import BinEdges, ColumnBins, bin_chunk, column_median_heuristics, quantile_bins
@@ -35,7 +36,6 @@ from ..maps import RFF, FeatureMap
 from ..sketches.columns import DEFAULT_COLUMN_FEATURES, fitted_column_map
 from ..sketches.twosample import AggregatedTwoSampleSketch, two_sample_sketches_of_chunk
 from ..typing import Seed
-from .aggregated import standardise
 from .api import open_samples, permutation_test
 from .nulls import _monte_carlo_p_value, _unbiased_mmd2
 from .result import TwoSampleResult
@@ -78,10 +78,11 @@ def holm(p_values: Any) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class MarginalTestResult:
-    """Per-column kernel two-sample tests, most to least different.
+    """Per-column kernel two-sample tests, largest effect first.
 
-    All arrays are in the order of ``columns``: most different first (smallest
-    p-value, ties broken by the larger standardised statistic).
+    All arrays are in the order of ``columns``: largest MMD first (ties by the smaller
+    p-value, then the lower index). The effect orders the columns, not the p-value, which
+    saturates at its floor ``1/(B+1)`` for every column that clearly differs.
 
     Attributes
     ----------
@@ -92,11 +93,9 @@ class MarginalTestResult:
     p_values : ndarray of float
         Each column's exact permutation p-value ``(1 + #{b : T_b >= T}) / (1 + B)``.
     adjusted_p_values : ndarray of float
-        Holm-adjusted p-values (family-wise error over the columns); non-decreasing.
+        Holm-adjusted p-values (family-wise error over the columns).
     mmd : ndarray of float
         Effect sizes: ``sqrt(max(MMD^2, 0))`` in each column kernel's units (0 to sqrt 2).
-    standardised : ndarray of float
-        MMD^2 minus its permutation mean, over its permutation standard deviation.
     bandwidths : ndarray of float
         Each column's kernel width.
     kind : str
@@ -127,7 +126,6 @@ class MarginalTestResult:
     p_values: np.ndarray
     adjusted_p_values: np.ndarray
     mmd: np.ndarray
-    standardised: np.ndarray
     bandwidths: np.ndarray
     kind: str
     n_x: int
@@ -136,43 +134,49 @@ class MarginalTestResult:
     n_features: int
     joint: TwoSampleResult | None = field(default=None, repr=False)
     null: str = ""
+    n_null: int | None = None
+
+    @property
+    def floor_draws(self) -> int | None:
+        """B of the Monte Carlo p-values (``n_null``, else ``n_permutations``): their floor is ``1 / (B + 1)``."""
+        return self.n_null or self.n_permutations or None
 
     @classmethod
-    def ranked(
-        cls, statistics: np.ndarray, p_values: np.ndarray, standardised: np.ndarray, bandwidths: Any, **fields: Any
-    ) -> MarginalTestResult:
-        """The result of tests given in column order: most different first, Holm-adjusted.
+    def ranked(cls, statistics: np.ndarray, p_values: np.ndarray, bandwidths: Any, **fields: Any) -> MarginalTestResult:
+        """The result of tests given in column order: largest effect first, Holm-adjusted.
 
-        Ordered by p-value, ties by the larger standardised statistic, then the lower index;
+        Ordered by MMD^2 (largest first), ties by the smaller p-value, then the lower index;
         ``mmd`` is ``sqrt(max(MMD^2, 0))``. ``fields``: the other attributes (``kind``, ``n_x``, ...).
         """
-        order = np.lexsort((np.arange(len(p_values)), -standardised, p_values))
+        order = np.lexsort((np.arange(len(p_values)), p_values, -statistics))
         return cls(
             columns=order.astype(np.int64),
             statistics=statistics[order],
             p_values=p_values[order],
             adjusted_p_values=holm(p_values)[order],
             mmd=np.sqrt(np.maximum(statistics[order], 0.0)),
-            standardised=standardised[order],
             bandwidths=np.asarray(bandwidths, dtype=np.float64)[order],
             **fields,
         )
 
     def rejected(self, level: float = 0.05) -> np.ndarray:
-        """The columns whose Holm-adjusted p-value is at most ``level`` (most different first)."""
+        """The columns whose Holm-adjusted p-value is at most ``level`` (largest MMD first)."""
         if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
             raise InputError(f"level must be a number strictly between 0 and 1, such as 0.05. Got {level!r}.")
         return self.columns[self.adjusted_p_values <= level]
 
     def table_lines(self, limit: int | None = None) -> list[str]:
-        """The table as printed: one line per column, most different first (``limit`` lines at most)."""
+        """The table as printed: one line per column, largest MMD first (``limit`` lines at most); p-values at
+        their floor print as ``< 1/(B+1) (value)``, MMD runs from 0 to sqrt(2)."""
         label = "column" if self.kind == "columns" else "component"
-        lines = [f"    {label:>9} {'MMD':>8} {'MMD^2':>11} {'standardised':>12} {'p':>9} {'p Holm':>9}"]
+        lines = [f"    {label:>9} {'MMD':>8} {'MMD^2':>11} {'p':>18} {'p Holm':>18}"]
         shown = len(self.columns) if limit is None else min(limit, len(self.columns))
         for index in range(shown):
+            p_text = format_p_value(self.p_values[index], self.floor_draws)
+            holm_text = format_p_value(self.adjusted_p_values[index])
             lines.append(
                 f"    {int(self.columns[index]):>9} {self.mmd[index]:>8.4f} {self.statistics[index]:>11.4e} "
-                f"{self.standardised[index]:>12.2f} {self.p_values[index]:>9.4g} {self.adjusted_p_values[index]:>9.4g}"
+                f"{p_text:>18} {holm_text:>18}"
             )
         if shown < len(self.columns):
             lines.append(f"    ... {len(self.columns) - shown} more")
@@ -189,7 +193,7 @@ class MarginalTestResult:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dictionary (the CLI's ``--json`` output), most different first."""
+        """JSON-able dictionary (the CLI's ``--json`` output), largest MMD first."""
         out: dict[str, Any] = {
             "kind": self.kind,
             "n_x": int(self.n_x),
@@ -200,9 +204,9 @@ class MarginalTestResult:
             "columns": [int(value) for value in self.columns],
             "statistics": [float(value) for value in self.statistics],
             "p_values": [float(value) for value in self.p_values],
+            "at_floor": [at_floor(value, self.floor_draws) for value in self.p_values],
             "adjusted_p_values": [float(value) for value in self.adjusted_p_values],
             "mmd": [float(value) for value in self.mmd],
-            "standardised": [float(value) for value in self.standardised],
             "bandwidths": [float(value) for value in self.bandwidths],
         }
         if self.joint is not None:
@@ -465,7 +469,6 @@ def _marginal_result(
     return MarginalTestResult.ranked(
         values[:, 0],
         p_values,
-        standardise(values)[:, 0],
         [column_map.bandwidth for column_map in maps],
         kind=kind,
         n_x=n_x,

@@ -7,53 +7,21 @@ from typing import Any
 
 import numpy as np
 
+from .._base.formatting import format_mmd, format_p_value, p_value_fields
 from ..errors import InputError
 from ..maps import FeatureMap, spec_bandwidth
 from ..typing import MapSpec
-from .effect import NO_MOMENTS_MESSAGE, EffectSize, check_level, normal_interval
+from .effect import (
+    INTERVAL_LABELS,
+    NO_MOMENTS_MESSAGE,
+    EffectSize,
+    check_interval,
+    check_level,
+    default_interval,
+    inverted_interval,
+)
 
 __all__ = ["TwoSampleResult", "AggregatedTwoSampleResult"]
-
-#: Below this, a p-value is written from its log10 (float64 would round it to 0 or a subnormal).
-_SMALLEST_PRINTED_P = 1e-300
-#: Appended to a p-value printed from its log10 (below _SMALLEST_PRINTED_P).
-_LOG_SPACE = "(log-space)"
-
-
-def _format_p_value(p_value: float, log10_p_value: float | None = None) -> str:
-    """A p-value as text: ``"0.0123"``, or from its log10 when float64 cannot hold it
-    (``"3.2e-412 (log-space)"``).
-
-    Parameters
-    ----------
-    p_value : float
-        The p-value as a float64 (0.0 once it underflows).
-    log10_p_value : float, optional
-        Its base-10 logarithm, when known more precisely than ``log10(p_value)``.
-
-    Returns
-    -------
-    str
-        ``p_value`` to 4 significant digits when it is at least 1e-300; below, two significant
-        digits and the exponent of ``10 ** log10_p_value``, followed by ``" (log-space)"`` so
-        that a reader knows the number was computed from its logarithm (float64 holds no such
-        value); ``"< 1e-300"`` when only an upper bound is known (no or an infinite log10).
-
-    Examples
-    --------
-    >>> from streamrff.twosample.result import _format_p_value
-    >>> _format_p_value(0.012345), _format_p_value(0.0, -411.49485002168), _format_p_value(0.0)
-    ('0.01235', '3.2e-412 (log-space)', '< 1e-300')
-    """
-    if p_value >= _SMALLEST_PRINTED_P:
-        return f"{p_value:.4g}"
-    if log10_p_value is None or not np.isfinite(log10_p_value):
-        return f"< {_SMALLEST_PRINTED_P:g}"
-    exponent = int(np.floor(log10_p_value))
-    mantissa = round(10.0 ** (log10_p_value - exponent), 1)
-    if mantissa >= 10.0:  # 9.96 rounds up to the next power of ten
-        mantissa, exponent = mantissa / 10.0, exponent + 1
-    return f"{mantissa:.1f}e{exponent} {_LOG_SPACE}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,8 +54,8 @@ class TwoSampleResult:
         (``-inf`` only when T^2 is infinite); ``log10(p_value)`` otherwise. The
         permutation and spectral p-values are at least ``1 / (1 + len(null))``.
     p_value_text : str
-        The p-value as printed: 4 significant digits, or ``"3.2e-412 (log-space)"``
-        (from ``log10_p_value``) where ``p_value`` is below 1e-300.
+        The p-value as printed: 4 significant digits, ``"< 1/(B+1) (value)"`` at the floor of a
+        Monte Carlo p-value over B draws, ``"< 1e-300"`` below 1e-300 (``log10_p_value`` holds it).
     degrees_of_freedom : int or None
         ``"hotelling"``: the chi-square null's degrees of freedom (the number of
         principal directions kept); None for the other methods.
@@ -135,9 +103,16 @@ class TwoSampleResult:
             object.__setattr__(self, "log10_p_value", float(self.log10_p_value))
 
     @property
+    def n_null(self) -> int | None:
+        """B, the null draws of a Monte Carlo p-value (permutation, spectral), whose floor is ``1 / (B + 1)``;
+        None for Hotelling's closed-form null."""
+        return None if self.method == "hotelling" else int(self.null.shape[0])
+
+    @property
     def p_value_text(self) -> str:
-        """The p-value as printed: ``"0.01235"``, or ``"3.2e-412 (log-space)"`` below float64's range."""
-        return _format_p_value(self.p_value, self.log10_p_value)
+        """The p-value as printed (:func:`streamrff._base.formatting.format_p_value`): ``"0.01235"``,
+        ``"< 1/1000 (0.001)"`` at the Monte Carlo floor, ``"< 1e-300"`` below 1e-300."""
+        return format_p_value(self.p_value, self.n_null)
 
     @property
     def degrees_of_freedom(self) -> int | None:
@@ -154,19 +129,26 @@ class TwoSampleResult:
         """Whether :meth:`confidence_interval` is available (the test read the samples' second moments)."""
         return self.effect is not None and self.effect.variance is not None
 
-    def confidence_interval(self, level: float = 0.95) -> tuple[float, float]:
-        """A ``level`` confidence interval for MMD^2 of the sketch's kernel (the population value).
+    def confidence_interval(self, level: float = 0.95, interval: str = "kernel") -> tuple[float, float]:
+        """A ``level`` confidence interval for the population MMD^2 of the Gaussian kernel (or of the drawn features).
 
-        The unbiased MMD^2 is asymptotically normal when the samples differ (Gretton et
-        al. 2012, Corollary 16); its variance, ``4 Var_x[f]/n_x + 4 Var_y[f]/n_y`` for
-        the witness ``f`` plus the second-order term, is a quadratic form in the centred
-        second moments (:func:`streamrff.twosample.effect.mmd2_variance`). The lower end
-        is clipped at 0. Take square roots of both ends for an interval of :attr:`mmd`.
+        It inverts the test of each hypothesised value theta
+        (:func:`streamrff.twosample.effect.inverted_interval`): the statistic's variance at theta,
+        ``V_0 + a theta`` (degenerate part plus witness part, from the centred second moments), and
+        the skewed law of the degenerate part, so it covers near MMD^2 = 0 as well as far from it
+        (coverage table in the guide "Where and how much two samples differ"). With
+        ``interval="kernel"`` it adds the variance over the random frequencies, estimated from the
+        frequencies' own contributions, and covers the Gaussian kernel's MMD^2; ``"features"``
+        covers the MMD^2 of the drawn features' kernel. Take square roots of both ends for an
+        interval of :attr:`mmd`.
 
         Parameters
         ----------
         level : float, default=0.95
             Coverage, strictly between 0 and 1.
+        interval : {"kernel", "features"}, default="kernel"
+            What the interval covers: the Gaussian kernel's MMD^2 (a random Fourier map), or that of
+            the drawn features' kernel (any map).
 
         Returns
         -------
@@ -176,7 +158,7 @@ class TwoSampleResult:
         ------
         InputError
             If the test had no second moments (sketch with ``moments=True``, CLI ``--moments``),
-            or ``level`` is not in (0, 1).
+            ``level`` is not in (0, 1), or ``interval="kernel"`` for a map that is not a random Fourier map.
 
         Examples
         --------
@@ -193,7 +175,8 @@ class TwoSampleResult:
         level = check_level(level)
         if not self.has_interval:
             raise InputError(NO_MOMENTS_MESSAGE)
-        return normal_interval(self.statistic, self.effect.variance, level)
+        interval = check_interval(interval, self.effect)
+        return inverted_interval(self.statistic, self.effect.variance, level, interval)
 
     def witness(self) -> Any:
         """The witness of X against Y (:class:`streamrff.twosample.Witness`): positive where X is over-represented.
@@ -244,10 +227,9 @@ class TwoSampleResult:
         """JSON-able dictionary (the CLI's ``--json`` output)."""
         out: dict[str, Any] = {
             "statistic": float(self.statistic),
-            "p_value": float(self.p_value),
+            **p_value_fields(self.p_value, self.n_null),
             # JSON has no -inf; null means the p-value is exactly 0 (an infinite T^2).
             "log10_p_value": float(self.log10_p_value) if np.isfinite(self.log10_p_value) else None,
-            "p_value_text": self.p_value_text,
             "method": self.method,
             "n_x": int(self.n_x),
             "n_y": int(self.n_y),
@@ -258,22 +240,48 @@ class TwoSampleResult:
         if self.method == "hotelling":
             out.update(t_squared=float(self.null[0]), dof=int(self.null[1]))
         out["mmd"] = self.mmd
-        if self.has_interval:
-            low, high = self.confidence_interval(0.95)
-            out["confidence_interval"] = {"level": 0.95, "mmd2": [low, high], "mmd": [np.sqrt(low), np.sqrt(high)]}
-        else:
-            out["confidence_interval"] = None
+        out["mmd_range"] = [0.0, float(np.sqrt(2.0))]
+        out["confidence_interval"] = interval_fields(self.statistic, self.effect) if self.has_interval else None
+        if not self.has_interval:
             out["confidence_interval_note"] = "needs moment sketches: sketch with --moments (moments=True)"
         if include_null:
             out["null"] = [float(value) for value in self.null]
         return out
 
     def effect_text(self, level: float = 0.95) -> str:
-        """The effect size as printed: ``"MMD = 0.2013, 95% interval for MMD^2 [0.0351, 0.0460]"``."""
+        """The effect size as printed: MMD (0 to sqrt 2) with a ``level`` interval for MMD and what it covers.
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> rng = np.random.default_rng(0)
+        >>> rff = srf.RFF(n_features=256, bandwidth=1.0).fit(np.zeros((1, 2)))
+        >>> sx = srf.sketch_array(rng.normal(size=(2000, 2)), rff, moments=True)
+        >>> sy = srf.sketch_array(rng.normal(0.3, 1.0, size=(2000, 2)), rff, moments=True)
+        >>> srf.mmd_test(sx, sy).effect_text()
+        'MMD = 0.1584 (range 0 to sqrt(2)), 95% interval [0.1321, 0.1877] (Gaussian kernel)'
+        """
         if not self.has_interval:
-            return f"MMD = {self.mmd:.4g} (interval: sketch with --moments)"
-        low, high = self.confidence_interval(level)
-        return f"MMD = {self.mmd:.4g}, {level:.0%} interval for MMD^2 [{low:.4g}, {high:.4g}]"
+            return format_mmd(self.statistic) + " (interval: sketch with --moments)"
+        target = default_interval(self.effect)
+        interval = inverted_interval(self.statistic, self.effect.variance, level, target)
+        return format_mmd(self.statistic, interval, level, INTERVAL_LABELS[target])
+
+
+def interval_fields(statistic: float, effect: EffectSize, level: float = 0.95) -> dict[str, Any]:
+    """The JSON of an effect's interval: level, what it covers, the MMD^2 and MMD ends (the other target too)."""
+    target = default_interval(effect)
+    low, high = inverted_interval(float(statistic), effect.variance, level, target)
+    out: dict[str, Any] = {
+        "level": level,
+        "interval": target,
+        "covers": INTERVAL_LABELS[target],
+        "mmd2": [low, high],
+        "mmd": [float(np.sqrt(low)), float(np.sqrt(high))],
+    }
+    if target == "kernel":
+        out["features_mmd2"] = list(inverted_interval(float(statistic), effect.variance, level, "features"))
+    return out
 
 
 def _result(
@@ -398,7 +406,7 @@ class AggregatedTwoSampleResult:
         """Whether :meth:`confidence_interval` is available (every bandwidth's second moments were read)."""
         return bool(self.effects) and all(effect.variance is not None for effect in self.effects)
 
-    def confidence_interval(self, level: float = 0.95) -> np.ndarray:
+    def confidence_interval(self, level: float = 0.95, interval: str = "kernel") -> np.ndarray:
         """Per bandwidth, a ``level`` confidence interval for that kernel's MMD^2 (as
         :meth:`TwoSampleResult.confidence_interval`; not corrected for the L bandwidths).
 
@@ -416,8 +424,9 @@ class AggregatedTwoSampleResult:
         level = check_level(level)
         if not self.has_interval:
             raise InputError(NO_MOMENTS_MESSAGE)
-        pairs = zip(self.statistics, self.effects)
-        return np.array([normal_interval(float(statistic), effect.variance, level) for statistic, effect in pairs])
+        targets = [check_interval(interval, effect) for effect in self.effects]
+        pairs = zip(self.statistics, self.effects, targets)
+        return np.array([inverted_interval(float(t), effect.variance, level, target) for t, effect, target in pairs])
 
     def witness(self, bandwidth: float | None = None) -> Any:
         """The witness of X against Y at one bandwidth (default: the largest standardised statistic).
@@ -445,41 +454,61 @@ class AggregatedTwoSampleResult:
     def __repr__(self) -> str:
         lines = [
             f"AggregatedTwoSampleResult(aggregation={self.aggregation!r})",
-            f"  p-value (aggregated):  {self.p_value:.4g}",
+            f"  p-value (aggregated):  {format_p_value(self.p_value, self.n_permutations)}",
             f"  statistic:             {self.statistic:.6g}",
             f"  null:                  {self.n_permutations} permutations shared by "
             f"{self.bandwidths.shape[0]} bandwidths",
             f"  samples:               n_x={self.n_x}, n_y={self.n_y}",
             f"  kernels:               Gaussian, n_features={self.n_features} per bandwidth",
-            "  per bandwidth (p-values NOT corrected for testing several bandwidths):",
-            f"    {'bandwidth':>10} {'MMD^2':>12} {'standardised':>12} {'p uncorrected':>13}",
+            *self.table_lines(),
         ]
-        for bandwidth, statistic, score, p_value in zip(
-            self.bandwidths, self.statistics, self.standardised[:, 0], self.p_values_uncorrected
-        ):
-            lines.append(f"    {bandwidth:>10.4g} {statistic:>12.4e} {score:>12.3f} {p_value:>13.4g}")
         return "\n".join(lines)
+
+    def table_lines(self, level: float = 0.95) -> list[str]:
+        """The per-bandwidth table as printed: MMD (0 to sqrt 2) with its interval for the Gaussian kernel
+        when the test read moments, the standardised statistic and the uncorrected p-value with its floor."""
+        intervals = None
+        if self.has_interval:
+            targets = {default_interval(effect) for effect in self.effects}
+            target = "kernel" if targets == {"kernel"} else "features"
+            intervals = np.sqrt(np.maximum(self.confidence_interval(level, target), 0.0))
+        heading = f"{level:.0%} interval for MMD" if intervals is not None else "interval (needs --moments)"
+        lines = [
+            "  per bandwidth (p-values NOT corrected for testing several bandwidths; MMD runs from 0 to sqrt(2)"
+            + (f"; intervals for the {INTERVAL_LABELS[target]}):" if intervals is not None else "):"),
+            f"    {'bandwidth':>10} {'MMD':>8} {heading:>26} {'standardised':>12} {'p uncorrected':>20}",
+        ]
+        for index, bandwidth in enumerate(self.bandwidths):
+            ends = "" if intervals is None else f"[{intervals[index, 0]:.4g}, {intervals[index, 1]:.4g}]"
+            p_text = format_p_value(self.p_values_uncorrected[index], self.n_permutations)
+            lines.append(
+                f"    {bandwidth:>10.4g} {self.mmd[index]:>8.4g} {ends:>26} "
+                f"{self.standardised[index, 0]:>12.3f} {p_text:>20}"
+            )
+        return lines
 
     def to_dict(self, include_null: bool = True) -> dict[str, Any]:
         """JSON-able dictionary (the CLI's ``--json`` output)."""
         rows = []
         for index, bandwidth in enumerate(self.bandwidths):
+            p_fields = p_value_fields(self.p_values_uncorrected[index], self.n_permutations)
             row: dict[str, Any] = {
                 "bandwidth": float(bandwidth),
                 "statistic": float(self.statistics[index]),
                 "standardised": float(self.standardised[index, 0]),
-                "p_value_uncorrected": float(self.p_values_uncorrected[index]),
+                "p_value_uncorrected": p_fields["p_value"],
+                "at_floor": p_fields["at_floor"],
+                "p_value_text": p_fields["p_value_text"],
                 "mmd": float(self.mmd[index]),
             }
             if self.has_interval:
-                low, high = self.confidence_interval(0.95)[index]
-                row["confidence_interval"] = {"level": 0.95, "mmd2": [float(low), float(high)]}
+                row["confidence_interval"] = interval_fields(self.statistics[index], self.effects[index])
             if include_null:
                 row["null"] = [float(value) for value in self.null_statistics[index]]
             rows.append(row)
         out: dict[str, Any] = {
             "statistic": float(self.statistic),
-            "p_value": float(self.p_value),
+            **p_value_fields(self.p_value, self.n_permutations),
             "method": self.method,
             "aggregation": self.aggregation,
             "n_x": int(self.n_x),
