@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import InputError, SourceError
 from ..typing import StorageOptions
 from .chunkread import ChunkRows, missing_chunk_message, object_digest, stored_chunk_keys
+from .frames import is_table, table_rows
 
 __all__ = [
     "RowSource",
@@ -179,6 +180,11 @@ class RowSource:
     allow_missing_chunks : bool
         Whether a zarr chunk absent from its store is read as the fill value
         (on purpose); by default it is an error naming the chunk.
+    columns : tuple of str or None
+        For a table (DataFrame or parquet): its column names, in the rows' order.
+    categorical_columns : tuple of int
+        For a table: the indices of the columns that hold category codes
+        (:func:`streamrff.sources.frames.category_code`); empty otherwise.
 
     Examples
     --------
@@ -202,6 +208,8 @@ class RowSource:
     given_ndim: int = 2
     joined: tuple[RowSource, ...] = dataclasses.field(default=(), repr=False)
     allow_missing_chunks: bool = False
+    columns: tuple[str, ...] | None = None
+    categorical_columns: tuple[int, ...] = ()
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -458,15 +466,21 @@ def open_source(
     name: str | None = None,
     allow_vector: bool = False,
     allow_missing_chunks: bool | None = None,
+    columns: Sequence[str] | None = None,
+    categorical: Sequence[str] | None = None,
 ) -> RowSource:
     """Open ``source`` once: the one place where data becomes a row-chunked dask array.
 
     Parameters
     ----------
-    source : ndarray, dask Array, xarray DataArray, str/PathLike or RowSource
+    source : ndarray, dask Array, xarray DataArray, DataFrame, str/PathLike or RowSource
         A zarr array path or URL (``file://``, plain path, ``s3://...``), or a
-        group path with the array name appended. A :class:`RowSource` is
-        returned as it is (re-planned to ``chunk_rows``, renamed to ``name``).
+        group path with the array name appended. A pandas or dask DataFrame, or
+        the path or URL of a parquet file or folder of parquet files
+        (``*.parquet``), is read as a table (:mod:`streamrff.sources.frames`:
+        numeric columns as they are, the others as category codes). A
+        :class:`RowSource` is returned as it is (re-planned to ``chunk_rows``,
+        renamed to ``name``).
     storage_options : dict, optional
         fsspec options for URLs.
     sample_dim : str, optional
@@ -485,6 +499,11 @@ def open_source(
         naming the chunk: zarr would read rows that were never written as
         fill values. A :class:`RowSource` keeps its own setting unless this is
         given.
+    columns : sequence of str, optional
+        For a table: the columns to read, in this order (default: all).
+    categorical : sequence of str, optional
+        For a table: numeric columns to read as categories too (category,
+        string, object and boolean columns always are).
 
     Returns
     -------
@@ -529,8 +548,16 @@ def open_source(
         return opened if chunk_rows is None else opened.with_chunk_rows(chunk_rows)
     name = name or "data"
     allow_missing = _allow_missing_chunks(allow_missing_chunks)
-    location, zarr_array = None, None
-    if isinstance(source, (str, os.PathLike)):
+    location, zarr_array, table = None, None, None
+    if (columns is not None or categorical is not None) and not is_table(source):
+        raise InputError(
+            f"columns and categorical apply to tables (DataFrames, *.parquet); {describe_source(source)} is not one. "
+            "Drop them, or select the array's columns first."
+        )
+    if is_table(source):
+        table = table_rows(source, storage_options, columns, categorical)
+        array = table.array
+    elif isinstance(source, (str, os.PathLike)):
         location = _absolute_location(os.fspath(source))
         zarr_array = open_zarr_array(os.fspath(source), storage_options)
         if zarr_array.path:
@@ -565,7 +592,7 @@ def open_source(
         array = array.rechunk({0: int(chunk_rows) if chunk_rows else array.chunks[0], 1: -1})
     return RowSource(
         array=array,
-        description=describe_source(source),
+        description=table.description if table is not None else describe_source(source),
         name=name,
         location=location,
         zarr_array=zarr_array,
@@ -573,6 +600,8 @@ def open_source(
         rows=rows,
         given_ndim=given_ndim,
         allow_missing_chunks=allow_missing,
+        columns=table.columns if table is not None else None,
+        categorical_columns=table.categorical_columns if table is not None else (),
     )
 
 
