@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -31,6 +32,7 @@ from .._base.validation import check_bandwidth, check_positive_int, normalize_se
 from ..errors import InputError
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
+from .categorical import category_signs, draw_category_params, median_mismatch_rate
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
 __all__ = ["FourierFeatureMap", "PHASE_PRECISION_LIMIT", "RFF"]
@@ -159,6 +161,12 @@ class FourierFeatureMap(FeatureMap):
         m = projection.shape[1]
         np.cos(projection, out=out[:, :m], dtype=out.dtype)
         np.sin(projection, out=out[:, m:], dtype=out.dtype)
+
+
+def _is_positive_float(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and 0 < value < np.inf
+    )
 
 
 def _check_paired_n_features(n_features: Any, reason: str, alternative: str = "") -> int:
@@ -336,6 +344,22 @@ class RFF(FourierFeatureMap):
         combined with ``orthogonal=True`` (it already is orthogonal).
     seed : int, numpy.random.Generator or None, default=0
         Seed of the frequencies (and of the row sample for ``"median"``).
+    categorical : sequence of int, optional
+        Indices of input columns that hold category codes (a table's
+        ``RowSource.categorical_columns``; :func:`streamrff.sources.frames.category_code`).
+        The kernel is then the Gaussian kernel on the other columns times
+        ``exp(-mismatch * number of differing categorical columns)``: each
+        frequency's features are multiplied, per categorical column and with
+        probability ``1 - exp(-mismatch)``, by a seeded +/-1 hash of the code
+        (:mod:`streamrff.maps.categorical`), so the estimate is unbiased and no
+        vocabulary is stored. Codes must come as float64 (float32 rounds them).
+        Such a map embeds through float64 phases and numpy (no compiled fast
+        path) and cannot be ``structured``.
+    mismatch : float or "auto", default="auto"
+        lambda of the categorical factor (with ``categorical``).
+        ``"auto"``: ``1 / max(1, median number of differing categorical columns
+        between pairs of the fit sample)``, so a typical pair's factor is about
+        ``e^-1``. The fitted value is ``mismatch_`` and is stored in the map file.
     phase_precision : {"auto", "float32", "float64"}, default="auto"
         Precision of the phases ``W x`` behind the float32 features.
         ``"float32"``: a float32 projection (the fast path). ``"float64"``: the
@@ -450,11 +474,21 @@ class RFF(FourierFeatureMap):
         structured: bool = False,
         seed: Seed = 0,
         phase_precision: Literal["auto", "float32", "float64"] = "auto",
+        categorical: Sequence[int] | None = None,
+        mismatch: float | str = "auto",
     ) -> None:
         super().__init__(
             n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal, structured=structured,
-            phase_precision=phase_precision,
+            phase_precision=phase_precision, categorical=categorical, mismatch=mismatch,
         )  # fmt: skip
+
+    @property
+    def _categorical_columns(self) -> tuple[int, ...]:
+        """The categorical input columns, sorted (empty for a Gaussian map)."""
+        return tuple(sorted(int(column) for column in self.categorical)) if self.categorical is not None else ()
+
+    def _numeric_columns(self) -> np.ndarray:
+        return np.setdiff1d(np.arange(self.n_features_in_), self._categorical_columns)
 
     def _check_params(self) -> None:
         if self.variant not in self._variants:
@@ -474,19 +508,44 @@ class RFF(FourierFeatureMap):
                 "features, or orthogonal=True alone for dense ones."
             )
         if not isinstance(self.phase_precision, str) or self.phase_precision not in _PHASE_PRECISIONS:
-            raise InputError(
-                f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}."
-            )
+            raise InputError(f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}.")
         check_bandwidth(self.bandwidth)
+        if self.categorical is not None:
+            columns = self.categorical
+            if isinstance(columns, (str, bytes)) or not all(
+                isinstance(column, (int, np.integer)) and not isinstance(column, bool) and column >= 0
+                for column in columns
+            ):
+                raise InputError(
+                    f"categorical must be column indices (non-negative integers). Got {columns!r}. Names are "
+                    "resolved by the source: pass RowSource.categorical_columns."
+                )
+            if len(set(int(column) for column in columns)) != len(columns):
+                raise InputError(f"categorical names a column twice. Got {list(columns)!r}.")
+            if self.structured and len(columns):
+                raise InputError("categorical columns need a dense map: pass structured=False with categorical.")
+        if not (self.mismatch == "auto" or _is_positive_float(self.mismatch)):
+            raise InputError(f"mismatch must be 'auto' or a positive finite number. Got {self.mismatch!r}.")
+
+    def _setup(self, n_features_in: int) -> None:
+        super()._setup(n_features_in)
+        outside = [column for column in self._categorical_columns if column >= self.n_features_in_]
+        if outside:
+            raise InputError(
+                f"categorical names columns {outside}, but the data has {self.n_features_in_} columns "
+                f"(indices 0 to {self.n_features_in_ - 1})."
+            )
 
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
-        sample_request = super()._begin_fit(n_features_in)
+        sample_rows, sample_seed = super()._begin_fit(n_features_in)
         if self.structured:
             warn_if_biased(self.n_features_in_, stacklevel=3)
-        return sample_request
+        if self._categorical_columns and self.mismatch == "auto":
+            sample_rows = max(sample_rows, MEDIAN_SAMPLE_ROWS)
+        return sample_rows, sample_seed
 
     def _in_memory_sample_rows(self, X: np.ndarray) -> int:
-        if self.phase_precision != "auto" or self.bandwidth == "median":
+        if self._categorical_columns or self.phase_precision != "auto" or self.bandwidth == "median":
             return 0  # nothing to decide, or the median's sample is drawn anyway
         # The norm bound over all rows first (one cheap pass, no hashing of row indices): if it is
         # within the limit, so is every sample's, and the sample would decide float32 too.
@@ -497,6 +556,18 @@ class RFF(FourierFeatureMap):
         return MEDIAN_SAMPLE_ROWS
 
     def _finish_fit(self, sample: np.ndarray) -> RFF:
+        if self._categorical_columns:
+            # The Gaussian part sees the numeric columns only; the categorical factor its lambda.
+            numeric = sample[:, self._numeric_columns()]
+            median = self.bandwidth == "median"  # a map rebuilt from its spec has its fitted bandwidth
+            self.bandwidth_ = (
+                (median_heuristic(numeric) if numeric.shape[1] else 1.0) if median else float(self.bandwidth)
+            )
+            codes = sample[:, list(self._categorical_columns)]
+            self.mismatch_ = median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
+            self.phase_precision_ = "float64"  # the numpy path; the compiled float32 kernels know no categories
+            return self
+        self.mismatch_ = 0.0
         super()._finish_fit(sample)
         # float32 first: the spec (which the frequencies are regenerated from) needs a value.
         self.phase_precision_ = "float32" if self.phase_precision == "auto" else str(self.phase_precision)
@@ -519,17 +590,52 @@ class RFF(FourierFeatureMap):
         if spec.get("structured", False):
             params = draw_structured_params(rng, spec["n_features_in"], n_frequencies, spec["bandwidth"])
         else:
-            frequencies = _gaussian_frequencies(rng, n_frequencies, spec["n_features_in"], spec["orthogonal"])
+            numeric_width = spec["n_features_in"] - len(spec.get("categorical", ()))
+            frequencies = _gaussian_frequencies(rng, n_frequencies, numeric_width, spec["orthogonal"])
             params = {"frequencies": frequencies / spec["bandwidth"]}
         if spec["variant"] == "cosphase":
             params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
+        if spec.get("categorical"):
+            params.update(draw_category_params(rng, n_frequencies, len(spec["categorical"]), spec["mismatch"]))
         return params
+
+    def _spec_entries(self) -> MapSpec:
+        entries = super()._spec_entries()
+        if self._categorical_columns:
+            seed = entries.pop("seed")
+            entries.update(categorical=list(self._categorical_columns), mismatch=float(self.mismatch_), seed=seed)
+        return entries
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> RFF:
+        if "categorical" not in spec:
+            return super()._from_spec(spec, arrays)
+        feature_map = super()._from_spec(
+            {k: v for k, v in spec.items() if k not in ("categorical", "mismatch")}, arrays
+        )
+        feature_map.categorical = [int(column) for column in _require(spec, "categorical")]
+        feature_map.mismatch = float(_require(spec, "mismatch"))
+        feature_map._check_params()
+        feature_map._setup(feature_map.n_features_in_)
+        return feature_map._finish_fit(np.empty((0, feature_map.n_features_in_)))
 
     def _scale(self, m: int) -> float:
         """The features' common factor: ``m^-1/2`` for sincos (m frequencies), ``sqrt(2/D)`` for cosphase."""
         return 1.0 / np.sqrt(m) if self.variant == "sincos" else np.sqrt(2.0 / m)
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        if not self._categorical_columns:
+            self._embed_numeric_tile(X, out)
+            return
+        params = self._params()
+        self._embed_numeric_tile(np.ascontiguousarray(X[:, self._numeric_columns()]), out)
+        signs = category_signs(X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"])
+        m = signs.shape[1]
+        out[:, :m] *= signs
+        if self.variant == "sincos":
+            out[:, m:] *= signs
+
+    def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         # The projection runs in the output's precision. For float32 nothing is lost by
         # it: the phase is rounded to float32 before the cosine anyway, and a float64
         # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
@@ -613,8 +719,8 @@ class RFF(FourierFeatureMap):
         # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
         # The sums agree with those of transform's features to float32 rounding.
         dtype = np.dtype(dtype)
-        if dtype == np.float32 and not self._float32_phases():
-            return super()._feature_sums(X, dtype)  # tile by tile through _embed_float64_phases
+        if self._categorical_columns or (dtype == np.float32 and not self._float32_phases()):
+            return super()._feature_sums(X, dtype)  # tile by tile through _embed_tile
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)
         frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), dtype.char)
