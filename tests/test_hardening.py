@@ -629,8 +629,7 @@ def test_an_output_naming_an_input_is_refused_even_with_overwrite(tmp_path: Path
         ("sketch", str(data), "-o", str(data / "inside.sketch")),  # inside the input
         ("sketch", str(data), "-o", str(tmp_path), "--overwrite"),  # containing the input
         ("predict", str(model), str(data), "-o", str(data), "--overwrite"),
-        ("watch", str(data), "--reference", str(data), "--window", "10", "--ert", "100",
-         "--save-monitor", str(data), "--overwrite"),  # fmt: skip
+        ("watch", str(data), "--reference", str(data), "--window", "10", "--save-monitor", str(data), "--overwrite"),
     ]
     for case in cases:
         code, _, err = cli_main(*case)
@@ -650,8 +649,7 @@ def test_overwrite_replaces_only_an_output_of_the_kind_the_command_writes(tmp_pa
     for case in [
         ("sketch", data, "-o", str(other), "--overwrite", "--features", "8"),  # a data array is no sketch
         ("sketch", data, "-o", str(notes), "--overwrite", "--features", "8"),
-        ("watch", data, "--reference", data, "--window", "10", "--ert", "100", "--save-monitor", str(other),
-         "--overwrite"),  # fmt: skip
+        ("watch", data, "--reference", data, "--window", "10", "--save-monitor", str(other), "--overwrite"),
         ("test", data, data, "--plot", str(notes), "--overwrite", "--features", "8", "--permutations", "9"),
     ]:
         code, _, err = cli_main(*case)
