@@ -66,6 +66,9 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         permutation_test,
         two_sample_test,
         witness,
+        SequentialTest,
+        CombinedEvidence,
+        combine_evidence,
     )  # fmt: skip
 
 
@@ -93,6 +96,7 @@ _LOCATIONS = {
     "twosample": (
         "AggregatedTwoSampleResult", "TwoSampleResult", "mmd_test", "permutation_indices",
         "permutation_test", "two_sample_test", "witness", "Witness", "marginal_tests", "MarginalTestResult", "explain",
+        "SequentialTest", "CombinedEvidence", "combine_evidence",
     ),
 }  # fmt: skip
 
@@ -210,6 +214,9 @@ __all__ = [
     "mmd_test",
     "permutation_test",
     "permutation_indices",
+    "SequentialTest",
+    "CombinedEvidence",
+    "combine_evidence",
     "DriftMonitor",
     "DriftUpdate",
     "load_monitor",
