@@ -56,9 +56,12 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .sources import RowSource, open_source
     from .twosample import (
         AggregatedTwoSampleResult,
+        CombinedEvidence,
         MarginalTestResult,
+        SequentialTest,
         TwoSampleResult,
         Witness,
+        combine_evidence,
         explain,
         marginal_tests,
         mmd_test,
@@ -66,9 +69,6 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         permutation_test,
         two_sample_test,
         witness,
-        SequentialTest,
-        CombinedEvidence,
-        combine_evidence,
     )  # fmt: skip
 
 

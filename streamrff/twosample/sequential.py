@@ -275,7 +275,9 @@ class SequentialTest:
             raise InputError(f"state has version {state.get('version')!r}; this streamrff reads {STATE_VERSION}.")
         test = cls(feature_map, alpha=state["alpha"])
         if state["fingerprint"] != feature_map.fingerprint:
-            raise InputError("feature_map is not the map this state was made with (fingerprints differ); pass that map.")
+            raise InputError(
+                "feature_map is not the map this state was made with (fingerprints differ); pass that map."
+            )
         witness_sum = np.asarray(state["witness_sum"], np.float64)
         scalars = np.asarray(state["scalars"], np.float64)
         waiting = np.asarray(state["waiting"], np.float64)
@@ -303,7 +305,14 @@ class SequentialTest:
 
 
 class CombinedEvidence(NamedTuple):
-    """The product of independent e-values: its log and the p-value bound ``min(1, 1 / product)``."""
+    """The product of independent e-values: its log and the p-value bound ``min(1, 1 / product)``.
+
+    Examples
+    --------
+    >>> import streamrff as srf
+    >>> srf.combine_evidence([1.0, 2.0]).log_e_value
+    3.0
+    """
 
     log_e_value: float
     p_value: float
