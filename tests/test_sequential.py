@@ -139,6 +139,7 @@ def test_refuses_other_maps_and_bad_input():
     with pytest.raises(InputError, match="alpha"):
         srf.SequentialTest(_map(), alpha=1.5)
     test = srf.SequentialTest(_map())
+    assert test.update([], None).update(None, np.zeros((2, 2))).n_waiting == 2
     with pytest.raises(InputError):
         test.update(np.zeros((2, 3)), np.zeros((2, 2)))
     with pytest.raises(InputError):

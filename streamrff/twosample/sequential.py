@@ -162,11 +162,9 @@ class SequentialTest:
     # -- updating -----------------------------------------------------------------------------------
     def _rows(self, rows: Any, name: str) -> np.ndarray:
         width = self.feature_map.n_features_in_
-        if rows is None:
+        if rows is None or (not isinstance(rows, str) and hasattr(rows, "__len__") and len(rows) == 0):
             return np.zeros((0, width), np.float64)
         array = check_rows(rows, name, allow_empty=True)
-        if array.shape[0] == 0 and array.ndim == 2 and array.shape[1] != width:
-            return np.zeros((0, width), np.float64)
         check_width(array, width, "SequentialTest", name)
         return array
 
