@@ -3,7 +3,8 @@
 1. cost: rows per second of ``SequentialTest.update`` (both samples' rows counted) against
    ``DriftMonitor.update`` on the same fitted RFF map (d = 4, D = ``--features``), both fed batches of
    ``--batch`` rows, one BLAS thread; the ratio of times per row (target <= 1.5);
-2. power: on a 0.5 sd mean shift of the first of d = 4 coordinates (B's rows), the median pairs to
+2. power: on a 0.5 sd mean shift of the first of d = 4 coordinates (B's rows), and on a variance change
+   (sd x 1.2 in all of d = 10 coordinates), the median pairs to
    rejection at alpha = 0.05 over ``--streams`` streams (capped at ``--max-pairs``; a stream that does
    not reject counts as the cap), against the smallest n of a doubling grid at which the fixed-n
    spectral test (``srf.two_sample_test(..., method="spectral")``, the same map, n rows per sample)
@@ -13,7 +14,7 @@
 Timings on a shared, loaded machine are not figures: the lead takes them on an idle machine.
 
 Run: python benchmarks/bench_sequential.py [--features 256] [--streams 40] [--repeats 40]
-[--max-pairs 20000] [--rows 200000] [--batch 1000] [--only cost|power]
+[--max-pairs 20000] [--rows 200000] [--batch 1000] [--only cost|power] [--scenarios shift,variance]
 """
 
 from __future__ import annotations
@@ -26,14 +27,19 @@ import numpy as np
 
 DIM = 4
 SHIFT = 0.5
+#: The power scenarios: name -> (d, how B's rows differ from A's standard normal rows, description).
+SCENARIOS = {
+    "shift": (4, lambda rows: rows + np.eye(rows.shape[1])[0] * SHIFT, f"{SHIFT} sd shift of one of d=4 coordinates"),
+    "variance": (10, lambda rows: rows * 1.2, "sd x 1.2 in all of d=10 coordinates"),
+}
 ALPHA = 0.05
 
 
-def fitted_map(features: int):
+def fitted_map(features: int, dim: int = DIM):
     import streamrff as srf
 
     return srf.RFF(n_features=features, bandwidth="median", seed=0).fit(
-        np.random.default_rng(0).normal(size=(2000, DIM))
+        np.random.default_rng(0).normal(size=(2000, dim))
     )
 
 
@@ -68,39 +74,38 @@ def cost_table(args: argparse.Namespace) -> None:
     print(f"  time per row, sequential / monitor: {test_seconds / monitor_seconds:5.2f} (target <= 1.5)")
 
 
-def pairs_to_rejection(feature_map, seed: int, max_pairs: int) -> int:
+def pairs_to_rejection(feature_map, seed: int, max_pairs: int, scenario: str) -> int:
     import streamrff as srf
 
     rng = np.random.default_rng(1000 + seed)
     test = srf.SequentialTest(feature_map, alpha=ALPHA)
     step = 500
     while test.n_pairs < max_pairs and not test.rejected:
-        a = rng.normal(size=(step, DIM))
-        b = rng.normal(size=(step, DIM))
-        b[:, 0] += SHIFT
-        test.update(a, b)
+        dim, change, _ = SCENARIOS[scenario]
+        test.update(rng.normal(size=(step, dim)), change(rng.normal(size=(step, dim))))
     return test.rejected_at if test.rejected else max_pairs
 
 
-def fixed_n_power(feature_map, n: int, repeats: int) -> float:
+def fixed_n_power(feature_map, n: int, repeats: int, scenario: str) -> float:
     import streamrff as srf
 
     rejections = 0
     for repeat in range(repeats):
         rng = np.random.default_rng(5000 + repeat)
-        x = rng.normal(size=(n, DIM))
-        y = rng.normal(size=(n, DIM))
-        y[:, 0] += SHIFT
+        dim, change, _ = SCENARIOS[scenario]
+        x = rng.normal(size=(n, dim))
+        y = change(rng.normal(size=(n, dim)))
         rejections += srf.two_sample_test(x, y, method="spectral", feature_map=feature_map).p_value <= ALPHA
     return rejections / repeats
 
 
-def power_table(args: argparse.Namespace) -> None:
-    feature_map = fitted_map(args.features)
+def power_table(args: argparse.Namespace, scenario: str) -> None:
+    dim, _, description = SCENARIOS[scenario]
+    feature_map = fitted_map(args.features, dim)
     start = time.perf_counter()
-    pairs = np.array([pairs_to_rejection(feature_map, seed, args.max_pairs) for seed in range(args.streams)])
+    pairs = np.array([pairs_to_rejection(feature_map, seed, args.max_pairs, scenario) for seed in range(args.streams)])
     seconds = time.perf_counter() - start
-    print(f"\n2. Power: {SHIFT} sd shift of one of d={DIM} coordinates, alpha={ALPHA}, D={args.features}")
+    print(f"\n2. Power ({scenario}): {description}, alpha={ALPHA}, D={args.features}, median bandwidth")
     print(
         f"  sequential: median pairs to rejection {np.median(pairs):.0f} (quartiles {np.percentile(pairs, 25):.0f}, "
         f"{np.percentile(pairs, 75):.0f}; {np.mean(pairs >= args.max_pairs):.2f} not rejected by {args.max_pairs}) "
@@ -108,7 +113,7 @@ def power_table(args: argparse.Namespace) -> None:
     )
     n, found = 25, None
     while n <= args.max_pairs and found is None:
-        power = fixed_n_power(feature_map, n, args.repeats)
+        power = fixed_n_power(feature_map, n, args.repeats, scenario)
         print(f"  fixed-n spectral test, n={n:6d} per sample: power {power:.2f} over {args.repeats} data sets")
         if power >= 0.8:
             found = n
@@ -119,7 +124,7 @@ def power_table(args: argparse.Namespace) -> None:
     low = found // 2  # below 80% power (or the grid's start)
     while found - low > max(2, found // 8):
         middle = (low + found) // 2
-        power = fixed_n_power(feature_map, middle, args.repeats)
+        power = fixed_n_power(feature_map, middle, args.repeats, scenario)
         print(f"  fixed-n spectral test, n={middle:6d} per sample: power {power:.2f} over {args.repeats} data sets")
         low, found = (low, middle) if power >= 0.8 else (middle, found)
     print(f"  median pairs / smallest n with 80% power ({found}): {np.median(pairs) / found:.2f} (target <= 2)")
@@ -134,12 +139,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--only", choices=("cost", "power"))
+    parser.add_argument("--scenarios", default="shift,variance", help="comma-separated: shift, variance")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     if args.only in (None, "cost"):
         cost_table(args)
     if args.only in (None, "power"):
-        power_table(args)
+        for scenario in args.scenarios.split(","):
+            power_table(args, scenario)
 
 
 if __name__ == "__main__":
