@@ -56,9 +56,12 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
     from .sources import RowSource, open_source
     from .twosample import (
         AggregatedTwoSampleResult,
+        CombinedEvidence,
         MarginalTestResult,
+        SequentialTest,
         TwoSampleResult,
         Witness,
+        combine_evidence,
         explain,
         marginal_tests,
         mmd_test,
@@ -93,6 +96,7 @@ _LOCATIONS = {
     "twosample": (
         "AggregatedTwoSampleResult", "TwoSampleResult", "mmd_test", "permutation_indices",
         "permutation_test", "two_sample_test", "witness", "Witness", "marginal_tests", "MarginalTestResult", "explain",
+        "SequentialTest", "CombinedEvidence", "combine_evidence",
     ),
 }  # fmt: skip
 
@@ -210,6 +214,9 @@ __all__ = [
     "mmd_test",
     "permutation_test",
     "permutation_indices",
+    "SequentialTest",
+    "CombinedEvidence",
+    "combine_evidence",
     "DriftMonitor",
     "DriftUpdate",
     "load_monitor",

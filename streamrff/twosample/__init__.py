@@ -36,7 +36,8 @@ Modules: :mod:`~streamrff._base.permutations` (the keyed permutations),
 p-values), :mod:`~streamrff.twosample.result` (:class:`TwoSampleResult`),
 :mod:`~streamrff.twosample.api` (the tests), :mod:`~streamrff.twosample.effect`
 (the interval of MMD^2), :mod:`~streamrff.twosample.witness` (the witness and
-its top rows) and :mod:`~streamrff.twosample.marginal` (one test per column). Everything is importable from
+its top rows) and :mod:`~streamrff.twosample.marginal` (one test per column) and
+:mod:`~streamrff.twosample.sequential` (the anytime-valid test by betting). Everything is importable from
 ``streamrff.twosample``. An analysis: it imports the engine, the sketches (its own kind is
 :mod:`streamrff.sketches.twosample`), the maps, the layers below and :mod:`streamrff.kpca` beside
 it; never a surface.
@@ -55,12 +56,16 @@ from .marginal import MarginalTestResult, holm, marginal_tests
 from .nulls import DEFAULT_SPECTRAL_DRAWS as DEFAULT_SPECTRAL_DRAWS
 from .nulls import HOTELLING_EXPLAINED_VARIANCE as HOTELLING_EXPLAINED_VARIANCE
 from .result import AggregatedTwoSampleResult, TwoSampleResult
+from .sequential import CombinedEvidence, SequentialTest, combine_evidence
 from .witness import TopRows, Witness, witness
 
 __all__ = [
     *_sketch.__all__,
     "TwoSampleResult",
     "AggregatedTwoSampleResult",
+    "SequentialTest",
+    "CombinedEvidence",
+    "combine_evidence",
     "EffectSize",
     "mmd2_variance",
     "Witness",

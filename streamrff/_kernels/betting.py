@@ -1,0 +1,57 @@
+"""The compiled per-pair step of :class:`streamrff.twosample.SequentialTest`: testing by betting.
+
+For pair ``t`` the difference of features ``d_t = z(x_t) - z(y_t)`` is bet on
+against the predictable witness direction ``S_{t-1} = sum_{s<t} d_s`` (the
+difference of the running means up to the factor ``1/(t-1)``, which the
+normalisation cancels): the payoff ``f_t = <S_{t-1}, d_t> / (2 ||S_{t-1}||)``
+lies in [-1, 1] for unit-norm features (0 while ``S = 0``); the betting fraction
+``lambda_t`` in [0, 1/2] follows the online Newton step of Shekhar & Ramdas
+(2024, Algorithm 1 after Cutkosky & Orabona 2018), and the log wealth grows by
+``log(1 + lambda_t f_t)``. Pairs are taken in order, so any split of a stream
+into batches gives the same wealth bit for bit for the same features.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .compiled import jit
+
+__all__ = ["ONS_STEP", "bet_pairs"]
+
+#: The online Newton step's gain 2 / (2 - log 3) (exp-concavity constant of log(1 + lambda f) on [-1/2, 1/2]).
+ONS_STEP = 2.0 / (2.0 - math.log(3.0))
+
+
+@jit(nogil=True, boundscheck=False)
+def bet_pairs(features_a, features_b, witness_sum, scalars, log_threshold):  # pragma: no cover - compiled
+    """Bet on every pair ``(features_a[k], features_b[k])`` in order; update ``witness_sum`` (float64, D) and
+    ``scalars`` = ``[lambda, a, log_wealth, max_log_wealth]`` in place; return the index of the first pair
+    whose log wealth reaches ``log_threshold`` (-1 if none)."""
+    fraction, curvature, log_wealth, max_log_wealth = scalars[0], scalars[1], scalars[2], scalars[3]
+    first = -1
+    width = witness_sum.shape[0]
+    for k in range(features_a.shape[0]):
+        dot = 0.0
+        squared_norm = 0.0
+        for j in range(width):
+            difference = np.float64(features_a[k, j]) - np.float64(features_b[k, j])
+            total = witness_sum[j]
+            dot += total * difference
+            squared_norm += total * total
+            witness_sum[j] = total + difference
+        payoff = 0.0
+        if squared_norm > 0.0:
+            payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
+        log_wealth += math.log1p(fraction * payoff)
+        if log_wealth > max_log_wealth:
+            max_log_wealth = log_wealth
+        if first < 0 and log_wealth >= log_threshold:
+            first = k
+        gradient = payoff / (1.0 + fraction * payoff)
+        curvature += gradient * gradient
+        fraction = min(0.5, max(0.0, fraction + ONS_STEP * gradient / curvature))
+    scalars[0], scalars[1], scalars[2], scalars[3] = fraction, curvature, log_wealth, max_log_wealth
+    return first
