@@ -74,6 +74,8 @@ def test_rff_get_params_and_set_params():
         "structured": False,
         "seed": 5,
         "phase_precision": "auto",
+        "categorical": None,
+        "mismatch": "auto",
     }
     assert rff.set_params(n_features=32, bandwidth=1.5) is rff
     assert rff.fit(X).transform(X).shape == (len(X), 32)

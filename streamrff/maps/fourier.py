@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -31,6 +32,7 @@ from .._base.validation import check_bandwidth, check_positive_int, normalize_se
 from ..errors import InputError
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
+from .categorical import auto_mismatch, category_signs, draw_sign_params
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
 __all__ = ["FourierFeatureMap", "PHASE_PRECISION_LIMIT", "RFF"]
@@ -139,12 +141,18 @@ class FourierFeatureMap(FeatureMap):
             **{name: _require(spec, name) for name in cls._family_params},
             **{name: spec.get(name, default) for name, default in cls._optional_params.items()},
             **{name: spec.get(name, default) for name, default in cls._fitted_options.items()},
+            **cls._spec_extras(spec),
             seed=_require(spec, "seed"),
         )
         # _setup, not _begin_fit: warnings about the parameters were given when the map was
         # fitted, not on every load.
         feature_map._setup(check_positive_int(_require(spec, "n_features_in"), "n_features_in"))
         return feature_map._finish_fit(np.empty((0, spec["n_features_in"])))
+
+    @classmethod
+    def _spec_extras(cls, spec: MapSpec) -> dict[str, Any]:
+        """Constructor arguments a subclass reads from its spec beyond the declared ones (none here)."""
+        return {}
 
     def _output_width(self) -> int:
         return int(self.n_features)
@@ -299,6 +307,41 @@ for _array in _NO_STRUCTURE:
     _array.setflags(write=False)  # read-only like a structured map's cached parameters: one numba type
 
 
+def _check_categorical(categorical: Any, n_features_in: int) -> tuple[int, ...]:
+    """The sorted distinct categorical column indices (empty for None), or InputError."""
+    if categorical is None:
+        return ()
+    if isinstance(categorical, (str, bytes)) or not isinstance(categorical, Sequence | np.ndarray):
+        raise InputError(
+            f"categorical must be a sequence of column indices or None. Got {categorical!r}; pass e.g. "
+            "categorical=[2, 5] (names are resolved to indices by the source or the CLI's --categorical)."
+        )
+    columns = []
+    for index in categorical:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise InputError(f"categorical must hold integer column indices. Got {index!r} in {list(categorical)!r}.")
+        if not 0 <= int(index) < n_features_in:
+            raise InputError(
+                f"categorical column {int(index)} is out of range for {n_features_in} input columns; "
+                f"pass indices in 0..{n_features_in - 1}."
+            )
+        columns.append(int(index))
+    return tuple(sorted(set(columns)))
+
+
+def _check_mismatch(mismatch: Any) -> None:
+    """``mismatch`` must be "auto" or a finite float > 0 (lambda), else InputError."""
+    if isinstance(mismatch, str) and mismatch == "auto":
+        return
+    if (
+        isinstance(mismatch, (bool, np.bool_))
+        or not isinstance(mismatch, (int, float, np.integer, np.floating))
+        or not np.isfinite(mismatch)
+        or mismatch <= 0
+    ):
+        raise InputError(f"mismatch must be 'auto' or a finite number > 0 (lambda). Got {mismatch!r}.")
+
+
 class RFF(FourierFeatureMap):
     """Random Fourier features for the Gaussian kernel (Rahimi & Recht 2007).
 
@@ -450,11 +493,46 @@ class RFF(FourierFeatureMap):
         structured: bool = False,
         seed: Seed = 0,
         phase_precision: Literal["auto", "float32", "float64"] = "auto",
+        categorical: Sequence[int] | None = None,
+        mismatch: float | str = "auto",
     ) -> None:
         super().__init__(
             n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal, structured=structured,
-            phase_precision=phase_precision,
+            phase_precision=phase_precision, categorical=categorical, mismatch=mismatch,
         )  # fmt: skip
+
+    def _setup(self, n_features_in: int) -> None:
+        super()._setup(n_features_in)
+        self.categorical_ = _check_categorical(self.categorical, self.n_features_in_)
+        self.numeric_columns_ = tuple(i for i in range(self.n_features_in_) if i not in self.categorical_)
+        if self.categorical_ and self.structured:
+            raise InputError(
+                "categorical columns cannot be combined with structured=True. Pass structured=False "
+                "(the default) for a map with categorical columns."
+            )
+
+    @classmethod
+    def _spec_extras(cls, spec: MapSpec) -> dict[str, Any]:
+        if "categorical" not in spec:
+            return {}
+        return {"categorical": _require(spec, "categorical"), "mismatch": _require(spec, "mismatch")}
+
+    def _spec_entries(self) -> MapSpec:
+        entries = super()._spec_entries()
+        if self.categorical_:
+            seed = entries.pop("seed")
+            entries["categorical"] = list(self.categorical_)
+            entries["mismatch"] = float(self.mismatch_)
+            entries["seed"] = seed
+        return entries
+
+    def _numeric_sample(self, sample: np.ndarray) -> np.ndarray:
+        """The sample's numeric columns, and its categorical columns set to 0 (they do not enter W x)."""
+        if not self.categorical_:
+            return sample
+        numeric = np.array(sample, dtype=np.float64)
+        numeric[:, list(self.categorical_)] = 0.0
+        return numeric
 
     def _check_params(self) -> None:
         if self.variant not in self._variants:
@@ -474,30 +552,46 @@ class RFF(FourierFeatureMap):
                 "features, or orthogonal=True alone for dense ones."
             )
         if not isinstance(self.phase_precision, str) or self.phase_precision not in _PHASE_PRECISIONS:
-            raise InputError(
-                f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}."
-            )
+            raise InputError(f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}.")
         check_bandwidth(self.bandwidth)
+        _check_mismatch(self.mismatch)
 
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
-        sample_request = super()._begin_fit(n_features_in)
+        n_rows, sample_seed = super()._begin_fit(n_features_in)
         if self.structured:
             warn_if_biased(self.n_features_in_, stacklevel=3)
-        return sample_request
+        if self.categorical_ and self.mismatch == "auto":
+            n_rows = MEDIAN_SAMPLE_ROWS
+        return n_rows, sample_seed
 
     def _in_memory_sample_rows(self, X: np.ndarray) -> int:
         if self.phase_precision != "auto" or self.bandwidth == "median":
             return 0  # nothing to decide, or the median's sample is drawn anyway
         # The norm bound over all rows first (one cheap pass, no hashing of row indices): if it is
         # within the limit, so is every sample's, and the sample would decide float32 too.
+        self._finish_categorical(X[:0])
         super()._finish_fit(X[:0])  # the numeric bandwidth, which the frequencies need
         self.phase_precision_ = "float32"
         if _largest_phase_bound(X, self._frequencies(), self.variant, exact=False) <= PHASE_PRECISION_LIMIT:
             return 0
         return MEDIAN_SAMPLE_ROWS
 
+    def _finish_categorical(self, sample: np.ndarray) -> None:
+        """Resolve ``mismatch`` (lambda) from the sample's categorical columns; 0 without such columns."""
+        if not self.categorical_:
+            self.mismatch_ = 0.0
+        elif self.mismatch == "auto":
+            self.mismatch_ = auto_mismatch(sample[:, list(self.categorical_)])
+        else:
+            self.mismatch_ = float(self.mismatch)
+
     def _finish_fit(self, sample: np.ndarray) -> RFF:
-        super()._finish_fit(sample)
+        self._finish_categorical(sample)
+        sample = self._numeric_sample(sample)
+        if self.categorical_ and not self.numeric_columns_ and self.bandwidth == "median":
+            self.bandwidth_ = 1.0  # no numeric columns: the frequencies are 0 whatever the bandwidth
+        else:
+            super()._finish_fit(sample[:, list(self.numeric_columns_)])
         # float32 first: the spec (which the frequencies are regenerated from) needs a value.
         self.phase_precision_ = "float32" if self.phase_precision == "auto" else str(self.phase_precision)
         if self.phase_precision == "auto" and sample.shape[0]:
@@ -508,21 +602,33 @@ class RFF(FourierFeatureMap):
     def _float32_phases(self) -> bool:
         """Whether the float32 features come from float32 phases: the compiled kernels that project
         float32 rows themselves (k-means' Lloyd step, the drift window, the shared-draw two-sample
-        embedder) serve only such maps; the others take :meth:`_embed_tile`."""
-        return self.phase_precision_ == "float32"
+        embedder) serve only such maps (and not those with categorical columns); the others take
+        :meth:`_embed_tile`."""
+        return self.phase_precision_ == "float32" and not self.categorical_
 
     @classmethod
     def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
         # One generator for frequencies, then phases: the order fixes every map ever saved.
         rng = np.random.default_rng(spec["seed"])
         n_frequencies = spec["n_features"] // 2 if spec["variant"] == "sincos" else spec["n_features"]
+        categorical = spec.get("categorical", [])
         if spec.get("structured", False):
             params = draw_structured_params(rng, spec["n_features_in"], n_frequencies, spec["bandwidth"])
+        elif categorical:
+            # The numeric columns' frequencies; zero columns at the categorical ones (W x ignores them).
+            numeric = [i for i in range(spec["n_features_in"]) if i not in set(categorical)]
+            frequencies = np.zeros((n_frequencies, spec["n_features_in"]))
+            if numeric:
+                drawn = _gaussian_frequencies(rng, n_frequencies, len(numeric), spec["orthogonal"])
+                frequencies[:, numeric] = drawn / spec["bandwidth"]
+            params = {"frequencies": frequencies}
         else:
             frequencies = _gaussian_frequencies(rng, n_frequencies, spec["n_features_in"], spec["orthogonal"])
             params = {"frequencies": frequencies / spec["bandwidth"]}
         if spec["variant"] == "cosphase":
             params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
+        if categorical:
+            params.update(draw_sign_params(spec["seed"], n_frequencies, len(categorical), spec["mismatch"]))
         return params
 
     def _scale(self, m: int) -> float:
@@ -530,6 +636,19 @@ class RFF(FourierFeatureMap):
         return 1.0 / np.sqrt(m) if self.variant == "sincos" else np.sqrt(2.0 / m)
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
+        self._embed_numeric(X, out)
+        if self.categorical_:
+            # One sign per frequency: for sincos the same sign multiplies its cosine and its sine.
+            params = self._params()
+            codes = np.asarray(X)[:, list(self.categorical_)]
+            signs = category_signs(codes, params["keep"], params["salts"], out.dtype)
+            m = signs.shape[1]
+            out[:, :m] *= signs
+            if out.shape[1] > m:
+                out[:, m:] *= signs
+
+    def _embed_numeric(self, X: np.ndarray, out: np.ndarray) -> None:
+        """The Fourier features of the numeric columns (the categorical ones have zero frequencies)."""
         # The projection runs in the output's precision. For float32 nothing is lost by
         # it: the phase is rounded to float32 before the cosine anyway, and a float64
         # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
@@ -613,8 +732,8 @@ class RFF(FourierFeatureMap):
         # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
         # The sums agree with those of transform's features to float32 rounding.
         dtype = np.dtype(dtype)
-        if dtype == np.float32 and not self._float32_phases():
-            return super()._feature_sums(X, dtype)  # tile by tile through _embed_float64_phases
+        if self.categorical_ or (dtype == np.float32 and not self._float32_phases()):
+            return super()._feature_sums(X, dtype)  # tile by tile through _embed_tile
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)
         frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), dtype.char)
