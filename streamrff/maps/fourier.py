@@ -35,7 +35,7 @@ from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec
 from .categorical import auto_mismatch, category_signs, draw_sign_params
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
-__all__ = ["FourierFeatureMap", "PHASE_PRECISION_LIMIT", "RFF"]
+__all__ = ["FourierFeatureMap", "KERNELS", "PHASE_PRECISION_LIMIT", "RFF"]
 
 #: Fewest rows per projection GEMM in the compiled RFF sums (see RFF._feature_sums).
 _MIN_PROJECTION_ROWS = 256
@@ -200,6 +200,30 @@ def _gaussian_frequencies(rng: np.random.Generator, n_rows: int, dim: int, ortho
         norms = np.sqrt(rng.chisquare(dim, size=dim))
         blocks.append(q.T * norms[:, None])
     return np.concatenate(blocks)[:n_rows]
+
+
+#: The kernel families of RFF: Gaussian, Laplace (l1 distance) and Matern nu = 1/2, 3/2, 5/2 (l2 distance).
+KERNELS = ("gaussian", "laplace", "matern12", "matern32", "matern52")
+#: Matern smoothness nu of each Matern family: frequencies are multivariate Student-t with 2 nu degrees of freedom.
+_MATERN_NU = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}
+
+
+def _kernel_frequencies(rng: np.random.Generator, n_rows: int, dim: int, spec: MapSpec) -> np.ndarray:
+    """Frequencies at bandwidth 1 of the spec's kernel family (``kernel`` absent: Gaussian, as every older map).
+
+    Gaussian: N(0, I) rows (:func:`_gaussian_frequencies`). Laplace ``exp(-||x - y||_1)``: i.i.d.
+    standard Cauchy entries (the kernel is a product over columns of ``exp(-|t|)``, whose spectrum is
+    Cauchy). Matern nu: the Gaussian rows times ``sqrt(2 nu / g)``, g ~ chi^2(2 nu), one per row: a
+    multivariate Student-t with 2 nu degrees of freedom, the spectrum of the Matern kernel of length 1.
+    """
+    kernel = spec.get("kernel", "gaussian")
+    if kernel == "laplace":
+        return rng.standard_cauchy((n_rows, dim))
+    frequencies = _gaussian_frequencies(rng, n_rows, dim, spec["orthogonal"])
+    if kernel in _MATERN_NU:
+        nu = _MATERN_NU[kernel]
+        frequencies *= np.sqrt(2.0 * nu / rng.chisquare(2.0 * nu, size=n_rows))[:, None]
+    return frequencies
 
 
 @functools.lru_cache(maxsize=16)
@@ -479,7 +503,7 @@ class RFF(FourierFeatureMap):
 
     kind = "rff"
     _family_params = {"variant": str, "orthogonal": bool}
-    _optional_params = {"structured": False}
+    _optional_params = {"structured": False, "kernel": "gaussian"}
     _fitted_options = {"phase_precision": "float32"}
     #: The feature layouts: cos and sin of D/2 frequencies, or the cosine of D frequencies plus phases.
     _variants = ("sincos", "cosphase")
@@ -495,10 +519,11 @@ class RFF(FourierFeatureMap):
         phase_precision: Literal["auto", "float32", "float64"] = "auto",
         categorical: Sequence[int] | None = None,
         mismatch: float | str = "auto",
+        kernel: Literal["gaussian", "laplace", "matern12", "matern32", "matern52"] = "gaussian",
     ) -> None:
         super().__init__(
             n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal, structured=structured,
-            phase_precision=phase_precision, categorical=categorical, mismatch=mismatch,
+            phase_precision=phase_precision, categorical=categorical, mismatch=mismatch, kernel=kernel,
         )  # fmt: skip
 
     def _setup(self, n_features_in: int) -> None:
@@ -555,6 +580,18 @@ class RFF(FourierFeatureMap):
             raise InputError(f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}.")
         check_bandwidth(self.bandwidth)
         _check_mismatch(self.mismatch)
+        if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
+            raise InputError(f"kernel must be one of {', '.join(map(repr, KERNELS))}. Got {self.kernel!r}.")
+        if self.kernel != "gaussian" and self.structured:
+            raise InputError(
+                f"structured=True draws Gaussian-kernel frequencies only. Got kernel={self.kernel!r}; pass "
+                "structured=False for that kernel, or kernel='gaussian'."
+            )
+        if self.kernel == "laplace" and self.orthogonal:
+            raise InputError(
+                "orthogonal=True needs a rotation-invariant kernel; the Laplace kernel (a product over columns) "
+                "is not. Pass orthogonal=False, or a Matern kernel (kernel='matern12', ...)."
+            )
 
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
         n_rows, sample_seed = super()._begin_fit(n_features_in)
@@ -619,11 +656,11 @@ class RFF(FourierFeatureMap):
             numeric = [i for i in range(spec["n_features_in"]) if i not in set(categorical)]
             frequencies = np.zeros((n_frequencies, spec["n_features_in"]))
             if numeric:
-                drawn = _gaussian_frequencies(rng, n_frequencies, len(numeric), spec["orthogonal"])
+                drawn = _kernel_frequencies(rng, n_frequencies, len(numeric), spec)
                 frequencies[:, numeric] = drawn / spec["bandwidth"]
             params = {"frequencies": frequencies}
         else:
-            frequencies = _gaussian_frequencies(rng, n_frequencies, spec["n_features_in"], spec["orthogonal"])
+            frequencies = _kernel_frequencies(rng, n_frequencies, spec["n_features_in"], spec)
             params = {"frequencies": frequencies / spec["bandwidth"]}
         if spec["variant"] == "cosphase":
             params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
