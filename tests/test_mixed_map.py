@@ -212,3 +212,22 @@ def test_kernel_family_is_recorded_and_old_specs_read_as_gaussian() -> None:
         srf.RFF(32, 1.0, kernel="cauchy").fit(X)
     with pytest.raises(InputError, match="orthogonal"):
         srf.RFF(32, 1.0, kernel="laplace", orthogonal=True).fit(X)
+
+
+def test_aggregated_test_over_kernel_families() -> None:
+    rng = np.random.default_rng(9)
+    X, Y = rng.standard_t(2, size=(300, 2)), rng.standard_t(2, size=(300, 2)) + np.array([0.5, 0.0])
+    both = srf.two_sample_test(
+        X, Y, method="aggregated", kernels=("gaussian", "laplace"), n_features=128, n_permutations=199
+    )
+    kernels = [spec.get("kernel", "gaussian") for spec in both.map_specs]
+    assert kernels == ["gaussian"] * 5 + ["laplace"] * 5
+    assert both.p_value <= 0.01
+    # Each component is the map's own permutation test: the same statistic as the permutation method.
+    laplace = srf.map_from_spec(both.map_specs[7])
+    alone = srf.two_sample_test(X, Y, feature_map=laplace, n_permutations=199)
+    assert both.statistics[7] == pytest.approx(alone.statistic, rel=1e-5)
+    with pytest.raises(InputError, match="kernels"):
+        srf.two_sample_test(X, Y, method="aggregated", kernels=("gaussian", "cauchy"))
+    with pytest.raises(InputError, match="kernels applies to method='aggregated' only"):
+        srf.two_sample_test(X, Y, kernels=("laplace",))
