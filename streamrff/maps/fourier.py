@@ -413,6 +413,24 @@ class RFF(FourierFeatureMap):
         sees exceeds ``PHASE_PRECISION_LIMIT`` (64 radians; see Notes), else
         float32. The spec records ``"phase_precision": "float64"`` only: maps
         with float32 phases keep the specs, fingerprints and files they had.
+    categorical : sequence of int, optional
+        Indices of categorical columns, which hold category codes (finite
+        floats; equal codes, same category). The kernel becomes the mixed
+        kernel ``k_num(x, y) * exp(-mismatch * #{c : x_c != y_c})``: ``kernel``
+        on the other columns times ``e^-lambda`` per mismatching categorical
+        column. Each feature is multiplied by a seeded +/-1 hash of each
+        categorical code, kept with probability ``1 - e^-lambda``: unbiased,
+        no vocabulary, unseen codes work (docs/guide/feature_maps.rst,
+        "Categorical columns"). ``None`` (default): every column is numeric.
+    mismatch : float or "auto", default="auto"
+        lambda > 0 of the categorical factor; ``"auto"`` takes
+        ``1 / max(1, median number of mismatching categorical columns)`` over
+        the pairs of the seeded fit sample. The spec records the value.
+    kernel : {"gaussian", "laplace", "matern12", "matern32", "matern52"}, default="gaussian"
+        The kernel family on the numeric columns: Gaussian
+        ``exp(-||x - y||^2 / (2 sigma^2))``, Laplace ``exp(-||x - y||_1 / sigma)``
+        (Cauchy frequencies), Matern nu = 1/2, 3/2, 5/2 on ``||x - y||_2 / sigma``
+        (Student-t frequencies with 2 nu degrees of freedom).
 
     Attributes
     ----------
@@ -493,6 +511,26 @@ class RFF(FourierFeatureMap):
     >>> Z = sorf.transform(X)
     >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 20.0)).max() < 0.1), sorf.spec["structured"]
     (True, True)
+
+    A table with a categorical column (column 2 holds category codes): the Gram
+    matrix estimates the Gaussian kernel of columns 0-1 times ``e^-0.5`` per
+    mismatching category:
+
+    >>> T = np.column_stack([np.random.default_rng(3).normal(size=(4, 2)), [0.0, 0.0, 1.0, 7.0]])
+    >>> mixed = srf.RFF(n_features=8192, bandwidth=1.0, categorical=[2], mismatch=0.5).fit(T)
+    >>> squared = ((T[:, None, :2] - T[None, :, :2]) ** 2).sum(-1)
+    >>> exact = np.exp(-squared / 2) * np.exp(-0.5 * (T[:, None, 2] != T[None, :, 2]))
+    >>> Z = mixed.transform(T)
+    >>> bool(np.abs(Z @ Z.T - exact).max() < 0.06), mixed.spec["categorical"], mixed.spec["mismatch"]
+    (True, [2], 0.5)
+
+    The Laplace kernel:
+
+    >>> laplace = srf.RFF(n_features=8192, bandwidth=2.0, kernel="laplace").fit(X)
+    >>> Z = laplace.transform(X)
+    >>> exact = np.exp(-np.abs(X[:, None] - X[None]).sum(-1) / 2.0)
+    >>> bool(np.abs(Z @ Z.T - exact).max() < 0.06), laplace.spec["kernel"]
+    (True, 'laplace')
 
     Rows far from the origin (in units of the bandwidth) get float64 phases:
 

@@ -36,6 +36,7 @@ __all__ = [
     "check_bandwidths",
     "check_kernels",
     "kernel_grid",
+    "kernel_grid_size",
     "check_aggregated_accumulator_size",
     "standardise",
     "aggregate",
@@ -48,6 +49,8 @@ AGGREGATIONS = ("max", "fuse", "mmdagg")
 DEFAULT_AGGREGATION = "max"
 #: Bandwidths in the ``bandwidths="auto"`` grid.
 AUTO_BANDWIDTHS = 10
+#: Rows of the landmark sample the Laplace grid's l1 distances are taken from (cost ~ rows^2).
+LAPLACE_GRID_ROWS = 400
 # Domain tag of the per-bandwidth map seeds ("bandwdth"): unrelated to the test's other streams.
 _MAP_SEED_STREAM = 0x62616E6477647468
 
@@ -215,12 +218,21 @@ def kernel_grid(
     """
     if bandwidths != "auto":
         return [(kernel, float(bandwidth)) for kernel in kernels for bandwidth in bandwidths]
-    per_kernel = -(-AUTO_BANDWIDTHS // len(kernels))
-    return [
-        (kernel, float(bandwidth))
-        for kernel in kernels
-        for bandwidth in auto_bandwidths(sample, per_kernel, "cityblock" if kernel == "laplace" else "euclidean")
-    ]
+    per_kernel = kernel_grid_size(kernels, "auto") // len(kernels)
+    pairs = []
+    for kernel in kernels:
+        if kernel == "laplace":  # l1 distances, of the sample's first LAPLACE_GRID_ROWS rows (a seeded sample)
+            grid = auto_bandwidths(sample[:LAPLACE_GRID_ROWS], per_kernel, "cityblock")
+        else:
+            grid = auto_bandwidths(sample, per_kernel)
+        pairs.extend((kernel, float(bandwidth)) for bandwidth in grid)
+    return pairs
+
+
+def kernel_grid_size(kernels: tuple[str, ...], bandwidths: str | tuple[float, ...]) -> int:
+    """How many maps :func:`kernel_grid` gives, before any sample is read."""
+    per_kernel = -(-AUTO_BANDWIDTHS // len(kernels)) if bandwidths == "auto" else len(bandwidths)
+    return per_kernel * len(kernels)
 
 
 def check_aggregated_accumulator_size(

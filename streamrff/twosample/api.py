@@ -49,6 +49,7 @@ from .aggregated import (
     check_bandwidths,
     check_kernels,
     kernel_grid,
+    kernel_grid_size,
     shared_map_seed,
     standardise,
 )
@@ -536,7 +537,7 @@ def _sketch_sources(
         # Every row counts in a test: a NaN is named, with no option to skip it; no checkpoint (two sources).
         job = job.replace(client=active, on_invalid="require", checkpoint=None)
         if method == "aggregated":
-            n_bandwidths = len(kernel_grid(kernels, bandwidths, np.zeros((0, 1))))
+            n_bandwidths = kernel_grid_size(kernels, bandwidths)
             _check_aggregated_fits(
                 n_bandwidths, feature_map.n_features, sources[0].shape[1], n_permutations, memory_per_thread(active),
                 task_bytes,
@@ -777,7 +778,7 @@ def two_sample_test(
             raise InputError(f"aggregation must be one of {AGGREGATIONS}. Got {aggregation!r}.")
         grid = check_bandwidths("auto" if bandwidths is None else bandwidths)
         families = check_kernels(("gaussian",) if kernels is None else kernels)
-        n_grid = len(kernel_grid(families, grid, np.zeros((0, 1))))
+        n_grid = kernel_grid_size(families, grid)
         check_aggregated_accumulator_size(n_grid, n_permutations, n_features, max_accumulator_bytes)
     if method == "permutation":
         check_accumulator_size(n_permutations, width, max_accumulator_bytes)
