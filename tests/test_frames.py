@@ -151,3 +151,14 @@ def test_parquet_dataset_on_s3(s3_server, s3_bucket, feature_map):
     direct = srf.sketch_array(expected_rows(pd.concat(frames, ignore_index=True)), feature_map)
     assert sketch.count == 80
     np.testing.assert_allclose(sketch.feature_sum, direct.feature_sum, rtol=1e-12, atol=1e-12)
+
+
+def test_a_table_test_uses_the_mixed_kernel_and_finds_a_change_in_category_frequencies():
+    rng = np.random.default_rng(11)
+    A = pd.DataFrame({"x": rng.normal(size=1000), "shop": rng.choice(list("abcde"), 1000)})
+    B = pd.DataFrame({"x": rng.normal(size=1000), "shop": rng.choice(list("abcde"), 1000, p=[0.3, 0.3, 0.2, 0.1, 0.1])})
+    result = srf.two_sample_test(A, B, n_features=256, n_permutations=99)
+    assert result.p_value <= 0.02
+    assert result.map_spec["categorical"] == [1]  # the table's category column, compared by equality
+    with pytest.raises(InputError, match=r"categorical columns \['shop'\], which a JL map would read as numbers"):
+        srf.sketch(A, srf.JL(srf.RFF(n_features=32), n_components=8))

@@ -243,11 +243,11 @@ def test_cli_test_plot_refuses_an_existing_file_unless_overwrite(tmp_path: Path,
     x = tmp_zarr(ROWS[:25].astype(np.float32), chunk_rows=25, name="x.zarr")
     y = tmp_zarr(ROWS[25:].astype(np.float32), chunk_rows=26, name="y.zarr")
     plot = tmp_path / "null.png"
-    plot.write_bytes(b"mine")
+    plot.write_bytes(b"\x89PNG mine")  # a figure (--overwrite replaces only a figure)
     arguments = ["test", x, y, "--features", "8", "--permutations", "9", "--bandwidth", "1.0", "--plot", str(plot)]
     code, _, err = cli_main(*arguments)  # an existing output is bad usage: exit 2, before any work
     assert code == 2
-    assert "already exists" in err and plot.read_bytes() == b"mine"
+    assert "already exists" in err and plot.read_bytes() == b"\x89PNG mine"
     assert cli_main(*arguments, "--overwrite").code == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -607,3 +607,56 @@ def _x_zarr(tmp_path: Path) -> str:
 
     zarr.create_array(str(tmp_path / "x.zarr"), shape=ROWS.shape, chunks=(17, 3), dtype="f8")[...] = ROWS
     return str(tmp_path / "x.zarr")
+
+
+# Issue 49: an output never destroys an input; --overwrite replaces only what the command writes.
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_an_output_naming_an_input_is_refused_even_with_overwrite(tmp_path: Path, tmp_zarr, cli_main) -> None:
+    rng = np.random.default_rng(49)
+    data = Path(tmp_zarr(rng.normal(size=(120, 3)), 40, name="X.zarr"))
+    (tmp_path / "alias.zarr").symlink_to(data)
+    model = tmp_path / "model.json"  # never read: the paths are refused first
+    before = _tree(data)
+    cases = [
+        ("sketch", str(data), "-o", str(data), "--overwrite"),  # the issue's example
+        ("sketch", str(tmp_path / "alias.zarr"), "-o", str(data), "--overwrite"),  # an alias of the input
+        ("sketch", str(data), "-o", f"file://{tmp_path}/alias.zarr", "--overwrite"),  # a URL alias
+        ("sketch", str(data), "-o", str(data / "inside.sketch")),  # inside the input
+        ("sketch", str(data), "-o", str(tmp_path), "--overwrite"),  # containing the input
+        ("predict", str(model), str(data), "-o", str(data), "--overwrite"),
+        ("watch", str(data), "--reference", str(data), "--window", "10", "--save-monitor", str(data), "--overwrite"),
+    ]
+    for case in cases:
+        code, _, err = cli_main(*case)
+
+        assert code == 2, case
+        assert err.count("\n") == 1 and "would destroy the input" in err and str(data.name) in err, err
+        assert _tree(data) == before
+
+
+def test_overwrite_replaces_only_an_output_of_the_kind_the_command_writes(tmp_path: Path, tmp_zarr, cli_main) -> None:
+    rng = np.random.default_rng(49)
+    data = tmp_zarr(rng.normal(size=(120, 3)), 40, name="X.zarr")
+    other = Path(tmp_zarr(rng.normal(size=(60, 3)), 30, name="other.zarr"))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    before = _tree(other)
+    for case in [
+        ("sketch", data, "-o", str(other), "--overwrite", "--features", "8"),  # a data array is no sketch
+        ("sketch", data, "-o", str(notes), "--overwrite", "--features", "8"),
+        ("watch", data, "--reference", data, "--window", "10", "--save-monitor", str(other), "--overwrite"),
+        ("test", data, data, "--plot", str(notes), "--overwrite", "--features", "8", "--permutations", "9"),
+    ]:
+        code, _, err = cli_main(*case)
+
+        assert code == 2 and err.count("\n") == 1 and "--overwrite replaces only" in err, (case, err)
+    assert _tree(other) == before and notes.read_text() == "keep me"
+    sketch = tmp_path / "x.sketch"
+    for _ in range(2):  # a sketch replaces a sketch
+        code, _, err = cli_main("sketch", data, "-o", str(sketch), "--overwrite", "--features", "8")
+        assert code == 0, err

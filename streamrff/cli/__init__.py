@@ -38,6 +38,7 @@ from .options import (
     EXIT_USAGE,
     HelpFormatter,
     UsageError,
+    check_inputs_kept,
     job_options_of,
     parse_storage_options,
     resolve_deprecated_alias,
@@ -142,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
                 args.storage_options = parse_storage_options(args.storage_options)
+            check_inputs_kept(args)  # before anything is read: no output destroys an input
             job = job_options_of(args)
             if job:  # a command that runs jobs: every job and source of it takes the command line's options
                 from ..engine.options import job_options  # here, not at the top: start-up time

@@ -529,3 +529,200 @@ def check_plot_free(args: argparse.Namespace) -> None:
     """Refuse an existing ``--plot`` file unless ``--overwrite``."""
     if args.plot:
         check_output_free(args.plot, None, args.overwrite)
+
+
+# Inputs and outputs: no output may destroy an input; --overwrite replaces only what the command writes.
+
+#: The arguments that name what a command reads, in every command that has them.
+INPUT_ARGUMENTS = ("source", "sources", "sketches", "reference", "map", "model", "target")
+#: The arguments that name what a command writes (``--checkpoint`` is written as the job runs).
+OUTPUT_ARGUMENTS = ("output", "plot", "save_monitor", "checkpoint")
+#: What each command's ``-o/--output`` holds: ``--overwrite`` replaces only a file of that kind.
+OUTPUT_KINDS = {
+    "sketch": "sketch", "merge": "sketch", "map": "map", "ridge": "model",
+    "predict": "array", "kmeans": "array", "kpca": "array",
+}  # fmt: skip
+#: The kind of the other outputs, whatever the command.
+_OTHER_OUTPUT_KINDS = {"plot": "figure", "save_monitor": "monitor"}
+#: An output that may be an input of the same kind: the state ``watch`` continues (--reference) and saves.
+UPDATED_IN_PLACE = {("save_monitor", "reference")}
+#: Bytes of an existing output read to tell its kind (zarr.json, the start of a JSON or figure file).
+_KIND_PROBE_BYTES = 1 << 20
+
+
+def resolve_location(path: str) -> str:
+    """Where ``path`` really is: a local path's real path (links resolved), a URL normalised.
+
+    Examples
+    --------
+    >>> from streamrff.cli.options import resolve_location
+    >>> resolve_location("S3://bucket//data/./x.zarr/")
+    's3://bucket/data/x.zarr'
+    >>> resolve_location("file:///tmp/../tmp/x.zarr") == resolve_location("/tmp/x.zarr")
+    True
+    """
+    import posixpath
+
+    if "://" in path and not path.lower().startswith("file://"):
+        scheme, rest = path.split("://", 1)
+        rest = rest.split("?", 1)[0]
+        return f"{scheme.lower()}://{posixpath.normpath('/' + rest).lstrip('/')}"
+    local = path[len("file://") :] if path.lower().startswith("file://") else path
+    return os.path.realpath(os.path.expanduser(local))
+
+
+def _overlap(output: str, source: str) -> str | None:
+    """How a resolved output meets a resolved input: "is", "contains", "lies inside", or None."""
+    if output == source:
+        return "is"
+    if source.startswith(output.rstrip("/") + "/"):
+        return "contains"
+    if output.startswith(source.rstrip("/") + "/"):
+        return "lies inside"
+    return None
+
+
+def _named_paths(args: argparse.Namespace, names: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(argument, how the command line names it, path) of every path ``args`` gives under ``names``."""
+    labels = {"source": "SOURCE", "sources": "SOURCE", "sketches": "SKETCH", "model": "MODEL", "output": "-o"}
+    found = []
+    for name in names:
+        value = getattr(args, name, None)
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, str) and path:
+                found.append((name, f"{labels.get(name, flag(name))} {path}", path))
+    return found
+
+
+def check_inputs_kept(args: argparse.Namespace) -> None:
+    """Refuse, before anything is read, an output that is, contains or lies inside an input (even with
+    ``--overwrite``), and with ``--overwrite`` an existing output of another kind than the command writes.
+
+    Every path is resolved first (:func:`resolve_location`: symbolic links, ``..``, ``file://``, a URL's
+    spelling), so an alias of an input is that input. :func:`streamrff.cli.main` calls it for every command.
+    ``watch --save-monitor`` may name its ``--reference`` when that is a saved monitor (the state it
+    continues). One :class:`UsageError` line (exit 2) naming both paths and the fix.
+    """
+    outputs = _named_paths(args, OUTPUT_ARGUMENTS)
+    inputs = _named_paths(args, INPUT_ARGUMENTS)
+    storage_options = getattr(args, "storage_options", None)
+    for out_name, out_text, out_path in outputs:
+        output = resolve_location(out_path)
+        for in_name, in_text, in_path in inputs:
+            how = _overlap(output, resolve_location(in_path))
+            if how is None:
+                continue
+            if how == "is" and (out_name, in_name) in UPDATED_IN_PLACE:
+                if existing_kind(out_path, storage_options) == _OTHER_OUTPUT_KINDS[out_name]:
+                    continue
+            raise UsageError(
+                f"{out_text} {how} the input {in_text}: writing it would destroy the input (refused even with "
+                "--overwrite). Choose an output outside every input."
+            )
+        for other_name, other_text, other_path in outputs:
+            if other_name != out_name and _overlap(output, resolve_location(other_path)):
+                raise UsageError(f"{out_text} and {other_text} overlap: each output needs a place of its own.")
+    if getattr(args, "overwrite", False):
+        for out_name, out_text, out_path in outputs:
+            wanted = _OTHER_OUTPUT_KINDS.get(out_name)
+            if out_name == "output":
+                wanted = OUTPUT_KINDS.get(args.command)
+            if wanted is not None:
+                check_replaceable(out_text, out_path, wanted, storage_options)
+
+
+def check_replaceable(named: str, path: str, wanted: str, storage_options: dict[str, Any] | None) -> None:
+    """Refuse ``--overwrite`` of an existing output that holds something else than a ``wanted`` (one line, exit 2)."""
+    found = existing_kind(path, storage_options)
+    if found not in (None, wanted):
+        raise UsageError(
+            f"{named} holds {_KIND_NAMES.get(found, found)}, not {_KIND_NAMES[wanted]}: --overwrite replaces only "
+            f"{_KIND_NAMES[wanted]}. Choose another output, or move {path} away yourself."
+        )
+
+
+_KIND_NAMES = {
+    "sketch": "a sketch", "map": "a map file", "model": "a model file", "array": "a zarr array",
+    "monitor": "a monitor state", "figure": "a figure (PNG, PDF or SVG)", "checkpoint": "a checkpoint folder",
+    "folder": "a folder that is no streamrff output", "file": "a file that is no streamrff output",
+    "group": "a zarr group that is no streamrff output",
+}  # fmt: skip
+
+
+def existing_kind(path: str, storage_options: dict[str, Any] | None = None) -> str | None:
+    """What an existing output holds (a key of ``_KIND_NAMES``), or None if nothing is there.
+
+    Reads at most the node's ``zarr.json`` or the first MiB of a file, never follows more.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, streamrff as srf
+    >>> from streamrff.cli.options import existing_kind
+    >>> folder = tempfile.mkdtemp()
+    >>> srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0)).save(os.path.join(folder, "a.sketch"))
+    >>> existing_kind(os.path.join(folder, "a.sketch")), existing_kind(os.path.join(folder, "none"))
+    ('sketch', None)
+    """
+    if "://" in path and not path.lower().startswith("file://"):
+        return _remote_kind(path, storage_options)
+    local = resolve_location(path)
+    if not os.path.lexists(local):
+        return None
+    if os.path.isdir(local):
+        meta = os.path.join(local, "zarr.json")
+        return _zarr_kind(_head(meta) if os.path.isfile(meta) else None)
+    if not os.path.isfile(local):
+        return "file"
+    head = _head(local)
+    if head.startswith(b"PK") and local.endswith(".zip"):
+        return "sketch"  # a zipped sketch (its content is checked when it is read)
+    return _file_kind(head)
+
+
+def _head(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(_KIND_PROBE_BYTES)
+
+
+def _zarr_kind(meta: bytes | None) -> str:
+    if meta is None:
+        return "folder"
+    try:
+        document = json.loads(meta)
+    except ValueError:
+        return "group"
+    if not isinstance(document, dict):
+        return "group"
+    if document.get("node_type") == "array":
+        return "array"
+    attributes = document.get("attributes")
+    found = attributes.get("format") if isinstance(attributes, dict) else None
+    kinds = {"streamrff.sketch": "sketch", "streamrff.drift-monitor": "monitor", "streamrff.checkpoint": "checkpoint"}
+    return kinds.get(found, "group")
+
+
+def _file_kind(head: bytes) -> str:
+    import re
+
+    if head.startswith((b"\x89PNG", b"%PDF")) or head.lstrip()[:5] in (b"<?xml", b"<svg ") or b"<svg" in head[:4096]:
+        return "figure"
+    match = re.search(rb'"format"\s*:\s*"([^"]{1,64})"', head[:65536])
+    found = match.group(1).decode("utf-8", "replace") if match else None
+    return {"streamrff.map": "map", "streamrff.model": "model"}.get(found or "", "file")
+
+
+def _remote_kind(url: str, storage_options: dict[str, Any] | None) -> str | None:
+    import fsspec  # here, not at the top: start-up time
+
+    from ..errors import SourceError
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        if not fs.exists(root):
+            return None
+        if fs.isdir(root):
+            meta = root.rstrip("/") + "/zarr.json"
+            return _zarr_kind(fs.cat_file(meta, start=0, end=_KIND_PROBE_BYTES) if fs.exists(meta) else None)
+        return _file_kind(fs.cat_file(root, start=0, end=_KIND_PROBE_BYTES))
+    except Exception as error:  # fsspec backends raise many types
+        raise SourceError(f"Cannot reach {url}: {type(error).__name__}: {error}") from error

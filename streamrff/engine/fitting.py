@@ -16,7 +16,7 @@ from sklearn.base import clone
 from .._base.memory import check_sizes_fit
 from .._base.sampling import bottom_k, row_keys
 from ..errors import InputError
-from ..maps import FeatureMap
+from ..maps import RFF, FeatureMap
 from ..sketches.landmark import LandmarkSketch
 from ..sources.rows import RowSource, open_source, open_sources
 from .connection import connect
@@ -164,7 +164,7 @@ def fit_map_and_sample(
             )
         fitted, n_map_rows, sample_seed = feature_map, 0, seed
     else:
-        fitted = clone(feature_map)
+        fitted = _with_table_categories(clone(feature_map), sources[0])
         n_map_rows, sample_seed = fitted._begin_fit(width)
         sample_seed = sample_seed if n_map_rows else seed
     n_sampled = max(n_map_rows, n_rows)
@@ -174,3 +174,19 @@ def fit_map_and_sample(
     if not already_fitted:
         fitted = fitted._finish_fit(sample[:n_map_rows])
     return fitted, sample[:n_rows]
+
+
+def _with_table_categories(feature_map: FeatureMap, source: RowSource) -> FeatureMap:
+    """An unfitted map for a table: an RFF that names no categorical columns takes the table's; a map
+    that cannot compare categories by equality is refused (it would read category codes as numbers)."""
+    if not source.categorical_columns:
+        return feature_map
+    if isinstance(feature_map, RFF) and not feature_map.structured:
+        if feature_map.categorical is None:
+            feature_map.set_params(categorical=list(source.categorical_columns))
+        return feature_map
+    names = [source.columns[index] for index in source.categorical_columns] if source.columns else []
+    raise InputError(
+        f"{source.description} has categorical columns {names}, which a {type(feature_map).__name__} map would read "
+        "as numbers. Use a dense RFF map (it compares categories by equality), or leave them out with columns=."
+    )

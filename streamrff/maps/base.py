@@ -120,9 +120,7 @@ def exact_kernel(X: ArrayLike2D, Y: ArrayLike2D | None = None, bandwidth: float 
     X = check_rows(X, "X").astype(np.float64)
     Y = X if Y is None else check_rows(Y, "Y").astype(np.float64)
     if X.shape[1] != Y.shape[1]:
-        raise InputError(
-            f"X and Y must have the same number of columns. Got {X.shape[1]} and {Y.shape[1]}."
-        )
+        raise InputError(f"X and Y must have the same number of columns. Got {X.shape[1]} and {Y.shape[1]}.")
     return np.exp(-cdist(X, Y, "sqeuclidean") / (2.0 * sigma * sigma))
 
 
@@ -358,25 +356,20 @@ class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin
         ...
 
     @abstractmethod
-    def _output_width(self) -> int:
-        ...
+    def _output_width(self) -> int: ...
 
     @abstractmethod
-    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
-        ...
+    def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None: ...
 
     @abstractmethod
-    def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
-        ...
+    def _begin_fit(self, n_features_in: int) -> tuple[int, int]: ...
 
     @abstractmethod
-    def _finish_fit(self, sample: np.ndarray) -> FeatureMap:
-        ...
+    def _finish_fit(self, sample: np.ndarray) -> FeatureMap: ...
 
     @classmethod
     @abstractmethod
-    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> FeatureMap:
-        ...
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> FeatureMap: ...
 
 
 @functools.lru_cache(maxsize=32)
@@ -386,7 +379,6 @@ def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
     for array in params.values():
         array.setflags(write=False)
     return params
-
 
 
 @functools.lru_cache(maxsize=32)
@@ -475,7 +467,5 @@ def map_from_spec(spec: MapSpec, arrays: dict[str, np.ndarray] | None = None) ->
         raise InputError(f"spec must be a dict (a map's .spec). Got {type(spec).__name__}.")
     kind = spec.get("kind")
     if kind not in FeatureMap._registry:
-        raise InputError(
-            f"Unknown feature map kind {kind!r}. Expected one of {sorted(FeatureMap._registry)}."
-        )
+        raise InputError(f"Unknown feature map kind {kind!r}. Expected one of {sorted(FeatureMap._registry)}.")
     return FeatureMap._registry[kind]._from_spec(spec, dict(arrays or {}))

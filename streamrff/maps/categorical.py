@@ -1,91 +1,85 @@
-"""The categorical factor of the mixed kernel: seeded +/-1 hashes of category codes, kept at rate 1 - e^-lambda.
+"""The categorical factor of a mixed-row RFF map: seeded +/-1 hashes of category codes, no vocabulary.
 
-A mixed row holds numeric columns and categorical columns; a categorical column
-holds a *category code*, a finite float whose value is only an identity (equal
-codes, same category). :class:`~streamrff.maps.fourier.RFF` with
-``categorical=[...]`` estimates the kernel
+For a row with numeric part ``x`` and categorical part ``a`` (one category code per categorical
+column, :func:`streamrff.sources.frames.category_code`), the mixed kernel is
 
-    k(x, y) = exp(-||x_num - y_num||^2 / (2 sigma^2)) * exp(-lambda * #{c : x_c != y_c})
+    k((x, a), (y, b)) = exp(-||x - y||^2 / (2 sigma^2)) * prod_c (e^-lambda + (1 - e^-lambda) [a_c == b_c])
+                      = Gaussian(x, y) * exp(-lambda * #{c : a_c != b_c}).
 
-(the product over categorical columns c of ``e^-lambda + (1 - e^-lambda) [x_c == y_c]``).
-Each random feature j multiplies its Fourier feature by
-
-    s_j(x) = prod_c  (h_jc(x_c) if keep_jc else 1),
-
-with ``keep_jc`` a seeded Bernoulli(1 - e^-lambda) drawn once per (feature, column)
-and ``h_jc(code)`` = +/-1, the top bit of splitmix64 of the code's float64 bit
-pattern (-0.0 read as 0.0, every NaN as one NaN) xor a seeded 64-bit salt of (j, c).
-Since ``E[h(a) h(b)] = [a == b]`` over the salts and ``E`` over ``keep`` gives
-``e^-lambda + (1 - e^-lambda) [a == b]`` per column, independently of the
-frequencies, ``E[z(x).z(y)]`` is the mixed kernel exactly. No vocabulary is stored:
-a code never seen at fit time hashes like any other.
-
-Everything here is vectorised numpy on uint64 (wrapping arithmetic).
+Frequency ``j`` of the map carries, per categorical column ``c``, a Bernoulli mask ``M_jc`` (true with
+probability ``1 - e^-lambda``) and a 64-bit key ``K_jc``, both drawn from the map's seed. Its factor
+for a row is ``F_j(a) = prod_{c : M_jc} s(K_jc, a_c)``, with ``s`` a +/-1 hash of the code's float64
+bit pattern mixed with the key (splitmix64's finaliser). Over the draws, ``E[s(K, a) s(K, b)] = [a == b]``
+and ``E[F_j(a) F_j(b)] = prod_c (e^-lambda + (1 - e^-lambda) [a_c == b_c])``, independent of the
+frequency, so the map's features times ``F_j`` estimate the mixed kernel without bias. A category
+never seen at fit is just another code.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["auto_mismatch", "category_signs", "draw_sign_params"]
+__all__ = ["category_signs", "draw_category_params", "median_mismatch_rate"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
-#: The second entry of the seed of the keep/salt generator: separate from the frequencies' stream.
-_STREAM = 0x43415447  # "CATG"
 
 
-def _splitmix64(values: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser of ``values + golden`` (uint64, wrapping): a bijection that mixes every bit."""
-    with np.errstate(over="ignore"):
-        z = values + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return z ^ (z >> np.uint64(31))
+def draw_category_params(rng: np.random.Generator, n_frequencies: int, n_categorical: int, mismatch: float) -> dict:
+    """The mask (which frequency hashes which column) and the hash keys, drawn after the frequencies."""
+    keep = -np.expm1(-float(mismatch))  # 1 - e^-lambda, exact for small lambda
+    return {
+        "category_mask": rng.random((n_frequencies, n_categorical)) < keep,
+        "category_keys": rng.integers(0, 2**64, size=(n_frequencies, n_categorical), dtype=np.uint64),
+    }
 
 
-def code_bits(codes: np.ndarray) -> np.ndarray:
-    """The uint64 bit patterns of float64 category codes, with -0.0 as 0.0 and one pattern for every NaN."""
-    codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 == +0.0
-    codes = np.where(np.isnan(codes), np.nan, codes)
-    return np.ascontiguousarray(codes).view(np.uint64)
+def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``F`` of shape (rows, frequencies), float32 +/-1: the product over columns of each masked hash.
 
+    Parameters
+    ----------
+    codes : ndarray of shape (rows, n_categorical), float64
+        Category codes (any float: equal values are one category; -0.0 is 0.0).
+    mask : ndarray of shape (n_frequencies, n_categorical), bool
+    keys : ndarray of shape (n_frequencies, n_categorical), uint64
 
-def draw_sign_params(seed: int, n_signs: int, n_columns: int, mismatch: float) -> dict[str, np.ndarray]:
-    """The seeded ``keep`` mask (n_signs, n_columns) of rate 1 - e^-mismatch and the uint64 ``salts``."""
-    rng = np.random.default_rng([int(seed), _STREAM])
-    keep = rng.random((n_signs, n_columns)) < -np.expm1(-float(mismatch))
-    salts = rng.integers(0, np.iinfo(np.uint64).max, size=(n_signs, n_columns), dtype=np.uint64, endpoint=True)
-    return {"keep": keep, "salts": salts}
-
-
-def category_signs(codes: np.ndarray, keep: np.ndarray, salts: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``s_j(x)`` (rows, n_signs) in ``dtype`` for the categorical columns ``codes`` (rows, n_columns)."""
-    signs = np.ones((codes.shape[0], keep.shape[0]), dtype=dtype)
-    for column in range(codes.shape[1]):
-        kept = np.flatnonzero(keep[:, column])
-        if kept.size == 0:
-            continue
-        bits = code_bits(codes[:, column])
-        hashed = _splitmix64(bits[:, None] ^ salts[kept, column][None, :])
-        signs[:, kept] *= (1 - 2 * (hashed >> np.uint64(63)).astype(np.int8)).astype(dtype)
-    return signs
-
-
-def auto_mismatch(codes: np.ndarray) -> float:
-    """``mismatch="auto"``: ``lambda = 1 / max(1, median number of mismatching columns over the sample's pairs)``.
-
-    The categorical factor is then ``e^-1`` at the median number of mismatches, as the
-    median heuristic puts the Gaussian factor at ``e^-1/2`` at the median distance
-    (lambda = 1 when at least half the pairs agree on every categorical column).
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrff.maps.categorical import category_signs, draw_category_params
+    >>> params = draw_category_params(np.random.default_rng(0), 4, 2, mismatch=50.0)  # every column hashed
+    >>> signs = category_signs(np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 3.0]]), params["category_mask"],
+    ...                        params["category_keys"])
+    >>> bool((signs[0] == signs[1]).all()), set(np.unique(signs).tolist()) <= {-1.0, 1.0}
+    (True, True)
     """
-    n = codes.shape[0]
-    if n < 2 or codes.shape[1] == 0:
+    codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one category
+    bits = codes.view(np.uint64)
+    flips = np.zeros((codes.shape[0], keys.shape[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in range(codes.shape[1]):
+            hashed = np.nonzero(mask[:, column])[0]
+            if hashed.size == 0:
+                continue
+            z = bits[:, column, None] ^ keys[hashed, column][None, :]
+            z = z + _GOLDEN
+            z = (z ^ (z >> np.uint64(30))) * _MIX1
+            z = (z ^ (z >> np.uint64(27))) * _MIX2
+            z ^= z >> np.uint64(31)
+            flips[:, hashed] ^= z >> np.uint64(63)
+    return (1.0 - 2.0 * flips.astype(np.float32)).astype(np.float32)
+
+
+def median_mismatch_rate(codes: np.ndarray) -> float:
+    """``mismatch="auto"``: ``1 / max(1, median number of mismatching columns between sample pairs)``.
+
+    The pairs are consecutive rows of the (seeded, shuffled) fit sample, so the kernel's categorical
+    factor at a typical pair is about ``e^-1``; with fewer than two rows, 1.0.
+    """
+    if codes.shape[0] < 2:
         return 1.0
-    bits = np.stack([code_bits(codes[:, column]) for column in range(codes.shape[1])], axis=1)
-    upper = np.triu_indices(n, k=1)
-    mismatches = np.zeros(upper[0].shape[0], dtype=np.int64)
-    for column in range(bits.shape[1]):
-        mismatches += bits[upper[0], column] != bits[upper[1], column]
+    half = codes.shape[0] // 2
+    mismatches = np.count_nonzero(codes[:half] != codes[half : 2 * half], axis=1)
     return 1.0 / max(1.0, float(np.median(mismatches)))

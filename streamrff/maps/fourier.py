@@ -32,7 +32,7 @@ from .._base.validation import check_bandwidth, check_positive_int, normalize_se
 from ..errors import InputError
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
-from .categorical import auto_mismatch, category_signs, draw_sign_params
+from .categorical import category_signs, draw_category_params, median_mismatch_rate
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
 __all__ = ["FourierFeatureMap", "KERNELS", "PHASE_PRECISION_LIMIT", "RFF"]
@@ -141,18 +141,12 @@ class FourierFeatureMap(FeatureMap):
             **{name: _require(spec, name) for name in cls._family_params},
             **{name: spec.get(name, default) for name, default in cls._optional_params.items()},
             **{name: spec.get(name, default) for name, default in cls._fitted_options.items()},
-            **cls._spec_extras(spec),
             seed=_require(spec, "seed"),
         )
         # _setup, not _begin_fit: warnings about the parameters were given when the map was
         # fitted, not on every load.
         feature_map._setup(check_positive_int(_require(spec, "n_features_in"), "n_features_in"))
         return feature_map._finish_fit(np.empty((0, spec["n_features_in"])))
-
-    @classmethod
-    def _spec_extras(cls, spec: MapSpec) -> dict[str, Any]:
-        """Constructor arguments a subclass reads from its spec beyond the declared ones (none here)."""
-        return {}
 
     def _output_width(self) -> int:
         return int(self.n_features)
@@ -167,6 +161,12 @@ class FourierFeatureMap(FeatureMap):
         m = projection.shape[1]
         np.cos(projection, out=out[:, :m], dtype=out.dtype)
         np.sin(projection, out=out[:, m:], dtype=out.dtype)
+
+
+def _is_positive_float(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and 0 < value < np.inf
+    )
 
 
 def _check_paired_n_features(n_features: Any, reason: str, alternative: str = "") -> int:
@@ -331,41 +331,6 @@ for _array in _NO_STRUCTURE:
     _array.setflags(write=False)  # read-only like a structured map's cached parameters: one numba type
 
 
-def _check_categorical(categorical: Any, n_features_in: int) -> tuple[int, ...]:
-    """The sorted distinct categorical column indices (empty for None), or InputError."""
-    if categorical is None:
-        return ()
-    if isinstance(categorical, (str, bytes)) or not isinstance(categorical, Sequence | np.ndarray):
-        raise InputError(
-            f"categorical must be a sequence of column indices or None. Got {categorical!r}; pass e.g. "
-            "categorical=[2, 5] (names are resolved to indices by the source or the CLI's --categorical)."
-        )
-    columns = []
-    for index in categorical:
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
-            raise InputError(f"categorical must hold integer column indices. Got {index!r} in {list(categorical)!r}.")
-        if not 0 <= int(index) < n_features_in:
-            raise InputError(
-                f"categorical column {int(index)} is out of range for {n_features_in} input columns; "
-                f"pass indices in 0..{n_features_in - 1}."
-            )
-        columns.append(int(index))
-    return tuple(sorted(set(columns)))
-
-
-def _check_mismatch(mismatch: Any) -> None:
-    """``mismatch`` must be "auto" or a finite float > 0 (lambda), else InputError."""
-    if isinstance(mismatch, str) and mismatch == "auto":
-        return
-    if (
-        isinstance(mismatch, (bool, np.bool_))
-        or not isinstance(mismatch, (int, float, np.integer, np.floating))
-        or not np.isfinite(mismatch)
-        or mismatch <= 0
-    ):
-        raise InputError(f"mismatch must be 'auto' or a finite number > 0 (lambda). Got {mismatch!r}.")
-
-
 class RFF(FourierFeatureMap):
     """Random Fourier features for the Gaussian kernel (Rahimi & Recht 2007).
 
@@ -403,6 +368,28 @@ class RFF(FourierFeatureMap):
         combined with ``orthogonal=True`` (it already is orthogonal).
     seed : int, numpy.random.Generator or None, default=0
         Seed of the frequencies (and of the row sample for ``"median"``).
+    categorical : sequence of int, optional
+        Indices of input columns that hold category codes (a table's
+        ``RowSource.categorical_columns``; :func:`streamrff.sources.frames.category_code`).
+        The kernel is then the Gaussian kernel on the other columns times
+        ``exp(-mismatch * number of differing categorical columns)``: each
+        frequency's features are multiplied, per categorical column and with
+        probability ``1 - exp(-mismatch)``, by a seeded +/-1 hash of the code
+        (:mod:`streamrff.maps.categorical`), so the estimate is unbiased and no
+        vocabulary is stored. Codes must come as float64 (float32 rounds them).
+        Such a map embeds through float64 phases and numpy (no compiled fast
+        path) and cannot be ``structured``.
+    mismatch : float or "auto", default="auto"
+        lambda of the categorical factor (with ``categorical``).
+        ``"auto"``: ``1 / max(1, median number of differing categorical columns
+        between pairs of the fit sample)``, so a typical pair's factor is about
+        ``e^-1``. The fitted value is ``mismatch_`` and is stored in the map file.
+    kernel : {"gaussian", "laplace", "matern12", "matern32", "matern52"}, default="gaussian"
+        The kernel family (on the numeric columns): Gaussian
+        ``exp(-||x - y||^2 / (2 sigma^2))``, Laplace ``exp(-||x - y||_1 / sigma)``
+        (Cauchy frequencies), Matern nu = 1/2, 3/2, 5/2 on ``||x - y||_2 / sigma``
+        (Student-t frequencies with 2 nu degrees of freedom). Recorded in the
+        spec when not Gaussian (docs/guide/feature_maps.rst, "Kernel families").
     phase_precision : {"auto", "float32", "float64"}, default="auto"
         Precision of the phases ``W x`` behind the float32 features.
         ``"float32"``: a float32 projection (the fast path). ``"float64"``: the
@@ -413,24 +400,6 @@ class RFF(FourierFeatureMap):
         sees exceeds ``PHASE_PRECISION_LIMIT`` (64 radians; see Notes), else
         float32. The spec records ``"phase_precision": "float64"`` only: maps
         with float32 phases keep the specs, fingerprints and files they had.
-    categorical : sequence of int, optional
-        Indices of categorical columns, which hold category codes (finite
-        floats; equal codes, same category). The kernel becomes the mixed
-        kernel ``k_num(x, y) * exp(-mismatch * #{c : x_c != y_c})``: ``kernel``
-        on the other columns times ``e^-lambda`` per mismatching categorical
-        column. Each feature is multiplied by a seeded +/-1 hash of each
-        categorical code, kept with probability ``1 - e^-lambda``: unbiased,
-        no vocabulary, unseen codes work (docs/guide/feature_maps.rst,
-        "Categorical columns"). ``None`` (default): every column is numeric.
-    mismatch : float or "auto", default="auto"
-        lambda > 0 of the categorical factor; ``"auto"`` takes
-        ``1 / max(1, median number of mismatching categorical columns)`` over
-        the pairs of the seeded fit sample. The spec records the value.
-    kernel : {"gaussian", "laplace", "matern12", "matern32", "matern52"}, default="gaussian"
-        The kernel family on the numeric columns: Gaussian
-        ``exp(-||x - y||^2 / (2 sigma^2))``, Laplace ``exp(-||x - y||_1 / sigma)``
-        (Cauchy frequencies), Matern nu = 1/2, 3/2, 5/2 on ``||x - y||_2 / sigma``
-        (Student-t frequencies with 2 nu degrees of freedom).
 
     Attributes
     ----------
@@ -512,18 +481,6 @@ class RFF(FourierFeatureMap):
     >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 20.0)).max() < 0.1), sorf.spec["structured"]
     (True, True)
 
-    A table with a categorical column (column 2 holds category codes): the Gram
-    matrix estimates the Gaussian kernel of columns 0-1 times ``e^-0.5`` per
-    mismatching category:
-
-    >>> T = np.column_stack([np.random.default_rng(3).normal(size=(4, 2)), [0.0, 0.0, 1.0, 7.0]])
-    >>> mixed = srf.RFF(n_features=8192, bandwidth=1.0, categorical=[2], mismatch=0.5).fit(T)
-    >>> squared = ((T[:, None, :2] - T[None, :, :2]) ** 2).sum(-1)
-    >>> exact = np.exp(-squared / 2) * np.exp(-0.5 * (T[:, None, 2] != T[None, :, 2]))
-    >>> Z = mixed.transform(T)
-    >>> bool(np.abs(Z @ Z.T - exact).max() < 0.06), mixed.spec["categorical"], mixed.spec["mismatch"]
-    (True, [2], 0.5)
-
     The Laplace kernel:
 
     >>> laplace = srf.RFF(n_features=8192, bandwidth=2.0, kernel="laplace").fit(X)
@@ -564,38 +521,13 @@ class RFF(FourierFeatureMap):
             phase_precision=phase_precision, categorical=categorical, mismatch=mismatch, kernel=kernel,
         )  # fmt: skip
 
-    def _setup(self, n_features_in: int) -> None:
-        super()._setup(n_features_in)
-        self.categorical_ = _check_categorical(self.categorical, self.n_features_in_)
-        self.numeric_columns_ = tuple(i for i in range(self.n_features_in_) if i not in self.categorical_)
-        if self.categorical_ and self.structured:
-            raise InputError(
-                "categorical columns cannot be combined with structured=True. Pass structured=False "
-                "(the default) for a map with categorical columns."
-            )
+    @property
+    def _categorical_columns(self) -> tuple[int, ...]:
+        """The categorical input columns, sorted (empty for a Gaussian map)."""
+        return tuple(sorted(int(column) for column in self.categorical)) if self.categorical is not None else ()
 
-    @classmethod
-    def _spec_extras(cls, spec: MapSpec) -> dict[str, Any]:
-        if "categorical" not in spec:
-            return {}
-        return {"categorical": _require(spec, "categorical"), "mismatch": _require(spec, "mismatch")}
-
-    def _spec_entries(self) -> MapSpec:
-        entries = super()._spec_entries()
-        if self.categorical_:
-            seed = entries.pop("seed")
-            entries["categorical"] = list(self.categorical_)
-            entries["mismatch"] = float(self.mismatch_)
-            entries["seed"] = seed
-        return entries
-
-    def _numeric_sample(self, sample: np.ndarray) -> np.ndarray:
-        """The sample's numeric columns, and its categorical columns set to 0 (they do not enter W x)."""
-        if not self.categorical_:
-            return sample
-        numeric = np.array(sample, dtype=np.float64)
-        numeric[:, list(self.categorical_)] = 0.0
-        return numeric
+    def _numeric_columns(self) -> np.ndarray:
+        return np.setdiff1d(np.arange(self.n_features_in_), self._categorical_columns)
 
     def _check_params(self) -> None:
         if self.variant not in self._variants:
@@ -617,7 +549,22 @@ class RFF(FourierFeatureMap):
         if not isinstance(self.phase_precision, str) or self.phase_precision not in _PHASE_PRECISIONS:
             raise InputError(f"phase_precision must be 'auto', 'float32' or 'float64'. Got {self.phase_precision!r}.")
         check_bandwidth(self.bandwidth)
-        _check_mismatch(self.mismatch)
+        if self.categorical is not None:
+            columns = self.categorical
+            if isinstance(columns, (str, bytes)) or not all(
+                isinstance(column, (int, np.integer)) and not isinstance(column, bool) and column >= 0
+                for column in columns
+            ):
+                raise InputError(
+                    f"categorical must be column indices (non-negative integers). Got {columns!r}. Names are "
+                    "resolved by the source: pass RowSource.categorical_columns."
+                )
+            if len(set(int(column) for column in columns)) != len(columns):
+                raise InputError(f"categorical names a column twice. Got {list(columns)!r}.")
+            if self.structured and len(columns):
+                raise InputError("categorical columns need a dense map: pass structured=False with categorical.")
+        if not (self.mismatch == "auto" or _is_positive_float(self.mismatch)):
+            raise InputError(f"mismatch must be 'auto' or a positive finite number. Got {self.mismatch!r}.")
         if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
             raise InputError(f"kernel must be one of {', '.join(map(repr, KERNELS))}. Got {self.kernel!r}.")
         if self.kernel != "gaussian" and self.structured:
@@ -631,42 +578,48 @@ class RFF(FourierFeatureMap):
                 "is not. Pass orthogonal=False, or a Matern kernel (kernel='matern12', ...)."
             )
 
+    def _setup(self, n_features_in: int) -> None:
+        super()._setup(n_features_in)
+        outside = [column for column in self._categorical_columns if column >= self.n_features_in_]
+        if outside:
+            raise InputError(
+                f"categorical names columns {outside}, but the data has {self.n_features_in_} columns "
+                f"(indices 0 to {self.n_features_in_ - 1})."
+            )
+
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
-        n_rows, sample_seed = super()._begin_fit(n_features_in)
+        sample_rows, sample_seed = super()._begin_fit(n_features_in)
         if self.structured:
             warn_if_biased(self.n_features_in_, stacklevel=3)
-        if self.categorical_ and self.mismatch == "auto":
-            n_rows = MEDIAN_SAMPLE_ROWS
-        return n_rows, sample_seed
+        if self._categorical_columns and self.mismatch == "auto":
+            sample_rows = max(sample_rows, MEDIAN_SAMPLE_ROWS)
+        return sample_rows, sample_seed
 
     def _in_memory_sample_rows(self, X: np.ndarray) -> int:
-        if self.phase_precision != "auto" or self.bandwidth == "median":
+        if self._categorical_columns or self.phase_precision != "auto" or self.bandwidth == "median":
             return 0  # nothing to decide, or the median's sample is drawn anyway
         # The norm bound over all rows first (one cheap pass, no hashing of row indices): if it is
         # within the limit, so is every sample's, and the sample would decide float32 too.
-        self._finish_categorical(X[:0])
         super()._finish_fit(X[:0])  # the numeric bandwidth, which the frequencies need
         self.phase_precision_ = "float32"
         if _largest_phase_bound(X, self._frequencies(), self.variant, exact=False) <= PHASE_PRECISION_LIMIT:
             return 0
         return MEDIAN_SAMPLE_ROWS
 
-    def _finish_categorical(self, sample: np.ndarray) -> None:
-        """Resolve ``mismatch`` (lambda) from the sample's categorical columns; 0 without such columns."""
-        if not self.categorical_:
-            self.mismatch_ = 0.0
-        elif self.mismatch == "auto":
-            self.mismatch_ = auto_mismatch(sample[:, list(self.categorical_)])
-        else:
-            self.mismatch_ = float(self.mismatch)
-
     def _finish_fit(self, sample: np.ndarray) -> RFF:
-        self._finish_categorical(sample)
-        sample = self._numeric_sample(sample)
-        if self.categorical_ and not self.numeric_columns_ and self.bandwidth == "median":
-            self.bandwidth_ = 1.0  # no numeric columns: the frequencies are 0 whatever the bandwidth
-        else:
-            super()._finish_fit(sample[:, list(self.numeric_columns_)])
+        if self._categorical_columns:
+            # The Gaussian part sees the numeric columns only; the categorical factor its lambda.
+            numeric = sample[:, self._numeric_columns()]
+            median = self.bandwidth == "median"  # a map rebuilt from its spec has its fitted bandwidth
+            self.bandwidth_ = (
+                (median_heuristic(numeric) if numeric.shape[1] else 1.0) if median else float(self.bandwidth)
+            )
+            codes = sample[:, list(self._categorical_columns)]
+            self.mismatch_ = median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
+            self.phase_precision_ = "float64"  # the numpy path; the compiled float32 kernels know no categories
+            return self
+        self.mismatch_ = 0.0
+        super()._finish_fit(sample)
         # float32 first: the spec (which the frequencies are regenerated from) needs a value.
         self.phase_precision_ = "float32" if self.phase_precision == "auto" else str(self.phase_precision)
         if self.phase_precision == "auto" and sample.shape[0]:
@@ -677,53 +630,63 @@ class RFF(FourierFeatureMap):
     def _float32_phases(self) -> bool:
         """Whether the float32 features come from float32 phases: the compiled kernels that project
         float32 rows themselves (k-means' Lloyd step, the drift window, the shared-draw two-sample
-        embedder) serve only such maps (and not those with categorical columns); the others take
-        :meth:`_embed_tile`."""
-        return self.phase_precision_ == "float32" and not self.categorical_
+        embedder) serve only such maps; the others take :meth:`_embed_tile`."""
+        return self.phase_precision_ == "float32"
 
     @classmethod
     def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
         # One generator for frequencies, then phases: the order fixes every map ever saved.
         rng = np.random.default_rng(spec["seed"])
         n_frequencies = spec["n_features"] // 2 if spec["variant"] == "sincos" else spec["n_features"]
-        categorical = spec.get("categorical", [])
         if spec.get("structured", False):
             params = draw_structured_params(rng, spec["n_features_in"], n_frequencies, spec["bandwidth"])
-        elif categorical:
-            # The numeric columns' frequencies; zero columns at the categorical ones (W x ignores them).
-            numeric = [i for i in range(spec["n_features_in"]) if i not in set(categorical)]
-            frequencies = np.zeros((n_frequencies, spec["n_features_in"]))
-            if numeric:
-                drawn = _kernel_frequencies(rng, n_frequencies, len(numeric), spec)
-                frequencies[:, numeric] = drawn / spec["bandwidth"]
-            params = {"frequencies": frequencies}
         else:
-            frequencies = _kernel_frequencies(rng, n_frequencies, spec["n_features_in"], spec)
+            numeric_width = spec["n_features_in"] - len(spec.get("categorical", ()))
+            frequencies = _kernel_frequencies(rng, n_frequencies, numeric_width, spec)
             params = {"frequencies": frequencies / spec["bandwidth"]}
         if spec["variant"] == "cosphase":
             params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
-        if categorical:
-            params.update(draw_sign_params(spec["seed"], n_frequencies, len(categorical), spec["mismatch"]))
+        if spec.get("categorical"):
+            params.update(draw_category_params(rng, n_frequencies, len(spec["categorical"]), spec["mismatch"]))
         return params
+
+    def _spec_entries(self) -> MapSpec:
+        entries = super()._spec_entries()
+        if self._categorical_columns:
+            seed = entries.pop("seed")
+            entries.update(categorical=list(self._categorical_columns), mismatch=float(self.mismatch_), seed=seed)
+        return entries
+
+    @classmethod
+    def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> RFF:
+        if "categorical" not in spec:
+            return super()._from_spec(spec, arrays)
+        feature_map = super()._from_spec(
+            {k: v for k, v in spec.items() if k not in ("categorical", "mismatch")}, arrays
+        )
+        feature_map.categorical = [int(column) for column in _require(spec, "categorical")]
+        feature_map.mismatch = float(_require(spec, "mismatch"))
+        feature_map._check_params()
+        feature_map._setup(feature_map.n_features_in_)
+        return feature_map._finish_fit(np.empty((0, feature_map.n_features_in_)))
 
     def _scale(self, m: int) -> float:
         """The features' common factor: ``m^-1/2`` for sincos (m frequencies), ``sqrt(2/D)`` for cosphase."""
         return 1.0 / np.sqrt(m) if self.variant == "sincos" else np.sqrt(2.0 / m)
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
-        self._embed_numeric(X, out)
-        if self.categorical_:
-            # One sign per frequency: for sincos the same sign multiplies its cosine and its sine.
-            params = self._params()
-            codes = np.asarray(X)[:, list(self.categorical_)]
-            signs = category_signs(codes, params["keep"], params["salts"], out.dtype)
-            m = signs.shape[1]
-            out[:, :m] *= signs
-            if out.shape[1] > m:
-                out[:, m:] *= signs
+        if not self._categorical_columns:
+            self._embed_numeric_tile(X, out)
+            return
+        params = self._params()
+        self._embed_numeric_tile(np.ascontiguousarray(X[:, self._numeric_columns()]), out)
+        signs = category_signs(X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"])
+        m = signs.shape[1]
+        out[:, :m] *= signs
+        if self.variant == "sincos":
+            out[:, m:] *= signs
 
-    def _embed_numeric(self, X: np.ndarray, out: np.ndarray) -> None:
-        """The Fourier features of the numeric columns (the categorical ones have zero frequencies)."""
+    def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         # The projection runs in the output's precision. For float32 nothing is lost by
         # it: the phase is rounded to float32 before the cosine anyway, and a float64
         # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
@@ -807,7 +770,7 @@ class RFF(FourierFeatureMap):
         # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
         # The sums agree with those of transform's features to float32 rounding.
         dtype = np.dtype(dtype)
-        if self.categorical_ or (dtype == np.float32 and not self._float32_phases()):
+        if self._categorical_columns or (dtype == np.float32 and not self._float32_phases()):
             return super()._feature_sums(X, dtype)  # tile by tile through _embed_tile
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)

@@ -71,9 +71,7 @@ class JL(FeatureMap):
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
         inner = RFF() if self.inner_map is None else self.inner_map
         if not isinstance(inner, FeatureMap):
-            raise InputError(
-                f"inner_map must be a streamrff FeatureMap such as RFF(). Got {type(inner).__name__}."
-            )
+            raise InputError(f"inner_map must be a streamrff FeatureMap such as RFF(). Got {type(inner).__name__}.")
         check_positive_int(self.n_components, "n_components")
         self.seed_ = normalize_seed(self.seed)
         self.inner_map_ = clone(inner)

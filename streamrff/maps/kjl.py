@@ -109,9 +109,7 @@ class KJL(FeatureMap):
     def _finish_fit(self, sample: np.ndarray) -> KJL:
         if sample.shape[0] < 2:
             vars(self).pop("n_features_in_", None)
-            raise InputError(
-                f"K-JL needs at least 2 landmark rows. Got {sample.shape[0]} sample(s); pass more rows."
-            )
+            raise InputError(f"K-JL needs at least 2 landmark rows. Got {sample.shape[0]} sample(s); pass more rows.")
         self.landmarks_ = np.array(sample, dtype=np.float64)
         self.bandwidth_ = median_heuristic(sample) if self.bandwidth == "median" else float(self.bandwidth)
         self._kjl_params = self._compute_params()

@@ -188,7 +188,6 @@ def nufft_supports(feature_map: FeatureMap) -> bool:
         isinstance(feature_map, (RFF, RelativeErrorRFF))
         and feature_map.is_fitted()
         and 1 <= feature_map.n_features_in_ <= MAX_DIMENSION
-        and not getattr(feature_map, "categorical_", ())
     )
 
 

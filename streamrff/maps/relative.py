@@ -51,7 +51,6 @@ def _relative_rff_gamma(n_features_in: int, alpha: float, eps: float) -> float:
     return float(np.sqrt(4.0 * np.log(16.0 * n_features_in / (np.sqrt(np.pi) * eps * alpha))))
 
 
-
 class RelativeErrorRFF(FourierFeatureMap):
     """Relative-error random features for the Gaussian kernel distance between point sets (Phillips & Tai 2018).
 

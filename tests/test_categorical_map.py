@@ -1,0 +1,117 @@
+"""The mixed-row RFF map (Gaussian on numeric columns x exp(-lambda * mismatches) on categorical ones)
+against the exact kernel and its closed-form variance, computed here in numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import streamrff as srf
+from streamrff.errors import InputError
+
+
+def mixed_rows(n: int, seed: int = 0, levels: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.column_stack(
+        [rng.normal(size=n), rng.integers(0, levels, n).astype(float), rng.normal(size=n), rng.integers(0, 3, n) * 1e9]
+    )
+
+
+CATEGORICAL = [1, 3]
+
+
+def exact_mixed_kernel(A: np.ndarray, B: np.ndarray, bandwidth: float, mismatch: float) -> np.ndarray:
+    numeric = [0, 2]
+    squared = ((A[:, None, numeric] - B[None, :, numeric]) ** 2).sum(-1)
+    differing = (A[:, None, CATEGORICAL] != B[None, :, CATEGORICAL]).sum(-1)
+    return np.exp(-squared / (2 * bandwidth**2)) * np.exp(-mismatch * differing)
+
+
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+def test_mixed_map_is_unbiased_with_the_closed_form_variance(variant):
+    # Over many seeds, each pair's estimate z(x).z(y) has mean k(x, y) and, for sincos with m
+    # frequencies, variance ((1 + k_g^4) / 2 - k^2) / m, k_g the Gaussian factor (E[F_j(a)^2] = 1);
+    # for cosphase with D frequencies, ((1 + k_g^4) / 2 + 1 / 2 - k^2) / D.
+    X = mixed_rows(6, seed=3, levels=2)
+    X[1, CATEGORICAL] = X[0, CATEGORICAL]  # a pair that agrees on every category
+    X[2, CATEGORICAL] = X[0, CATEGORICAL] + 1.0  # one that differs on both
+    bandwidth, mismatch, n_features, seeds = 1.3, 0.7, 16, 3000
+    estimates = np.empty((seeds, 6, 6))
+    for seed in range(seeds):
+        feature_map = srf.RFF(
+            n_features=n_features, bandwidth=bandwidth, variant=variant, categorical=CATEGORICAL, mismatch=mismatch,
+            seed=seed,
+        ).fit(X)  # fmt: skip
+        Z = feature_map.transform(X).astype(np.float64)
+        estimates[seed] = Z @ Z.T
+    kernel = exact_mixed_kernel(X, X, bandwidth, mismatch)
+    gaussian = exact_mixed_kernel(X, X, bandwidth, 0.0)
+    mean, spread = estimates.mean(axis=0), estimates.std(axis=0, ddof=1) / np.sqrt(seeds)
+    off = ~np.eye(6, dtype=bool)
+    assert np.all(np.abs(mean - kernel)[off] <= 4 * spread[off] + 1e-6)
+    if variant == "sincos":
+        m = n_features // 2
+        closed = ((1 + gaussian**4) / 2 - kernel**2) / m
+    else:  # z = sqrt(2/D) cos(w.x + b): 2 cos(u) cos(v) = cos(u - v) + cos(u + v + 2b), E over b of the second is 0
+        closed = ((1 + gaussian**4) / 2 + 0.5 - kernel**2) / n_features
+    variance = estimates.var(axis=0, ddof=1)
+    np.testing.assert_allclose(variance[off], closed[off], rtol=0.1)
+
+
+def test_mixed_map_sums_spec_file_and_unseen_categories(tmp_path):
+    X = mixed_rows(300)
+    feature_map = srf.RFF(n_features=64, categorical=CATEGORICAL, seed=2).fit(X)
+    # defaults: the median heuristic on the numeric columns only; lambda = 1 / median differing columns,
+    # which is 2 when every row has categories of its own
+    assert feature_map.bandwidth_ == srf.RFF(n_features=64, seed=2).fit(X[:, [0, 2]]).bandwidth_
+    distinct = X.copy()
+    distinct[:, CATEGORICAL] = np.arange(300)[:, None] * [1.0, 1e9]
+    assert srf.RFF(n_features=64, categorical=CATEGORICAL, seed=2).fit(distinct).mismatch_ == 0.5
+    assert feature_map.spec["categorical"] == CATEGORICAL and feature_map.spec["mismatch"] == feature_map.mismatch_
+    Z = feature_map.transform(X).astype(np.float64)
+    sketch = srf.sketch_array(X, feature_map)
+    np.testing.assert_allclose(sketch.feature_sum, Z.sum(axis=0), rtol=1e-6, atol=1e-6)
+    path = str(tmp_path / "map.json")
+    srf.save_map(feature_map, path)
+    loaded = srf.load_map(path)
+    np.testing.assert_array_equal(loaded.transform(X), feature_map.transform(X))
+    unseen = X[:3].copy()
+    unseen[:, 1] = [17.0, 18.0, 17.0]  # categories not in the fit sample
+    features = feature_map.transform(unseen).astype(np.float64)
+    np.testing.assert_allclose((features * features).sum(1), 1.0, rtol=1e-6)  # sincos rows keep unit norm
+    # a Gaussian map is unchanged by the new parameters: same spec, same features
+    plain = srf.RFF(n_features=64, seed=2).fit(X)
+    assert "categorical" not in plain.spec and "mismatch" not in plain.spec
+
+
+def test_mixed_map_in_the_analyses_finds_a_change_in_category_frequencies():
+    rng = np.random.default_rng(5)
+    A = mixed_rows(600, seed=6)
+    B = mixed_rows(600, seed=7)
+    B[:, 1] = rng.choice(5, 600, p=[0.4, 0.3, 0.1, 0.1, 0.1])  # only the category frequencies move
+    feature_map = srf.RFF(n_features=256, categorical=CATEGORICAL, seed=0).fit(np.vstack([A, B]))
+    result = srf.two_sample_test(A, B, feature_map=feature_map, n_permutations=99)
+    assert result.p_value <= 0.02
+    same = srf.two_sample_test(A, mixed_rows(600, seed=8), feature_map=feature_map, n_permutations=99)
+    assert same.p_value > 0.02
+    monitor = srf.DriftMonitor(window=50, ert=200, feature_map=feature_map, n_streams=50).fit(A)
+    update = monitor.update(B[:100])
+    assert np.isfinite(update.statistic[-1])
+    # k-means with a large lambda: two groups that differ only by a category are the two clusters
+    groups = rng.integers(0, 2, 400)
+    rows = np.column_stack([rng.normal(size=400), groups * 7.0])
+    categories = srf.RFF(n_features=256, categorical=[1], mismatch=3.0, seed=0).fit(rows)
+    labels = srf.KernelKMeans(n_clusters=2, feature_map=categories, seed=0).fit(rows).labels_
+    assert len(set(zip(labels.tolist(), groups.tolist()))) == 2  # one label per group
+
+
+def test_mixed_map_arguments_fail_in_one_line():
+    X = mixed_rows(20)
+    with pytest.raises(InputError, match="categorical must be column indices"):
+        srf.RFF(categorical=["colour"]).fit(X)
+    with pytest.raises(InputError, match="the data has 4 columns"):
+        srf.RFF(categorical=[7]).fit(X)
+    with pytest.raises(InputError, match="mismatch must be"):
+        srf.RFF(categorical=[1], mismatch=-1.0).fit(X)
+    with pytest.raises(InputError, match="structured=False"):
+        srf.RFF(categorical=[1], structured=True).fit(X)
