@@ -77,3 +77,10 @@ def test_aggregated_test_over_kernel_families() -> None:
         srf.two_sample_test(X, Y, method="aggregated", kernels=("gaussian", "cauchy"))
     with pytest.raises(InputError, match="kernels applies to method='aggregated' only"):
         srf.two_sample_test(X, Y, kernels=("laplace",))
+
+
+def test_nufft_sums_refuse_a_map_with_categorical_columns() -> None:
+    X = np.column_stack([np.random.default_rng(10).normal(size=(200, 1)), np.arange(200) % 3])
+    feature_map = srf.RFF(64, 1.0, categorical=[1], mismatch=0.5).fit(X)
+    with pytest.raises(InputError, match="nufft"):
+        srf.sketch_array(X, feature_map, method="nufft")
