@@ -76,6 +76,7 @@ def test_rff_get_params_and_set_params():
         "phase_precision": "auto",
         "categorical": None,
         "mismatch": "auto",
+        "kernel": "gaussian",
     }
     assert rff.set_params(n_features=32, bandwidth=1.5) is rff
     assert rff.fit(X).transform(X).shape == (len(X), 32)

@@ -35,7 +35,7 @@ from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec
 from .categorical import category_signs, draw_category_params, median_mismatch_rate
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
-__all__ = ["FourierFeatureMap", "PHASE_PRECISION_LIMIT", "RFF"]
+__all__ = ["FourierFeatureMap", "KERNELS", "PHASE_PRECISION_LIMIT", "RFF"]
 
 #: Fewest rows per projection GEMM in the compiled RFF sums (see RFF._feature_sums).
 _MIN_PROJECTION_ROWS = 256
@@ -202,6 +202,30 @@ def _gaussian_frequencies(rng: np.random.Generator, n_rows: int, dim: int, ortho
     return np.concatenate(blocks)[:n_rows]
 
 
+#: The kernel families of RFF: Gaussian, Laplace (l1 distance) and Matern nu = 1/2, 3/2, 5/2 (l2 distance).
+KERNELS = ("gaussian", "laplace", "matern12", "matern32", "matern52")
+#: Matern smoothness nu of each Matern family: frequencies are multivariate Student-t with 2 nu degrees of freedom.
+_MATERN_NU = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}
+
+
+def _kernel_frequencies(rng: np.random.Generator, n_rows: int, dim: int, spec: MapSpec) -> np.ndarray:
+    """Frequencies at bandwidth 1 of the spec's kernel family (``kernel`` absent: Gaussian, as every older map).
+
+    Gaussian: N(0, I) rows (:func:`_gaussian_frequencies`). Laplace ``exp(-||x - y||_1)``: i.i.d.
+    standard Cauchy entries (the kernel is a product over columns of ``exp(-|t|)``, whose spectrum is
+    Cauchy). Matern nu: the Gaussian rows times ``sqrt(2 nu / g)``, g ~ chi^2(2 nu), one per row: a
+    multivariate Student-t with 2 nu degrees of freedom, the spectrum of the Matern kernel of length 1.
+    """
+    kernel = spec.get("kernel", "gaussian")
+    if kernel == "laplace":
+        return rng.standard_cauchy((n_rows, dim))
+    frequencies = _gaussian_frequencies(rng, n_rows, dim, spec["orthogonal"])
+    if kernel in _MATERN_NU:
+        nu = _MATERN_NU[kernel]
+        frequencies *= np.sqrt(2.0 * nu / rng.chisquare(2.0 * nu, size=n_rows))[:, None]
+    return frequencies
+
+
 @functools.lru_cache(maxsize=16)
 def _frequency_matrix(kind: str, spec_json: str) -> np.ndarray:
     """The frequencies W (m x d, float64) of a map: its parameter, or formed from its structured blocks."""
@@ -360,6 +384,12 @@ class RFF(FourierFeatureMap):
         ``"auto"``: ``1 / max(1, median number of differing categorical columns
         between pairs of the fit sample)``, so a typical pair's factor is about
         ``e^-1``. The fitted value is ``mismatch_`` and is stored in the map file.
+    kernel : {"gaussian", "laplace", "matern12", "matern32", "matern52"}, default="gaussian"
+        The kernel family (on the numeric columns): Gaussian
+        ``exp(-||x - y||^2 / (2 sigma^2))``, Laplace ``exp(-||x - y||_1 / sigma)``
+        (Cauchy frequencies), Matern nu = 1/2, 3/2, 5/2 on ``||x - y||_2 / sigma``
+        (Student-t frequencies with 2 nu degrees of freedom). Recorded in the
+        spec when not Gaussian (docs/guide/feature_maps.rst, "Kernel families").
     phase_precision : {"auto", "float32", "float64"}, default="auto"
         Precision of the phases ``W x`` behind the float32 features.
         ``"float32"``: a float32 projection (the fast path). ``"float64"``: the
@@ -451,6 +481,14 @@ class RFF(FourierFeatureMap):
     >>> bool(np.abs(Z @ Z.T - srf.exact_kernel(X, X, 20.0)).max() < 0.1), sorf.spec["structured"]
     (True, True)
 
+    The Laplace kernel:
+
+    >>> laplace = srf.RFF(n_features=8192, bandwidth=2.0, kernel="laplace").fit(X)
+    >>> Z = laplace.transform(X)
+    >>> exact = np.exp(-np.abs(X[:, None] - X[None]).sum(-1) / 2.0)
+    >>> bool(np.abs(Z @ Z.T - exact).max() < 0.06), laplace.spec["kernel"]
+    (True, 'laplace')
+
     Rows far from the origin (in units of the bandwidth) get float64 phases:
 
     >>> far = 500.0 + np.random.default_rng(2).normal(size=(5, 2))
@@ -460,7 +498,7 @@ class RFF(FourierFeatureMap):
 
     kind = "rff"
     _family_params = {"variant": str, "orthogonal": bool}
-    _optional_params = {"structured": False}
+    _optional_params = {"structured": False, "kernel": "gaussian"}
     _fitted_options = {"phase_precision": "float32"}
     #: The feature layouts: cos and sin of D/2 frequencies, or the cosine of D frequencies plus phases.
     _variants = ("sincos", "cosphase")
@@ -476,10 +514,11 @@ class RFF(FourierFeatureMap):
         phase_precision: Literal["auto", "float32", "float64"] = "auto",
         categorical: Sequence[int] | None = None,
         mismatch: float | str = "auto",
+        kernel: Literal["gaussian", "laplace", "matern12", "matern32", "matern52"] = "gaussian",
     ) -> None:
         super().__init__(
             n_features, bandwidth, seed, variant=variant, orthogonal=orthogonal, structured=structured,
-            phase_precision=phase_precision, categorical=categorical, mismatch=mismatch,
+            phase_precision=phase_precision, categorical=categorical, mismatch=mismatch, kernel=kernel,
         )  # fmt: skip
 
     @property
@@ -526,6 +565,18 @@ class RFF(FourierFeatureMap):
                 raise InputError("categorical columns need a dense map: pass structured=False with categorical.")
         if not (self.mismatch == "auto" or _is_positive_float(self.mismatch)):
             raise InputError(f"mismatch must be 'auto' or a positive finite number. Got {self.mismatch!r}.")
+        if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
+            raise InputError(f"kernel must be one of {', '.join(map(repr, KERNELS))}. Got {self.kernel!r}.")
+        if self.kernel != "gaussian" and self.structured:
+            raise InputError(
+                f"structured=True draws Gaussian-kernel frequencies only. Got kernel={self.kernel!r}; pass "
+                "structured=False for that kernel, or kernel='gaussian'."
+            )
+        if self.kernel == "laplace" and self.orthogonal:
+            raise InputError(
+                "orthogonal=True needs a rotation-invariant kernel; the Laplace kernel (a product over columns) "
+                "is not. Pass orthogonal=False, or a Matern kernel (kernel='matern12', ...)."
+            )
 
     def _setup(self, n_features_in: int) -> None:
         super()._setup(n_features_in)
@@ -591,7 +642,7 @@ class RFF(FourierFeatureMap):
             params = draw_structured_params(rng, spec["n_features_in"], n_frequencies, spec["bandwidth"])
         else:
             numeric_width = spec["n_features_in"] - len(spec.get("categorical", ()))
-            frequencies = _gaussian_frequencies(rng, n_frequencies, numeric_width, spec["orthogonal"])
+            frequencies = _kernel_frequencies(rng, n_frequencies, numeric_width, spec)
             params = {"frequencies": frequencies / spec["bandwidth"]}
         if spec["variant"] == "cosphase":
             params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])

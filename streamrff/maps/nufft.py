@@ -188,6 +188,7 @@ def nufft_supports(feature_map: FeatureMap) -> bool:
         isinstance(feature_map, (RFF, RelativeErrorRFF))
         and feature_map.is_fitted()
         and 1 <= feature_map.n_features_in_ <= MAX_DIMENSION
+        and "categorical" not in feature_map.spec  # the sign hashes are no Fourier transform of the rows
     )
 
 

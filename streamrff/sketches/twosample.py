@@ -9,6 +9,7 @@ and reduces the partial :class:`TwoSampleSketch` objects with ``merge``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -456,10 +457,19 @@ def two_sample_sketches_of_chunk(
     in_x = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
     return [
         TwoSampleSketch(
-            feature_map, n_x, n_y, n_permutations, seed, in_x, rows.shape[0] - in_x,
-            sums[m][n_permutations].copy(), sums[m][n_permutations + 1].copy(),
-            float(squared_norms[n_permutations, m]), float(squared_norms[n_permutations + 1, m]),
-            sums[m][:n_permutations].copy(), squared_norms[:n_permutations, m].copy(),
+            feature_map,
+            n_x,
+            n_y,
+            n_permutations,
+            seed,
+            in_x,
+            rows.shape[0] - in_x,
+            sums[m][n_permutations].copy(),
+            sums[m][n_permutations + 1].copy(),
+            float(squared_norms[n_permutations, m]),
+            float(squared_norms[n_permutations + 1, m]),
+            sums[m][:n_permutations].copy(),
+            squared_norms[:n_permutations, m].copy(),
         )  # fmt: skip
         for m, feature_map in enumerate(feature_maps)
     ]
@@ -491,12 +501,13 @@ def _separate_embedder(
 def _shared_draw_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
     """For RFF maps that differ only in bandwidth, ``tile -> float32 features of each map`` from ONE projection.
 
-    Such maps share the seeded Gaussian draw G (``W_l = G / sigma_l``, see
+    Such maps share the seeded draw G (``W_l = G / sigma_l``, see
     :func:`~streamrff.twosample.bandwidth_maps`), so the phases of map l are the tile's
-    projection ``X G`` divided by ``sigma_l``: one GEMM serves every bandwidth. The
-    features equal each map's own embedding up to float32 rounding of the phase
-    (``|phase| * 6e-8``); they may be overwritten before the next map's. Returns None for
-    any other list of maps (or one map).
+    projection ``X G`` divided by ``sigma_l``: one GEMM serves every bandwidth. Maps of
+    several kernel families (the aggregated test's ``kernels``) form one group per family,
+    with one projection per group. The features equal each map's own embedding up to
+    float32 rounding of the phase (``|phase| * 6e-8``); they may be overwritten before the
+    next map's. Returns None for any other list of maps (or one map).
     """
     if len(feature_maps) < 2 or any(
         type(feature_map) is not RFF or not feature_map._float32_phases() for feature_map in feature_maps
@@ -504,23 +515,28 @@ def _shared_draw_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
         return None
     specs = [dict(feature_map.spec) for feature_map in feature_maps]
     bandwidths = [spec.pop("bandwidth") for spec in specs]
-    if any(spec != specs[0] for spec in specs[1:]):
-        return None
-    base = _projection_params("rff", _spec_key({**specs[0], "bandwidth": 1.0}), "f")[0]  # float32 G^T (d, m)
-    _, offsets, scale = feature_maps[0]._float32_kernel_args()  # offsets and scale do not depend on sigma
+    groups: dict[str, int] = {}  # the spec without its bandwidth -> the group's index
+    for spec in specs:
+        groups.setdefault(_spec_key(spec), len(groups))
+    if len(groups) == len(feature_maps):
+        return None  # no two maps share a draw
+    group_of = [groups[_spec_key(spec)] for spec in specs]
+    bases = [_projection_params("rff", _spec_key({**json.loads(key), "bandwidth": 1.0}), "f")[0] for key in groups]
+    offsets_scales = [feature_maps[group_of.index(group)]._float32_kernel_args()[1:] for group in range(len(groups))]
     inverse_bandwidths = [np.float32(1.0 / bandwidth) for bandwidth in bandwidths]
-    projection = np.empty((tile_rows, base.shape[1]), dtype=np.float32)
-    phases = np.empty_like(projection)
+    projections = [np.empty((tile_rows, base.shape[1]), dtype=np.float32) for base in bases]
+    phases = np.empty_like(projections[0])
     buffer = np.empty((tile_rows, feature_maps[0].n_features_out_), dtype=np.float32)
 
     def embed(tile: np.ndarray) -> Iterator[np.ndarray]:
         size = tile.shape[0]
         rows32 = np.ascontiguousarray(tile, dtype=np.float32)
-        shared = projection[:size]
-        np.matmul(rows32, base, out=shared)
-        for feature_map, inverse in zip(feature_maps, inverse_bandwidths):
+        for base, projection in zip(bases, projections):
+            np.matmul(rows32, base, out=projection[:size])
+        for feature_map, inverse, group in zip(feature_maps, inverse_bandwidths, group_of):
+            offsets, scale = offsets_scales[group]
             features, scaled = buffer[:size], phases[:size]
-            np.multiply(shared, inverse, out=scaled)
+            np.multiply(projections[group][:size], inverse, out=scaled)
             if largest_phase(scaled, offsets) > MAX_FAST_PHASE:
                 feature_map._embed_tile(tile, features)  # a tiny bandwidth: the map's own careful path
             elif offsets.shape[0]:

@@ -48,7 +48,15 @@ from __future__ import annotations
 from .._base.permutations import FEISTEL_ROUNDS, PERMUTATION_SCHEME, permutation_indices
 from ..sketches import twosample as _sketch
 from ..sketches.twosample import *  # noqa: F403 - the sketches, their chunk kernels and size limit: the sketch module's __all__, listed once
-from .aggregated import AGGREGATIONS, AUTO_BANDWIDTHS, DEFAULT_AGGREGATION, aggregate, auto_bandwidths, shared_map_seed
+from .aggregated import (
+    AGGREGATIONS,
+    AUTO_BANDWIDTHS,
+    DEFAULT_AGGREGATION,
+    aggregate,
+    auto_bandwidths,
+    kernel_grid,
+    shared_map_seed,
+)
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .effect import EffectSize, mmd2_variance
 from .explain import Explanation, WitnessProfile, explain
@@ -79,6 +87,7 @@ __all__ = [
     "WitnessProfile",
     "aggregated_permutation_test",
     "auto_bandwidths",
+    "kernel_grid",
     "bandwidth_maps",
     "shared_map_seed",
     "aggregate",

@@ -34,6 +34,9 @@ __all__ = [
     "auto_bandwidths",
     "shared_map_seed",
     "check_bandwidths",
+    "check_kernels",
+    "kernel_grid",
+    "kernel_grid_size",
     "check_aggregated_accumulator_size",
     "standardise",
     "aggregate",
@@ -46,11 +49,13 @@ AGGREGATIONS = ("max", "fuse", "mmdagg")
 DEFAULT_AGGREGATION = "max"
 #: Bandwidths in the ``bandwidths="auto"`` grid.
 AUTO_BANDWIDTHS = 10
+#: Rows of the landmark sample the Laplace grid's l1 distances are taken from (cost ~ rows^2).
+LAPLACE_GRID_ROWS = 400
 # Domain tag of the per-bandwidth map seeds ("bandwdth"): unrelated to the test's other streams.
 _MAP_SEED_STREAM = 0x62616E6477647468
 
 
-def auto_bandwidths(sample: np.ndarray, n_bandwidths: int = AUTO_BANDWIDTHS) -> np.ndarray:
+def auto_bandwidths(sample: np.ndarray, n_bandwidths: int = AUTO_BANDWIDTHS, metric: str = "euclidean") -> np.ndarray:
     """The default bandwidth grid: geometric from half the nearest-neighbour scale to twice the median distance.
 
     With ``r`` the median over the sample's rows of the distance to the nearest
@@ -76,6 +81,9 @@ def auto_bandwidths(sample: np.ndarray, n_bandwidths: int = AUTO_BANDWIDTHS) -> 
     sample : ndarray of shape (k, d)
         Pooled sample rows (the engine's landmark sample).
     n_bandwidths : int, default=10
+    metric : {"euclidean", "cityblock"}, default="euclidean"
+        The distance the grid is scaled on: l2 for the Gaussian and Matern
+        kernels, l1 (``"cityblock"``) for the Laplace kernel ``exp(-||x - y||_1 / sigma)``.
 
     Returns
     -------
@@ -100,7 +108,7 @@ def auto_bandwidths(sample: np.ndarray, n_bandwidths: int = AUTO_BANDWIDTHS) -> 
     True
     """
     n_bandwidths = int(n_bandwidths)
-    distances = pdist(np.asarray(sample, dtype=np.float64)) if sample.shape[0] >= 2 else np.zeros(0)
+    distances = pdist(np.asarray(sample, dtype=np.float64), metric) if sample.shape[0] >= 2 else np.zeros(0)
     positive = distances[distances > 0]
     if positive.size == 0:
         median, nearest = 1.0, 1.0
@@ -168,6 +176,63 @@ def check_bandwidths(bandwidths: Any) -> str | tuple[float, ...]:
     if len(set(float(v) for v in values)) != len(values):
         raise InputError(f"bandwidths must be distinct. Got {values!r}; drop the repeated values.")
     return tuple(float(v) for v in values)
+
+
+def check_kernels(kernels: Any) -> tuple[str, ...]:
+    """The aggregated test's kernel families (distinct names of RFF's ``kernel``), or InputError."""
+    from ..maps.fourier import KERNELS
+
+    names = (kernels,) if isinstance(kernels, str) else kernels
+    try:
+        values = tuple(names)
+    except TypeError:
+        values = ()
+    if not values or any(not isinstance(name, str) or name not in KERNELS for name in values):
+        raise InputError(
+            f"kernels must be a non-empty list of kernel families from {list(KERNELS)}. Got {kernels!r}; "
+            "use e.g. kernels=('gaussian', 'laplace')."
+        )
+    if len(set(values)) != len(values):
+        raise InputError(f"kernels must be distinct. Got {list(values)!r}; drop the repeated names.")
+    return values
+
+
+def kernel_grid(
+    kernels: tuple[str, ...], bandwidths: str | tuple[float, ...], sample: np.ndarray | None
+) -> list[tuple[str, float]]:
+    """The (kernel, bandwidth) pairs the aggregated test tests, kernel by kernel.
+
+    ``bandwidths="auto"``: ``ceil(10 / len(kernels))`` bandwidths per kernel family, so that
+    aggregating several families costs about what the Gaussian grid alone does: the grid of
+    :func:`auto_bandwidths` of ``sample``, on l1 distances for the Laplace kernel and on l2 distances
+    for the others. A list of bandwidths is used as given for every family.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pairs = kernel_grid(("gaussian", "laplace"), "auto", np.random.default_rng(0).normal(size=(200, 3)))
+    >>> len(pairs), sorted({kernel for kernel, _ in pairs})
+    (10, ['gaussian', 'laplace'])
+    >>> kernel_grid(("gaussian",), (0.5, 2.0), None)
+    [('gaussian', 0.5), ('gaussian', 2.0)]
+    """
+    if bandwidths != "auto":
+        return [(kernel, float(bandwidth)) for kernel in kernels for bandwidth in bandwidths]
+    per_kernel = kernel_grid_size(kernels, "auto") // len(kernels)
+    pairs = []
+    for kernel in kernels:
+        if kernel == "laplace":  # l1 distances, of the sample's first LAPLACE_GRID_ROWS rows (a seeded sample)
+            grid = auto_bandwidths(sample[:LAPLACE_GRID_ROWS], per_kernel, "cityblock")
+        else:
+            grid = auto_bandwidths(sample, per_kernel)
+        pairs.extend((kernel, float(bandwidth)) for bandwidth in grid)
+    return pairs
+
+
+def kernel_grid_size(kernels: tuple[str, ...], bandwidths: str | tuple[float, ...]) -> int:
+    """How many maps :func:`kernel_grid` gives, before any sample is read."""
+    per_kernel = -(-AUTO_BANDWIDTHS // len(kernels)) if bandwidths == "auto" else len(bandwidths)
+    return per_kernel * len(kernels)
 
 
 def check_aggregated_accumulator_size(

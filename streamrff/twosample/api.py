@@ -43,12 +43,13 @@ from ..sources.rows import RowSource
 from ..typing import Seed
 from .aggregated import (
     AGGREGATIONS,
-    AUTO_BANDWIDTHS,
     DEFAULT_AGGREGATION,
     aggregated_p_value,
-    auto_bandwidths,
     check_aggregated_accumulator_size,
     check_bandwidths,
+    check_kernels,
+    kernel_grid,
+    kernel_grid_size,
     shared_map_seed,
     standardise,
 )
@@ -250,7 +251,12 @@ def aggregated_permutation_test(
 
 
 def bandwidth_maps(
-    bandwidths: Any, n_features_in: int, n_features: int = 1024, seed: Seed = 0, variant: str = "sincos"
+    bandwidths: Any,
+    n_features_in: int,
+    n_features: int = 1024,
+    seed: Seed = 0,
+    variant: str = "sincos",
+    kernel: str = "gaussian",
 ) -> list[RFF]:
     """The fitted RFF map of each bandwidth of the aggregated test, seeded from the test's seed.
 
@@ -269,6 +275,8 @@ def bandwidth_maps(
     n_features : int, default=1024
     seed : int, numpy.random.Generator or None, default=0
     variant : {"sincos", "cosphase"}, default="sincos"
+    kernel : str, default="gaussian"
+        The kernel family of every map (:class:`~streamrff.RFF`'s ``kernel``).
 
     Returns
     -------
@@ -293,7 +301,9 @@ def bandwidth_maps(
     n_features_in = check_positive_int(n_features_in, "n_features_in")
     maps = []
     for bandwidth in values:
-        feature_map = RFF(n_features=n_features, bandwidth=bandwidth, variant=variant, seed=shared_map_seed(seed))
+        feature_map = RFF(
+            n_features=n_features, bandwidth=bandwidth, variant=variant, seed=shared_map_seed(seed), kernel=kernel
+        )
         feature_map._begin_fit(n_features_in)
         maps.append(feature_map._finish_fit(np.empty((0, n_features_in))))
     return maps
@@ -506,6 +516,7 @@ def _sketch_sources(
     job: JobOptions,
     bandwidths: str | tuple[float, ...] = "auto",
     moments: bool = False,
+    kernels: tuple[str, ...] = ("gaussian",),
 ) -> Any:
     """Sketch both samples through the Dask engine (numpy, dask, xarray or zarr sources).
 
@@ -526,17 +537,19 @@ def _sketch_sources(
         # Every row counts in a test: a NaN is named, with no option to skip it; no checkpoint (two sources).
         job = job.replace(client=active, on_invalid="require", checkpoint=None)
         if method == "aggregated":
-            n_bandwidths = AUTO_BANDWIDTHS if bandwidths == "auto" else len(bandwidths)
+            n_bandwidths = kernel_grid_size(kernels, bandwidths)
             _check_aggregated_fits(
                 n_bandwidths, feature_map.n_features, sources[0].shape[1], n_permutations, memory_per_thread(active),
                 task_bytes,
             )  # fmt: skip
-            if bandwidths == "auto":
-                sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, job).rows
-                bandwidths = tuple(float(value) for value in auto_bandwidths(sample))
-            maps = bandwidth_maps(
-                bandwidths, sources[0].shape[1], feature_map.n_features, seed=seed, variant=feature_map.variant
-            )
+            sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, job).rows if bandwidths == "auto" else None
+            maps = [
+                bandwidth_maps(
+                    [bandwidth], sources[0].shape[1], feature_map.n_features, seed=seed, variant=feature_map.variant,
+                    kernel=kernel,
+                )[0]
+                for kernel, bandwidth in kernel_grid(kernels, bandwidths, sample)
+            ]  # fmt: skip
             kernel = functools.partial(
                 _aggregated_kernel, feature_maps=tuple(maps), n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
             )
@@ -580,6 +593,7 @@ def two_sample_test(
     bandwidths: str | Sequence[float] | None = None,
     aggregation: str | None = None,
     moments: bool = False,
+    kernels: Sequence[str] | None = None,
     **options: Any,
 ) -> TwoSampleResult | AggregatedTwoSampleResult:
     """Kernel (MMD) two-sample test of whether X and Y come from the same distribution.
@@ -634,6 +648,14 @@ def two_sample_test(
         moments in the same pass (D x D float64 per partial and map), so that the
         result gives :meth:`~TwoSampleResult.confidence_interval`. The spectral
         and Hotelling tests read the moments anyway.
+    kernels : sequence of str, optional
+        ``method="aggregated"`` only (default ``("gaussian",)``): the kernel families
+        aggregated over as well as the bandwidths, e.g. ``("gaussian", "laplace")``
+        as MMDAgg recommends (:class:`~streamrff.RFF`'s ``kernel``). With
+        ``bandwidths="auto"`` each family gets ``ceil(10 / len(kernels))`` widths
+        (:func:`streamrff.twosample.kernel_grid`), so the test costs about what the
+        Gaussian grid alone does; each map's family is its ``map_specs[l]["kernel"]``
+        (absent: Gaussian).
     **options
         The job options (``client``, ``storage_options``, ``sample_dim``,
         ``chunk_rows``, ``progress``, ...), as for :func:`streamrff.sketch`.
@@ -716,8 +738,9 @@ def two_sample_test(
     n_permutations = check_positive_int(n_permutations, "n_permutations")
     if isinstance(max_accumulator_bytes, bool) or not isinstance(max_accumulator_bytes, numbers.Real):
         raise InputError(f"max_accumulator_bytes must be a number of bytes. Got {max_accumulator_bytes!r}.")
+    families: tuple[str, ...] = ("gaussian",)
     if method != "aggregated":
-        for name, value in (("bandwidths", bandwidths), ("aggregation", aggregation)):
+        for name, value in (("bandwidths", bandwidths), ("aggregation", aggregation), ("kernels", kernels)):
             if value is not None:
                 raise InputError(
                     f"{name} applies to method='aggregated' only. Got {name}={value!r} with method={method!r}; "
@@ -754,7 +777,8 @@ def two_sample_test(
         if aggregation not in AGGREGATIONS:
             raise InputError(f"aggregation must be one of {AGGREGATIONS}. Got {aggregation!r}.")
         grid = check_bandwidths("auto" if bandwidths is None else bandwidths)
-        n_grid = len(grid) if grid != "auto" else AUTO_BANDWIDTHS
+        families = check_kernels(("gaussian",) if kernels is None else kernels)
+        n_grid = kernel_grid_size(families, grid)
         check_aggregated_accumulator_size(n_grid, n_permutations, n_features, max_accumulator_bytes)
     if method == "permutation":
         check_accumulator_size(n_permutations, width, max_accumulator_bytes)
@@ -768,6 +792,7 @@ def two_sample_test(
         job=job,
         bandwidths=grid,
         moments=bool(moments),
+        kernels=families,
     )
     moment_sketches = None
     if method in ("aggregated", "permutation") and moments:
