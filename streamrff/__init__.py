@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover - the names below, for type checkers and I
         sketch_array,
     )
     from .sources import RowSource, open_source
+    from .store import SketchStore
     from .twosample import (
         AggregatedTwoSampleResult,
         CombinedEvidence,
@@ -84,6 +85,7 @@ _LOCATIONS = {
     ),
     "formats": ("read_signing_key", "load_map", "save_map"),
     "sources": ("open_source", "RowSource"),
+    "store": ("SketchStore",),
     "kmeans": ("KernelKMeans",),
     "kpca": ("KernelPCA",),
     "maps": ("JL", "KJL", "RFF", "FeatureMap", "RelativeErrorRFF", "exact_kernel", "map_from_spec"),
@@ -220,4 +222,5 @@ __all__ = [
     "DriftMonitor",
     "DriftUpdate",
     "load_monitor",
+    "SketchStore",
 ]

@@ -49,7 +49,7 @@ LAYERS = (
     ("sketches", ("sketches",)),
     ("sources", ("sources",)),
     ("engine", ("engine",)),
-    ("analyses", ("_estimators", "twosample", "kmeans", "kpca", "ridge", "drift")),
+    ("analyses", ("_estimators", "twosample", "kmeans", "kpca", "ridge", "drift", "store")),
     ("surfaces", ("cli", "demo", "plot", "testing")),
 )
 LAYER_OF = {room: index for index, (_, rooms) in enumerate(LAYERS) for room in rooms}

@@ -125,6 +125,45 @@ class MeanSketch(SumSketch):
         if mine is not None:
             mine.check_compatible(theirs)
 
+    def __sub__(self, other: MeanSketch) -> MeanSketch:
+        """The sketch of the rows of ``self`` that are not in ``other`` (a mean sketch is linear).
+
+        Counts, sums, squared norms and (when both have them) second moments are subtracted.
+        It is exact when ``other``'s rows are a part of ``self``'s: a leave-out reference.
+
+        Raises
+        ------
+        SketchMismatchError
+            If the maps differ, or one sketch has second moments or column parts and the other not.
+        InputError
+            If ``other`` has more rows than ``self`` (a negative count), or the sketches have column parts.
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> X = np.random.default_rng(0).normal(size=(100, 2))
+        >>> rff = srf.RFF(n_features=64, bandwidth=1.0).fit(X)
+        >>> rest = srf.sketch_array(X, rff) - srf.sketch_array(X[:30], rff)
+        >>> rest.count, bool(np.allclose(rest.feature_sum, srf.sketch_array(X[30:], rff).feature_sum))
+        (70, True)
+        """
+        if not isinstance(other, MeanSketch):
+            return NotImplemented
+        self.check_compatible(other)
+        if self.columns is not None:
+            raise InputError("Cannot subtract sketches with column parts. Sketch both without columns=True.")
+        count, n_invalid = self.count - other.count, self.n_invalid - other.n_invalid
+        if count < 0 or n_invalid < 0:
+            raise InputError(
+                f"Cannot subtract a sketch of {other.count} rows from one of {self.count}: the count would be "
+                f"{count}. Subtract only a part of the rows a sketch holds."
+            )
+        moment = None if self.moment is None else self.moment - other.moment
+        return MeanSketch(
+            self.feature_map, count, self.feature_sum - other.feature_sum,
+            float(self.squared_norm_sum - other.squared_norm_sum), moment, n_invalid,
+        )  # fmt: skip
+
     def _arrays(self) -> dict[str, np.ndarray]:
         arrays = super()._arrays()
         if self.columns is not None:

@@ -1,0 +1,480 @@
+"""The sketch store format: a stream kept as buckets of mean-sketch sums, one zarr v3 group. No pickle.
+
+Layout (version 1)::
+
+    <store>/zarr.json             group; attributes below
+    <store>/map.json              the store's fitted feature map (a map file, :mod:`streamrff.formats.map`)
+    <store>/records/zarr.json     array (n_slots, HEADER + D) float64, chunks (1, HEADER + D),
+                                  codecs: bytes (little-endian), crc32c; fill value NaN
+    <store>/records/c/<slot>/0    one chunk per record: written once, whole, never rewritten
+
+Group attributes::
+
+    format            "streamrff.sketch-store"
+    version           1
+    map               the feature map's JSON spec
+    fingerprint       sha256 of the spec and the map's parameters
+    n_features        D, the width of the feature sums
+    bucket            {"rows": R}: bucket b holds rows [b R, (b + 1) R)
+    levels            L: the store holds at most 2**L buckets
+    signed            whether every record carries an HMAC-SHA256 (key kept by its owners)
+    created_at        ISO 8601 UTC time of creation
+    attributes_digest sha256 of the canonical JSON of every other attribute
+
+Records. A record is the sum of an aligned dyadic block of buckets: level ``k``, index ``i``
+holds buckets ``[i 2**k, (i + 1) 2**k)`` (level 0: one bucket). Its slot (row of ``records``)
+is ``offset(k) + i`` with ``offset(k) = sum_{j < k} 2**(L - j)``. A row is
+``HEADER`` float64 header values, then the D float64 feature sums::
+
+    0 level  1 index  2 count  3 n_invalid  4 squared_norm_sum  5 first row  6 stop row
+    7 written at (Unix seconds)  8-15 source digest (8 x 32-bit words)
+    16-23 HMAC-SHA256 of the row with these words zeroed (8 x 32-bit words; zeros unsigned)
+    24 signed (0 or 1)  25-31 reserved (0)
+
+Every integer in the header is exact in float64. The source digest is the identity of the
+rows the record holds (:func:`streamrff.store.rows_digest` for a bucket; for a block, the
+sha256 of its two children's digests).
+
+Why one chunk per record, and records rather than an index: a chunk object is written in one
+step (local: under a temporary name, then :func:`~streamrff._files.publish.publish` without
+replacing; object storage: one PUT), so a record is absent or complete, and appenders of
+distinct buckets never write the same object. What indexes the buckets is the set of stored
+chunk objects itself: there is no second mutable file that could disagree with the records.
+Reading a record is one object read (the array metadata is read once per open), its crc32c
+checks it, and its header must name its own slot: a record under another slot's name is
+refused naming the bucket. The store is an ordinary zarr array: ``zarr.open_array(store +
+"/records")[slot, HEADER:]`` reads the same sums.
+
+This module reads and writes the root and the records; what a record means (a mean sketch,
+the engine that sketches buckets) is :mod:`streamrff.store`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._base.memory import memory_available
+from .._base.validation import check_format_version
+from .._files.bounded_read import MAX_JSON_BYTES
+from .._files.publish import publish, remove_path, staging_path
+from .._files.signed import DIGEST_ATTRIBUTE, _attributes_digest, _is_url, _local_path
+from ..errors import SketchFormatError, SketchSignatureError, SourceError
+from ..maps import FeatureMap
+from ..typing import StorageOptions
+from .map import map_from_json, map_to_json
+
+__all__ = [
+    "STORE_FORMAT_NAME", "STORE_FORMAT_VERSION", "HEADER", "StoreRoot", "Record", "RecordFiles",
+    "create_store", "read_store_root", "encode_record",
+]  # fmt: skip
+
+STORE_FORMAT_NAME = "streamrff.sketch-store"
+STORE_FORMAT_VERSION = 1
+#: Header values before the feature sums in a record row.
+HEADER = 32
+#: Largest number of dyadic levels (a store of at most 2**40 buckets).
+MAX_LEVELS = 40
+#: Most features of a store's records (as a sketch's largest vector).
+MAX_FEATURES = 2**24
+_DIGEST_COLUMNS = slice(8, 16)
+_SIGNATURE_COLUMNS = slice(16, 24)
+_SIGNED_COLUMN = 24
+_RECORD_CONTEXT = b"streamrff.sketch-store record v1\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreRoot:
+    """A store's checked root: its map, bucket grid and record layout."""
+
+    target: str
+    feature_map: FeatureMap
+    bucket_rows: int
+    levels: int
+    signed: bool
+    created_at: str
+
+    @property
+    def n_features(self) -> int:
+        return int(self.feature_map.n_features_out_)
+
+    @property
+    def width(self) -> int:
+        return HEADER + self.n_features
+
+    @property
+    def capacity(self) -> int:
+        """The most buckets the store holds (``2**levels``)."""
+        return 1 << self.levels
+
+    @property
+    def n_slots(self) -> int:
+        return 2 * self.capacity - 1
+
+    def slot(self, level: int, index: int) -> int:
+        """The row of ``records`` that holds block ``index`` of ``level``."""
+        offset = 2 * self.capacity - (2 * self.capacity >> level)  # sum_{j < level} capacity >> j
+        return offset + index
+
+    def block_of(self, slot: int) -> tuple[int, int]:
+        """(level, index) of a slot (the inverse of :meth:`slot`)."""
+        level = 0
+        while slot >= self.slot(level + 1, 0):
+            level += 1
+        return level, slot - self.slot(level, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One record: the sums of the buckets of block ``index`` of ``level``, and what identifies them."""
+
+    level: int
+    index: int
+    count: int
+    n_invalid: int
+    squared_norm_sum: float
+    first_row: int
+    stop_row: int
+    written_at: float
+    source_digest: str
+    signed: bool
+    feature_sum: np.ndarray
+
+    @property
+    def first_bucket(self) -> int:
+        return self.index << self.level
+
+    @property
+    def stop_bucket(self) -> int:
+        return (self.index + 1) << self.level
+
+
+def _words(digest: bytes) -> np.ndarray:
+    return np.frombuffer(digest, dtype=">u4").astype(np.float64)
+
+
+def _digest_of(words: np.ndarray) -> bytes:
+    return np.asarray(words, dtype=np.float64).astype(">u4").tobytes()
+
+
+def record_signature(row: np.ndarray, key: bytes) -> bytes:
+    """HMAC-SHA256 of a record row (little-endian bytes) with its signature words zeroed."""
+    unsigned = np.array(row, dtype="<f8")
+    unsigned[_SIGNATURE_COLUMNS] = 0.0
+    return hmac.new(key, _RECORD_CONTEXT + unsigned.tobytes(), hashlib.sha256).digest()
+
+
+def encode_record(record: Record, signing_key: bytes | None = None) -> bytes:
+    """The chunk bytes of a record: the little-endian row and its crc32c (zarr's ``bytes`` + ``crc32c`` codecs)."""
+    import google_crc32c
+
+    row = np.zeros(HEADER + record.feature_sum.shape[0], dtype="<f8")
+    row[:8] = (
+        record.level, record.index, record.count, record.n_invalid, record.squared_norm_sum, record.first_row,
+        record.stop_row, record.written_at,
+    )  # fmt: skip
+    row[_DIGEST_COLUMNS] = _words(bytes.fromhex(record.source_digest))
+    row[_SIGNED_COLUMN] = 1.0 if signing_key is not None else 0.0
+    row[HEADER:] = record.feature_sum
+    if signing_key is not None:
+        row[_SIGNATURE_COLUMNS] = _words(record_signature(row, signing_key))
+    payload = row.tobytes()
+    return payload + np.uint32(google_crc32c.value(payload)).astype("<u4").tobytes()
+
+
+def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | None) -> Record:
+    """The record in chunk ``data`` of ``slot``, checked: size, crc32c, header, slot, signature."""
+    import google_crc32c
+
+    level, index = root.block_of(slot)
+    where = f"{root.target}: the record of buckets {index << level}..{((index + 1) << level) - 1} (level {level})"
+    expected = 8 * root.width + 4
+    if len(data) != expected:
+        raise SketchFormatError(f"{where} holds {len(data)} bytes; expected {expected} (truncated or tampered).")
+    payload, crc = data[:-4], data[-4:]
+    if np.uint32(google_crc32c.value(payload)).astype("<u4").tobytes() != crc:
+        raise SketchFormatError(f"{where} does not match its crc32c checksum (corrupt or tampered).")
+    row = np.frombuffer(payload, dtype="<f8").astype(np.float64)
+    header = row[:8]
+    if not np.isfinite(row).all() or (header[[0, 1, 2, 3, 5, 6]] != np.floor(header[[0, 1, 2, 3, 5, 6]])).any():
+        raise SketchFormatError(f"{where} holds non-finite or non-integral header values (tampered).")
+    record = Record(
+        level=int(header[0]), index=int(header[1]), count=int(header[2]), n_invalid=int(header[3]),
+        squared_norm_sum=float(header[4]), first_row=int(header[5]), stop_row=int(header[6]),
+        written_at=float(header[7]), source_digest=_digest_of(row[_DIGEST_COLUMNS]).hex(),
+        signed=bool(row[_SIGNED_COLUMN]), feature_sum=row[HEADER:],
+    )  # fmt: skip
+    rows = root.bucket_rows
+    if (record.level, record.index) != (level, index):
+        raise SketchFormatError(
+            f"{where} says it holds level {record.level}, index {record.index}: the index disagrees with the "
+            "records (a record copied or renamed into another slot). Remove it and append its rows again."
+        )
+    if (record.first_row, record.stop_row) != (record.first_bucket * rows, record.stop_bucket * rows):
+        raise SketchFormatError(
+            f"{where} says it holds rows {record.first_row}..{record.stop_row - 1}; the bucket grid of {rows} rows "
+            f"gives {record.first_bucket * rows}..{record.stop_bucket * rows - 1} (tampered)."
+        )
+    if record.count < 0 or record.n_invalid < 0 or record.count + record.n_invalid > record.stop_row - record.first_row:
+        raise SketchFormatError(
+            f"{where} counts {record.count} rows and {record.n_invalid} invalid ones in a block of "
+            f"{record.stop_row - record.first_row} rows (tampered)."
+        )
+    if verify_key is not None:
+        stored = _digest_of(row[_SIGNATURE_COLUMNS])
+        if not record.signed or not hmac.compare_digest(stored, record_signature(row, verify_key)):
+            raise SketchSignatureError(
+                f"{where} is {'not signed with the verify key' if record.signed else 'not signed'}. Expected "
+                "records appended with the store's signing key (store.append(..., signing_key=...))."
+            )
+    return record
+
+
+class RecordFiles:
+    """The chunk objects of a store's records: read by slot, published once, listed.
+
+    Local directories are read with plain file reads and written under a temporary name that
+    :func:`~streamrff._files.publish.publish` moves into place without replacing; other places
+    through fsspec (one GET per record, ``cat`` of many at once; one PUT per record).
+    """
+
+    def __init__(self, target: str, storage_options: StorageOptions) -> None:
+        self.target = target
+        self.remote = _is_url(target)
+        if self.remote:
+            import fsspec
+
+            self.filesystem, self.root = fsspec.core.url_to_fs(target, **(storage_options or {}))
+            self.root = self.root.rstrip("/")
+        else:
+            self.filesystem, self.root = None, str(_local_path(target))
+
+    def _path(self, slot: int) -> str:
+        return f"{self.root}/records/c/{slot}/0"
+
+    def read(self, slots: list[int]) -> dict[int, bytes | None]:
+        """The chunk bytes of each slot; None for a slot with no record."""
+        if not self.remote:
+            found: dict[int, bytes | None] = {}
+            for slot in slots:
+                try:
+                    with open(self._path(slot), "rb") as handle:
+                        found[slot] = handle.read(1 << 30)
+                except FileNotFoundError:
+                    found[slot] = None
+            return found
+        paths = {self._path(slot): slot for slot in slots}
+        try:
+            data = self.filesystem.cat(list(paths), on_error="omit")
+        except Exception as error:
+            raise SourceError(f"Cannot read records of {self.target}: {type(error).__name__}: {error}") from error
+        data = {path.removeprefix("s3://"): value for path, value in data.items()}
+        return {slot: data.get(path) for path, slot in paths.items()}
+
+    def publish(self, slot: int, data: bytes) -> bool:
+        """Write the record of ``slot`` once; False (nothing written) if a record is already there."""
+        path = self._path(slot)
+        if self.remote:
+            try:
+                if self.filesystem.exists(path):
+                    return False
+                self.filesystem.pipe_file(path, data)  # one PUT: the object appears whole or not at all
+            except Exception as error:
+                raise SourceError(f"Cannot write a record of {self.target}: {type(error).__name__}: {error}") from error
+            return True
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        staging = staging_path(path)
+        try:
+            with open(staging, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            publish(staging, path)
+        except FileExistsError:
+            return False
+        finally:
+            remove_path(staging)
+        return True
+
+    def slots(self) -> np.ndarray:
+        """The sorted slots that hold a record (one listing; the stored objects are the index)."""
+        base = f"{self.root}/records/c"
+        if self.remote:
+            try:
+                names = [path.rsplit("/", 2) for path in self.filesystem.find(base)]
+            except FileNotFoundError:
+                return np.zeros(0, dtype=np.int64)
+            except Exception as error:
+                raise SourceError(f"Cannot list the records of {self.target}: {type(error).__name__}: {error}") from error
+            found = [int(parts[-2]) for parts in names if parts[-1] == "0" and parts[-2].isdigit()]
+        else:
+            try:
+                entries = os.listdir(base)
+            except FileNotFoundError:
+                return np.zeros(0, dtype=np.int64)
+            found = [int(name) for name in entries if name.isdigit() and os.path.isfile(f"{base}/{name}/0")]
+        return np.array(sorted(found), dtype=np.int64)
+
+
+def _record_array_metadata(n_slots: int, width: int) -> dict[str, Any]:
+    """The ``records`` array's zarr.json (what :func:`create_store` writes and the reader expects)."""
+    return {
+        "zarr_format": 3, "node_type": "array", "shape": [n_slots, width], "data_type": "float64",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, width]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "NaN",
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "attributes": {}, "dimension_names": ["slot", "value"], "storage_transformers": [],
+    }  # fmt: skip
+
+
+def create_store(
+    target: str, feature_map: FeatureMap, bucket_rows: int, levels: int, signed: bool, storage_options: StorageOptions
+) -> None:
+    """Write a new, empty store at ``target``; FileExistsError if something is there.
+
+    Local: the group is written under a temporary name and published in one step. Object
+    storage: the map and the records' metadata first, the group's ``zarr.json`` (which
+    readers require) last.
+    """
+    attrs: dict[str, Any] = {
+        "format": STORE_FORMAT_NAME, "version": STORE_FORMAT_VERSION, "map": feature_map.spec,
+        "fingerprint": feature_map.fingerprint, "n_features": int(feature_map.n_features_out_),
+        "bucket": {"rows": int(bucket_rows)}, "levels": int(levels), "signed": bool(signed),
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }  # fmt: skip
+    attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
+    group = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
+    records = _record_array_metadata(2 * (1 << levels) - 1, HEADER + int(feature_map.n_features_out_))
+    files = {
+        "map.json": map_to_json(feature_map).encode("utf-8"),
+        "records/zarr.json": json.dumps(records, indent=2).encode("ascii"),
+        "zarr.json": json.dumps(group, indent=2, allow_nan=False).encode("ascii"),
+    }
+    if _is_url(target):
+        import fsspec
+
+        try:
+            filesystem, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
+            if filesystem.exists(f"{root}/zarr.json"):
+                raise FileExistsError(f"{target} already exists. Open it with SketchStore.open, or choose another place.")
+            for name, data in files.items():  # zarr.json last: the store exists once it is written
+                filesystem.pipe_file(f"{root.rstrip('/')}/{name}", data)
+        except FileExistsError:
+            raise
+        except Exception as error:
+            raise SourceError(f"Cannot create the store {target}: {type(error).__name__}: {error}") from error
+        return
+    path = _local_path(target)
+    if path.exists():
+        raise FileExistsError(f"{target} already exists. Open it with SketchStore.open, or choose another place.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_path(path)
+    try:
+        for name, data in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_bytes(data)
+        publish(staging, path)
+    finally:
+        remove_path(staging)
+
+
+def _read_small(target: str, name: str, storage_options: StorageOptions, limit: int) -> bytes:
+    if _is_url(target):
+        import fsspec
+
+        try:
+            filesystem, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
+            path = f"{root.rstrip('/')}/{name}"
+            size = filesystem.size(path)
+            if size is not None and size > limit:
+                raise SketchFormatError(f"{target}: {name} holds {size:,} bytes; at most {limit:,} expected (tampered).")
+            return filesystem.cat_file(path)
+        except FileNotFoundError as error:
+            raise SketchFormatError(f"No sketch store at {target}: {name} is missing.") from error
+        except SketchFormatError:
+            raise
+        except Exception as error:
+            raise SourceError(f"Cannot read {name} of {target}: {type(error).__name__}: {error}") from error
+    path = Path(_local_path(target)) / name
+    try:
+        if path.stat().st_size > limit:
+            raise SketchFormatError(f"{target}: {name} holds {path.stat().st_size:,} bytes; at most {limit:,} expected.")
+        return path.read_bytes()
+    except FileNotFoundError as error:
+        raise SketchFormatError(f"No sketch store at {target}: {name} is missing.") from error
+
+
+def read_store_root(target: str, storage_options: StorageOptions = None) -> StoreRoot:
+    """Read and check a store's group attributes, its records' metadata and its map.
+
+    Refuses another format or version, attributes that fail their digest, a records array whose
+    declared shape, chunks, dtype or codecs are not the ones the map and bucket grid give (before
+    anything is read from it), and a map whose fingerprint is not the stored one.
+    """
+    try:
+        group = json.loads(_read_small(target, "zarr.json", storage_options, MAX_JSON_BYTES))
+    except ValueError as error:
+        raise SketchFormatError(f"{target}: zarr.json is not JSON ({error}).") from error
+    attrs = group.get("attributes") if isinstance(group, dict) else None
+    if not isinstance(attrs, dict) or attrs.get("format") != STORE_FORMAT_NAME:
+        found = attrs.get("format") if isinstance(attrs, dict) else None
+        raise SketchFormatError(
+            f"{target} is not a streamrff sketch store: expected attribute format={STORE_FORMAT_NAME!r}, got "
+            f"{found!r}. Create one with SketchStore.create (CLI: streamrff store create)."
+        )
+    check_format_version(attrs.get("version"), STORE_FORMAT_VERSION, target, "sketch store", SketchFormatError)
+    try:
+        digest_ok = attrs.get(DIGEST_ATTRIBUTE) == _attributes_digest(attrs)
+    except (TypeError, ValueError):
+        digest_ok = False
+    if not digest_ok:
+        raise SketchFormatError(f"{target}: the store's attributes do not match their digest (tampered or corrupt).")
+    bucket, levels, n_features = attrs.get("bucket"), attrs.get("levels"), attrs.get("n_features")
+    rows = bucket.get("rows") if isinstance(bucket, dict) else None
+    if not (isinstance(rows, int) and rows > 0 and isinstance(levels, int) and 0 <= levels <= MAX_LEVELS):
+        raise SketchFormatError(f"{target}: malformed bucket grid {bucket!r} or levels {levels!r} (tampered).")
+    if not (isinstance(n_features, int) and 0 < n_features <= MAX_FEATURES):
+        raise SketchFormatError(f"{target}: n_features is {n_features!r}; expected 1..{MAX_FEATURES} (tampered).")
+    try:
+        records = json.loads(_read_small(target, "records/zarr.json", storage_options, MAX_JSON_BYTES))
+    except ValueError as error:
+        raise SketchFormatError(f"{target}: records/zarr.json is not JSON ({error}).") from error
+    expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + n_features)
+    for key in ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "codecs"):
+        if not isinstance(records, dict) or records.get(key) != expected[key]:
+            raise SketchFormatError(
+                f"{target}: the records array declares {key}={records.get(key) if isinstance(records, dict) else None!r}; "
+                f"this store's map and levels give {expected[key]!r} (tampered metadata)."
+            )
+    feature_map = map_from_json(_read_small(target, "map.json", storage_options, 2**28), f"{target}/map.json")
+    if feature_map.fingerprint != attrs.get("fingerprint") or feature_map.n_features_out_ != n_features:
+        raise SketchFormatError(
+            f"{target}: the map in map.json (fingerprint {feature_map.fingerprint[:12]}) is not the store's "
+            f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
+        )
+    return StoreRoot(target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")))
+
+
+def check_records_fit(root: StoreRoot, n_records: int) -> None:
+    """Refuse, before reading, ``n_records`` rows that this process cannot hold."""
+    need = 2 * n_records * (8 * root.width + 4)
+    if need > memory_available():
+        raise SketchFormatError(
+            f"{root.target}: reading {n_records:,} records of {root.width:,} values needs {need / 2**30:.2f} GiB, "
+            "more than this process can allocate. Query a shorter range, or use a machine with more memory."
+        )
+
+
+def now() -> float:
+    """The time a record is written (Unix seconds)."""
+    return time.time()
