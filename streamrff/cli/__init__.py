@@ -8,7 +8,7 @@ folder of another source). Every problem of the command line, or of the input
 files, is reported at once.
 
 One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``, ``explain``,
-``kmeans``, ``kpca``, ``ridge``, ``predict``, ``watch``, ``demo``: its options, its help and what it runs); the
+``kmeans``, ``kpca``, ``ridge``, ``predict``, ``watch``, ``store``, ``demo``: its options, its help and what it runs); the
 options several commands share are declared and checked once, in
 :mod:`streamrff.cli.options`, which also builds the job options every job of a command takes
 (``--scheduler``, ``--storage-options``, ``--allow-missing-chunks``, ``--max-tasks``:
@@ -48,7 +48,7 @@ from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_sum
 __all__ = ["main", "build_parser"]
 
 #: The commands in the order ``streamrff --help`` lists them; each is the module of that name.
-COMMANDS = ("map", "sketch", "merge", "info", "test", "explain", "kmeans", "kpca", "ridge", "predict", "watch", "demo")
+COMMANDS = ("map", "sketch", "merge", "info", "test", "explain", "kmeans", "kpca", "ridge", "predict", "watch", "store", "demo")
 
 
 def _version() -> str:

@@ -1,0 +1,299 @@
+"""The ``streamrff store`` commands: a stream kept as buckets (create, append, info, range, test, series, merge)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from . import options
+from .output import emit, emit_sketch
+
+#: ``streamrff store --help``: the line ``streamrff --help`` shows, the description, the example.
+HELP = """\
+keep a stream as buckets of sketches; query, compare and merge any range
+
+A sketch store holds one mean sketch per bucket of rows (a zarr group, local or on object storage):
+'append' sketches the complete buckets not yet stored, 'range' merges any span from O(log n)
+records, 'test' and 'series' compare ranges with the bucket permutation null, 'merge' joins two
+sites' stores bucket by bucket.
+
+example: streamrff store create stream.store --map map.json --bucket 100000
+         streamrff store append stream.store data.zarr
+         streamrff store test stream.store --a 0:700000 --b 700000:800000 --json
+"""
+
+_CREATE = """\
+make a new, empty store
+
+A store of buckets of --bucket rows, sketched with the map of --map (a map file or any sketch file).
+
+example: streamrff store create stream.store --map map.json --bucket 100000
+"""
+
+_APPEND = """\
+sketch the complete buckets of a source that the store does not hold yet
+
+SOURCE holds the stream's rows from row --start on. Each complete bucket is sketched on Dask and
+published on its own; a bucket already stored with the same rows is left as it is, with other rows
+it is refused (exit 1), naming the bucket.
+
+example: streamrff store append stream.store data.zarr --json
+"""
+
+_INFO = """\
+describe a store
+
+Its map, bucket size, stored buckets (as row runs) and records.
+
+example: streamrff store info stream.store --json
+"""
+
+_RANGE = """\
+write the sketch of a range of rows
+
+The mean sketch of rows [--start, --stop) (on bucket edges; default: every stored row), merged from
+O(log n) records; with --leave-out, the sketch of the stored rows outside that range.
+
+example: streamrff store range stream.store --start 0 --stop 700000 -o reference.sketch
+"""
+
+_TEST = """\
+test two ranges against each other
+
+The unbiased MMD^2 of the two ranges' sketches, with the bucket permutation null (whole buckets
+relabelled between the ranges: exact under no change, needs no rows).
+
+example: streamrff store test stream.store --a 0:700000 --b 700000:800000 --json
+"""
+
+_SERIES = """\
+the MMD^2 of each window of buckets against a reference range
+
+Per window of --every buckets outside the reference: its MMD^2 against the reference, the
+bucket-permutation p-value, the null's 1-alpha quantile and whether it alarms.
+
+example: streamrff store series stream.store --reference 0:700000 --every 1 --json
+"""
+
+_MERGE = """\
+merge stores of one map and bucket size (two sites) into a new store
+
+Bucket by bucket: a bucket both stores hold is the sum of the two.
+
+example: streamrff store merge site-a.store site-b.store -o both.store
+"""
+
+
+_non_negative_int = options.number_parser(int, lambda value: value >= 0, "an integer >= 0")
+
+
+def _rows(text: str) -> tuple[int, int]:
+    """``START:STOP`` -> (start, stop), both non-negative integers."""
+    try:
+        start, stop = (int(part.replace("_", "")) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START:STOP (rows, e.g. 0:700000). Got {text!r}.") from None
+    if start < 0 or stop <= start:
+        raise argparse.ArgumentTypeError(f"expected 0 <= START < STOP. Got {text!r}.")
+    return start, stop
+
+
+def _add_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", metavar="STORE", help="the store (directory or URL)")
+
+
+def _add_verify(parser: argparse.ArgumentParser) -> None:
+    options.add_sign_key(parser, "accept only records signed with the key in FILE")
+
+
+def add_parser(commands: Any) -> None:
+    parser = options.add_command(commands, "store", HELP, _no_subcommand)
+    subcommands = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
+
+    create = options.add_command(subcommands, "create", _CREATE, run_create)
+    _add_store(create)
+    create.add_argument("--map", metavar="FILE", required=True, help="the map: a map file or any sketch file")
+    create.add_argument("--bucket", type=options.positive_int, required=True, metavar="ROWS", help="rows per bucket")
+    create.add_argument(
+        "--signed", action="store_true", help="require every record to be signed (append needs --sign-key then)"
+    )
+    options.add_common(create)
+
+    append = options.add_command(subcommands, "append", _APPEND, run_append)
+    _add_store(append)
+    options.add_source(append, "zarr array path or URL holding the stream's rows from --start on")
+    append.add_argument("--start", type=_non_negative_int, default=0, metavar="ROW",
+                        help="global row index of SOURCE's first row (default: 0)")  # fmt: skip
+    append.add_argument("--chunk-rows", type=options.positive_int, default=None, help="rows per task")
+    options.add_sign_key(append, "sign every record with the key in FILE")
+    options.add_scheduler(append)
+    options.add_source_options(append)
+    options.add_common(append)
+
+    info = options.add_command(subcommands, "info", _INFO, run_info)
+    _add_store(info)
+    options.add_common(info)
+
+    ranged = options.add_command(subcommands, "range", _RANGE, run_range)
+    _add_store(ranged)
+    ranged.add_argument("--start", type=_non_negative_int, default=None, metavar="ROW", help="first row")
+    ranged.add_argument("--stop", type=_non_negative_int, default=None, metavar="ROW", help="row after the last")
+    ranged.add_argument("--leave-out", action="store_true", help="the stored rows outside [--start, --stop) instead")
+    options.add_output(ranged, "where to write the sketch (directory, .zip, or URL)")
+    options.add_overwrite(ranged)
+    _add_verify(ranged)
+    options.add_common(ranged)
+
+    test = options.add_command(subcommands, "test", _TEST, run_test)
+    _add_store(test)
+    test.add_argument("--a", type=_rows, required=True, metavar="START:STOP", help="the first range of rows")
+    test.add_argument("--b", type=_rows, required=True, metavar="START:STOP", help="the second range of rows")
+    _add_permutations(test)
+    _add_verify(test)
+    options.add_common(test)
+
+    series = options.add_command(subcommands, "series", _SERIES, run_series)
+    _add_store(series)
+    series.add_argument("--reference", dest="reference_rows", type=_rows, required=True, metavar="START:STOP",
+                        help="the reference range of rows")  # fmt: skip
+    series.add_argument("--every", type=options.positive_int, default=1, metavar="K", help="buckets per window")
+    series.add_argument("--alpha", type=float, default=0.05, help="the alarm level (default: 0.05)")
+    _add_permutations(series)
+    options.add_plot(series, "also draw the statistic, its null band and the alarms into this PNG")
+    options.add_overwrite(series)
+    _add_verify(series)
+    options.add_common(series)
+
+    merge = options.add_command(subcommands, "merge", _MERGE, run_merge)
+    merge.add_argument("stores", nargs="+", metavar="STORE", help="stores with the same map and bucket size")
+    options.add_output(merge, "the new store (must not exist)")
+    options.add_sign_key(merge, "sign the merged records with the key in FILE")
+    options.add_common(merge)
+
+
+def _add_permutations(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--permutations", type=options.positive_int, default=999, metavar="B",
+                        help="bucket relabellings of the null (default: 999)")  # fmt: skip
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the relabellings")
+
+
+def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires a subcommand
+    raise options.UsageError("store needs a subcommand: create, append, info, range, test, series or merge.")
+
+
+def _open(args: argparse.Namespace, verify: bool = True) -> Any:
+    from ..store import SketchStore  # here, not at the top: start-up time
+
+    key = options.signing_key(args) if verify and hasattr(args, "sign_key") else None
+    return SketchStore.open(args.store, storage_options=args.storage_options, verify_key=key)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    from ..formats.map import load_map
+    from ..store import SketchStore
+
+    options.check_output_free(args.store, args.storage_options, overwrite=False)
+    feature_map = load_map(args.map, storage_options=args.storage_options)
+    store = SketchStore.create(
+        args.store, feature_map, bucket=args.bucket, signed=args.signed, storage_options=args.storage_options
+    )
+    info = store.info()
+    emit(args, info, [f"created {args.store}: buckets of {args.bucket:,} rows", f"  map: {info['fingerprint'][:16]}"])
+    return options.EXIT_OK
+
+
+def run_append(args: argparse.Namespace) -> int:
+    store = _open(args, verify=False)
+    job = {} if args.chunk_rows is None else {"chunk_rows": args.chunk_rows}
+    result = store.append(args.source, start=args.start, signing_key=options.signing_key(args), **job)
+    payload = {"store": args.store, "source": args.source, **result.to_dict()}
+    lines = [
+        f"appended {len(result.appended)} bucket(s) to {args.store}"
+        + (f" ({len(result.unchanged)} already stored with the same rows)" if result.unchanged else ""),
+        f"  rows left for a later append: {result.rows_left:,}",
+    ]
+    emit(args, payload, lines)
+    return options.EXIT_OK
+
+
+def run_info(args: argparse.Namespace) -> int:
+    info = _open(args).info()
+    runs = ", ".join(f"{lo:,}..{hi - 1:,}" for lo, hi in info["runs"]) or "none"
+    lines = [
+        f"{args.store}: sketch store of buckets of {info['bucket_rows']:,} rows",
+        f"  buckets: {info['buckets']:,} ({info['rows']:,} rows: {runs})",
+        f"  records: {info['records']:,} of {info['bytes_per_record']:,} bytes",
+        f"  map: {info['map'].get('kind')} D={info['n_features']} fingerprint {info['fingerprint'][:16]}",
+    ]
+    emit(args, info, lines)
+    return options.EXIT_OK
+
+
+def run_range(args: argparse.Namespace) -> int:
+    from ..formats.sketch import check_writable
+
+    options.check_output_free(args.output, args.storage_options, args.overwrite)
+    check_writable(args.output, args.storage_options, args.overwrite)
+    store = _open(args)
+    if args.leave_out:
+        if args.start is None or args.stop is None:
+            raise options.UsageError("--leave-out needs --start and --stop (the rows to leave out).")
+        sketch = store.complement(args.start, args.stop)
+    else:
+        sketch = store.range(args.start, args.stop)
+    sketch.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    what = "outside" if args.leave_out else "of"
+    title = f"wrote the sketch of the rows {what} [{args.start}, {args.stop}) of {args.store} ({sketch.count:,} rows)"
+    emit_sketch(args, args.output, sketch, title, store=args.store)
+    return options.EXIT_OK
+
+
+def run_test(args: argparse.Namespace) -> int:
+    result = _open(args).test(args.a, args.b, n_permutations=args.permutations, seed=args.seed)
+    payload = {"store": args.store, "a": list(args.a), "b": list(args.b), **result.to_dict(include_null=False)}
+    lines = [
+        f"{args.store}: rows {args.a[0]:,}..{args.a[1] - 1:,} vs {args.b[0]:,}..{args.b[1] - 1:,}",
+        f"  MMD^2 = {result.statistic:.6g}, p = {result.p_value_text} (bucket permutation, B = {args.permutations})",
+    ]
+    emit(args, payload, lines)
+    return options.EXIT_OK
+
+
+def run_series(args: argparse.Namespace) -> int:
+    if args.plot:
+        options.check_plot_free(args)
+    series = _open(args).series(
+        args.reference_rows, every=args.every, n_permutations=args.permutations, seed=args.seed, alpha=args.alpha
+    )
+    payload = {"store": args.store, **series.to_dict()}
+    lines = [f"{args.store}: {len(series.statistic)} window(s) against rows {args.reference_rows[0]:,}.."
+             f"{args.reference_rows[1] - 1:,}"]  # fmt: skip
+    for window in payload["windows"]:
+        lines.append(
+            f"  rows {window['first_row']:,}..{window['stop_row'] - 1:,}: MMD^2 = {window['statistic']:.4g}, "
+            f"p = {window['p_value']:.4g}" + ("  ALARM" if window["alarm"] else "")
+        )
+    if args.plot:
+        from ..plot import _publish_figure  # here, not at the top: start-up time
+
+        figure = series.plot().figure
+        figure.tight_layout()
+        _publish_figure(figure, args.plot, args.overwrite)
+        payload["plot"] = args.plot
+    emit(args, payload, lines)
+    return options.EXIT_OK
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from ..store import SketchStore
+
+    options.check_output_free(args.output, args.storage_options, overwrite=False)
+    inputs = [SketchStore.open(path, storage_options=args.storage_options) for path in args.stores]
+    first = inputs[0]
+    merged = SketchStore.create(
+        args.output, first.feature_map, bucket=first.bucket_rows, storage_options=args.storage_options
+    )
+    buckets = merged.merge_from(*inputs, signing_key=options.signing_key(args))
+    payload = {"output": args.output, "stores": list(args.stores), "buckets": len(buckets), **merged.info()}
+    emit(args, payload, [f"merged {len(inputs)} stores into {args.output}: {len(buckets):,} bucket(s)"])
+    return options.EXIT_OK
