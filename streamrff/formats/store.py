@@ -29,7 +29,7 @@ is ``offset(k) + i`` with ``offset(k) = sum_{j < k} 2**(L - j)``. A row is
     0 level  1 index  2 count  3 n_invalid  4 squared_norm_sum  5 first row  6 stop row
     7 written at (Unix seconds)  8-15 source digest (8 x 32-bit words)
     16-23 HMAC-SHA256 of the row with these words zeroed (8 x 32-bit words; zeros unsigned)
-    24 signed (0 or 1)  25-31 reserved (0)
+    24 signed (0 or 1)  25 sites (stores merged into it, >= 1)  26-31 reserved (0)
 
 Every integer in the header is exact in float64. The source digest is the identity of the
 rows the record holds (:func:`streamrff.store.rows_digest` for a bucket; for a block, the
@@ -89,6 +89,7 @@ MAX_FEATURES = 2**24
 _DIGEST_COLUMNS = slice(8, 16)
 _SIGNATURE_COLUMNS = slice(16, 24)
 _SIGNED_COLUMN = 24
+_SITES_COLUMN = 25
 _RECORD_CONTEXT = b"streamrff.sketch-store record v1\n"
 
 
@@ -148,6 +149,7 @@ class Record:
     source_digest: str
     signed: bool
     feature_sum: np.ndarray
+    sites: int = 1
 
     @property
     def first_bucket(self) -> int:
@@ -184,6 +186,7 @@ def encode_record(record: Record, signing_key: bytes | None = None) -> bytes:
     )  # fmt: skip
     row[_DIGEST_COLUMNS] = _words(bytes.fromhex(record.source_digest))
     row[_SIGNED_COLUMN] = 1.0 if signing_key is not None else 0.0
+    row[_SITES_COLUMN] = record.sites
     row[HEADER:] = record.feature_sum
     if signing_key is not None:
         row[_SIGNATURE_COLUMNS] = _words(record_signature(row, signing_key))
@@ -205,13 +208,14 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
         raise SketchFormatError(f"{where} does not match its crc32c checksum (corrupt or tampered).")
     row = np.frombuffer(payload, dtype="<f8").astype(np.float64)
     header = row[:8]
-    if not np.isfinite(row).all() or (header[[0, 1, 2, 3, 5, 6]] != np.floor(header[[0, 1, 2, 3, 5, 6]])).any():
+    integral = row[[0, 1, 2, 3, 5, 6, _SITES_COLUMN]]
+    if not np.isfinite(row).all() or (integral != np.floor(integral)).any():
         raise SketchFormatError(f"{where} holds non-finite or non-integral header values (tampered).")
     record = Record(
         level=int(header[0]), index=int(header[1]), count=int(header[2]), n_invalid=int(header[3]),
         squared_norm_sum=float(header[4]), first_row=int(header[5]), stop_row=int(header[6]),
         written_at=float(header[7]), source_digest=_digest_of(row[_DIGEST_COLUMNS]).hex(),
-        signed=bool(row[_SIGNED_COLUMN]), feature_sum=row[HEADER:],
+        signed=bool(row[_SIGNED_COLUMN]), feature_sum=row[HEADER:], sites=int(row[_SITES_COLUMN]),
     )  # fmt: skip
     rows = root.bucket_rows
     if (record.level, record.index) != (level, index):
@@ -224,10 +228,11 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
             f"{where} says it holds rows {record.first_row}..{record.stop_row - 1}; the bucket grid of {rows} rows "
             f"gives {record.first_bucket * rows}..{record.stop_bucket * rows - 1} (tampered)."
         )
-    if record.count < 0 or record.n_invalid < 0 or record.count + record.n_invalid > record.stop_row - record.first_row:
+    block_rows = (record.stop_row - record.first_row) * record.sites
+    if record.count < 0 or record.n_invalid < 0 or record.sites < 1 or record.count + record.n_invalid > block_rows:
         raise SketchFormatError(
             f"{where} counts {record.count} rows and {record.n_invalid} invalid ones in a block of "
-            f"{record.stop_row - record.first_row} rows (tampered)."
+            f"{record.stop_row - record.first_row} rows from {record.sites} site(s) (tampered)."
         )
     if verify_key is not None:
         stored = _digest_of(row[_SIGNATURE_COLUMNS])

@@ -262,6 +262,7 @@ class SketchStore:
             squared_norm_sum=float(halves[0].squared_norm_sum + halves[1].squared_norm_sum),
             first_row=(index << level) * rows, stop_row=((index + 1) << level) * rows, written_at=now(),
             source_digest=digest, signed=False, feature_sum=halves[0].feature_sum + halves[1].feature_sum,
+            sites=max(half.sites for half in halves),
         )  # fmt: skip
 
     def _ensure(
@@ -724,6 +725,7 @@ class SketchStore:
                 parts[0], count=sum(p.count for p in parts), n_invalid=sum(p.n_invalid for p in parts),
                 squared_norm_sum=float(sum(p.squared_norm_sum for p in parts)), feature_sum=total,
                 source_digest=digest, written_at=now(), signed=signing_key is not None,
+                sites=sum(p.sites for p in parts),
             )  # fmt: skip
             cache[(0, bucket)] = self._publish(record, signing_key)
             self._roll_up(bucket, known, cache, signing_key)

@@ -10,7 +10,8 @@ sec. 3.3)::
 If the buckets are exchangeable (no change between the two ranges, and buckets independent
 of each other), every labelling with the same number of buckets per side is equally likely,
 so ``p = (1 + #{b : T_b >= T}) / (1 + B)`` over B random relabellings is an exact (valid)
-p-value (Phipson & Smyth 2010). It needs only the bucket sums: no rows and no second
+p-value (Phipson & Smyth 2010); when there are at most B distinct labellings, all of them are
+used and ``p = #{labellings : T_l >= T} / C(k_X + k_Y, k_X)`` (the observed one included). It needs only the bucket sums: no rows and no second
 moments. The resolution is limited by the number of distinct labellings,
 ``C(k_X + k_Y, k_X)``: at least 20 are required for a p-value below 0.05.
 """
@@ -18,6 +19,7 @@ moments. The resolution is limited by the number of distinct labellings,
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -49,7 +51,12 @@ def _statistics(labels: np.ndarray, sums: np.ndarray, counts: np.ndarray, norms:
 
 
 def _null_labels(n_x: int, n_total: int, n_permutations: int, rng: np.random.Generator) -> np.ndarray:
-    """``n_permutations`` random labellings with ``n_x`` buckets in X."""
+    """``n_permutations`` random labellings with ``n_x`` buckets in X; every labelling if there are no more."""
+    if math.comb(n_total, n_x) <= n_permutations:
+        labels = np.zeros((math.comb(n_total, n_x), n_total), dtype=bool)
+        for row, chosen in enumerate(itertools.combinations(range(n_total), n_x)):
+            labels[row, list(chosen)] = True
+        return labels
     base = np.zeros(n_total, dtype=bool)
     base[:n_x] = True
     return rng.permuted(np.broadcast_to(base, (n_permutations, n_total)), axis=1)
@@ -87,7 +94,10 @@ def bucket_permutation_test(
     observed[0, : len(sides[0])] = True
     statistic = float(_statistics(observed, sums, counts, norms)[0])
     null = _statistics(_null_labels(len(sides[0]), len(counts), n_permutations, rng), sums, counts, norms)
-    p_value = (1.0 + np.count_nonzero(null >= statistic)) / (1.0 + n_permutations)
+    if math.comb(len(counts), len(sides[0])) <= n_permutations:  # every labelling, the observed one included
+        p_value = np.count_nonzero(null >= statistic - 1e-12 * abs(statistic)) / len(null)
+    else:
+        p_value = (1.0 + np.count_nonzero(null >= statistic)) / (1.0 + n_permutations)
     n_x, n_y = (sum(record.count for record in side) for side in sides)
     return _result("bucket-permutation", statistic, p_value, n_x, n_y, feature_map, null)
 
