@@ -277,13 +277,46 @@ class RecordFiles:
                 except FileNotFoundError:
                     found[slot] = None
             return found
-        paths = {self._path(slot): slot for slot in slots}
+        paths = [self._path(slot) for slot in slots]
         try:
-            data = self.filesystem.cat(list(paths), on_error="omit")
+            contents = self._get_all(paths)
         except Exception as error:
             raise SourceError(f"Cannot read records of {self.target}: {type(error).__name__}: {error}") from error
-        data = {path.removeprefix("s3://"): value for path, value in data.items()}
-        return {slot: data.get(path) for path, slot in paths.items()}
+        return dict(zip(slots, contents))
+
+    def _get_all(self, paths: list[str]) -> list[bytes | None]:
+        """One GET per object, all at once on an asynchronous filesystem (``cat`` would add a HEAD per path)."""
+        filesystem = self.filesystem
+        if getattr(filesystem, "async_impl", False):
+            import asyncio
+            import inspect
+
+            from fsspec.asyn import sync
+
+            # s3fs asks for an object's size first (a HEAD) unless told to read it in one request
+            single = {"max_concurrency": 1} if "max_concurrency" in inspect.signature(filesystem._cat_file).parameters else {}
+
+            async def get_all() -> list[Any]:
+                reads = (filesystem._cat_file(path, **single) for path in paths)
+                return await asyncio.gather(*reads, return_exceptions=True)
+
+            results = sync(filesystem.loop, get_all)
+        else:
+            results = []
+            for path in paths:
+                try:
+                    results.append(filesystem.cat_file(path))
+                except FileNotFoundError as error:
+                    results.append(error)
+        found: list[bytes | None] = []
+        for result in results:
+            if isinstance(result, FileNotFoundError):
+                found.append(None)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                found.append(result)
+        return found
 
     def publish(self, slot: int, data: bytes) -> bool:
         """Write the record of ``slot`` once; False (nothing written) if a record is already there."""

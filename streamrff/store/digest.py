@@ -21,30 +21,39 @@ def _mix(values: np.ndarray) -> np.ndarray:
     return values ^ (values >> np.uint64(31))
 
 
-_LANE_KEYS = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD1B54A32D192ED03))
+_LANE_KEYS = np.array([0x9E3779B97F4A7C15, 0xD1B54A32D192ED03], dtype=np.uint64)
+
+
+def _column_keys(width: int) -> np.ndarray:
+    """(width, 2) odd 64-bit multipliers, one per column and lane: a column's values count with its own key."""
+    with np.errstate(over="ignore"):
+        columns = np.arange(width, dtype=np.uint64)[:, None] * np.uint64(2) + np.arange(2, dtype=np.uint64)
+        return _mix(columns + np.uint64(0x632BE59BD9B4E019)) | np.uint64(1)
 
 
 def _digest_lanes(rows: np.ndarray, first_row: int) -> np.ndarray:
-    """Two 64-bit sums over every value of ``rows`` of a hash of (its float64 bits, its global position).
+    """Two 64-bit sums over the rows of ``rows`` of a hash of (the row's float64 bits, its global index).
 
-    A sum modulo 2**64, so blocks of rows add up in any grouping: the digest of a bucket does not
-    depend on how its rows were chunked.
+    A row's value in a lane is ``sum_j bits_j K_j`` (odd keys ``K_j``, modulo 2**64: a change of
+    one value always changes it), mixed with the row's index; the rows' values are summed modulo
+    2**64, so blocks of rows add up in any grouping: a bucket's digest does not depend on how its
+    rows were chunked.
     """
     values = np.ascontiguousarray(rows, dtype="<f8") + 0.0  # -0.0 reads as 0.0: the same value
     bits = values.view(np.uint64)
     n_rows, width = bits.shape
     with np.errstate(over="ignore"):
-        position = np.arange(first_row, first_row + n_rows, dtype=np.uint64)[:, None] * np.uint64(width)
-        position = position + np.arange(width, dtype=np.uint64)
-        return np.array([_mix(bits ^ _mix(position ^ key)).sum(dtype=np.uint64) for key in _LANE_KEYS], dtype=np.uint64)
+        combined = bits @ _column_keys(width)  # (n, 2), wrapping integer arithmetic
+        position = np.arange(first_row, first_row + n_rows, dtype=np.uint64)[:, None] ^ _LANE_KEYS
+        return _mix(combined ^ _mix(position)).sum(axis=0, dtype=np.uint64)
 
 
 def rows_digest(rows: Any, first_row: int = 0) -> str:
     """The identity of a block of rows as a store records it: sha256 of two keyed 64-bit content hashes.
 
-    Every value is hashed with its global position (row ``first_row + i``, column ``j``) and the
-    hashes are summed modulo 2**64, so the digest is computed chunk by chunk in any grouping and
-    changes when any value, its row or its column changes. Values are compared as float64
+    Every row is hashed with its global index (``first_row + i``), each column with a key of its
+    own, and the hashes are summed modulo 2**64, so the digest is computed chunk by chunk in any
+    grouping and changes when any one value changes (and, but for a 2**-128 chance, when several do). Values are compared as float64
     (float32 rows and their float64 copy agree; -0.0 equals 0.0). It detects rows that differ,
     not an adversary: signatures (``signing_key``) do that.
 

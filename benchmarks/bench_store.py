@@ -1,0 +1,175 @@
+"""The sketch store (issue #45): range queries, object reads per range, and the cost of an append.
+
+Tables (the issue's Targets):
+
+1. range query time over a store of one year of hourly buckets (8 760 buckets, D = 1 024, sums
+   only) on local disk: the mean, median and largest time of ``store.range(a, b)`` over random
+   ranges, and the records each read (target: < 50 ms);
+2. object reads per range on moto's S3 server (the same store copied there): the GET requests
+   each ``store.range`` sends, counted on the S3 client (target: <= 32), and the requests of
+   ``SketchStore.open`` (once per process);
+3. appending one bucket of 100 000 rows (d = 16, D = 1 024) against sketching those rows alone
+   with ``streamrff.sketch``, side by side in this process (target: <= 1.1x);
+4. bytes per bucket record at D = 1 024 and 4 096 (and the rollups: about two records per bucket).
+
+The store of tables 1-2 is filled with synthetic bucket sums (the records a year of appends
+would leave; appending 876 million rows would take hours), written through the store's own
+record writer and rollups. Timings on a shared, loaded machine are not figures: the lead takes
+them on an idle machine.
+
+Run: python benchmarks/bench_store.py [--buckets 8760] [--features 1024] [--queries 200] [--skip-s3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+import streamrff as srf
+from streamrff.formats.store import HEADER, Record
+from streamrff.store.buckets import _blocks
+
+
+def _fill(store: srf.SketchStore, n_buckets: int, rng: np.random.Generator) -> float:
+    """Publish ``n_buckets`` synthetic bucket records and their rollups; seconds taken."""
+    started = time.perf_counter()
+    rows, width = store.bucket_rows, store.feature_map.n_features_out_
+    known = list(range(n_buckets))
+    cache: dict = {}
+    for bucket in range(n_buckets):
+        record = Record(
+            level=0, index=bucket, count=rows, n_invalid=0, squared_norm_sum=float(rows), first_row=bucket * rows,
+            stop_row=(bucket + 1) * rows, written_at=time.time(), source_digest=os.urandom(32).hex(), signed=False,
+            feature_sum=rng.normal(size=width) * 100,
+        )  # fmt: skip
+        cache[(0, bucket)] = store._publish(record, None)
+        store._roll_up(bucket, known, cache, None)
+        cache = {key: value for key, value in cache.items() if key[0] > 0 or key[1] >= bucket - 1}
+    return time.perf_counter() - started
+
+
+def _ranges(n_buckets: int, n: int, rows: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    pairs = []
+    for _ in range(n):
+        a, b = sorted(rng.choice(n_buckets + 1, size=2, replace=False))
+        pairs.append((int(a) * rows, int(b) * rows))
+    return pairs
+
+
+def table_ranges(store: srf.SketchStore, ranges: list[tuple[int, int]]) -> None:
+    times, reads = [], []
+    for start, stop in ranges:
+        began = time.perf_counter()
+        store.range(start, stop)
+        times.append(time.perf_counter() - began)
+        reads.append(len(_blocks(start // store.bucket_rows, stop // store.bucket_rows)))
+    print(f"\n1. range query on local disk ({len(ranges)} random ranges)")
+    print(f"   time: mean {1e3 * statistics.mean(times):.2f} ms, median {1e3 * statistics.median(times):.2f} ms, "
+          f"max {1e3 * max(times):.2f} ms   (target < 50 ms)")  # fmt: skip
+    print(f"   records read: mean {statistics.mean(reads):.1f}, max {max(reads)}")
+
+
+def table_s3(local: str, n_buckets: int, ranges: list[tuple[int, int]]) -> None:
+    import s3fs
+
+    from streamrff.testing import MotoS3Server
+
+    with MotoS3Server() as server:
+        server.make_bucket("bench")
+        filesystem = s3fs.S3FileSystem(**server.storage_options)
+        began = time.perf_counter()
+        objects = {}
+        for folder, _, names in os.walk(local):
+            for name in names:
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    objects["bench/year.store/" + os.path.relpath(path, local)] = handle.read()
+        filesystem.pipe(objects)  # concurrent PUTs
+        copy = time.perf_counter() - began
+        s3fs.S3FileSystem.clear_instance_cache()
+        url = "s3://bench/year.store"
+        counts = {"requests": 0, "GET": 0}
+
+        def count(request, **_):
+            counts["requests"] += 1
+            counts["GET"] += request.method == "GET"
+
+        store = srf.SketchStore.open(url, storage_options=server.storage_options)
+        client = store._files.filesystem.s3
+        client.meta.events.register("before-send.s3", count)
+        counts.update(requests=0, GET=0)
+        srf.SketchStore.open(url, storage_options=server.storage_options)  # the same cached filesystem
+        opened = dict(counts)
+        per_range, times = [], []
+        for start, stop in ranges:
+            counts.update(requests=0, GET=0)
+            began = time.perf_counter()
+            store.range(start, stop)
+            times.append(time.perf_counter() - began)
+            per_range.append(counts["requests"])
+        print(f"\n2. object reads on moto's S3 ({n_buckets} buckets copied in {copy:.0f} s; {len(ranges)} ranges)")
+        print(f"   SketchStore.open: {opened['requests']} requests ({opened['GET']} GET)")
+        print(f"   per range: mean {statistics.mean(per_range):.1f}, max {max(per_range)} requests   (target <= 32)")
+        print(f"   time per range on moto: median {1e3 * statistics.median(times):.1f} ms")
+
+
+def table_append(features: int) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(100_000, 16)).astype(np.float32)
+    rff = srf.RFF(n_features=features, bandwidth=4.0, seed=0).fit(X[:1])
+    with tempfile.TemporaryDirectory() as folder:
+        srf.sketch(X[:10_000], rff)  # warm up compiled kernels and the local scheduler
+        sketch_times, append_times = [], []
+        for repeat in range(3):
+            began = time.perf_counter()
+            srf.sketch(X, rff)
+            sketch_times.append(time.perf_counter() - began)
+            store = srf.SketchStore.create(os.path.join(folder, f"s{repeat}"), rff, bucket=100_000)
+            began = time.perf_counter()
+            store.append(X)
+            append_times.append(time.perf_counter() - began)
+    ratio = min(append_times) / min(sketch_times)
+    print(f"\n3. one bucket of 100 000 rows, d = 16, D = {features} (best of 3)")
+    print(f"   streamrff.sketch: {min(sketch_times):.3f} s   store.append: {min(append_times):.3f} s   "
+          f"ratio {ratio:.2f}x   (target <= 1.1x)")  # fmt: skip
+
+
+def table_bytes() -> None:
+    print("\n4. bytes per record (one chunk object: header + D float64 sums + crc32c)")
+    for features in (1024, 4096):
+        record = 8 * (HEADER + features) + 4
+        print(f"   D = {features}: {record:,} bytes per bucket record; with rollups about {2 * record:,} per bucket")
+        print(f"      (a second moment would add {8 * features * features:,} bytes: not kept per bucket)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--buckets", type=int, default=8760)
+    parser.add_argument("--features", type=int, default=1024)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--skip-s3", action="store_true")
+    parser.add_argument("--skip-append", action="store_true")
+    args = parser.parse_args()
+    print(f"load average: {os.getloadavg()}")
+    rng = np.random.default_rng(0)
+    rff = srf.RFF(n_features=args.features, bandwidth=1.0, seed=0).fit(np.zeros((1, 16)))
+    with tempfile.TemporaryDirectory() as folder:
+        store = srf.SketchStore.create(os.path.join(folder, "year.store"), rff, bucket=100_000, levels=14)
+        seconds = _fill(store, args.buckets, rng)
+        print(f"filled {args.buckets} buckets (+ rollups: {store.info()['records']} records) in {seconds:.0f} s")
+        ranges = _ranges(args.buckets, args.queries, store.bucket_rows, rng)
+        table_ranges(srf.SketchStore.open(store.path), ranges)
+        if not args.skip_s3:
+            table_s3(store.path, args.buckets, ranges[: min(len(ranges), 50)])
+    if not args.skip_append:
+        table_append(args.features)
+    table_bytes()
+
+
+if __name__ == "__main__":
+    main()
