@@ -27,6 +27,7 @@ DOCUMENTED_MODULES = [
     "streamrff.twosample",
     "streamrff.kmeans",
     "streamrff.drift",
+    "streamrff.store",
     "streamrff.engine",
     "streamrff.testing",
     "streamrff.plot",
