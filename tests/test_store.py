@@ -194,7 +194,9 @@ def test_store_bucket_permutation_null_is_the_relabelling_distribution(tmp_path)
         exact.append(srf.mmd2(srf.sketch_array(a, rff), srf.sketch_array(b, rff)))
     exact = np.array(exact)
     np.testing.assert_allclose(np.sort(result.null), np.sort(exact), rtol=1e-6, atol=1e-9)
-    assert result.p_value == pytest.approx(np.count_nonzero(exact >= result.statistic - 1e-6 * np.abs(exact).max()) / 20)
+    assert result.p_value == pytest.approx(
+        np.count_nonzero(exact >= result.statistic - 1e-6 * np.abs(exact).max()) / 20
+    )
     sampled = store.test((0, 3 * ROWS), (3 * ROWS, 6 * ROWS), n_permutations=10)
     assert all(np.isclose(exact, value, rtol=1e-6, atol=1e-9).any() for value in sampled.null)
     with pytest.raises(InputError, match="distinct relabellings"):
@@ -246,7 +248,9 @@ def test_store_cli_create_append_info_range_test_series_merge(tmp_path, tmp_zarr
     test = json.loads(cli_main("store", "test", path, "--a", f"0:{10 * ROWS}", "--b", f"{10 * ROWS}:{20 * ROWS}",
                                "--json").out)  # fmt: skip
     assert test["method"] == "bucket-permutation" and test["p_value"] < 0.01
-    series = json.loads(cli_main("store", "series", path, "--reference", f"0:{10 * ROWS}", "--every", "5", "--json").out)
+    series = json.loads(
+        cli_main("store", "series", path, "--reference", f"0:{10 * ROWS}", "--every", "5", "--json").out
+    )
     assert [w["alarm"] for w in series["windows"]] == [True, True]
     assert cli_main("store", "merge", path, path, "-o", str(tmp_path / "m.store"), "--json").code == 0
     assert srf.SketchStore.open(tmp_path / "m.store").range().count == 40 * ROWS

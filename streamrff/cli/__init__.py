@@ -8,8 +8,8 @@ folder of another source). Every problem of the command line, or of the input
 files, is reported at once.
 
 One module per command (``map``, ``sketch``, ``merge``, ``info``, ``test``, ``explain``,
-``kmeans``, ``kpca``, ``ridge``, ``predict``, ``watch``, ``store``, ``demo``: its options, its help and what it runs); the
-options several commands share are declared and checked once, in
+``kmeans``, ``kpca``, ``ridge``, ``predict``, ``watch``, ``store``, ``demo``: its options, its help
+and what it runs); the options several commands share are declared and checked once, in
 :mod:`streamrff.cli.options`, which also builds the job options every job of a command takes
 (``--scheduler``, ``--storage-options``, ``--allow-missing-chunks``, ``--max-tasks``:
 :func:`~streamrff.cli.options.job_options_of`); what commands print is in
@@ -48,7 +48,9 @@ from .output import sketch_summary as sketch_summary  # streamrff.cli.sketch_sum
 __all__ = ["main", "build_parser"]
 
 #: The commands in the order ``streamrff --help`` lists them; each is the module of that name.
-COMMANDS = ("map", "sketch", "merge", "info", "test", "explain", "kmeans", "kpca", "ridge", "predict", "watch", "store", "demo")
+COMMANDS = (
+    "map", "sketch", "merge", "info", "test", "explain", "kmeans", "kpca", "ridge", "predict", "watch", "store", "demo",
+)  # fmt: skip
 
 
 def _version() -> str:

@@ -294,7 +294,11 @@ class RecordFiles:
             from fsspec.asyn import sync
 
             # s3fs asks for an object's size first (a HEAD) unless told to read it in one request
-            single = {"max_concurrency": 1} if "max_concurrency" in inspect.signature(filesystem._cat_file).parameters else {}
+            single = (
+                {"max_concurrency": 1}
+                if "max_concurrency" in inspect.signature(filesystem._cat_file).parameters
+                else {}
+            )
 
             async def get_all() -> list[Any]:
                 reads = (filesystem._cat_file(path, **single) for path in paths)
@@ -352,7 +356,9 @@ class RecordFiles:
             except FileNotFoundError:
                 return np.zeros(0, dtype=np.int64)
             except Exception as error:
-                raise SourceError(f"Cannot list the records of {self.target}: {type(error).__name__}: {error}") from error
+                raise SourceError(
+                    f"Cannot list the records of {self.target}: {type(error).__name__}: {error}"
+                ) from error
             found = [int(parts[-2]) for parts in names if parts[-1] == "0" and parts[-2].isdigit()]
         else:
             try:
@@ -404,7 +410,9 @@ def create_store(
         try:
             filesystem, root = fsspec.core.url_to_fs(target, **(storage_options or {}))
             if filesystem.exists(f"{root}/zarr.json"):
-                raise FileExistsError(f"{target} already exists. Open it with SketchStore.open, or choose another place.")
+                raise FileExistsError(
+                    f"{target} already exists. Open it with SketchStore.open, or choose another place."
+                )
             for name, data in files.items():  # zarr.json last: the store exists once it is written
                 filesystem.pipe_file(f"{root.rstrip('/')}/{name}", data)
         except FileExistsError:
@@ -435,7 +443,9 @@ def _read_small(target: str, name: str, storage_options: StorageOptions, limit: 
             path = f"{root.rstrip('/')}/{name}"
             size = filesystem.size(path)
             if size is not None and size > limit:
-                raise SketchFormatError(f"{target}: {name} holds {size:,} bytes; at most {limit:,} expected (tampered).")
+                raise SketchFormatError(
+                    f"{target}: {name} holds {size:,} bytes; at most {limit:,} expected (tampered)."
+                )
             return filesystem.cat_file(path)
         except FileNotFoundError as error:
             raise SketchFormatError(f"No sketch store at {target}: {name} is missing.") from error
@@ -446,7 +456,9 @@ def _read_small(target: str, name: str, storage_options: StorageOptions, limit: 
     path = Path(_local_path(target)) / name
     try:
         if path.stat().st_size > limit:
-            raise SketchFormatError(f"{target}: {name} holds {path.stat().st_size:,} bytes; at most {limit:,} expected.")
+            raise SketchFormatError(
+                f"{target}: {name} holds {path.stat().st_size:,} bytes; at most {limit:,} expected."
+            )
         return path.read_bytes()
     except FileNotFoundError as error:
         raise SketchFormatError(f"No sketch store at {target}: {name} is missing.") from error
@@ -491,7 +503,7 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
     for key in ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "codecs"):
         if not isinstance(records, dict) or records.get(key) != expected[key]:
             raise SketchFormatError(
-                f"{target}: the records array declares {key}={records.get(key) if isinstance(records, dict) else None!r}; "
+                f"{target}: the records array declares {key}={records.get(key) if isinstance(records, dict) else None!r}; "  # noqa: E501
                 f"this store's map and levels give {expected[key]!r} (tampered metadata)."
             )
     feature_map = map_from_json(_read_small(target, "map.json", storage_options, 2**28), f"{target}/map.json")

@@ -177,7 +177,9 @@ class SketchStore:
         (1000, 0)
         """
         if not isinstance(feature_map, FeatureMap) or not feature_map.is_fitted:
-            raise InputError(f"feature_map must be a fitted FeatureMap. Got {feature_map!r}; fit it first (rff.fit(X)).")
+            raise InputError(
+                f"feature_map must be a fitted FeatureMap. Got {feature_map!r}; fit it first (rff.fit(X))."
+            )
         if isinstance(bucket, str):
             raise InputError(
                 f"bucket={bucket!r}: time buckets are not supported yet. Pass a number of rows per bucket (e.g. "
@@ -294,7 +296,9 @@ class SketchStore:
         cache[(level, index)] = record
         return record
 
-    def _roll_up(self, bucket: int, known: list[int], cache: dict[tuple[int, int], Record | None], key: bytes | None) -> None:
+    def _roll_up(
+        self, bucket: int, known: list[int], cache: dict[tuple[int, int], Record | None], key: bytes | None
+    ) -> None:
         for level in range(1, self._root.levels + 1):
             if self._ensure(level, bucket >> level, known, cache, key) is None:
                 return
@@ -451,7 +455,9 @@ class SketchStore:
         if stop <= start:
             raise InputError(f"A range needs stop > start. Got start={start}, stop={stop}.")
         if stop // rows > self._root.capacity:
-            raise InputError(f"stop={stop} is past the store's last possible bucket ({self._root.capacity * rows} rows).")
+            raise InputError(
+                f"stop={stop} is past the store's last possible bucket ({self._root.capacity * rows} rows)."
+            )
         return int(start) // rows, int(stop) // rows
 
     def _records_covering(self, first: int, stop: int) -> list[Record]:
@@ -546,9 +552,7 @@ class SketchStore:
 
     # Tests.
 
-    def test(
-        self, a: tuple[int, int], b: tuple[int, int], n_permutations: int = 999, seed: Any = 0
-    ) -> Any:
+    def test(self, a: tuple[int, int], b: tuple[int, int], n_permutations: int = 999, seed: Any = 0) -> Any:
         """Two-sample test between rows ``a = (start, stop)`` and ``b``, with the bucket permutation null.
 
         The statistic is the unbiased MMD^2 of the two range sketches (:func:`streamrff.mmd2`).
@@ -700,7 +704,7 @@ class SketchStore:
                 raise InputError(f"merge_from takes SketchStore objects. Got {type(other).__name__}.")
             if other.feature_map.fingerprint != self.feature_map.fingerprint or other.bucket_rows != self.bucket_rows:
                 raise InputError(
-                    f"{other.path} has map {other.feature_map.fingerprint[:12]} and buckets of {other.bucket_rows} rows; "
+                    f"{other.path} has map {other.feature_map.fingerprint[:12]} and buckets of {other.bucket_rows} rows; "  # noqa: E501
                     f"{self.path} has {self.feature_map.fingerprint[:12]} and {self.bucket_rows}. Merge stores made "
                     "with one map file and one bucket size."
                 )

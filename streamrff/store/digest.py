@@ -53,7 +53,8 @@ def rows_digest(rows: Any, first_row: int = 0) -> str:
 
     Every row is hashed with its global index (``first_row + i``), each column with a key of its
     own, and the hashes are summed modulo 2**64, so the digest is computed chunk by chunk in any
-    grouping and changes when any one value changes (and, but for a 2**-128 chance, when several do). Values are compared as float64
+    grouping and changes when any one value changes (and, but for a 2**-128 chance, when several do).
+    Values are compared as float64
     (float32 rows and their float64 copy agree; -0.0 equals 0.0). It detects rows that differ,
     not an adversary: signatures (``signing_key``) do that.
 

@@ -11,7 +11,8 @@ If the buckets are exchangeable (no change between the two ranges, and buckets i
 of each other), every labelling with the same number of buckets per side is equally likely,
 so ``p = (1 + #{b : T_b >= T}) / (1 + B)`` over B random relabellings is an exact (valid)
 p-value (Phipson & Smyth 2010); when there are at most B distinct labellings, all of them are
-used and ``p = #{labellings : T_l >= T} / C(k_X + k_Y, k_X)`` (the observed one included). It needs only the bucket sums: no rows and no second
+used and ``p = #{labellings : T_l >= T} / C(k_X + k_Y, k_X)`` (the observed one included).
+It needs only the bucket sums: no rows and no second
 moments. The resolution is limited by the number of distinct labellings,
 ``C(k_X + k_Y, k_X)``: at least 20 are required for a p-value below 0.05.
 """
