@@ -336,3 +336,31 @@ def test_store_eight_appenders_one_killed_while_two_query(tmp_path, place, reque
     before = store.info()["records"], [record.written_at for record in store._read_buckets(list(range(160)))]
     store.append(X)
     assert (store.info()["records"], [r.written_at for r in store._read_buckets(list(range(160)))]) == before
+
+
+@pytest.mark.slow
+def test_store_bucket_permutation_and_series_are_calibrated_under_no_change(tmp_path):
+    """200 independent segments of 20 buckets under no change: the bucket-permutation test (6 buckets
+    against 6) rejects 3-7% at 5%, and the series p-value (a window of 4 buckets against the 16 before)
+    is uniform (KS p > 0.01). Segments hold disjoint rows, so the 200 p-values are independent."""
+    from scipy import stats
+
+    reps, per, rows = 200, 20, 10
+    rff = _map(n_features=32)
+    store = srf.SketchStore.create(tmp_path / "s.store", rff, bucket=rows)
+    store.append(_rows(reps * per * rows, seed=11))
+    test_p, series_p = [], []
+    for rep in range(reps):
+        lo = rep * per * rows
+        test_p.append(
+            store.test((lo, lo + 6 * rows), (lo + 6 * rows, lo + 12 * rows), n_permutations=199, seed=rep).p_value
+        )
+        series = store.series(
+            reference=(lo, lo + 16 * rows), every=4, start=lo + 16 * rows, stop=lo + per * rows,
+            n_permutations=199, seed=rep,
+        )  # fmt: skip
+        assert len(series.p_value) == 1
+        series_p.append(float(series.p_value[0]))
+    rejected = np.mean(np.array(test_p) <= 0.05)
+    assert 0.03 <= rejected <= 0.07, rejected
+    assert stats.kstest(series_p, "uniform").pvalue > 0.01
