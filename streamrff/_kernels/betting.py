@@ -7,8 +7,11 @@ normalisation cancels): the payoff ``f_t = <S_{t-1}, d_t> / (2 ||S_{t-1}||)``
 lies in [-1, 1] for unit-norm features (0 while ``S = 0``); the betting fraction
 ``lambda_t`` in [0, 1/2] follows the online Newton step of Shekhar & Ramdas
 (2024, Algorithm 1 after Cutkosky & Orabona 2018), and the log wealth grows by
-``log(1 + lambda_t f_t)``. Pairs are taken in order, so any split of a stream
-into batches gives the same wealth bit for bit for the same features.
+``log(1 + lambda_t f_t)``. With ``floor = 0`` the log wealth is first raised to
+0 before each step, which is the e-CUSUM recursion ``M_t = max(M_{t-1}, 1)
+(1 + lambda_t f_t)`` of Shin, Ramdas & Rinaldo (arXiv 2203.03532) used by
+:class:`streamrff.drift.EDetector` (``floor = -inf`` is the plain wealth).
+Pairs are taken in order, so any split of a stream into batches gives the same wealth bit for bit for the same features.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ ONS_STEP = 2.0 / (2.0 - math.log(3.0))
 
 
 @jit(nogil=True, boundscheck=False)
-def bet_pairs(features_a, features_b, witness_sum, scalars, log_threshold):  # pragma: no cover - compiled
+def bet_pairs(
+    features_a, features_b, witness_sum, scalars, log_threshold, floor=-math.inf
+):  # pragma: no cover - compiled
     """Bet on every pair ``(features_a[k], features_b[k])`` in order; update ``witness_sum`` (float64, D) and
     ``scalars`` = ``[lambda, a, log_wealth, max_log_wealth]`` in place; return the index of the first pair
-    whose log wealth reaches ``log_threshold`` (-1 if none)."""
+    whose log wealth reaches ``log_threshold`` (-1 if none). ``floor`` (0 for the e-CUSUM) bounds the log
+    wealth from below before each step."""
     fraction, curvature, log_wealth, max_log_wealth = scalars[0], scalars[1], scalars[2], scalars[3]
     first = -1
     width = witness_sum.shape[0]
@@ -45,7 +51,7 @@ def bet_pairs(features_a, features_b, witness_sum, scalars, log_threshold):  # p
         payoff = 0.0
         if squared_norm > 0.0:
             payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
-        log_wealth += math.log1p(fraction * payoff)
+        log_wealth = max(log_wealth, floor) + math.log1p(fraction * payoff)
         if log_wealth > max_log_wealth:
             max_log_wealth = log_wealth
         if first < 0 and log_wealth >= log_threshold:

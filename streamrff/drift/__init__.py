@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from ..formats.monitor import MONITOR_FORMAT_NAME, MONITOR_FORMAT_VERSION
 from .calibration import calibrate_thresholds
+from .edetector import EDetector
 from .monitor import ALARM_TOP_ROWS, DriftMonitor, DriftUpdate, load_monitor
 
 __all__ = [
     "DriftMonitor",
     "DriftUpdate",
+    "EDetector",
     "load_monitor",
     "calibrate_thresholds",
     "MONITOR_FORMAT_NAME",
