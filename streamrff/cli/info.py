@@ -27,7 +27,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import load  # here, not at the top: start-up time
+    from ..sketches import load  # here, not at the top: start-up time
     from ..formats.map import _read_map_bytes, map_from_json
     from ..formats.sketch import is_signed
 
