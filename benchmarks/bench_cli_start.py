@@ -41,11 +41,16 @@ def main() -> None:
         a, b, c = (os.path.join(folder, name) for name in ("a.sketch", "b.sketch", "c.sketch"))
         srf.sketch_array(rows[:100], feature_map).save(a)
         srf.sketch_array(rows[100:], feature_map).save(b)
-        cases = {"--help": ["--help"], "info SKETCH": ["info", a], "merge A B -o C": ["merge", a, b, "-o", c, "--overwrite"]}
+        cases = {
+            "--help": ["--help"],
+            "info SKETCH": ["info", a],
+            "merge A B -o C": ["merge", a, b, "-o", c, "--overwrite"],
+        }
         print(f"load average {os.getloadavg()[0]:.2f}; median of {repeats} fresh processes")
         for name, argv in cases.items():
             seconds = wall(argv, repeats)
-            print(f"{name:<16} {seconds:6.3f} s   target <= {TARGETS[name]:.1f} s   ratio {seconds / TARGETS[name]:.2f}")
+            target = TARGETS[name]
+            print(f"{name:<16} {seconds:6.3f} s   target <= {target:.1f} s   ratio {seconds / target:.2f}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ __all__ = [
     "StreamRFFError",
     "CheckpointMismatchError",
     "InputError",
-    "NotFittedMapError",
+    "NotFittedMapError",  # noqa: F822 - given by the module __getattr__ (built on first use)
     "SketchMismatchError",
     "SketchFormatError",
     "MapFormatError",
