@@ -56,3 +56,20 @@ def test_abbreviation_refused_with_suggestion(argv: list[str], hint: str, capsys
         main(argv)
     assert exit_info.value.code == 2
     assert hint in capsys.readouterr().err
+
+
+def test_closed_pipe_is_quiet(tmp_path: object) -> None:
+    import numpy as np
+
+    import streamrff as srf
+
+    path = str(tmp_path / "x.sketch")  # type: ignore[operator]
+    rows = np.random.default_rng(0).normal(size=(20, 3)).astype("float32")
+    srf.sketch_array(rows, srf.RFF(n_features=8, bandwidth=1.0, seed=0)).save(path)
+    code = (
+        "import os, sys\nread, write = os.pipe()\nos.close(read)\nos.dup2(write, 1)\n"
+        f"from streamrff.cli import main\nsys.exit(main(['info', {path!r}]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 141
+    assert run.stderr == ""

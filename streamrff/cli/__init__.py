@@ -217,4 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"streamrff {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `streamrff info X | head`: the reader left; quiet, as a Unix tool (128 + SIGPIPE)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
     return EXIT_OK  # pragma: no cover
