@@ -8,13 +8,13 @@ catch either ``streamrff.InputError`` or plain ``ValueError``.
 
 from __future__ import annotations
 
-from sklearn.exceptions import NotFittedError
+import functools
 
 __all__ = [
     "StreamRFFError",
     "CheckpointMismatchError",
     "InputError",
-    "NotFittedMapError",
+    "NotFittedMapError",  # noqa: F822 - given by the module __getattr__ (built on first use)
     "SketchMismatchError",
     "SketchFormatError",
     "MapFormatError",
@@ -83,24 +83,40 @@ class CheckpointMismatchError(InputError):
     """
 
 
-class NotFittedMapError(StreamRFFError, NotFittedError, ValueError, AttributeError):
-    """A feature map or estimator was used before ``fit``.
+@functools.cache
+def _not_fitted_map_error() -> type:
+    """Build :class:`NotFittedMapError` on first use (scikit-learn loads only then)."""
+    from sklearn.exceptions import NotFittedError
 
-    Also scikit-learn's ``NotFittedError`` (itself a ``ValueError`` and an
-    ``AttributeError``), so ``except NotFittedError`` and scikit-learn's
-    estimator checks catch it.
+    class NotFittedMapError(StreamRFFError, NotFittedError, ValueError, AttributeError):
+        """A feature map or estimator was used before ``fit``.
 
-    Examples
-    --------
-    >>> import numpy as np, streamrff as srf
-    >>> from sklearn.exceptions import NotFittedError
-    >>> srf.RFF().transform(np.zeros((2, 3)))
-    Traceback (most recent call last):
-    ...
-    streamrff.errors.NotFittedMapError: This RFF is not fitted yet (bandwidth='median' is chosen from a sample ...
-    >>> issubclass(srf.NotFittedMapError, NotFittedError)
-    True
-    """
+        Also scikit-learn's ``NotFittedError`` (itself a ``ValueError`` and an
+        ``AttributeError``), so ``except NotFittedError`` and scikit-learn's
+        estimator checks catch it.
+
+        Examples
+        --------
+        >>> import numpy as np, streamrff as srf
+        >>> from sklearn.exceptions import NotFittedError
+        >>> srf.RFF().transform(np.zeros((2, 3)))
+        Traceback (most recent call last):
+        ...
+        streamrff.errors.NotFittedMapError: This RFF is not fitted yet (bandwidth='median' is chosen from a sample ...
+        >>> issubclass(srf.NotFittedMapError, NotFittedError)
+        True
+        """
+
+    NotFittedMapError.__module__ = __name__
+    NotFittedMapError.__qualname__ = "NotFittedMapError"
+    return NotFittedMapError
+
+
+def __getattr__(name: str) -> type:
+    """Give ``NotFittedMapError`` lazily, so importing the errors does not import scikit-learn."""
+    if name == "NotFittedMapError":
+        return _not_fitted_map_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SketchMismatchError(StreamRFFError, ValueError):

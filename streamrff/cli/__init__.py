@@ -29,7 +29,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .options import (
     EXISTS,
@@ -62,6 +62,57 @@ def _version() -> str:
         return "0.0.0"
 
 
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every long option and command name of a parser and of its subcommands' parsers."""
+    found = [option for option in parser._option_string_actions if option.startswith("--")]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.extend(action.choices)
+            for subparser in action.choices.values():
+                found.extend(_option_strings(subparser))
+    return found
+
+
+def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+    """A "did you mean" line for the mistyped option or command an argparse error message names, or "".
+
+    Examples
+    --------
+    >>> from streamrff.cli import build_parser, did_you_mean
+    >>> did_you_mean("unrecognized arguments: --feature 64", build_parser())
+    'did you mean --features?'
+    >>> did_you_mean("argument COMMAND: invalid choice: 'skecth' (choose from ...)", build_parser())
+    'did you mean sketch?'
+    """
+    import difflib
+    import re
+
+    words = re.findall(r"invalid choice: '([^']+)'", message) or re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1])
+    known = sorted(set(_option_strings(parser)))
+    for word in words:
+        match = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+        if match:
+            return f"did you mean {match[0]}?"
+    return ""
+
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's argument parser: no abbreviated options, and a "did you mean" line on a typo.
+
+    Every subcommand's parser is one too (argparse makes subparsers of the parser's own class).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's
+        hint = did_you_mean(message, self)
+        if hint:
+            message = f"{message}\n{self.prog}: {hint}"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``streamrff`` command.
 
@@ -77,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     ...     print(exit.code)
     2
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="streamrff",
         description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
         epilog="Sites share one map: 'streamrff map A.zarr B.zarr -o map.json', then "
@@ -166,4 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"streamrff {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `streamrff info X | head`: the reader left; quiet, as a Unix tool (128 + SIGPIPE)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
     return EXIT_OK  # pragma: no cover

@@ -27,9 +27,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import load  # here, not at the top: start-up time
     from ..formats.map import _read_map_bytes, map_from_json
     from ..formats.sketch import is_signed
+    from ..sketches import load  # here, not at the top: start-up time
 
     data = _read_map_bytes(args.sketch, args.storage_options)
     if data is not None:  # a map file: describe the map

@@ -37,8 +37,8 @@ def load_checked_sketches(
     SketchFormatError, FileNotFoundError
         When the only problem is a file that does not load (its own error).
     """
-    from .. import load  # here, not at the top: start-up time; the package's load knows every sketch kind
     from ..errors import SketchMismatchError, StreamRFFError
+    from ..sketches import load  # here, not at the top: start-up time; the sketches package registers every kind
 
     problems: list[str] = []
     loaded: list[tuple[str, Any]] = []
