@@ -40,3 +40,18 @@ def test_counts_merge_like_one_pass_and_hash_past_the_cap():
     assert categorical_column_test(x, y)[1] == pytest.approx(exact.pvalue, rel=1e-9)
     with pytest.raises(InputError, match="empty"):
         categorical_column_test([], y)
+
+
+def test_marginal_tests_give_a_table_column_its_chi_square_test():
+    pd = pytest.importorskip("pandas")
+    import streamrff as srf
+
+    rng = np.random.default_rng(2)
+    n = 600
+    a = pd.DataFrame({"x": rng.normal(size=n), "colour": rng.choice(["r", "g", "b"], p=[0.5, 0.3, 0.2], size=n)})
+    b = pd.DataFrame({"x": rng.normal(size=n), "colour": rng.choice(["r", "g", "b"], p=[0.3, 0.3, 0.4], size=n)})
+    result = srf.marginal_tests(a, b, n_permutations=99)
+    reference = chi2_contingency(pd.crosstab(np.repeat([0, 1], n), pd.concat([a.colour, b.colour])), correction=False)
+    assert int(result.columns[0]) == 1
+    assert result.p_values[0] == pytest.approx(reference.pvalue, rel=1e-9)
+    assert result.adjusted_p_values[0] == pytest.approx(min(1.0, 2 * reference.pvalue), rel=1e-9)

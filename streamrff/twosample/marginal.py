@@ -97,7 +97,10 @@ class MarginalTestResult:
     mmd : ndarray of float
         Effect sizes: ``sqrt(max(MMD^2, 0))`` in each column kernel's units (0 to sqrt 2).
     bandwidths : ndarray of float
-        Each column's kernel width.
+        Each column's kernel width (NaN for a categorical column of a table source, whose kernel is
+        ``[a == b]``: its statistic is ``sum_k (p_k - q_k)^2`` over the category frequencies, on the
+        same 0 to 2 scale, and its p-value Pearson's chi-square test; see
+        :func:`~streamrff.twosample.marginal.categorical_column_test`).
     kind : str
         ``"columns"`` or ``"components"`` (top kernel principal components of the pooled sample).
     n_x, n_y, n_permutations, n_features : int
@@ -207,7 +210,7 @@ class MarginalTestResult:
             "at_floor": [at_floor(value, self.floor_draws) for value in self.p_values],
             "adjusted_p_values": [float(value) for value in self.adjusted_p_values],
             "mmd": [float(value) for value in self.mmd],
-            "bandwidths": [float(value) for value in self.bandwidths],
+            "bandwidths": [None if np.isnan(value) else float(value) for value in self.bandwidths],
         }
         if self.joint is not None:
             out["joint"] = self.joint.to_dict(include_null=False)
@@ -234,6 +237,7 @@ def _marginal_kernel(
     n_y: int,
     n_permutations: int,
     seed: int,
+    categorical: tuple[int, ...] = (),
 ) -> _MarginalPartial:
     # on_invalid="require": every row of the chunk is here (the joint test's keyed permutations
     # need the true global indices). A chunk holds rows of one source, but a split is harmless.
@@ -248,7 +252,9 @@ def _marginal_kernel(
                 tested, (joint_map,), row_offset, n_x, n_y, n_permutations, seed, (joint_columns,)
             )
         )
-    return _MarginalPartial(partial_bins, joint)
+    a_part, b_part = rows[:a_rows], rows[a_rows:]
+    counts = tuple((category_counts(a_part[:, c]), category_counts(b_part[:, c])) for c in categorical)
+    return _MarginalPartial(partial_bins, joint, counts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,11 +263,16 @@ class _MarginalPartial:
 
     bins: ColumnBins
     joint: AggregatedTwoSampleSketch | None
+    counts: tuple[tuple[dict[float, int], dict[float, int]], ...] = ()
 
     def merge_many(self, others: Any) -> _MarginalPartial:
         others = list(others)
         joint = None if self.joint is None else self.joint.merge_many([other.joint for other in others])
-        return _MarginalPartial(self.bins.merge_many([other.bins for other in others]), joint)
+        counts = tuple(
+            tuple(merge_category_counts(*(part.counts[c][s] for part in [self, *others])) for s in (0, 1))
+            for c in range(len(self.counts))
+        )
+        return _MarginalPartial(self.bins.merge_many([other.bins for other in others]), joint, counts)  # type: ignore[arg-type]
 
 
 def marginal_tests(
@@ -379,15 +390,17 @@ def marginal_tests(
                 raise InputError(f"feature_map must be a streamrff FeatureMap. Got {type(feature_map).__name__}.")
             joint_map = fit_map_and_sample(feature_map, sources, 0, 0, job)[0]
         bins = quantile_bins(tested, n_bins)
+        categorical = tuple(getattr(sources[0], "categorical_columns", ())) if projector is None else ()
         kernel = functools.partial(
             _marginal_kernel, bins=bins, projector=projector, joint_map=joint_map,
             joint_columns=slice(0, width) if projector is not None else None,
-            n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed,
+            n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed, categorical=categorical,
         )  # fmt: skip
         partial = run_chunks(sources, kernel, job, shows_non_finite=lambda merged: merged.bins.shows_non_finite())
     kind = "components" if projector is not None else "columns"
     with one_blas_thread():  # small products (B x bins x 64): threads cost more than they give
-        result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)
+        tests = {c: _counts_test(*counts) for c, counts in zip(categorical, partial.counts, strict=True)}
+        result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind, tests)
     if partial.joint is not None:
         result = dataclasses.replace(result, joint=permutation_test(partial.joint.sketches[0]))
     return result
@@ -444,12 +457,21 @@ def _marginal_result(
     n_bins: int,
     seed: int,
     kind: str,
+    categorical_tests: dict[int, tuple[float, float]] | None = None,
 ) -> MarginalTestResult:
-    """Each column's statistic and its null from its bin counts, then Holm over the columns."""
+    """Each column's statistic and its null from its bin counts, then Holm over the columns.
+
+    A categorical column's statistic and p-value come from ``categorical_tests`` (its delta
+    kernel's MMD^2 and chi-square p-value, :func:`categorical_column_test`) instead."""
+    categorical_tests = categorical_tests or {}
     n_tests = len(maps)
     values = np.empty((n_tests, n_permutations + 1))
     p_values = np.empty(n_tests)
     for column, column_map in enumerate(maps):
+        if column in categorical_tests:
+            values[column] = np.nan
+            values[column, 0], p_values[column] = categorical_tests[column]
+            continue
         a_counts, b_counts = merged.counts[0, column], merged.counts[1, column]
         totals = a_counts + b_counts
         occupied = totals > 0
@@ -469,7 +491,7 @@ def _marginal_result(
     return MarginalTestResult.ranked(
         values[:, 0],
         p_values,
-        [column_map.bandwidth for column_map in maps],
+        [np.nan if c in categorical_tests else m.bandwidth for c, m in enumerate(maps)],
         kind=kind,
         n_x=n_x,
         n_y=n_y,
@@ -549,10 +571,18 @@ def categorical_column_test(x_codes: Any, y_codes: Any, cap: int = CATEGORY_CAP)
     >>> round(stat, 4), bool(p < 0.01)
     (0.08, True)
     """
-    from scipy.stats import chi2
 
     check_positive_int(cap, "cap")
-    table = _count_matrix(category_counts(x_codes), category_counts(y_codes), cap)
+    return _counts_test(category_counts(x_codes), category_counts(y_codes), cap)
+
+
+def _counts_test(
+    counts_x: dict[float, int], counts_y: dict[float, int], cap: int = CATEGORY_CAP
+) -> tuple[float, float]:
+    """(delta-kernel MMD^2, chi-square p-value) of two count tables: :func:`categorical_column_test`."""
+    from scipy.stats import chi2
+
+    table = _count_matrix(counts_x, counts_y, cap)
     totals = table.sum(axis=1, keepdims=True)
     if np.any(totals == 0):
         raise InputError("x_codes and y_codes must each hold at least one row. Got an empty sample.")
