@@ -100,7 +100,7 @@ class MarginalTestResult:
         Each column's kernel width (NaN for a categorical column of a table source, whose kernel is
         ``[a == b]``: its statistic is ``sum_k (p_k - q_k)^2`` over the category frequencies, on the
         same 0 to 2 scale, and its p-value Pearson's chi-square test; see
-        :func:`~streamrff.twosample.marginal.categorical_column_test`).
+        ``streamrff.twosample.marginal.categorical_column_test``).
     kind : str
         ``"columns"`` or ``"components"`` (top kernel principal components of the pooled sample).
     n_x, n_y, n_permutations, n_features : int
