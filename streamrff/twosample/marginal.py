@@ -175,7 +175,8 @@ class MarginalTestResult:
         lines = [f"    {label:>9} {'MMD':>8} {'MMD^2':>11} {'p':>18} {'p Holm':>18}"]
         shown = len(self.columns) if limit is None else min(limit, len(self.columns))
         for index in range(shown):
-            p_text = format_p_value(self.p_values[index], self.floor_draws)
+            exact = np.isnan(self.bandwidths[index])  # a categorical column: chi-square, no Monte Carlo floor
+            p_text = format_p_value(self.p_values[index], None if exact else self.floor_draws)
             holm_text = format_p_value(self.adjusted_p_values[index])
             lines.append(
                 f"    {int(self.columns[index]):>9} {self.mmd[index]:>8.4f} {self.statistics[index]:>11.4e} "
@@ -500,6 +501,7 @@ def _marginal_result(
         null=(
             f"{n_permutations} relabellings of {n_bins} quantile bins per {unit} "
             f"(multivariate hypergeometric, drawn per {unit})"
+            + ("; categorical columns: chi-square on counts per category" if categorical_tests else "")
         ),
     )
 
