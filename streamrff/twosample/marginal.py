@@ -97,7 +97,10 @@ class MarginalTestResult:
     mmd : ndarray of float
         Effect sizes: ``sqrt(max(MMD^2, 0))`` in each column kernel's units (0 to sqrt 2).
     bandwidths : ndarray of float
-        Each column's kernel width.
+        Each column's kernel width (NaN for a categorical column of a table source, whose kernel is
+        ``[a == b]``: its statistic is ``sum_k (p_k - q_k)^2`` over the category frequencies, on the
+        same 0 to 2 scale, and its p-value Pearson's chi-square test; see
+        ``streamrff.twosample.marginal.categorical_column_test``).
     kind : str
         ``"columns"`` or ``"components"`` (top kernel principal components of the pooled sample).
     n_x, n_y, n_permutations, n_features : int
@@ -172,7 +175,8 @@ class MarginalTestResult:
         lines = [f"    {label:>9} {'MMD':>8} {'MMD^2':>11} {'p':>18} {'p Holm':>18}"]
         shown = len(self.columns) if limit is None else min(limit, len(self.columns))
         for index in range(shown):
-            p_text = format_p_value(self.p_values[index], self.floor_draws)
+            exact = np.isnan(self.bandwidths[index])  # a categorical column: chi-square, no Monte Carlo floor
+            p_text = format_p_value(self.p_values[index], None if exact else self.floor_draws)
             holm_text = format_p_value(self.adjusted_p_values[index])
             lines.append(
                 f"    {int(self.columns[index]):>9} {self.mmd[index]:>8.4f} {self.statistics[index]:>11.4e} "
@@ -207,7 +211,7 @@ class MarginalTestResult:
             "at_floor": [at_floor(value, self.floor_draws) for value in self.p_values],
             "adjusted_p_values": [float(value) for value in self.adjusted_p_values],
             "mmd": [float(value) for value in self.mmd],
-            "bandwidths": [float(value) for value in self.bandwidths],
+            "bandwidths": [None if np.isnan(value) else float(value) for value in self.bandwidths],
         }
         if self.joint is not None:
             out["joint"] = self.joint.to_dict(include_null=False)
@@ -234,6 +238,7 @@ def _marginal_kernel(
     n_y: int,
     n_permutations: int,
     seed: int,
+    categorical: tuple[int, ...] = (),
 ) -> _MarginalPartial:
     # on_invalid="require": every row of the chunk is here (the joint test's keyed permutations
     # need the true global indices). A chunk holds rows of one source, but a split is harmless.
@@ -248,7 +253,9 @@ def _marginal_kernel(
                 tested, (joint_map,), row_offset, n_x, n_y, n_permutations, seed, (joint_columns,)
             )
         )
-    return _MarginalPartial(partial_bins, joint)
+    a_part, b_part = rows[:a_rows], rows[a_rows:]
+    counts = tuple((category_counts(a_part[:, c]), category_counts(b_part[:, c])) for c in categorical)
+    return _MarginalPartial(partial_bins, joint, counts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,11 +264,16 @@ class _MarginalPartial:
 
     bins: ColumnBins
     joint: AggregatedTwoSampleSketch | None
+    counts: tuple[tuple[dict[float, int], dict[float, int]], ...] = ()
 
     def merge_many(self, others: Any) -> _MarginalPartial:
         others = list(others)
         joint = None if self.joint is None else self.joint.merge_many([other.joint for other in others])
-        return _MarginalPartial(self.bins.merge_many([other.bins for other in others]), joint)
+        counts = tuple(
+            tuple(merge_category_counts(*(part.counts[c][s] for part in [self, *others])) for s in (0, 1))
+            for c in range(len(self.counts))
+        )
+        return _MarginalPartial(self.bins.merge_many([other.bins for other in others]), joint, counts)  # type: ignore[arg-type]
 
 
 def marginal_tests(
@@ -379,15 +391,17 @@ def marginal_tests(
                 raise InputError(f"feature_map must be a streamrff FeatureMap. Got {type(feature_map).__name__}.")
             joint_map = fit_map_and_sample(feature_map, sources, 0, 0, job)[0]
         bins = quantile_bins(tested, n_bins)
+        categorical = tuple(getattr(sources[0], "categorical_columns", ())) if projector is None else ()
         kernel = functools.partial(
             _marginal_kernel, bins=bins, projector=projector, joint_map=joint_map,
             joint_columns=slice(0, width) if projector is not None else None,
-            n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed,
+            n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed, categorical=categorical,
         )  # fmt: skip
         partial = run_chunks(sources, kernel, job, shows_non_finite=lambda merged: merged.bins.shows_non_finite())
     kind = "components" if projector is not None else "columns"
     with one_blas_thread():  # small products (B x bins x 64): threads cost more than they give
-        result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind)
+        tests = {c: _counts_test(*counts) for c, counts in zip(categorical, partial.counts, strict=True)}
+        result = _marginal_result(partial.bins, maps, n_x, n_y, n_permutations, n_bins, seed, kind, tests)
     if partial.joint is not None:
         result = dataclasses.replace(result, joint=permutation_test(partial.joint.sketches[0]))
     return result
@@ -444,12 +458,21 @@ def _marginal_result(
     n_bins: int,
     seed: int,
     kind: str,
+    categorical_tests: dict[int, tuple[float, float]] | None = None,
 ) -> MarginalTestResult:
-    """Each column's statistic and its null from its bin counts, then Holm over the columns."""
+    """Each column's statistic and its null from its bin counts, then Holm over the columns.
+
+    A categorical column's statistic and p-value come from ``categorical_tests`` (its delta
+    kernel's MMD^2 and chi-square p-value, :func:`categorical_column_test`) instead."""
+    categorical_tests = categorical_tests or {}
     n_tests = len(maps)
     values = np.empty((n_tests, n_permutations + 1))
     p_values = np.empty(n_tests)
     for column, column_map in enumerate(maps):
+        if column in categorical_tests:
+            values[column] = np.nan
+            values[column, 0], p_values[column] = categorical_tests[column]
+            continue
         a_counts, b_counts = merged.counts[0, column], merged.counts[1, column]
         totals = a_counts + b_counts
         occupied = totals > 0
@@ -469,7 +492,7 @@ def _marginal_result(
     return MarginalTestResult.ranked(
         values[:, 0],
         p_values,
-        [column_map.bandwidth for column_map in maps],
+        [np.nan if c in categorical_tests else m.bandwidth for c, m in enumerate(maps)],
         kind=kind,
         n_x=n_x,
         n_y=n_y,
@@ -478,5 +501,97 @@ def _marginal_result(
         null=(
             f"{n_permutations} relabellings of {n_bins} quantile bins per {unit} "
             f"(multivariate hypergeometric, drawn per {unit})"
+            + ("; categorical columns: chi-square on counts per category" if categorical_tests else "")
         ),
     )
+
+
+#: Distinct categories a column counts exactly; above it, its counts fold into a hashed table of
+#: :data:`HASHED_WIDTH` buckets (a category's code, itself a 52-bit digest, modulo the width).
+CATEGORY_CAP = 65_536
+#: Buckets of the hashed count table of a column past :data:`CATEGORY_CAP` distinct categories.
+HASHED_WIDTH = 4_096
+
+
+def category_counts(codes: Any) -> dict[float, int]:
+    """Exact counts per category code of one categorical column (mergeable: :func:`merge_category_counts`).
+
+    Examples
+    --------
+    >>> from streamrff.twosample.marginal import category_counts
+    >>> category_counts([3.0, 5.0, 3.0])
+    {3.0: 2, 5.0: 1}
+    """
+    values, counts = np.unique(np.asarray(codes, dtype=np.float64), return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))
+
+
+def merge_category_counts(*tables: dict[float, int]) -> dict[float, int]:
+    """Sum of count tables (order-free: integer addition).
+
+    Examples
+    --------
+    >>> from streamrff.twosample.marginal import merge_category_counts
+    >>> merge_category_counts({1.0: 2}, {1.0: 1, 4.0: 3})
+    {1.0: 3, 4.0: 3}
+    """
+    out: dict[float, int] = {}
+    for table in tables:
+        for code, count in table.items():
+            out[code] = out.get(code, 0) + int(count)
+    return out
+
+
+def _count_matrix(counts_x: dict[float, int], counts_y: dict[float, int], cap: int) -> np.ndarray:
+    """The 2 x K contingency table of two count tables, hashed to HASHED_WIDTH buckets past ``cap`` categories."""
+    codes = sorted(set(counts_x) | set(counts_y))
+    table = np.array([[counts_x.get(c, 0) for c in codes], [counts_y.get(c, 0) for c in codes]], dtype=np.float64)
+    if len(codes) > cap:
+        buckets = np.mod(np.asarray(codes, dtype=np.float64), HASHED_WIDTH).astype(np.int64)
+        table = np.stack([np.bincount(buckets, weights=row, minlength=HASHED_WIDTH) for row in table])
+    return table[:, table.sum(axis=0) > 0]
+
+
+def categorical_column_test(x_codes: Any, y_codes: Any, cap: int = CATEGORY_CAP) -> tuple[float, float]:
+    """One categorical column's test: the MMD^2 of its delta kernel and the chi-square p-value.
+
+    The effect is the (biased, plug-in) MMD^2 of the kernel ``[a == b]`` between the two samples'
+    category frequencies, ``sum_k (p_k - q_k)^2``, in [0, 2] like a Gaussian column's MMD^2, so the
+    column table ranks categorical and numeric columns on one scale. The p-value is Pearson's
+    chi-square test of homogeneity on the 2 x K table of counts (K - 1 degrees of freedom); past
+    ``cap`` distinct categories the counts are hashed into :data:`HASHED_WIDTH` buckets first (a
+    coarser but still valid test: a function of the data's categories).
+
+    Returns
+    -------
+    (statistic, p_value) : tuple of float
+
+    Examples
+    --------
+    >>> from streamrff.twosample.marginal import categorical_column_test
+    >>> stat, p = categorical_column_test([1.0] * 60 + [2.0] * 40, [1.0] * 40 + [2.0] * 60)
+    >>> round(stat, 4), bool(p < 0.01)
+    (0.08, True)
+    """
+
+    check_positive_int(cap, "cap")
+    return _counts_test(category_counts(x_codes), category_counts(y_codes), cap)
+
+
+def _counts_test(
+    counts_x: dict[float, int], counts_y: dict[float, int], cap: int = CATEGORY_CAP
+) -> tuple[float, float]:
+    """(delta-kernel MMD^2, chi-square p-value) of two count tables: :func:`categorical_column_test`."""
+    from scipy.stats import chi2
+
+    table = _count_matrix(counts_x, counts_y, cap)
+    totals = table.sum(axis=1, keepdims=True)
+    if np.any(totals == 0):
+        raise InputError("x_codes and y_codes must each hold at least one row. Got an empty sample.")
+    frequencies = table / totals
+    statistic = float(np.sum((frequencies[0] - frequencies[1]) ** 2))
+    if table.shape[1] < 2:
+        return statistic, 1.0
+    expected = totals * table.sum(axis=0, keepdims=True) / table.sum()
+    chi_square = float(np.sum((table - expected) ** 2 / expected))
+    return statistic, float(chi2.sf(chi_square, table.shape[1] - 1))
