@@ -12,6 +12,9 @@ bandwidth 1. The truth is computed, not estimated:
 The shift h is set so that the truth is 0, 1, 2, 4 and 10 standard errors of the statistic (the
 exact variance formula with the population covariance of the features; ``B`` features are A's
 rotated by ``w h``). Prints one line per case: coverage at 90% and 95% over ``--repetitions``.
+Each line also prints the ratio of the observed spread of the statistic around the truth to the
+root of the mean estimated variance at the truth (1 when the variance is right on average; above 1
+points at an underestimated variance rather than a skewed one).
 Targets (issue #48): 0.87-0.93 and 0.93-0.97 at 1 to 10 s.e., at least nominal at 0.
 
     python benchmarks/check_interval_coverage.py                        # full grid, 300 repetitions
@@ -109,6 +112,7 @@ def coverage(distribution, n, m, multiple, repetitions, target, n_features, seed
     rng = np.random.default_rng(seed)
     covered = {0.90: 0, 0.95: 0}
     above = 0
+    errors, variances = [], []
     for repetition in range(repetitions):
         feature_map = base_map
         if target == "kernel":
@@ -118,6 +122,8 @@ def coverage(distribution, n, m, multiple, repetitions, target, n_features, seed
         sy = srf.sketch_array(draw(rng, distribution, m, shift), feature_map, moments=True)
         statistic = srf.mmd2(sx, sy)
         effect = effect_of_sketches(sx, sy)
+        errors.append(statistic - truth)
+        variances.append(effect.variance.at(truth, target))
         for level in covered:
             low, high = inverted_interval(statistic, effect.variance, level, target)
             covered[level] += low <= truth <= high
@@ -125,7 +131,8 @@ def coverage(distribution, n, m, multiple, repetitions, target, n_features, seed
     return (
         f"{target:<8} {distribution:<6} D={n_features:<5} n={n}/{m:<6} {multiple:>4g} s.e. (h={shift:.4f}): "
         f"90% {covered[0.90] / repetitions:.3f}  95% {covered[0.95] / repetitions:.3f}  "
-        f"(95% misses above: {above})"
+        f"(95% misses above: {above}; sd(T - truth) / sqrt(mean estimated variance at truth) "
+        f"{np.std(errors) / np.sqrt(np.mean(variances)):.3f})"
     )
 
 
