@@ -189,7 +189,7 @@ def add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
 
 
 def add_verify_key(parser: argparse.ArgumentParser, signs: bool = False) -> None:
-    """``--sign-key FILE`` to verify inputs, and ``--allow-unsigned`` (docs/security.rst: a key means every read verifies)."""
+    """``--sign-key FILE`` to verify inputs and ``--allow-unsigned`` (docs/security.rst: a key means reads verify)."""
     if not signs:
         add_sign_key(parser, "verify every input sketch's signature with the key in FILE")
     parser.add_argument(

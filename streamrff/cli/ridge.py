@@ -75,7 +75,7 @@ def add_parser(commands: Any) -> None:
     options.add_features(parser)
     options.add_bandwidth(parser)
     options.add_seed(parser, "seed of the map and of its row sample")
-    options.add_sign_key(parser, "sign the model file with the key in FILE (HMAC-SHA256); input sketches must verify with it")
+    options.add_sign_key(parser, "sign the model (HMAC-SHA256) with the key in FILE; inputs must verify with it")
     options.add_verify_key(parser, signs=True)
     options.add_job_options(parser)
 
