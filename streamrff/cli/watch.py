@@ -578,6 +578,7 @@ def _state_lock(path: str | None) -> Iterator[None]:
     from ..errors import StateLockedError
 
     target = Path(path[len("file://") :] if path.startswith("file://") else path).absolute()
+    target = target.resolve()  # a symbolic link to the state is the same state: the same lock
     if not target.parent.is_dir():
         raise options.UsageError(
             f"--save-monitor {path}: directory {target.parent} does not exist. Create it first, or choose another path."
