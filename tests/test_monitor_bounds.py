@@ -83,6 +83,11 @@ def test_a_state_whose_zarr_json_is_empty_is_reported_as_corrupt(saved, tmp_path
     (target / "zarr.json").write_text("{}")
     with pytest.raises(srf.SketchFormatError, match="corrupt monitor state"):
         srf.load_monitor(target)
+    import zarr
+
+    zarr.create_array(str(tmp_path / "live.zarr"), data=np.zeros((10, 3), "float32"))
+    code, out, err = cli_main("watch", str(tmp_path / "live.zarr"), "--reference", str(target))
+    assert code != 0 and err.count("\n") == 1 and "corrupt" in err, err
 
 
 def test_the_untouched_state_loads(saved):
