@@ -421,3 +421,39 @@ def test_cli_ridge_signs_and_predict_verifies_a_model_file(tmp_path, monkeypatch
     code, out, err = cli_main("predict", str(model), str(tmp_path / "x.zarr"), "-o", str(tmp_path / "q.zarr"))
     assert_one_line_error(code, err, "streamrff predict: error: ", "does not match the verify key")
     assert not (tmp_path / "q.zarr").exists()
+
+
+# -- a key means every read verifies (issue 49 item 2, issue 50 item 6) ------------------------------------------
+
+
+def test_with_a_key_set_test_explain_and_ridge_refuse_a_tampered_sketch(tmp_path, monkeypatch, cli_main):
+    # Issue 49: with the key set, `test --sketches` believed a signed sketch whose sums were edited
+    # (an honest p = 1e-4 became p = 1.0); `ridge --sketches` signed a model made from tampered inputs.
+    feature_map = srf.RFF(n_features=16, seed=0).fit(ROWS)
+    first, second = tmp_path / "a.sketch", tmp_path / "b.sketch"
+    srf.sketch_array(ROWS, feature_map, moments=True).save(first, signing_key=KEY)
+    srf.sketch_array(ROWS + 3.0, feature_map, moments=True).save(second, signing_key=KEY)
+    rewrite_attrs(second, count=len(ROWS) + 1)  # the digest recomputed: only the signature can tell
+    import zarr
+
+    zarr.save_array(str(tmp_path / "rows.zarr"), np.vstack([ROWS, ROWS + 3.0]))
+    targets = ROWS[:, :1].copy()
+    regression, tampered = tmp_path / "r.sketch", tmp_path / "t.sketch"
+    srf.regression_sketch_array(ROWS, targets, feature_map).save(regression, signing_key=KEY)
+    srf.regression_sketch_array(ROWS, targets, feature_map).save(tampered, signing_key=KEY)
+    rewrite_attrs(tampered, count=len(ROWS) + 1)
+    commands = [
+        ("test", "--sketches", str(first), str(second)),
+        ("explain", "--sketches", str(first), str(second), "--source", str(tmp_path / "rows.zarr")),
+        ("ridge", "--sketches", str(regression), str(tampered), "-o", str(tmp_path / "m.model")),
+    ]
+    for command in commands:
+        result = run_in_process(cli_main, monkeypatch, *command, key_in_environment=True)
+        assert_one_line_error(result.returncode, result.stderr, f"streamrff {command[0]}: error: ", "signature")
+    assert not (tmp_path / "m.model").exists()
+    # --allow-unsigned accepts them on purpose; without a key nothing is verified.
+    for command in commands[:2]:
+        result = run_in_process(cli_main, monkeypatch, *command, "--allow-unsigned", key_in_environment=True)
+        assert result.returncode == 0, result.stderr
+        result = run_in_process(cli_main, monkeypatch, *command)
+        assert result.returncode == 0, result.stderr

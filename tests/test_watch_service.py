@@ -234,6 +234,16 @@ def test_a_second_watcher_is_refused_with_one_line_naming_the_holder(fitted, tmp
         assert time.monotonic() - started < 60  # refused at once (start-up included), not after a wait
         assert second.returncode == 4 and out == ""
         assert err.count("\n") == 1 and f"process {first.pid} on " in err and "one watcher per state" in err
+        # Issue 49 item 4: neither a symbolic link to the state nor a deleted lock file admits a second owner.
+        alias = tmp_path / "alias-of-state"
+        alias.symlink_to(state)
+        lock_file = Path(state).with_name(f".{Path(state).name}.lock")
+        for how in ("alias", "lock file deleted"):
+            if how == "lock file deleted":
+                lock_file.unlink()
+            second = watch_process(follow_argv(path, str(alias) if how == "alias" else state))
+            out, err = second.communicate(timeout=60)
+            assert second.returncode == 4 and err.count("\n") == 1 and "one watcher per state" in err, (how, err)
         first.send_signal(signal.SIGTERM)
         out, err = first.communicate(timeout=60)
     finally:

@@ -88,15 +88,13 @@ def exclusive_lock(path: str | os.PathLike[str], record_holder: bool = False) ->
     """
     import fcntl
 
-    path = Path(path)
-    handle = open(path, "a+" if record_holder else "r")  # noqa: SIM115 - closed below, after the unlock
+    path = Path(os.path.realpath(path))  # a symbolic link to the folder or the file is the same lock
+    handle = _locked_handle(path, record_holder, fcntl)
+    owner_link = None
     try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockHeld(path, _read_holder(handle) if record_holder else None) from None
-        try:
             if record_holder:  # ours now: whatever a dead holder left is replaced
+                owner_link = _claim_owner_link(path, handle, fcntl)
                 handle.seek(0)
                 handle.truncate()
                 handle.write(json.dumps(holder_record()))
@@ -104,6 +102,67 @@ def exclusive_lock(path: str | os.PathLike[str], record_holder: bool = False) ->
             handle.seek(0)
             yield handle
         finally:
+            if owner_link is not None:
+                with contextlib.suppress(OSError):
+                    owner_link.unlink()
             fcntl.flock(handle, fcntl.LOCK_UN)
     finally:
         handle.close()
+
+
+def _locked_handle(path: Path, record_holder: bool, fcntl: Any) -> IO[str]:
+    """Open ``path`` and take its lock; retried while the file was replaced or removed meanwhile."""
+    while True:
+        handle = open(path, "a+" if record_holder else "r")  # noqa: SIM115 - the caller closes it
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(handle) if record_holder else None
+            handle.close()
+            raise LockHeld(path, holder) from None
+        if not record_holder or _same_file(handle, path):
+            return handle
+        handle.close()  # the name now points to another file (removed or replaced): lock that one
+
+
+def _same_file(handle: IO[str], path: Path) -> bool:
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _claim_owner_link(path: Path, handle: IO[str], fcntl: Any) -> Path | None:
+    """Refuse if an earlier owner still holds its lock under its own link name; then leave ours.
+
+    Each owner hard-links its lock file as ``NAME.owner-PID``: the same file, so the same lock.
+    Deleting ``NAME`` while the owner runs leaves the link, and a second process that locks a
+    new ``NAME`` finds the held link here and gives its lock back (issue 49 item 4).
+    """
+    import glob
+
+    for other in path.parent.glob(f"{glob.escape(path.name)}.owner-*"):
+        try:
+            other_handle = open(other)  # noqa: SIM115 - closed below
+        except OSError:
+            continue
+        with other_handle:
+            if _same_file(other_handle, path):
+                continue  # a link to our own file
+            try:
+                fcntl.flock(other_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LockHeld(path, _read_holder(other_handle)) from None
+            with contextlib.suppress(OSError):  # left by a dead owner
+                other.unlink()
+            fcntl.flock(other_handle, fcntl.LOCK_UN)
+    link = path.with_name(f"{path.name}.owner-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        link.unlink()
+    try:
+        os.link(path, link)
+    except OSError:  # a file system without hard links: the lock file alone
+        return None
+    return link

@@ -65,6 +65,7 @@ def add_parser(commands: Any) -> None:
     )
     options.add_overwrite(parser, "replace an existing --plot file")
     options.add_scheduler(parser)
+    options.add_verify_key(parser)
     options.add_common(parser)
 
 
@@ -108,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     from .sketchfiles import load_checked_sketches
 
     options.check_plot_free(args)
-    sketches = load_checked_sketches(args.sketches, args.storage_options, min_rows=1)
+    sketches = load_checked_sketches(
+        args.sketches, args.storage_options, min_rows=1, verify_key=options.verify_key(args)
+    )
     with options.one_connection():
         found = explain(sketches[0], sketches[1], args.source, k=args.top, which=args.which, level=args.level)
         if args.plot:

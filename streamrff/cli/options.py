@@ -188,6 +188,22 @@ def add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
     )  # fmt: skip
 
 
+def add_verify_key(parser: argparse.ArgumentParser, signs: bool = False) -> None:
+    """``--sign-key FILE`` to verify inputs and ``--allow-unsigned`` (docs/security.rst: a key means reads verify)."""
+    if not signs:
+        add_sign_key(parser, "verify every input sketch's signature with the key in FILE")
+    parser.add_argument(
+        "--allow-unsigned", action="store_true",
+        help="with a key set, accept input sketches not signed with it (by default they are refused, exit 1)",
+    )  # fmt: skip
+
+
+def verify_key(args: argparse.Namespace) -> bytes | None:
+    """The key every input must verify with: the signing key unless ``--allow-unsigned``."""
+    key = signing_key(args)
+    return None if getattr(args, "allow_unsigned", False) else key
+
+
 def signing_key(args: argparse.Namespace) -> bytes | None:
     """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key)."""
     from ..formats.sketch import read_signing_key  # here, not at the top: start-up time

@@ -26,6 +26,7 @@ def add_parser(commands: Any) -> None:
     options.add_source(parser, "zarr array of rows (path or URL), as wide as the model's training rows")
     options.add_output(parser, "zarr array for the predictions")
     options.add_sign_key(parser, "verify the model file's signature with the key in FILE (refused if unsigned)")
+    options.add_verify_key(parser, signs=True)
     options.add_job_options(parser)
 
 
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from ..engine import write_zarr
     from ..ridge.modelfile import load_model
 
-    model = load_model(args.model, storage_options=args.storage_options, verify_key=options.signing_key(args))
+    model = load_model(args.model, storage_options=args.storage_options, verify_key=options.verify_key(args))
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     predictions = model.predict(args.source, storage_options=args.storage_options)
     if predictions.dtype.kind == "U":  # zarr's stable text type is the variable-width string

@@ -75,7 +75,8 @@ def add_parser(commands: Any) -> None:
     options.add_features(parser)
     options.add_bandwidth(parser)
     options.add_seed(parser, "seed of the map and of its row sample")
-    options.add_sign_key(parser, "sign the model file with the key in FILE (HMAC-SHA256)")
+    options.add_sign_key(parser, "sign the model (HMAC-SHA256) with the key in FILE; inputs must verify with it")
+    options.add_verify_key(parser, signs=True)
     options.add_job_options(parser)
 
 
@@ -161,7 +162,9 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
 
     estimator = KernelRidgeClassifier if args.classify else KernelRidge
     if args.sketches is not None:
-        sketches = load_checked_sketches(args.sketches, args.storage_options)  # one kind and one map, or refused
+        sketches = load_checked_sketches(  # one kind and one map, or refused; verified when a key is set
+            args.sketches, args.storage_options, verify_key=options.verify_key(args)
+        )
         for path, part in zip(args.sketches, sketches):
             if part.kind not in ("regression", "nystrom-regression"):
                 from ..errors import InputError

@@ -97,6 +97,7 @@ def add_parser(commands: Any) -> None:
     options.add_overwrite(parser, "replace an existing --plot file")
     options.add_scheduler(parser)
     options.add_source_options(parser)
+    options.add_verify_key(parser)
     options.add_common(parser)
 
 
@@ -203,7 +204,11 @@ def _test_sketches(args: argparse.Namespace) -> Any:
     from ..twosample import mmd_test  # here, not at the top: start-up time
 
     sketches = load_checked_sketches(
-        args.sketches, args.storage_options, mean_with_moments_for=f"--null {args.null}", min_rows=2
+        args.sketches,
+        args.storage_options,
+        mean_with_moments_for=f"--null {args.null}",
+        min_rows=2,
+        verify_key=options.verify_key(args),
     )
     return mmd_test(sketches[0], sketches[1], method=args.null, seed=0 if args.seed is None else args.seed)
 

@@ -190,7 +190,13 @@ def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
             f"--reference {path} is a corrupt {what}: its zarr.json is truncated or not JSON. Restore it from a "
             "copy, or give another reference."
         ) from None
-    name = metadata.get("attributes", {}).get("format") if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict) or "node_type" not in metadata:  # e.g. `{}` (issue 49)
+        raise SketchFormatError(
+            f"--reference {path} is corrupt: its zarr.json is not zarr metadata (no node_type). Restore the state "
+            "from a copy, or give another reference."
+        )
+    attributes = metadata.get("attributes")
+    name = attributes.get("format") if isinstance(attributes, dict) else None
     if name == MONITOR_FORMAT_NAME:
         return "monitor"
     if name == "streamrff.sketch":
@@ -578,6 +584,7 @@ def _state_lock(path: str | None) -> Iterator[None]:
     from ..errors import StateLockedError
 
     target = Path(path[len("file://") :] if path.startswith("file://") else path).absolute()
+    target = target.resolve()  # a symbolic link to the state is the same state: the same lock
     if not target.parent.is_dir():
         raise options.UsageError(
             f"--save-monitor {path}: directory {target.parent} does not exist. Create it first, or choose another path."

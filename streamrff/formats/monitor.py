@@ -133,6 +133,8 @@ def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.nd
         attrs = dict(root.attrs)
     except Exception as error:  # zarr raises many types for a damaged group
         raise SketchFormatError(f"{target} is not a readable zarr group: {type(error).__name__}: {error}") from error
+    if not attrs:
+        raise SketchFormatError(f"{target}: the state's zarr.json has no attributes (a corrupt monitor state).")
     if attrs.get("format") != MONITOR_FORMAT_NAME or attrs.get("version") not in READABLE_VERSIONS:
         raise SketchFormatError(
             f"Expected format {MONITOR_FORMAT_NAME!r} version {' or '.join(map(str, READABLE_VERSIONS))} at "
@@ -141,11 +143,13 @@ def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.nd
         )
     digest = attrs.get("attributes_digest")
     try:
+        _check_depth(attrs, target)
         matches = digest == _attributes_digest(attrs)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         matches = False
     if not matches:
         raise SketchFormatError(f"{target}: the group attributes do not match their digest (tampered or incomplete).")
+    check_cursor_fields(attrs.get("cursor"), target)
     arrays: dict[str, np.ndarray] = {}
     checksums = attrs["checksums"]
     if not isinstance(checksums, dict):
@@ -206,6 +210,7 @@ def _check_declared_arrays(root: Any, attrs: dict[str, Any], target: str) -> Non
     if "reference_sum" not in nodes or nodes["reference_sum"].ndim != 1:
         raise SketchFormatError(f"{target}: no 1-D array 'reference_sum' (not a drift monitor, or damaged).")
     expected = _expected_shapes(attrs, int(nodes["reference_sum"].shape[0]), target)
+    _check_map_sizes(attrs.get("map"), int(nodes["reference_sum"].shape[0]), target)
     empty_window = attrs.get("version") == 1 and attrs.get("run_length") == 0
     total = 0
     for name, node in nodes.items():
@@ -245,3 +250,75 @@ def _chunk_stored(target: str, name: str, node: Any) -> bool:
     """Whether the one chunk of a monitor array is stored (zarr reads an absent one as zeros)."""
     key = node.metadata.encode_chunk_key((0,) * node.ndim)
     return os.path.lexists(Path(target) / name / key)
+
+
+#: Nesting deeper than this in a monitor's attributes is refused (no state written by streamrff comes near).
+MAX_ATTRIBUTE_DEPTH = 32
+
+
+def _check_depth(value: Any, target: str) -> None:
+    """Refuse attributes nested deeper than :data:`MAX_ATTRIBUTE_DEPTH` (checked without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_ATTRIBUTE_DEPTH:
+            raise SketchFormatError(
+                f"{target}: the attributes nest deeper than {MAX_ATTRIBUTE_DEPTH} levels (not a monitor state)."
+            )
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        pending.extend((child, depth + 1) for child in children)
+
+
+def _check_map_sizes(spec: Any, width: int, target: str) -> None:
+    """Refuse a map spec whose declared sizes exceed the state's own arrays, before the map is built.
+
+    The map's output width is the width of ``reference_sum`` (checked against memory with the other
+    arrays), so no declared size of its spec may exceed it (issue 49: ``n_features`` 1e12 tried to
+    allocate 10.9 TiB).
+    """
+    if not isinstance(spec, dict):
+        raise SketchFormatError(
+            f"{target}: the attribute 'map' must be a mapping (a map spec). Got {type(spec).__name__}."
+        )
+    for name in ("n_features", "n_components", "n_landmarks"):
+        value = spec.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max(width, 1):
+            raise SketchFormatError(
+                f"{target}: the map spec declares {name} = {value!r}; the state's arrays hold {width} features, "
+                "so it must be an integer in [1, that] (tampered or damaged)."
+            )
+
+
+#: Cursor fields that are row counts, and the least value each may take.
+_CURSOR_COUNTS = {"n_columns": 1, "chunk_rows": 1, "next_row": 0, "drift_at_row": 0}
+
+
+def check_cursor_fields(cursor: Any, target: str) -> None:
+    """Refuse a source cursor whose fields have the wrong type or range (one line, before any use)."""
+    if cursor is None:
+        return
+    if not isinstance(cursor, dict):
+        raise SketchFormatError(f"{target}: the attribute 'cursor' must be null or a mapping.")
+    for name, least in _CURSOR_COUNTS.items():
+        value = cursor.get(name)
+        if name not in cursor or (value is None and name == "drift_at_row"):
+            continue  # absent fields are the reader's concern (a version 1 cursor is refused there)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise SketchFormatError(
+                f"{target}: the cursor's {name} must be an integer >= {least}. Got {value!r} (tampered or damaged)."
+            )
+    for name in ("source", "identity", "dtype"):
+        if name in cursor and not isinstance(cursor[name], str):
+            raise SketchFormatError(f"{target}: the cursor's {name} must be a string. Got {cursor[name]!r}.")
+    last = cursor.get("last_chunk")
+    if last is not None:
+        rows = last.get("rows") if isinstance(last, dict) else None
+        if (
+            not isinstance(rows, list)
+            or len(rows) != 2
+            or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in rows)
+            or not isinstance(last.get("objects", {}), dict)
+        ):
+            raise SketchFormatError(f"{target}: the cursor's last_chunk is malformed (tampered or damaged).")
