@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -391,6 +392,34 @@ def refuse(problems: Sequence[str]) -> None:
         raise UsageError(f"{len(problems)} problems with the command line:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+#: The largest option file read (``@FILE``): an options object is a few hundred bytes.
+OPTION_FILE_MAX_BYTES = 1 << 20
+
+
+def read_option_file(path: str, where: str) -> str:
+    """The text of an ``@FILE`` option: a regular file of at most :data:`OPTION_FILE_MAX_BYTES`, else one line.
+
+    The file is opened without blocking and checked on its open descriptor, so a
+    FIFO, a device (``/dev/zero``) or a directory is refused at once, and at most
+    one byte past the cap is ever read.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise UsageError(f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'.") from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UsageError(f"{where} is not a regular file. Give a JSON file after '@'.")
+    with os.fdopen(descriptor, "rb") as handle:
+        data = handle.read(OPTION_FILE_MAX_BYTES + 1)
+    if len(data) > OPTION_FILE_MAX_BYTES:
+        raise UsageError(f"{where} is larger than {OPTION_FILE_MAX_BYTES} bytes. Give a JSON options file after '@'.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} is not UTF-8 text. Give a JSON file after '@'.") from None
+
+
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     """``--storage-options``: a JSON object, or ``@FILE`` holding one. Never echoes the content."""
     if text is None:
@@ -399,13 +428,7 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     if text.startswith("@"):
         path = text[1:]
         where = f"--storage-options file {path}"
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise UsageError(
-                f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'."
-            ) from None
+        text = read_option_file(path, where)
     try:
         options = json.loads(text)
     except json.JSONDecodeError as error:

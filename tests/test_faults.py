@@ -1,0 +1,48 @@
+"""#49 item 6: every fault ends in one line and a documented status, fast and bounded (real subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The CLI in a fresh process, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "streamrff.cli", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder", "oversized"])
+def test_option_file_is_read_only_if_regular_and_small(tmp_path: Path, kind: str, cli_main) -> None:
+    if kind == "device":
+        path = "/dev/zero"
+    elif kind == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)  # nobody writes: a blocking open would hang
+    elif kind == "folder":
+        path = str(tmp_path)
+    else:
+        path = str(tmp_path / "big.json")
+        Path(path).write_text(" " * (2 << 20))
+    started = time.monotonic()
+    result = cli_main("info", str(tmp_path / "x.sketch"), "--storage-options", "@" + path)
+    assert time.monotonic() - started < 10
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.err, result.err
+    line = lines[0]
+    assert f"--storage-options file {path}" in line
+    assert ("larger than" if kind == "oversized" else "not a regular file") in line
