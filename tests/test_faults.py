@@ -46,3 +46,24 @@ def test_option_file_is_read_only_if_regular_and_small(tmp_path: Path, kind: str
     line = lines[0]
     assert f"--storage-options file {path}" in line
     assert ("larger than" if kind == "oversized" else "not a regular file") in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--ert", "1e308"], "argument --ert: expected a number of rows > 1 and <= 1e12"),
+        (["--ert", "1000", "--poll", "1e308", "--follow"], "argument --poll: expected a number from 0 to 1e+07"),
+        (["--ert", "1000", "--plot", "out.txt"], "unsupported figure format 'txt'"),
+        (["--ert", "1000", "--plot", "nodir/out.png"], "does not exist"),
+    ],
+)
+def test_watch_refuses_extreme_options_and_bad_plot_paths_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli_main, extra: list[str], expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = str(tmp_path / "never-read.zarr")  # refused before the source is opened
+    result = cli_main("watch", missing, "--reference", missing, "--window", "50", *extra)
+    assert result.code == 2
+    last = result.err.strip().splitlines()[-1]
+    assert "Traceback" not in result.err and expected in last, result.err
+    assert not (tmp_path / "out.txt").exists()

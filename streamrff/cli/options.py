@@ -124,7 +124,11 @@ def number_parser(kind: Callable[[str], Any], accept: Callable[[Any], bool], exp
 
 
 positive_int = number_parser(int, lambda value: value >= 1, "a positive integer")
-non_negative_float = number_parser(float, lambda value: math.isfinite(value) and value >= 0, "a number >= 0")
+#: The largest number of seconds a time option takes (115 days): larger ones overflow the sleeps and clocks.
+MAX_SECONDS = 1e7
+non_negative_float = number_parser(
+    float, lambda value: math.isfinite(value) and 0 <= value <= MAX_SECONDS, f"a number from 0 to {MAX_SECONDS:g}"
+)
 
 
 def class_list(text: str) -> list[str]:
@@ -548,9 +552,29 @@ def check_output_free(path: str, storage_options: dict[str, Any] | None, overwri
         raise UsageError(EXISTS.format(path=path))
 
 
+#: The figure formats ``--plot`` writes (by the file's extension; matplotlib's own list, without its backends).
+PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
+
+
+def plot_path_problem(path: str) -> str | None:
+    """Why ``--plot PATH`` cannot be written, checked before any work: its extension, its folder."""
+    suffix = os.path.splitext(path)[1][1:].lower()
+    if suffix not in PLOT_FORMATS:
+        return f"--plot {path}: unsupported figure format {suffix or '(none)'!r}. Use one of .{', .'.join(PLOT_FORMATS)}."
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"--plot {path}: the folder {folder} does not exist. Create it or choose another path."
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"--plot {path}: the folder {folder} is not writable. Choose a writable folder."
+    return None
+
+
 def check_plot_free(args: argparse.Namespace) -> None:
-    """Refuse an existing ``--plot`` file unless ``--overwrite``."""
+    """Refuse a ``--plot`` path that cannot be written, or an existing file unless ``--overwrite``."""
     if args.plot:
+        problem = plot_path_problem(args.plot)
+        if problem:
+            raise UsageError(problem)
         check_output_free(args.plot, None, args.overwrite)
 
 

@@ -56,9 +56,9 @@ _MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
 
 #: ``--window``: an integer >= 2 (the unbiased statistic needs two rows).
 window_rows = options.number_parser(int, lambda value: value >= 2, "an integer >= 2 (rows in the window)")
-#: ``--ert``: a finite number of rows > 1.
+#: ``--ert``: a number of rows > 1 and <= 1e12 (a false-alarm rate 1/ERT that float64 calibration still resolves).
 run_time = options.number_parser(
-    float, lambda value: math.isfinite(value) and value > 1, "a number of rows > 1, e.g. 10000"
+    float, lambda value: math.isfinite(value) and 1 < value <= 1e12, "a number of rows > 1 and <= 1e12, e.g. 10000"
 )
 
 
