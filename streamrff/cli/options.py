@@ -557,15 +557,17 @@ PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", 
 
 
 def plot_path_problem(path: str) -> str | None:
-    """Why ``--plot PATH`` cannot be written, checked before any work: its extension, its folder."""
+    """Why ``--plot PATH`` cannot be drawn, before any work: its extension, a missing folder.
+
+    A folder that exists but cannot be written is found by :func:`check_output_free`'s probe.
+    """
     suffix = os.path.splitext(path)[1][1:].lower()
     if suffix not in PLOT_FORMATS:
-        return f"--plot {path}: unsupported figure format {suffix or '(none)'!r}. Use one of .{', .'.join(PLOT_FORMATS)}."
+        formats = ", .".join(PLOT_FORMATS)
+        return f"--plot {path}: unsupported figure format {suffix or '(none)'!r}. Use one of .{formats}."
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"--plot {path}: the folder {folder} does not exist. Create it or choose another path."
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"--plot {path}: the folder {folder} is not writable. Choose a writable folder."
     return None
 
 
