@@ -67,3 +67,18 @@ def test_watch_refuses_extreme_options_and_bad_plot_paths_before_any_work(
     last = result.err.strip().splitlines()[-1]
     assert "Traceback" not in result.err and expected in last, result.err
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_a_source_declaring_too_many_column_chunks_is_refused_fast(tmp_path: Path, cli_main) -> None:
+    import zarr
+
+    path = str(tmp_path / "wide.zarr")  # metadata only: 2^40 columns in chunks of 2^20, nothing written
+    zarr.create_array(path, shape=(100, 2**40), chunks=(100, 2**20), dtype="float32")
+    started = time.monotonic()
+    result = cli_main("sketch", path, "--features", "8", "-o", str(tmp_path / "s.sketch"))
+    assert time.monotonic() - started < 10
+    assert result.code == 1
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.err, result.err
+    assert "1,048,576 chunks of 1,048,576 columns" in lines[0]
+    assert not (tmp_path / "s.sketch").exists()
