@@ -82,3 +82,23 @@ def test_a_source_declaring_too_many_column_chunks_is_refused_fast(tmp_path: Pat
     assert len(lines) == 1 and "Traceback" not in result.err, result.err
     assert "1,048,576 chunks of 1,048,576 columns" in lines[0]
     assert not (tmp_path / "s.sketch").exists()
+
+
+def test_watch_plot_keeps_a_bounded_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_zarr, cli_main
+) -> None:
+    import numpy as np
+
+    from streamrff.cli import watch
+
+    values = [np.arange(0, 5.0), np.arange(5, 12.0), np.arange(12, 15.0)]
+    thresholds = [v + 100 for v in values]
+    assert watch.keep_recent(values, thresholds, 6) == 9
+    np.testing.assert_array_equal(np.concatenate(values), np.arange(9, 15.0))
+    np.testing.assert_array_equal(np.concatenate(thresholds), np.arange(109, 115.0))
+    monkeypatch.setattr(watch, "PLOT_HISTORY_ROWS", 120)
+    data = tmp_zarr(np.random.default_rng(0).normal(size=(400, 3)).astype("float32"), 100)
+    plot = tmp_path / "drift.png"
+    result = cli_main("watch", data, "--reference", data, "--window", "20", "--ert", "1000", "--plot", str(plot))
+    assert result.code in (0, 1) and "Traceback" not in result.err, result.err
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

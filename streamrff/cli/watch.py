@@ -62,6 +62,24 @@ run_time = options.number_parser(
 )
 
 
+#: The most recent rows' statistics ``--plot`` keeps (16 bytes a row): its memory is bounded whatever the run's length.
+PLOT_HISTORY_ROWS = 1_000_000
+
+
+def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
+    """Drop the oldest values of ``chunks`` (and alike ``companions``) beyond ``limit`` in all; returns how many."""
+    excess = sum(len(chunk) for chunk in chunks) - limit
+    dropped = 0
+    while excess > 0 and chunks:
+        cut = min(excess, len(chunks[0]))
+        chunks[0], companions[0] = chunks[0][cut:], companions[0][cut:]
+        if not len(chunks[0]):
+            chunks.pop(0), companions.pop(0)
+        excess -= cut
+        dropped += cut
+    return dropped
+
+
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "watch", HELP, run)
     options.add_source(parser, "zarr array path or URL to watch (plain path, file://, s3://...)")
@@ -277,6 +295,7 @@ class _Watch:
         self.written: list[str] = []
         self.statistics: list[Any] = []
         self.thresholds: list[Any] = []
+        self.plot_dropped = 0  # the oldest statistics dropped from --plot's bounded history
 
     @property
     def position(self) -> int:
@@ -322,6 +341,7 @@ class _Watch:
         if self.args.plot:
             self.statistics.append(update.statistic)
             self.thresholds.append(update.threshold)
+            self.plot_dropped += keep_recent(self.statistics, self.thresholds, PLOT_HISTORY_ROWS)
         statistic = update.statistic[-1] if update.statistic.size else math.nan
         threshold = update.threshold[-1] if update.threshold.size else math.nan
         line = {
@@ -715,7 +735,8 @@ def _finish(args: argparse.Namespace, watch: _Watch) -> None:
         threshold = np.concatenate(watch.thresholds) if watch.thresholds else np.zeros(0)
         drift_row = summary["drift_at_row"] if not watch.alarm_before else None
         save_drift_figure(
-            args.plot, statistic, threshold, first_row=watch.start, drift_at=drift_row, overwrite=args.overwrite,
+            args.plot, statistic, threshold, first_row=watch.start + watch.plot_dropped, drift_at=drift_row,
+            overwrite=args.overwrite,
         )  # fmt: skip
         written.append(args.plot)
     if args.json:
