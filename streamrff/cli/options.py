@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -123,7 +124,11 @@ def number_parser(kind: Callable[[str], Any], accept: Callable[[Any], bool], exp
 
 
 positive_int = number_parser(int, lambda value: value >= 1, "a positive integer")
-non_negative_float = number_parser(float, lambda value: math.isfinite(value) and value >= 0, "a number >= 0")
+#: The largest number of seconds a time option takes (115 days): larger ones overflow the sleeps and clocks.
+MAX_SECONDS = 1e7
+non_negative_float = number_parser(
+    float, lambda value: math.isfinite(value) and 0 <= value <= MAX_SECONDS, f"a number from 0 to {MAX_SECONDS:g}"
+)
 
 
 def class_list(text: str) -> list[str]:
@@ -407,6 +412,34 @@ def refuse(problems: Sequence[str]) -> None:
         raise UsageError(f"{len(problems)} problems with the command line:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+#: The largest option file read (``@FILE``): an options object is a few hundred bytes.
+OPTION_FILE_MAX_BYTES = 1 << 20
+
+
+def read_option_file(path: str, where: str) -> str:
+    """The text of an ``@FILE`` option: a regular file of at most :data:`OPTION_FILE_MAX_BYTES`, else one line.
+
+    The file is opened without blocking and checked on its open descriptor, so a
+    FIFO, a device (``/dev/zero``) or a directory is refused at once, and at most
+    one byte past the cap is ever read.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise UsageError(f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'.") from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UsageError(f"{where} is not a regular file. Give a JSON file after '@'.")
+    with os.fdopen(descriptor, "rb") as handle:
+        data = handle.read(OPTION_FILE_MAX_BYTES + 1)
+    if len(data) > OPTION_FILE_MAX_BYTES:
+        raise UsageError(f"{where} is larger than {OPTION_FILE_MAX_BYTES} bytes. Give a JSON options file after '@'.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} is not UTF-8 text. Give a JSON file after '@'.") from None
+
+
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     """``--storage-options``: a JSON object, or ``@FILE`` holding one. Never echoes the content."""
     if text is None:
@@ -415,13 +448,7 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     if text.startswith("@"):
         path = text[1:]
         where = f"--storage-options file {path}"
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise UsageError(
-                f"{where} cannot be read ({error.strerror}). Give an existing JSON file after '@'."
-            ) from None
+        text = read_option_file(path, where)
     try:
         options = json.loads(text)
     except json.JSONDecodeError as error:
@@ -541,9 +568,31 @@ def check_output_free(path: str, storage_options: dict[str, Any] | None, overwri
         raise UsageError(EXISTS.format(path=path))
 
 
+#: The figure formats ``--plot`` writes (by the file's extension; matplotlib's own list, without its backends).
+PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
+
+
+def plot_path_problem(path: str) -> str | None:
+    """Why ``--plot PATH`` cannot be drawn, before any work: its extension, a missing folder.
+
+    A folder that exists but cannot be written is found by :func:`check_output_free`'s probe.
+    """
+    suffix = os.path.splitext(path)[1][1:].lower()
+    if suffix not in PLOT_FORMATS:
+        formats = ", .".join(PLOT_FORMATS)
+        return f"--plot {path}: unsupported figure format {suffix or '(none)'!r}. Use one of .{formats}."
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"--plot {path}: the folder {folder} does not exist. Create it or choose another path."
+    return None
+
+
 def check_plot_free(args: argparse.Namespace) -> None:
-    """Refuse an existing ``--plot`` file unless ``--overwrite``."""
+    """Refuse a ``--plot`` path that cannot be written, or an existing file unless ``--overwrite``."""
     if args.plot:
+        problem = plot_path_problem(args.plot)
+        if problem:
+            raise UsageError(problem)
         check_output_free(args.plot, None, args.overwrite)
 
 

@@ -56,10 +56,28 @@ _MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
 
 #: ``--window``: an integer >= 2 (the unbiased statistic needs two rows).
 window_rows = options.number_parser(int, lambda value: value >= 2, "an integer >= 2 (rows in the window)")
-#: ``--ert``: a finite number of rows > 1.
+#: ``--ert``: a number of rows > 1 and <= 1e12 (a false-alarm rate 1/ERT that float64 calibration still resolves).
 run_time = options.number_parser(
-    float, lambda value: math.isfinite(value) and value > 1, "a number of rows > 1, e.g. 10000"
+    float, lambda value: math.isfinite(value) and 1 < value <= 1e12, "a number of rows > 1 and <= 1e12, e.g. 10000"
 )
+
+
+#: The most recent rows' statistics ``--plot`` keeps (16 bytes a row): its memory is bounded whatever the run's length.
+PLOT_HISTORY_ROWS = 1_000_000
+
+
+def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
+    """Drop the oldest values of ``chunks`` (and alike ``companions``) beyond ``limit`` in all; returns how many."""
+    excess = sum(len(chunk) for chunk in chunks) - limit
+    dropped = 0
+    while excess > 0 and chunks:
+        cut = min(excess, len(chunks[0]))
+        chunks[0], companions[0] = chunks[0][cut:], companions[0][cut:]
+        if not len(chunks[0]):
+            chunks.pop(0), companions.pop(0)
+        excess -= cut
+        dropped += cut
+    return dropped
 
 
 def add_parser(commands: Any) -> None:
@@ -283,6 +301,7 @@ class _Watch:
         self.written: list[str] = []
         self.statistics: list[Any] = []
         self.thresholds: list[Any] = []
+        self.plot_dropped = 0  # the oldest statistics dropped from --plot's bounded history
 
     @property
     def position(self) -> int:
@@ -328,6 +347,7 @@ class _Watch:
         if self.args.plot:
             self.statistics.append(update.statistic)
             self.thresholds.append(update.threshold)
+            self.plot_dropped += keep_recent(self.statistics, self.thresholds, PLOT_HISTORY_ROWS)
         statistic = update.statistic[-1] if update.statistic.size else math.nan
         threshold = update.threshold[-1] if update.threshold.size else math.nan
         line = {
@@ -722,7 +742,8 @@ def _finish(args: argparse.Namespace, watch: _Watch) -> None:
         threshold = np.concatenate(watch.thresholds) if watch.thresholds else np.zeros(0)
         drift_row = summary["drift_at_row"] if not watch.alarm_before else None
         save_drift_figure(
-            args.plot, statistic, threshold, first_row=watch.start, drift_at=drift_row, overwrite=args.overwrite,
+            args.plot, statistic, threshold, first_row=watch.start + watch.plot_dropped, drift_at=drift_row,
+            overwrite=args.overwrite,
         )  # fmt: skip
         written.append(args.plot)
     if args.json:

@@ -40,7 +40,9 @@ __all__ = [
     "describe_source",
     "open_zarr_array",
     "MAX_CHUNKS",
+    "MAX_COLUMN_CHUNKS",
     "check_chunk_count",
+    "check_column_chunk_count",
 ]
 
 #: Most row chunks a source is planned in. The client keeps every chunk's place (its row count in
@@ -73,6 +75,36 @@ def check_chunk_count(n_rows: int, chunk_rows: int, description: str, what: str 
         f"{description} declares {int(n_rows):,} rows in {n_chunks:,} {what} {int(chunk_rows):,} rows; a job plans at "
         f"most {MAX_CHUNKS:,} chunks per source (the client keeps each chunk's place). Rewrite the array with chunks "
         f"of at least {needed:,} rows, or check its metadata if it is not meant to hold that many rows."
+    )
+
+
+#: Most column chunks a source may be stored in: every row of a task is read whole, so its column
+#: chunks are joined (rechunked) as the job is planned, at a cost per column chunk per row chunk.
+MAX_COLUMN_CHUNKS = 2**12
+
+
+def check_column_chunk_count(n_columns: int, chunk_columns: int, n_row_chunks: int, description: str) -> int:
+    """The number of column chunks, by arithmetic alone; raises SourceError (one line) above
+    :data:`MAX_COLUMN_CHUNKS`, or when column chunks times row chunks pass :data:`MAX_CHUNKS`.
+
+    Examples
+    --------
+    >>> check_column_chunk_count(1_000, 100, 10, "data.zarr")
+    10
+    >>> check_column_chunk_count(2**40, 2**20, 1, "data.zarr")
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.SourceError: data.zarr declares 1,099,511,627,776 columns in 1,048,576 chunks of 1,048,576
+    columns; a job plans at most 4,096 column chunks and 4,194,304 chunks in all. Rewrite the array with whole
+    rows per chunk, or check its metadata if it is not meant to hold that many columns.
+    """
+    n_chunks = -(-int(n_columns) // max(int(chunk_columns), 1))
+    if n_chunks <= MAX_COLUMN_CHUNKS and n_chunks * max(int(n_row_chunks), 1) <= MAX_CHUNKS:
+        return n_chunks
+    raise SourceError(
+        f"{description} declares {int(n_columns):,} columns in {n_chunks:,} chunks of {int(chunk_columns):,} columns; "
+        f"a job plans at most {MAX_COLUMN_CHUNKS:,} column chunks and {MAX_CHUNKS:,} chunks in all. Rewrite the "
+        "array with whole rows per chunk, or check its metadata if it is not meant to hold that many columns."
     )
 
 
@@ -621,7 +653,8 @@ def _check_declared_size(zarr_array: Any, description: str, chunk_rows: int | No
     shape = tuple(int(size) for size in zarr_array.shape)
     if len(shape) != 2:
         return  # refused as not 2-D by the caller
-    check_chunk_count(shape[0], int(zarr_array.chunks[0]), description)
+    n_row_chunks = check_chunk_count(shape[0], int(zarr_array.chunks[0]), description)
+    check_column_chunk_count(shape[1], int(zarr_array.chunks[1]), n_row_chunks, description)
     if chunk_rows:
         check_chunk_count(shape[0], chunk_rows, description, "tasks of")
 
