@@ -160,6 +160,11 @@ class LocalProcessCluster:
         ``tls_ca_file`` and the scheduler, worker and client certificates and keys, as file
         paths or PEM text (``Security.temporary()`` works; PEM text is written to the log
         directory for the command lines).
+    environment : dict, optional
+        Changes to the caller's environment for every process: a name mapped to
+        a string sets it, to None removes it (e.g. ``{"AWS_ACCESS_KEY_ID":
+        None}`` for workers that, like a deployed cluster's, do not share the
+        client's credentials).
 
     Attributes
     ----------
@@ -209,6 +214,7 @@ class LocalProcessCluster:
         nanny: bool = True,
         startup_timeout: float = 60.0,
         security: Any = None,
+        environment: dict[str, str | None] | None = None,
     ) -> None:
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1 (got {n_workers}).")
@@ -227,6 +233,7 @@ class LocalProcessCluster:
                     f"and keys for a TLS cluster. Missing: {', '.join(missing)}."
                 )
         self.security = security
+        self.environment = dict(environment or {})
         self.log_dir: Path | None = None
         self._address: str | None = None
         self._scheduler: subprocess.Popen | None = None
@@ -289,6 +296,11 @@ class LocalProcessCluster:
         self._logs.append(log)
         name = log_name.removesuffix(".log")
         env = dict(os.environ)
+        for variable, value in self.environment.items():
+            if value is None:
+                env.pop(variable, None)
+            else:
+                env[variable] = value
         env["PYTHONPATH"] = _python_path_for_children()
         env["PYTHONUNBUFFERED"] = "1"
         process = subprocess.Popen(

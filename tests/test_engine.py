@@ -9,6 +9,7 @@ moto's S3 server.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -625,3 +626,41 @@ def test_sketch_job_opens_lists_and_checks_its_zarr_source_once(tmp_zarr, monkey
     result = srf.sketch(path, median_map(), moments=True)
     assert result.count == N_ROWS
     assert counts == {"open_source": 1, "open_zarr_array": 1, "check_sum_method": 1, "store listing": 1}
+
+
+def test_client_credentials_travel_to_workers_without_them(s3_server, s3_bucket, tmp_path, cli_main, monkeypatch):
+    # Workers started without any AWS variable, as on a deployed cluster; the client has them only in
+    # its environment (MotoS3Server sets them), and the options name just the endpoint.
+    import s3fs
+
+    from streamrff.testing import LocalProcessCluster
+
+    url = f"s3://{s3_bucket}/x.zarr"
+    write_s3_zarr(url, X, 5_000, s3_server.storage_options)
+    endpoint_only = json.dumps({"endpoint_url": s3_server.endpoint_url})
+    unset = {name: None for name in s3_server.ENVIRONMENT} | {"AWS_EC2_METADATA_DISABLED": "true"}
+    out = tmp_path / "x.sketch"
+    with LocalProcessCluster(n_workers=1, environment=unset) as cluster:
+        result = cli_main(
+            "sketch", url, "-o", str(out), "--features", "64", "--bandwidth", "2", "--seed", "0",
+            "--scheduler", cluster.address, "--storage-options", endpoint_only,
+        )  # fmt: skip
+        assert result.code == 0, result.err
+        made = srf.load(out)
+        assert_sketches_close(made, srf.sketch_array(X, made.feature_map), rtol=1e-6)
+
+        # No credentials anywhere: one line before any task, saying how to pass them.
+        for name in s3_server.ENVIRONMENT:
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no request leaves 127.0.0.1
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        s3fs.S3FileSystem.clear_instance_cache()
+        refused = cli_main(
+            "sketch", url, "-o", str(tmp_path / "y.sketch"), "--features", "64", "--bandwidth", "2",
+            "--scheduler", cluster.address, "--storage-options", endpoint_only,
+        )  # fmt: skip
+    assert refused.code != 0
+    assert len(refused.err.strip().splitlines()) == 1, refused.err
+    assert "credentials" in refused.err and "--storage-options" in refused.err
+    assert not (tmp_path / "y.sketch").exists()

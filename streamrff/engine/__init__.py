@@ -15,12 +15,12 @@ from __future__ import annotations
 from .connection import connect
 from .fitting import fit_map, fit_map_and_sample, landmark_sample
 from .jobs import nystrom_sketch, open_job_source, run_row_pass, run_sketch, sketch, write_zarr
-from .options import JOB_OPTIONS, JobOptions, current_job_options, job_options
+from .options import JOB_OPTIONS, JobOptions, current_job_options, job_options, worker_storage_options
 from .run import compute, run_chunks
 from .tasks import auto_chunk_rows, memory_per_thread, plan_chunks
 
 __all__ = [
     "JOB_OPTIONS", "JobOptions", "auto_chunk_rows", "compute", "connect", "current_job_options", "fit_map",
     "fit_map_and_sample", "job_options", "landmark_sample", "memory_per_thread", "nystrom_sketch", "open_job_source",
-    "plan_chunks", "run_chunks", "run_row_pass", "run_sketch", "sketch", "write_zarr",
+    "plan_chunks", "run_chunks", "run_row_pass", "run_sketch", "sketch", "worker_storage_options", "write_zarr",
 ]

@@ -28,7 +28,7 @@ from ..sources.rows import RowSource, _is_remote, open_source
 from ..typing import StorageOptions
 from .connection import connect
 from .fitting import fit_map_and_sample
-from .options import JobOptions, current_job_options
+from .options import JobOptions, current_job_options, worker_storage_options
 from .run import compute, run_chunks
 from .tasks import memory_per_thread, plan_chunks
 
@@ -40,7 +40,8 @@ logger = logging.getLogger("streamrff.engine")
 def open_job_source(source: Any, options: JobOptions, name: str | None = None, **kwargs: Any) -> RowSource:
     """``source`` opened with the job's storage, sample dimension, chunking and missing-chunk options."""
     return open_source(
-        source, storage_options=options.storage_options, sample_dim=options.sample_dim,
+        source, storage_options=worker_storage_options(source, options.storage_options, options.client),
+        sample_dim=options.sample_dim,
         chunk_rows=options.chunk_rows, name=name, allow_missing_chunks=options.allow_missing_chunks, **kwargs,
     )  # fmt: skip
 
@@ -357,6 +358,7 @@ def write_zarr(
 
     target = os.fspath(path_or_url)
     remote = _is_remote(target)
+    storage_options = worker_storage_options(target, storage_options, client)
     if remote:
         import fsspec
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InputError
 from ..typing import StorageOptions
 
-__all__ = ["JobOptions", "job_options", "current_job_options", "JOB_OPTIONS"]
+__all__ = ["JobOptions", "job_options", "current_job_options", "JOB_OPTIONS", "worker_storage_options"]
 
 #: What ``on_invalid`` may be: fail on NaN/inf rows naming the chunk, or skip and count them.
 #: (``"require"`` fails like "raise" without suggesting to skip: for analyses that need every row.)
@@ -189,3 +189,55 @@ def job_options(**options: Any) -> Iterator[JobOptions]:
         yield _CURRENT.get()
     finally:
         _CURRENT.reset(token)
+
+
+#: Storage options that already say how to authenticate: the workers use them as given.
+_CREDENTIAL_OPTIONS = ("key", "secret", "token", "anon", "username", "password")
+
+
+def worker_storage_options(url: Any, storage_options: StorageOptions, client: Any) -> StorageOptions:
+    """``storage_options`` for ``url`` as cluster workers need them: with the client's resolved S3 credentials.
+
+    Workers are other processes, often on other machines, and do not share
+    the client's environment or profile. When ``client`` is a cluster and
+    ``url`` is an ``s3://`` URL whose options name no credentials, the
+    credentials the client resolves (environment, profile or config file,
+    as botocore finds them), its region and an endpoint set in the
+    environment are written into the options the tasks carry. They are
+    never logged: the sources and checkpoints that hold them keep them out
+    of their ``repr``. Anything else is returned unchanged; so are options
+    when the client finds no credentials (its own first read then fails in
+    one line saying how to pass them).
+
+    Examples
+    --------
+    >>> from streamrff.engine import worker_storage_options
+    >>> worker_storage_options("s3://bucket/x.zarr", {"anon": True}, "tcp://127.0.0.1:8786")
+    {'anon': True}
+    >>> worker_storage_options("data.zarr", None, "tcp://127.0.0.1:8786") is None
+    True
+    """
+    if client is None or not isinstance(url, (str, os.PathLike)) or not os.fspath(url).startswith(("s3://", "s3a://")):
+        return storage_options
+    options = dict(storage_options or {})
+    if any(options.get(name) for name in _CREDENTIAL_OPTIONS):
+        return storage_options
+    import botocore.session  # s3fs's own dependency (through aiobotocore)
+
+    session = botocore.session.Session(profile=options.pop("profile", None))
+    credentials = session.get_credentials()
+    if credentials is None:
+        return storage_options
+    frozen = credentials.get_frozen_credentials()
+    options.update(key=frozen.access_key, secret=frozen.secret_key)
+    if frozen.token:
+        options["token"] = frozen.token
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    region = session.get_config_variable("region")
+    if region and "region_name" not in client_kwargs:
+        client_kwargs["region_name"] = region
+        options["client_kwargs"] = client_kwargs
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "endpoint_url" not in options and "endpoint_url" not in client_kwargs:
+        options["endpoint_url"] = endpoint
+    return options

@@ -24,7 +24,7 @@ from ..sketches.base import Sketch
 from ..sources.rows import RowSource, open_source
 from .checkpoint import chunk_identities, load_partial, open_checkpoint
 from .connection import connect, wait_for_result
-from .options import JobOptions, current_job_options
+from .options import JobOptions, current_job_options, worker_storage_options
 from .tasks import (
     ChunkKernel,
     chunk_groups,
@@ -102,7 +102,8 @@ def run_chunks(
     with contextlib.ExitStack() as stack:
         job = None
         if checkpoint is not None:
-            job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], options.storage_options))
+            stored = worker_storage_options(checkpoint, options.storage_options, client)
+            job = stack.enter_context(open_checkpoint(checkpoint, checkpoint_job, sources[0], stored))
         # One key for the kernel (and the map inside it): the map is shipped once, not per task.
         kernel_key = dask.delayed(kernel, pure=True, traverse=False)
         # One compute, or, for a dask source of very many chunks, one per wave, built when its turn

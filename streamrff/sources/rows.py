@@ -132,6 +132,18 @@ def _is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
+def credentials_hint(error: BaseException) -> str:
+    """What to do about a storage error that is a lack of credentials ("" for any other error)."""
+    if type(error).__name__ not in ("NoCredentialsError", "PartialCredentialsError"):
+        return ""
+    return (
+        ". This process found no S3 credentials (environment, profile or config file), so neither it nor "
+        "the cluster's workers can read: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile, "
+        'or pass them with --storage-options \'{"key": ..., "secret": ...}\' (storage_options= in Python); '
+        'for a public bucket, \'{"anon": true}\''
+    )
+
+
 def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
     """Open a zarr array read-only: an array path/URL, or a group holding exactly one 2-D array.
 
@@ -163,7 +175,7 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
     except FileNotFoundError as error:
         raise SourceError(f"{url} is not a zarr array or group (no zarr metadata found there). {_READABLE}") from error
     except Exception as error:  # fsspec/botocore raise many types (NoSuchBucket, PermissionError, ...)
-        raise SourceError(f"Cannot open {url}: {type(error).__name__}: {error}") from error
+        raise SourceError(f"Cannot open {url}: {type(error).__name__}: {error}{credentials_hint(error)}") from error
     if isinstance(node, zarr.Group):
         arrays = [name for name, child in node.arrays() if child.ndim == 2]
         if len(arrays) != 1:
