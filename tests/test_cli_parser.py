@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
-from streamrff.cli import main
+from streamrff.cli import build_parser, main
 
 HEAVY = ("sklearn", "distributed", "numba", "xarray", "zarr", "dask", "numpy")
 
@@ -73,3 +76,37 @@ def test_closed_pipe_is_quiet(tmp_path: object) -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 141
     assert run.stderr == ""
+
+
+def _command_parsers(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    """``(words, parser)`` for every command and sub-command (``store append``, ...)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield (*prefix, name), child
+                yield from _command_parsers(child, (*prefix, name))
+
+
+def test_help_fits_80_columns_and_every_example_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    commands = list(_command_parsers(parser))
+    assert len(commands) > 10
+    checked = 0
+    for words, child in commands:
+        text = child.format_help()
+        too_wide = [line for line in text.splitlines() if len(line) > 80]
+        assert not too_wide, (words, too_wide)
+        lines = text[text.find("example:") :].splitlines() if "example:" in text else []
+        for index, line in enumerate(lines):
+            if "streamrff " not in line:
+                continue
+            command, follow = line[line.index("streamrff ") + len("streamrff ") :], index
+            while command.endswith("\\"):
+                follow += 1
+                command = command.removesuffix("\\") + lines[follow].strip()
+            args = shlex.split(command)
+            if tuple(args[: len(words)]) == words:  # not a line naming another command
+                parser.parse_args(args)  # a usage error would exit 2 here
+                checked += 1
+    assert checked >= 20

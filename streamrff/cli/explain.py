@@ -19,8 +19,10 @@ where B is when it resembles B (--which chooses). One pass over the source; only
 When both sketches were made with 'streamrff sketch --columns', it adds the column table: one test
 per input column from the sketches alone (spectral null of the column moments, Holm-adjusted).
 
-example: streamrff explain --sketches a.sketch b.sketch --source a.zarr --top 20
-         streamrff explain --sketches a.sketch b.sketch --source b.zarr --plot where.png --json
+example: streamrff explain --sketches a.sketch b.sketch --source a.zarr \\
+             --top 20
+         streamrff explain --sketches a.sketch b.sketch --source b.zarr \\
+             --plot where.png --json
 """
 
 

@@ -20,7 +20,8 @@ seeded sample of 2 000 rows (by the exact kernel k-means objective for rff). Pri
 inertia, the percentage of rows that moved and the centre shift, why it stopped, and the cluster
 sizes.
 
-example: streamrff kmeans data.zarr --clusters 10 --map-kind kjl -o labels.zarr
+example: streamrff kmeans data.zarr --clusters 10 --map-kind kjl \\
+             -o labels.zarr
 """
 
 

@@ -19,7 +19,9 @@ import contextlib
 import json
 import math
 import os
+import re
 import stat
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -51,11 +53,23 @@ class UsageError(Exception):
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows '(default: X)' once, only for real defaults (not None/False, not when the help already says it);
-    wraps descriptions and epilogs line by line, so examples keep their own lines."""
+    wraps descriptions and epilogs line by line, and never a command line: an ``example:`` line, a line
+    that starts with ``streamrff`` and the continuations of a line ending in a backslash are printed as
+    written (each fits in 80 columns), so a command copied from the help runs as shown."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        # super() with arguments: the zero-argument form does not work inside a generator expression
-        return "\n".join(super(HelpFormatter, self)._fill_text(line, width, indent) for line in text.splitlines())
+        lines, continued = [], False
+        for line in text.splitlines():
+            if continued or line.lstrip().startswith(("example:", "streamrff ")):
+                lines.append(indent + line)
+            else:  # prose, a table row under its own indent, or a "label: text" row; never broken at a hyphen
+                lead = line[: len(line) - len(line.lstrip())]
+                label = re.match(r"[a-z ]+: ", line)
+                hanging = " " * label.end() if label else lead + "  " if lead else ""
+                lines.append(textwrap.fill(" ".join(line.split()), width, initial_indent=indent + lead,
+                                           subsequent_indent=indent + hanging, break_on_hyphens=False))  # fmt: skip
+            continued = line.endswith("\\")
+        return "\n".join(lines)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

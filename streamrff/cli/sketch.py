@@ -26,10 +26,14 @@ also a 1-D kernel mean and second moment of every input column, for the column t
 'streamrff explain --sketches'.
 
 example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
-         streamrff sketch site.zarr -o site.sketch --map map.json --moments --columns
-         streamrff sketch data.zarr -o data.sketch --features 1024 --bandwidth median
-         streamrff sketch site.zarr/X --target site.zarr/y --map map.json -o site.sketch
-         streamrff sketch site.zarr/X --target site.zarr/labels --classes 0,1,2 --map map.json -o site.sketch
+         streamrff sketch site.zarr -o site.sketch --map map.json --moments \\
+             --columns
+         streamrff sketch data.zarr -o data.sketch --features 1024 \\
+             --bandwidth median
+         streamrff sketch site.zarr/X --target site.zarr/y --map map.json \\
+             -o site.sketch
+         streamrff sketch site.zarr/X --target site.zarr/labels \\
+             --classes 0,1,2 --map map.json -o site.sketch
 """
 
 

@@ -19,7 +19,8 @@ sites' stores bucket by bucket.
 
 example: streamrff store create stream.store --map map.json --bucket 100000
          streamrff store append stream.store data.zarr
-         streamrff store test stream.store --a 0:700000 --b 700000:800000 --json
+         streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
+             --json
 """
 
 _CREATE = """\
@@ -54,7 +55,8 @@ write the sketch of a range of rows
 The mean sketch of rows [--start, --stop) (on bucket edges; default: every stored row), merged from
 O(log n) records; with --leave-out, the sketch of the stored rows outside that range.
 
-example: streamrff store range stream.store --start 0 --stop 700000 -o reference.sketch
+example: streamrff store range stream.store --start 0 --stop 700000 \\
+             -o reference.sketch
 """
 
 _TEST = """\
@@ -63,7 +65,8 @@ test two ranges against each other
 The unbiased MMD^2 of the two ranges' sketches, with the bucket permutation null (whole buckets
 relabelled between the ranges: exact under no change, needs no rows).
 
-example: streamrff store test stream.store --a 0:700000 --b 700000:800000 --json
+example: streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
+             --json
 """
 
 _SERIES = """\
@@ -72,7 +75,8 @@ the MMD^2 of each window of buckets against a reference range
 Per window of --every buckets outside the reference: its MMD^2 against the reference, the
 bucket-permutation p-value, the null's 1-alpha quantile and whether it alarms.
 
-example: streamrff store series stream.store --reference 0:700000 --every 1 --json
+example: streamrff store series stream.store --reference 0:700000 --every 1 \\
+             --json
 """
 
 _MERGE = """\

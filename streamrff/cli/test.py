@@ -20,7 +20,8 @@ moment sketches made separately with one map (--null chooses); --null aggregated
 bandwidths at once under the same permutations and reports one p-value.
 
 example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
-         streamrff test x.zarr y.zarr --null aggregated --bandwidths auto --plot scales.png
+         streamrff test x.zarr y.zarr --null aggregated --bandwidths auto \\
+             --plot scales.png
          streamrff test --sketches x.sketch y.sketch --null spectral
          streamrff test x.zarr y.zarr --moments --columns
 """

@@ -32,9 +32,12 @@ With --save-monitor the state is saved atomically, with its cursor, every --save
 at every stop; one watcher at a time may hold it (a lock beside it).
 SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
 
-example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
-         streamrff watch live.zarr --reference train.sketch --window 200 --ert 10000 --follow --poll 5
-         streamrff watch live.zarr --reference monitor.zarr --follow --json --save-monitor monitor.zarr --overwrite
+example: streamrff watch live.zarr --reference train.zarr --window 200 \\
+             --ert 10000
+         streamrff watch live.zarr --reference train.sketch --window 200 \\
+             --ert 10000 --follow --poll 5
+         streamrff watch live.zarr --reference monitor.zarr --follow --json \\
+             --save-monitor monitor.zarr --overwrite
 exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; state saved)
              1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it)
              2 usage (a bad or contradictory option)
