@@ -416,7 +416,7 @@ def test_cli_never_prints_storage_options(cli_main, caplog, s3_server, s3_bucket
 def test_cli_demo_writes_report_with_finite_mmd(tmp_path):
     out = tmp_path / "demo"
 
-    result = run_cli("demo", "--rows", "20000", "--out", str(out))
+    result = run_cli("demo", "--rows", "20000", "-o", str(out))
 
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())

@@ -304,7 +304,7 @@ def test_cli_demo_refuses_an_existing_output(capsys, tmp_path):
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "keep.txt").write_text("mine")
 
-    code, _, err = run(capsys, "demo", "--rows", "1000", "--out", str(tmp_path / "demo"))
+    code, _, err = run(capsys, "demo", "--rows", "1000", "-o", str(tmp_path / "demo"))
 
     assert code == 2 and "already exists. Pass --overwrite" in err
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["keep.txt"]

@@ -185,6 +185,8 @@ def test_cli_demo_refuses_an_odd_feature_count_before_writing_data(cli_main, tmp
 
     assert result.returncode == 2
     assert "--features must be even" in result.stderr
+    # --out is the old spelling of -o/--output: still taken for one release, with a warning.
+    assert "--out is deprecated" in result.stderr and "use -o/--output" in result.stderr
     assert not out.exists()
 
 

@@ -178,7 +178,7 @@ def test_install_run_uninstall_leaves_nothing_and_editable_install_imports_anywh
 
     workdir = tmp_path / "work"
     workdir.mkdir()
-    demo = [str(venv / "bin" / "streamrff"), "demo", "--rows", "2000", "--features", "32", "--out", "demo"]
+    demo = [str(venv / "bin" / "streamrff"), "demo", "--rows", "2000", "--features", "32", "-o", "demo"]
     _run(demo, cwd=workdir, env=environment)
     assert (workdir / "demo" / "report.json").is_file()
     assert _compiled_cache_files(tmp_path / "user-cache" / "streamrff" / "numba")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from . import options
@@ -19,7 +20,7 @@ trade 5% of the rows), fit one map on a sample pooled across
 both (saved as map.json), sketch each on Dask with it, merge the sketches, run the kernel two-sample
 tests, kernel PCA and kernel k-means, and write report.json and report.png.
 
-example: streamrff demo --rows 200000 --out /tmp/streamrff-demo
+example: streamrff demo --rows 200000 -o /tmp/streamrff-demo
 """
 
 
@@ -30,7 +31,11 @@ MIN_ROWS, MIN_FEATURES = 100, 6
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "demo", HELP, run)
     parser.add_argument("--rows", type=options.positive_int, default=2_000_000, help="rows per site")
-    parser.add_argument("--out", default="streamrff-demo", help="directory for the data, map, sketches and report")
+    parser.add_argument(
+        "-o", "--output", dest="out", default="streamrff-demo", help="directory for the data, map, sketches and report"
+    )
+    # The old spelling, hidden: one spelling per concept (-o/--output everywhere), kept for one release.
+    parser.add_argument("--out", dest="deprecated_out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--features", type=options.positive_int, default=256, help="number of random features D")
     options.add_scheduler(parser)
     options.add_overwrite(parser)
@@ -49,6 +54,18 @@ def run(args: argparse.Namespace) -> int:
             f"--features must be even (a cosine and a sine per frequency) and at least {MIN_FEATURES} (kernel PCA "
             f"keeps 5 components). Got {args.features}."
         )
+    if args.deprecated_out is not None:
+        if args.out not in ("streamrff-demo", args.deprecated_out):
+            problems.append(
+                f"--out {args.deprecated_out} contradicts --output {args.out}; drop --out (renamed to --output)."
+            )
+        else:
+            print(
+                "streamrff demo: warning: --out is deprecated and will be removed in the next release; "
+                "use -o/--output.",
+                file=sys.stderr,
+            )
+            args.out = args.deprecated_out
     options.refuse(problems)  # before any data is written
     if os.path.exists(args.out) and not args.overwrite:
         raise options.UsageError(options.EXISTS.format(path=args.out))
