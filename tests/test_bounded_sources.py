@@ -3,6 +3,7 @@ number of tasks of a job is bounded (consecutive chunks grouped into one task)."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tracemalloc
@@ -133,6 +134,28 @@ def test_cli_allow_missing_chunks(cli_main, array_with_a_deleted_chunk, tmp_path
     assert code == 0, err
     result = srf.load(out)
     np.testing.assert_allclose(result.feature_sum, numpy_feature_sum(zeroed, result.feature_map), rtol=0, atol=1e-4)
+
+
+def test_cli_explain_allow_missing_chunks(cli_main, array_with_a_deleted_chunk, tmp_path):
+    path, zeroed = array_with_a_deleted_chunk
+    rff = srf.RFF(n_features=64, bandwidth=1.5, seed=2).fit(zeroed[:1])
+    sketches = [str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch")]
+    srf.sketch_array(zeroed[:500], rff, moments=True).save(sketches[0])
+    srf.sketch_array(zeroed[500:], rff, moments=True).save(sketches[1])
+    explain = ["explain", "--sketches", *sketches, "--source", path, "--top", "5", "--json"]
+
+    code, _, err = cli_main(*explain)
+    assert code == 1 and "Chunk 'c/4/0'" in err and "--allow-missing-chunks" in err
+    assert len(err.strip().splitlines()) == 1
+
+    code, out, err = cli_main(*explain, "--allow-missing-chunks")
+    assert code == 0, err
+    features = rff.transform(zeroed).astype(np.float64)  # the witness of every row, zeros for the missing chunk
+    witness = features @ (features[:500].mean(0) - features[500:].mean(0))
+    payload = json.loads(out)
+    np.testing.assert_allclose(payload["values"], witness[payload["rows"]], atol=1e-5)
+    assert sorted(payload["values"]) == pytest.approx(sorted(witness)[:5] if payload["which"] == "smallest"
+                                                      else sorted(witness)[-5:], abs=1e-5)  # fmt: skip
 
 
 def test_predict_refuses_a_missing_chunk_before_any_work(array_with_a_deleted_chunk):

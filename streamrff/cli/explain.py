@@ -67,6 +67,7 @@ def add_parser(commands: Any) -> None:
     )
     options.add_overwrite(parser, "replace an existing --plot file")
     options.add_scheduler(parser)
+    options.add_source_options(parser)
     options.add_verify_key(parser)
     options.add_common(parser)
 
