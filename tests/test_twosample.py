@@ -21,12 +21,12 @@ from scipy.integrate import quad
 from scipy.spatial.distance import cdist, pdist
 from scipy.special import gammaln, log_ndtr, logsumexp
 
+from streamrff._kernels.norms import squared_norms
 from streamrff.errors import InputError, SketchFormatError, SketchMismatchError
 from streamrff.maps import JL, RFF
 from streamrff.sketches import load
 from streamrff.sketches.base import merge
 from streamrff.sketches.mean import mmd2, sketch_array
-from streamrff.sketches.twosample import _squared_norms
 from streamrff.twosample import (
     TwoSampleResult,
     TwoSampleSketch,
@@ -377,7 +377,7 @@ def test_squared_norms_are_float64_sums_of_the_float32_rows(width):
         np.float32
     )
     out = np.empty(33)
-    _squared_norms(rows, out)
+    squared_norms(rows, out)
     exact = [float(sum(Fraction(float(v)) ** 2 for v in row)) for row in rows]
     np.testing.assert_allclose(out, exact, rtol=1e-15)
 

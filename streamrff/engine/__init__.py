@@ -12,15 +12,31 @@ formats, the maps and the layers below; never an analysis or a surface.
 
 from __future__ import annotations
 
-from .connection import connect
-from .fitting import fit_map, fit_map_and_sample, landmark_sample
-from .jobs import nystrom_sketch, open_job_source, run_row_pass, run_sketch, sketch, write_zarr
-from .options import JOB_OPTIONS, JobOptions, current_job_options, job_options, worker_storage_options
-from .run import compute, run_chunks
-from .tasks import auto_chunk_rows, memory_per_thread, plan_chunks
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "JOB_OPTIONS", "JobOptions", "auto_chunk_rows", "compute", "connect", "current_job_options", "fit_map",
-    "fit_map_and_sample", "job_options", "landmark_sample", "memory_per_thread", "nystrom_sketch", "open_job_source",
-    "plan_chunks", "run_chunks", "run_row_pass", "run_sketch", "sketch", "worker_storage_options", "write_zarr",
-]
+#: Each public name and the module that defines it. Loaded on first use (PEP 562), so importing
+#: :mod:`.options` (what the command line needs for every command) costs no scikit-learn, scipy or
+#: numba import.
+_HOMES = {
+    "connect": "connection", "compute": "run", "run_chunks": "run", "fit_map": "fitting",
+    "fit_map_and_sample": "fitting", "landmark_sample": "fitting", "nystrom_sketch": "jobs",
+    "open_job_source": "jobs", "run_row_pass": "jobs", "run_sketch": "jobs", "sketch": "jobs", "write_zarr": "jobs",
+    "JOB_OPTIONS": "options", "JobOptions": "options", "current_job_options": "options", "job_options": "options",
+    "worker_storage_options": "options", "auto_chunk_rows": "tasks", "memory_per_thread": "tasks",
+    "plan_chunks": "tasks",
+}  # fmt: skip
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'streamrff.engine' has no attribute {name!r}")
+    value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

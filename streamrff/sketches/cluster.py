@@ -19,7 +19,6 @@ import numpy as np
 
 from .._base.blas import single_blas_thread
 from .._base.validation import check_positive_int
-from .._kernels.lloyd import FULL_RESCORE_FRACTION, exact_labels, lloyd_step
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap
 from .base import ChunkJob, SumSketch, describe_spec, expect_array, expect_int
@@ -106,6 +105,8 @@ class _NearestCentres:
         blocks of one centre); and the bound ``4 e(z)`` at ``||z|| = length``.
         Rows with a margin within the bound in any block were rescored in float64.
         """
+        from .._kernels.lloyd import exact_labels  # here: numba loads only when k-means runs
+
         n, n_blocks = features.shape[0], len(self.blocks)
         scores = self.scores[:n]
         np.matmul(features, self.scaled, out=scores)
@@ -130,6 +131,8 @@ class _NearestCentres:
 @single_blas_thread
 def _labels_of_rows(rows: np.ndarray, feature_map: FeatureMap, centers: np.ndarray) -> np.ndarray:
     """Nearest centre of every row (float64 arithmetic's, from float32 scores; see _NearestCentres)."""
+    from .._kernels.lloyd import lloyd_step  # here: numba loads only when k-means runs
+
     labels = np.empty(rows.shape[0], dtype=np.int64)
     if rows.shape[0] == 0:
         return labels
@@ -434,6 +437,8 @@ def cluster_sketch_of_chunk(
     centers, previous_centers = _check_centers(feature_map, centers, previous_centers)
     if isinstance(feature_map, RFF) and feature_map._float32_phases() and rows.shape[0]:
         return _compiled_lloyd_step(rows, feature_map, centers, previous_centers)[0]
+    from .._kernels.lloyd import FULL_RESCORE_FRACTION  # here: numba loads only when k-means runs
+
     k, width = centers.shape
     tile_rows, current, previous, move = _scorers(rows.shape[0], centers, previous_centers)
     both = None
@@ -512,6 +517,8 @@ def _compiled_lloyd_step(
 
     Returns the sketch, the rows' labels and how many rows were rescored in float64.
     """
+    from .._kernels.lloyd import lloyd_step  # here: numba loads only when k-means runs
+
     tile_rows, current, previous, move = _scorers(rows.shape[0], centers, previous_centers)
     labels, counts, sums, squared_norm_sum, n_moved, n_rescored = lloyd_step(
         rows, feature_map, tile_rows, current, previous, move

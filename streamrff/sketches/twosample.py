@@ -18,8 +18,6 @@ import numpy as np
 from .._base.blas import single_blas_thread
 from .._base.permutations import PERMUTATION_SCHEME, _permute, _round_keys
 from .._base.validation import check_positive_int, normalize_seed
-from .._kernels.compiled import jit
-from .._kernels.sincos import MAX_FAST_PHASE, cos_features, largest_phase, sincos_features
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap, map_from_spec
 from ..maps.base import _spec_key
@@ -235,45 +233,6 @@ class TwoSampleSketch(SumSketch):
         )
 
 
-@jit(nogil=True, boundscheck=False, error_model="numpy")
-def _squared_norms(features, out):  # pragma: no cover - compiled
-    """``out[i] = ||features[i]||^2`` in float64 for float32 rows, in a fixed order (8 partial sums).
-
-    Exact products of the float32 values, summed in float64: as ``einsum`` on a
-    float64 copy, at about half its time and without the copy.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> rows = np.random.default_rng(0).normal(size=(5, 19)).astype(np.float32)
-    >>> out = np.empty(5)
-    >>> _squared_norms(rows, out)
-    >>> bool(np.allclose(out, (rows.astype(np.float64) ** 2).sum(axis=1), rtol=1e-14))
-    True
-    """
-    n_rows, width = features.shape
-    full = width - width % 8
-    for i in range(n_rows):
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-        for j in range(0, full, 8):
-            v0, v1 = np.float64(features[i, j]), np.float64(features[i, j + 1])
-            v2, v3 = np.float64(features[i, j + 2]), np.float64(features[i, j + 3])
-            v4, v5 = np.float64(features[i, j + 4]), np.float64(features[i, j + 5])
-            v6, v7 = np.float64(features[i, j + 6]), np.float64(features[i, j + 7])
-            a0 += v0 * v0
-            a1 += v1 * v1
-            a2 += v2 * v2
-            a3 += v3 * v3
-            a4 += v4 * v4
-            a5 += v5 * v5
-            a6 += v6 * v6
-            a7 += v7 * v7
-        for j in range(full, width):
-            value = np.float64(features[i, j])
-            a0 += value * value
-        out[i] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-
-
 def two_sample_sketch_of_chunk(
     rows: np.ndarray,
     feature_map: FeatureMap,
@@ -401,6 +360,8 @@ def two_sample_sketches_of_chunk(
     >>> parts[1] == two_sample_sketch_of_chunk(rows, maps[1], 0, 20, 10, 9, seed=0)
     True
     """
+    from .._kernels.norms import squared_norms as row_squared_norms  # here: numba loads only when used
+
     n_total = n_x + n_y
     if row_offset < 0 or row_offset + rows.shape[0] > n_total:
         raise InputError(
@@ -444,7 +405,7 @@ def two_sample_sketches_of_chunk(
         counts += mask.sum(axis=1)
         for m, features in enumerate(embed(tile)):
             # Map by map, as for one map alone: a map's sums never depend on the others (bit for bit).
-            _squared_norms(features, norms[:size])
+            row_squared_norms(features, norms[:size])
             squared_norms[:, m] += mask @ norms[:size]
             if start == 0:
                 centres[m][...] = features.mean(axis=0, dtype=np.float64)
@@ -520,6 +481,8 @@ def _shared_draw_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
         groups.setdefault(_spec_key(spec), len(groups))
     if len(groups) == len(feature_maps):
         return None  # no two maps share a draw
+    from .._kernels.sincos import MAX_FAST_PHASE, cos_features, largest_phase, sincos_features  # numba: when used
+
     group_of = [groups[_spec_key(spec)] for spec in specs]
     bases = [_projection_params("rff", _spec_key({**json.loads(key), "bandwidth": 1.0}), "f")[0] for key in groups]
     offsets_scales = [feature_maps[group_of.index(group)]._float32_kernel_args()[1:] for group in range(len(groups))]
