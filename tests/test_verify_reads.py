@@ -404,9 +404,10 @@ def test_store_listing_and_record_files_from_a_stranger_are_bounded(tmp_path, fe
     os.mkfifo(huge)
     with pytest.raises(SketchFormatError, match="FIFO"):
         srf.SketchStore.open(store.path).range(BUCKET, 2 * BUCKET)
-    # A map.json that declares a map too large to build is refused before it is built.
+    # A map.json that declares another width than the root (or a map too large) is refused before it is built.
     document = json.loads((Path(store.path) / "map.json").read_text())
-    document["spec"]["n_features"] = 10**12
-    (Path(store.path) / "map.json").write_text(json.dumps(document))
-    with pytest.raises(SketchFormatError, match="map"):
-        srf.SketchStore.open(store.path)
+    for width, fragment in ((10**12, "declares a map of 1000000000000 features"), (2**24, "declares a map of")):
+        document["spec"]["n_features"] = width
+        (Path(store.path) / "map.json").write_text(json.dumps(document))
+        with pytest.raises(SketchFormatError, match=fragment):
+            srf.SketchStore.open(store.path)

@@ -573,13 +573,32 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
                 f"{target}: the records array declares {key}={records.get(key) if isinstance(records, dict) else None!r}; "  # noqa: E501
                 f"this store's map and levels give {expected[key]!r} (tampered metadata)."
             )
-    feature_map = map_from_json(_read_small(target, "map.json", storage_options, _MAX_MAP_BYTES), f"{target}/map.json")
+    map_text = _read_small(target, "map.json", storage_options, _MAX_MAP_BYTES)
+    _check_declared_width(map_text, n_features, target)
+    feature_map = map_from_json(map_text, f"{target}/map.json")
     if feature_map.fingerprint != attrs.get("fingerprint") or feature_map.n_features_out_ != n_features:
         raise SketchFormatError(
             f"{target}: the map in map.json (fingerprint {feature_map.fingerprint[:12]}) is not the store's "
             f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
         )
     return StoreRoot(target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")))
+
+
+def _check_declared_width(map_text: bytes, n_features: int, target: str) -> None:
+    """Refuse, before the map is built, a map.json whose spec declares another output width than the root."""
+    try:
+        document = json.loads(map_text)
+    except (ValueError, RecursionError):
+        return  # map_from_json reports it in one line
+    spec = document.get("spec") if isinstance(document, dict) else None
+    if not isinstance(spec, dict):
+        return
+    declared = spec.get("n_components", spec.get("n_features"))
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared != n_features:
+        raise SketchFormatError(
+            f"{target}: map.json declares a map of {_short(declared)} features; the store's records hold "
+            f"{n_features} (tampered). Restore the store from a copy."
+        )
 
 
 def check_records_fit(root: StoreRoot, n_records: int, n_features: int | None = None) -> None:
