@@ -565,6 +565,7 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
                 f"{target}: the attribute {name!r} is {_short(attrs.get(name))}; expected a {kind.__name__} (tampered)."
             )
     check_records_fit(StoreRoot(target, None, rows, levels, False, ""), 1, n_features)  # type: ignore[arg-type]
+    _check_store_sizes_fit(n_features, attrs["map"].get("n_features_in"), target)
     records = _json_document(target, "records/zarr.json", storage_options)
     expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + n_features)
     for key in ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "codecs"):
@@ -582,6 +583,21 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
         )
     return StoreRoot(target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")))
+
+
+def _check_store_sizes_fit(n_features: int, n_features_in: Any, target: str) -> None:
+    """The declared width through the shared memory check (:func:`streamrff._base.memory.check_sizes_fit`),
+    before the map is built: a store whose buckets no task of this machine could sketch is refused."""
+    import types
+
+    from .._base.memory import check_sizes_fit
+    from ..errors import InputError
+
+    columns = n_features_in if _is_count(n_features_in, 1, 2**31) else 1
+    try:
+        check_sizes_fit(types.SimpleNamespace(n_features=n_features), columns, memory_available())
+    except InputError as error:
+        raise SketchFormatError(f"{target}: the store declares {n_features:,} features: {error}") from None
 
 
 def _check_declared_width(map_text: bytes, n_features: int, target: str) -> None:

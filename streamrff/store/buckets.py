@@ -205,7 +205,8 @@ class SketchStore:
         path : str or PathLike
         storage_options : dict, optional
         verify_key : bytes, optional
-            Accept only records signed with this key.
+            Accept only records signed with this key (and bound to this store's map and bucket
+            grid: see :mod:`streamrff.formats.store`); every record read is verified.
 
         Examples
         --------
@@ -335,7 +336,9 @@ class SketchStore:
         start : int, default=0
             Global row index of the first row of ``source``.
         signing_key : bytes, optional
-            Sign each record (HMAC-SHA256); required by a signed store.
+            Sign each record (HMAC-SHA256); required by a signed store. The records an append
+            reads (a bucket already stored, the halves of a rollup it signs) are verified only if
+            the store was opened with ``verify_key=`` (CLI: always, when a key is set).
         dtype : {"float32", "float64"}, default="float32"
             Precision of the features (sums are float64 either way).
         **options
