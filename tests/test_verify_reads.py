@@ -106,7 +106,7 @@ def signed_map_files(tmp_path: Path, feature_map) -> dict[str, Path]:
     "command",
     [
         ["sketch", "{source}", "-o", "{out}"],
-        ["kmeans", "{source}", "--clusters", "2", "-o", "{out}"],
+        ["kmeans", "{source}", "--clusters", "2", "--max-iter", "1", "-o", "{out}"],
         ["kpca", "{source}", "--components", "2", "-o", "{out}"],
         ["test", "{source}", "{source}"],
         ["ridge", "{source}", "--target", "{source}", "-o", "{out}"],
@@ -126,12 +126,15 @@ def test_every_map_option_verifies_with_a_key_set(tmp_path, feature_map, source,
     assert_refused(run(cli_main, monkeypatch, *argv(files["tampered"])), str(files["tampered"]), "does not match")
     assert_refused(run(cli_main, monkeypatch, *argv(files["unsigned"])), str(files["unsigned"]), "is not signed")
     assert not Path(out).exists()
-    if command[0] in ("sketch", "store", "info"):  # the cheap ones run to the end
-        code, _, err = run(cli_main, monkeypatch, *argv(files["signed"]))
-        assert code == 0, err
-        code, _, err = run(cli_main, monkeypatch, *argv(files["unsigned"]), "--allow-unsigned", "--overwrite"
-                           if command[0] == "sketch" else "--allow-unsigned", key=KEY)  # fmt: skip
-        assert code == 0 or "already exists" in err, err
+    if command[0] in ("sketch", "store", "info", "kmeans"):  # these run to the end (the others share the loader)
+        import shutil
+
+        for map_file, extra in ((files["signed"], []), (files["unsigned"], ["--allow-unsigned"])):
+            shutil.rmtree(out, ignore_errors=True)
+            code, _, err = run(cli_main, monkeypatch, *argv(map_file), *extra)
+            assert code == 0, err
+        if command[0] == "sketch":  # the sketch made with the map is signed, and holds the map's fingerprint
+            assert srf.load(out, verify_key=KEY).fingerprint == feature_map.fingerprint
 
 
 def test_a_model_or_sketch_as_map_verifies_by_its_own_signature(tmp_path, feature_map):
@@ -233,9 +236,27 @@ def test_watch_verifies_its_reference_and_signs_its_state(tmp_path, feature_map,
 def store_with_records(
     tmp_path: Path, feature_map, name: str, key: bytes | None, bucket: int = BUCKET
 ) -> srf.SketchStore:
-    store = srf.SketchStore.create(tmp_path / name, feature_map, bucket=bucket, signed=key is not None)
-    store.append(ROWS, signing_key=key)
-    return store
+    """A store of ROWS at ``tmp_path / name``: appended once per module and bucket size, then copied."""
+    import shutil
+
+    made = _STORES.get((key, bucket, feature_map.fingerprint))
+    if made is None:
+        made = _STORES["base"] / f"s{len(_STORES)}.store"
+        srf.SketchStore.create(made, feature_map, bucket=bucket, signed=key is not None).append(ROWS, signing_key=key)
+        _STORES[(key, bucket, feature_map.fingerprint)] = made
+    shutil.copytree(made, tmp_path / name)
+    return srf.SketchStore.open(tmp_path / name)
+
+
+_STORES: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _store_cache(tmp_path_factory):
+    """The stores appended once for this module (pytest's temporary folders, removed as usual)."""
+    _STORES["base"] = tmp_path_factory.mktemp("stores")
+    yield
+    _STORES.clear()
 
 
 def tamper_record(path: Path, slot: int, column: int, delta: float) -> None:
