@@ -214,7 +214,7 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
     import google_crc32c
 
     level, index = root.block_of(slot)
-    where = f"{root.target}: the record of buckets {index << level}..{((index + 1) << level) - 1} (level {level})"
+    where = record_place(root, slot)
     expected = 8 * root.width + 4
     if len(data) != expected:
         raise SketchFormatError(f"{where} holds {len(data)} bytes; expected {expected} (truncated or tampered).")
@@ -260,6 +260,12 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
                 "--sign-key FILE), or pass --allow-unsigned (verify_key=None) to read it on purpose."
             )
     return record
+
+
+def record_place(root: StoreRoot, slot: int) -> str:
+    """``"<store>: the record of buckets a..b (level k)"``: how every message names a record."""
+    level, index = root.block_of(slot)
+    return f"{root.target}: the record of buckets {index << level}..{((index + 1) << level) - 1} (level {level})"
 
 
 def _check_header_ranges(row: np.ndarray, integral: np.ndarray, where: str) -> None:
@@ -312,11 +318,12 @@ class RecordFiles:
     def _path(self, slot: int) -> str:
         return f"{self.root}/records/c/{slot}/0"
 
-    def read(self, slots: list[int], limit: int) -> dict[int, bytes | None]:
+    def read(self, slots: list[int], limit: int, place: Any = str) -> dict[int, bytes | None]:
         """The chunk bytes of each slot (None for a slot with no record), never more than ``limit`` + 1 bytes each.
 
         Local records are regular files reached without following a link inside the store
-        (a FIFO or ``/dev/zero`` planted as a record is refused, not waited on or read).
+        (a FIFO or ``/dev/zero`` planted as a record is refused, not waited on or read);
+        ``place(slot)`` names a refused record (:func:`record_place`).
         """
         if not self.remote:
             found: dict[int, bytes | None] = {}
@@ -325,6 +332,8 @@ class RecordFiles:
                     found[slot] = _read_inside(Path(self.root), f"records/c/{slot}/0", limit, None)
                 except FileNotFoundError:
                     found[slot] = None
+                except SketchFormatError as error:
+                    raise SketchFormatError(f"{place(slot)}: {error}".replace("a sketch file", "a record")) from None
             return found
         paths = [self._path(slot) for slot in slots]
         try:

@@ -40,6 +40,7 @@ from ..formats.store import (
     encode_record,
     now,
     read_store_root,
+    record_place,
 )
 from ..maps import FeatureMap
 from ..sketches.mean import MeanSketch, check_sum_method
@@ -238,7 +239,7 @@ class SketchStore:
     def _read(self, blocks: list[tuple[int, int]]) -> dict[tuple[int, int], Record | None]:
         check_records_fit(self._root, len(blocks))
         slots = {self._root.slot(level, index): (level, index) for level, index in blocks}
-        found = self._files.read(list(slots), 8 * self._root.width + 4)
+        found = self._files.read(list(slots), 8 * self._root.width + 4, lambda slot: record_place(self._root, slot))
         return {
             slots[slot]: None if data is None else decode_record(data, self._root, slot, self._verify_key)
             for slot, data in found.items()
