@@ -228,6 +228,12 @@ def test_watch_verifies_its_reference_and_signs_its_state(tmp_path, feature_map,
     assert_refused(run(cli_main, monkeypatch, *base, "--reference", str(unsigned)), str(unsigned), "is not signed")
     code, _, err = run(cli_main, monkeypatch, *base, "--reference", str(unsigned), "--allow-unsigned")
     assert code == 0, err
+    unsigned_state = tmp_path / "unsigned-state"  # a state saved without a key: refused unless allowed
+    srf.DriftMonitor(window=20, ert=100, n_features=16, n_streams=50, seed=0).fit(ROWS).save(unsigned_state)
+    resume = ["watch", source, "--reference", str(unsigned_state), "--json"]
+    assert_refused(run(cli_main, monkeypatch, *resume), str(unsigned_state), "is not signed", "watch --sign-key")
+    code, _, err = run(cli_main, monkeypatch, *resume, "--allow-unsigned")
+    assert code == 0, err
 
 
 # -- the store ----------------------------------------------------------------------------------------------------
