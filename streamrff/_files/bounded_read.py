@@ -31,10 +31,38 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from ..errors import SketchFormatError
 
-__all__ = ["MAX_JSON_BYTES", "GuardedLocalStore", "GuardedZipStore", "read_regular_file", "stored_size"]
+__all__ = [
+    "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "GuardedLocalStore", "GuardedZipStore", "read_regular_file", "stored_size",
+    "check_json_depth",
+]  # fmt: skip
 
 #: Largest metadata document read (a group's zarr.json holds the map spec, checksums and names).
 MAX_JSON_BYTES = 2**24
+#: Nesting deeper than this in a document's attributes is refused (no file written by streamrff comes near).
+MAX_JSON_DEPTH = 32
+
+
+def check_json_depth(value: object, target: str, what: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse a parsed JSON value nested deeper than ``limit`` (checked without recursion), naming ``what`` it is not.
+
+    Examples
+    --------
+    >>> check_json_depth({"a": [1, {"b": 2}]}, "x", "a store")
+    >>> deep: list = []
+    >>> for _ in range(40):
+    ...     deep = [deep]
+    >>> check_json_depth(deep, "x", "a store")
+    Traceback (most recent call last):
+    ...
+    streamrff.errors.SketchFormatError: x: the attributes nest deeper than 32 levels (not a store).
+    """
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > limit:
+            raise SketchFormatError(f"{target}: the attributes nest deeper than {limit} levels (not {what}).")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        pending.extend((child, depth + 1) for child in children)
 
 _FILE_TYPES = {
     stat.S_IFCHR: "a character device",

@@ -22,6 +22,7 @@ def add_feature_space_options(parser: argparse.ArgumentParser, features_help: st
     options.add_landmarks(parser, landmarks_help)
     options.add_bandwidth(parser)
     options.add_structured(parser, "structured orthogonal features (SORF), O(D log d) per row (rff; for wide rows)")
+    options.add_verify_key(parser)  # a key set means --map must verify (docs/security.rst)
 
 
 def resolve_feature_space(args: argparse.Namespace) -> Any:

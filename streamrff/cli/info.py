@@ -22,7 +22,8 @@ example: streamrff info all.sketch --json
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "info", HELP, run)
     parser.add_argument("sketch", metavar="FILE", help="sketch file, map file, or URL")
-    options.add_sign_key(parser, "verify the sketch's signature with the key in FILE")
+    options.add_sign_key(parser, "verify the sketch's or map file's signature with the key in FILE")
+    options.add_verify_key(parser, signs=True)
     options.add_common(parser)
 
 
@@ -31,14 +32,17 @@ def run(args: argparse.Namespace) -> int:
     from ..formats.sketch import is_signed
     from ..sketches import load  # here, not at the top: start-up time
 
+    key = options.verify_key(args)
     data = _read_map_bytes(args.sketch, args.storage_options)
     if data is not None:  # a map file: describe the map
-        feature_map = map_from_json(data, args.sketch)
+        feature_map = map_from_json(data, args.sketch, key)
         payload = {"path": args.sketch, "kind": "map", "map": feature_map.spec, "fingerprint": feature_map.fingerprint}
         lines = [f"{args.sketch}: map file", map_line(feature_map.spec), f"  fingerprint: {feature_map.fingerprint}"]
+        if key is not None:
+            payload["signature"] = "verified"
+            lines.append("  signature: verified")
         emit(args, payload, lines)
         return options.EXIT_OK
-    key = options.signing_key(args)
     summary = sketch_summary(args.sketch, load(args.sketch, storage_options=args.storage_options, verify_key=key))
     lines = summary_lines(summary)
     if key is not None or is_signed(args.sketch, args.storage_options):  # unsigned sketches: reported as before

@@ -37,6 +37,7 @@ def add_parser(commands: Any) -> None:
     options.add_structured(parser, "structured orthogonal features, O(D log d) per row (rff; for wide rows)")
     options.add_landmarks(parser, "K-JL landmarks n (kjl; default: 1000)")
     options.add_seed(parser, "seed of the map and of the pooled row sample")
+    options.add_sign_key(parser, "sign the map file with the key in FILE (HMAC-SHA256)")
     options.add_job_options(parser)
 
 
@@ -67,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
     feature_map = _unfitted_map(args)
     options.check_output_free(args.output, args.storage_options, args.overwrite)
+    key = options.signing_key(args)  # before the fit: a bad key costs no pass over the data
     fitted = fit_map(feature_map, list(args.sources), progress=show_progress(args))
-    save_map(fitted, args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    save_map(fitted, args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     payload = {
         "path": args.output,
         "map": fitted.spec,

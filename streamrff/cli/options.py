@@ -210,10 +210,11 @@ def add_sign_key(parser: argparse.ArgumentParser, purpose: str) -> None:
 def add_verify_key(parser: argparse.ArgumentParser, signs: bool = False) -> None:
     """``--sign-key FILE`` to verify inputs and ``--allow-unsigned`` (docs/security.rst: a key means reads verify)."""
     if not signs:
-        add_sign_key(parser, "verify every input sketch's signature with the key in FILE")
+        add_sign_key(parser, "verify the signature of every sketch, map, model, state or store read, with FILE")
     parser.add_argument(
         "--allow-unsigned", action="store_true",
-        help="with a key set, accept input sketches not signed with it (by default they are refused, exit 1)",
+        help="with a key set, accept inputs (sketches, map and model files, monitor states, store records) not "
+        "signed with it (by default they are refused, exit 1)",
     )  # fmt: skip
 
 
@@ -224,10 +225,15 @@ def verify_key(args: argparse.Namespace) -> bytes | None:
 
 
 def signing_key(args: argparse.Namespace) -> bytes | None:
-    """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key)."""
+    """The key of --sign-key FILE, else of $STREAMRFF_SIGNING_KEY, else None (errors name the file, not the key).
+
+    Read once per command (kept on ``args``): a long ``watch`` signs every save with the key it started with.
+    """
     from ..formats.sketch import read_signing_key  # here, not at the top: start-up time
 
-    return read_signing_key(args.sign_key, allow_readable=args.allow_readable_key)
+    if "_signing_key" not in vars(args):
+        args._signing_key = read_signing_key(args.sign_key, allow_readable=args.allow_readable_key)
+    return args._signing_key
 
 
 def add_plot(parser: argparse.ArgumentParser, help: str) -> None:
@@ -501,10 +507,12 @@ def resolve_map_options(args: argparse.Namespace, names: Sequence[str], map_sets
 
 
 def load_map_option(args: argparse.Namespace) -> Any:
-    """The map of ``--map`` (a map file or a sketch file), or None."""
+    """The map of ``--map`` (a map file, or a sketch or model file), or None; verified when a key is set."""
     from ..formats.map import load_map  # here, not at the top: start-up time
 
-    return None if args.map is None else load_map(args.map, storage_options=args.storage_options)
+    if args.map is None:
+        return None
+    return load_map(args.map, storage_options=args.storage_options, verify_key=verify_key(args))
 
 
 def fit_on_sources(feature_map: Any, sources: Sequence[str]) -> Any:

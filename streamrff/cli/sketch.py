@@ -100,7 +100,8 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--on-invalid", choices=["raise", "skip"], default="raise", help="what to do with NaN/inf rows")
     options.add_overwrite(parser)
-    options.add_sign_key(parser, "sign the sketch with the key in FILE (HMAC-SHA256)")
+    options.add_sign_key(parser, "sign the sketch with the key in FILE (HMAC-SHA256); a --map must verify with it")
+    options.add_verify_key(parser, signs=True)
     options.add_common(parser)
 
 

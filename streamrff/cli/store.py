@@ -107,7 +107,9 @@ def _add_store(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_verify(parser: argparse.ArgumentParser) -> None:
+    """``--sign-key FILE`` and ``--allow-unsigned``: with a key set, every record read must verify with it."""
     options.add_sign_key(parser, "accept only records signed with the key in FILE")
+    options.add_verify_key(parser, signs=True)
 
 
 def add_parser(commands: Any) -> None:
@@ -119,8 +121,11 @@ def add_parser(commands: Any) -> None:
     create.add_argument("--map", metavar="FILE", required=True, help="the map: a map file or any sketch file")
     create.add_argument("--bucket", type=options.positive_int, required=True, metavar="ROWS", help="rows per bucket")
     create.add_argument(
-        "--signed", action="store_true", help="require every record to be signed (append needs --sign-key then)"
-    )
+        "--signed", action="store_true",
+        help="require every record to be signed (append needs --sign-key then; implied when a key is set)",
+    )  # fmt: skip
+    options.add_sign_key(create, "make a signed store, and verify --map with the key in FILE")
+    options.add_verify_key(create, signs=True)
     options.add_common(create)
 
     append = options.add_command(subcommands, "append", _APPEND, run_append)
@@ -129,13 +134,15 @@ def add_parser(commands: Any) -> None:
     append.add_argument("--start", type=_non_negative_int, default=0, metavar="ROW",
                         help="global row index of SOURCE's first row (default: 0)")  # fmt: skip
     append.add_argument("--chunk-rows", type=options.positive_int, default=None, help="rows per task")
-    options.add_sign_key(append, "sign every record with the key in FILE")
+    options.add_sign_key(append, "sign every record with the key in FILE; the records read (rollups) must verify")
+    options.add_verify_key(append, signs=True)
     options.add_scheduler(append)
     options.add_source_options(append)
     options.add_common(append)
 
     info = options.add_command(subcommands, "info", _INFO, run_info)
     _add_store(info)
+    _add_verify(info)
     options.add_common(info)
 
     ranged = options.add_command(subcommands, "range", _RANGE, run_range)
@@ -171,7 +178,8 @@ def add_parser(commands: Any) -> None:
     merge = options.add_command(subcommands, "merge", _MERGE, run_merge)
     merge.add_argument("stores", nargs="+", metavar="STORE", help="stores with the same map and bucket size")
     options.add_output(merge, "the new store (must not exist)")
-    options.add_sign_key(merge, "sign the merged records with the key in FILE")
+    options.add_sign_key(merge, "sign the merged records with the key in FILE; the inputs' records must verify")
+    options.add_verify_key(merge, signs=True)
     options.add_common(merge)
 
 
@@ -185,11 +193,12 @@ def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argpa
     raise options.UsageError("store needs a subcommand: create, append, info, range, test, series or merge.")
 
 
-def _open(args: argparse.Namespace, verify: bool = True) -> Any:
+def _open(args: argparse.Namespace, path: str | None = None) -> Any:
+    """The store of ``path`` (default: STORE); with a key set, every record it reads must verify."""
     from ..store import SketchStore  # here, not at the top: start-up time
 
-    key = options.signing_key(args) if verify and hasattr(args, "sign_key") else None
-    return SketchStore.open(args.store, storage_options=args.storage_options, verify_key=key)
+    target = args.store if path is None else path
+    return SketchStore.open(target, storage_options=args.storage_options, verify_key=options.verify_key(args))
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -197,9 +206,10 @@ def run_create(args: argparse.Namespace) -> int:
     from ..store import SketchStore
 
     options.check_output_free(args.store, args.storage_options, overwrite=False)
-    feature_map = load_map(args.map, storage_options=args.storage_options)
+    feature_map = load_map(args.map, storage_options=args.storage_options, verify_key=options.verify_key(args))
+    signed = args.signed or options.signing_key(args) is not None
     store = SketchStore.create(
-        args.store, feature_map, bucket=args.bucket, signed=args.signed, storage_options=args.storage_options
+        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options
     )
     info = store.info()
     emit(args, info, [f"created {args.store}: buckets of {args.bucket:,} rows", f"  map: {info['fingerprint'][:16]}"])
@@ -207,7 +217,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_append(args: argparse.Namespace) -> int:
-    store = _open(args, verify=False)
+    store = _open(args)
     job = {} if args.chunk_rows is None else {"chunk_rows": args.chunk_rows}
     result = store.append(args.source, start=args.start, signing_key=options.signing_key(args), **job)
     payload = {"store": args.store, "source": args.source, **result.to_dict()}
@@ -221,14 +231,19 @@ def run_append(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    info = _open(args).info()
+    store = _open(args)
+    info = store.info()
+    if options.verify_key(args) is not None:  # the records of every stored run (O(log n) each) must verify
+        for lo, hi in info["runs"]:
+            store.range(lo, hi)
+        info["signature"] = "verified"
     runs = ", ".join(f"{lo:,}..{hi - 1:,}" for lo, hi in info["runs"]) or "none"
     lines = [
         f"{args.store}: sketch store of buckets of {info['bucket_rows']:,} rows",
         f"  buckets: {info['buckets']:,} ({info['rows']:,} rows: {runs})",
         f"  records: {info['records']:,} of {info['bytes_per_record']:,} bytes",
         f"  map: {info['map'].get('kind')} D={info['n_features']} fingerprint {info['fingerprint'][:16]}",
-    ]
+    ] + (["  signature: every stored run's records verified"] if "signature" in info else [])
     emit(args, info, lines)
     return options.EXIT_OK
 
@@ -245,7 +260,8 @@ def run_range(args: argparse.Namespace) -> int:
         sketch = store.complement(args.start, args.stop)
     else:
         sketch = store.range(args.start, args.stop)
-    sketch.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite)
+    sketch.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite,
+                signing_key=options.signing_key(args))  # fmt: skip
     what = "outside" if args.leave_out else "of"
     title = f"wrote the sketch of the rows {what} [{args.start}, {args.stop}) of {args.store} ({sketch.count:,} rows)"
     emit_sketch(args, args.output, sketch, title, store=args.store)
@@ -288,16 +304,34 @@ def run_series(args: argparse.Namespace) -> int:
     return options.EXIT_OK
 
 
+def _remove_store(path: str, storage_options: dict[str, Any] | None) -> None:
+    """Remove a store this command created (local directory or URL)."""
+    if "://" in path and not path.startswith("file://"):
+        import fsspec
+
+        filesystem, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        filesystem.rm(root, recursive=True)
+        return
+    import shutil
+
+    shutil.rmtree(path[len("file://") :] if path.startswith("file://") else path, ignore_errors=True)
+
+
 def run_merge(args: argparse.Namespace) -> int:
     from ..store import SketchStore
 
     options.check_output_free(args.output, args.storage_options, overwrite=False)
-    inputs = [SketchStore.open(path, storage_options=args.storage_options) for path in args.stores]
+    inputs = [_open(args, path) for path in args.stores]
     first = inputs[0]
     merged = SketchStore.create(
-        args.output, first.feature_map, bucket=first.bucket_rows, storage_options=args.storage_options
-    )
-    buckets = merged.merge_from(*inputs, signing_key=options.signing_key(args))
+        args.output, first.feature_map, bucket=first.bucket_rows, signed=options.signing_key(args) is not None,
+        storage_options=args.storage_options,
+    )  # fmt: skip
+    try:
+        buckets = merged.merge_from(*inputs, signing_key=options.signing_key(args))
+    except BaseException:  # an input refused (unsigned, tampered) or a stop: no half-merged store is left
+        _remove_store(args.output, args.storage_options)
+        raise
     payload = {"output": args.output, "stores": list(args.stores), "buckets": len(buckets), **merged.info()}
     emit(args, payload, [f"merged {len(inputs)} stores into {args.output}: {len(buckets):,} bucket(s)"])
     return options.EXIT_OK

@@ -157,6 +157,8 @@ def add_parser(commands: Any) -> None:
         "default: 5)",
     )  # fmt: skip
     options.add_overwrite(parser, "replace an existing --plot or --save-monitor output")
+    options.add_sign_key(parser, "sign the --save-monitor state and verify a sketch or monitor --reference with FILE")
+    options.add_verify_key(parser, signs=True)
     options.add_scheduler(parser)
     parser.add_argument("--storage-options", metavar="JSON|@FILE", help=options._STORAGE_HELP)
     options.add_json(parser, "print one JSON object per line instead of text (for scripts)")
@@ -239,7 +241,7 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
                 f"--reference {args.reference} is a saved monitor: it fixes its window, ERT and map, so {flags} "
                 f"would contradict it. Drop {flags}, or give a data or sketch reference to fit a new monitor."
             )
-        return load_monitor(args.reference), kind
+        return load_monitor(args.reference, verify_key=options.verify_key(args)), kind
     missing = [flag for flag, value in (("--window", args.window), ("--ert", args.ert)) if value is None]
     if missing:
         raise options.UsageError(
@@ -256,7 +258,7 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
         if clash:
             flags = ", ".join(map(options.flag, clash))
             raise options.UsageError(f"--reference {args.reference} is a sketch: its map fixes {flags}; drop them.")
-        reference = load(args.reference, storage_options=args.storage_options)
+        reference = load(args.reference, storage_options=args.storage_options, verify_key=options.verify_key(args))
         if not isinstance(reference, MeanSketch) or not reference.has_moments:
             raise InputError(
                 f"--reference {args.reference} is a {reference.kind} sketch without second moments; the monitor's "
@@ -403,7 +405,8 @@ class _Watch:
         if periodic and time.monotonic() - self.saved_at < interval:
             return
         self.monitor.source_cursor_ = dict(self.cursor)
-        self.monitor.save(self.args.save_monitor, overwrite=self.args.overwrite or self.saved_once)
+        self.monitor.save(self.args.save_monitor, overwrite=self.args.overwrite or self.saved_once,
+                          signing_key=options.signing_key(self.args))  # fmt: skip
         self.saved_once, self.saved_at = True, time.monotonic()
 
     def saved_text(self) -> str:

@@ -631,7 +631,7 @@ class DriftMonitor(BaseEstimator):
             self._kernel_cache = cached
         return cached[1], cached[2]
 
-    def save(self, path: PathOrURL, overwrite: bool = False) -> None:
+    def save(self, path: PathOrURL, overwrite: bool = False, signing_key: bytes | None = None) -> None:
         """Write the monitor (reference sums, thresholds, window state, source cursor) to a local zarr directory.
 
         Written under a temporary name and published in one step
@@ -643,6 +643,9 @@ class DriftMonitor(BaseEstimator):
         path : str or PathLike
             A local directory to create.
         overwrite : bool, default=False
+        signing_key : bytes, optional
+            Sign the state (HMAC-SHA256, the rule of sketch files; CLI ``watch --sign-key``):
+            ``load_monitor(path, verify_key=key)`` then proves a holder of the key wrote it.
 
         Raises
         ------
@@ -652,7 +655,7 @@ class DriftMonitor(BaseEstimator):
             If ``path`` is a URL (monitors are saved locally).
         """
         self._check_fitted()
-        write_monitor_group(path, *self._state(), overwrite=overwrite)
+        write_monitor_group(path, *self._state(), overwrite=overwrite, signing_key=signing_key)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The group attributes and arrays that describe this monitor (see :mod:`streamrff.formats.monitor`)."""
@@ -690,13 +693,13 @@ class DriftMonitor(BaseEstimator):
         return attrs, arrays
 
     @classmethod
-    def load(cls, path: PathOrURL) -> DriftMonitor:
+    def load(cls, path: PathOrURL, verify_key: bytes | None = None) -> DriftMonitor:
         """Read a monitor written by :meth:`save`; it continues exactly where the saved one stopped.
 
         :func:`streamrff.load_monitor` is the same, as a function: see it for the checks and an example.
         """
         target = os.fspath(path)
-        attrs, arrays = read_monitor_group(target)
+        attrs, arrays = read_monitor_group(target, verify_key=verify_key)
         try:
             feature_map = map_from_spec(
                 attrs["map"], {name[4:]: value for name, value in arrays.items() if name.startswith("map/")}
@@ -758,7 +761,7 @@ class DriftMonitor(BaseEstimator):
         return monitor
 
 
-def load_monitor(path: PathOrURL) -> DriftMonitor:
+def load_monitor(path: PathOrURL, verify_key: bytes | None = None) -> DriftMonitor:
     """Read a :class:`DriftMonitor` saved with :meth:`DriftMonitor.save`, validating everything.
 
     Checks the format name and version, the attributes' digest, every array's
@@ -769,6 +772,8 @@ def load_monitor(path: PathOrURL) -> DriftMonitor:
     ----------
     path : str or PathLike
         The saved monitor's directory.
+    verify_key : bytes, optional
+        Accept only a state signed with this key (``save(..., signing_key=key)``).
 
     Returns
     -------
@@ -778,6 +783,8 @@ def load_monitor(path: PathOrURL) -> DriftMonitor:
     ------
     SketchFormatError
         If the directory is not a valid monitor of this format version.
+    SketchSignatureError
+        If ``verify_key`` is given and the state is unsigned, signed with another key or edited.
 
     Examples
     --------
@@ -792,4 +799,4 @@ def load_monitor(path: PathOrURL) -> DriftMonitor:
     >>> bool(np.array_equal(loaded.update(rows).statistic, monitor.update(rows).statistic))
     True
     """
-    return DriftMonitor.load(path)
+    return DriftMonitor.load(path, verify_key=verify_key)

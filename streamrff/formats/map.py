@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -42,7 +44,7 @@ import numpy as np
 from .._base.validation import check_format_version
 from .._files.bounded_read import read_regular_file
 from .._files.publish import check_output_location, publish_text
-from ..errors import InputError, MapFormatError, SketchFormatError, SourceError, StreamRFFError
+from ..errors import InputError, MapFormatError, SketchFormatError, SketchSignatureError, SourceError, StreamRFFError
 from ..maps import FeatureMap, map_from_spec
 from ..typing import PathOrURL, StorageOptions
 
@@ -78,8 +80,24 @@ def _encode_array(array: np.ndarray) -> dict[str, Any]:
     }
 
 
-def map_to_json(feature_map: FeatureMap) -> str:
+#: Domain separation: a map signature is never valid as a sketch's, a model's or any other HMAC of the same key.
+_SIGNATURE_CONTEXT = b"streamrff.map signature v1\n"
+
+
+def map_signature_value(document: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 (hex) of the sha256 of the canonical JSON of a map document without its signature."""
+    covered = {name: value for name, value in document.items() if name != "signature"}
+    text = json.dumps(covered, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    digest = hashlib.sha256(text.encode("ascii")).hexdigest()
+    return hmac.new(key, _SIGNATURE_CONTEXT + digest.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def map_to_json(feature_map: FeatureMap, signing_key: bytes | None = None) -> str:
     """The map file's text for a fitted ``feature_map`` (see the module docstring for the layout).
+
+    With ``signing_key``, the document carries ``"signature": {"algorithm": "hmac-sha256", "value":
+    HMAC-SHA256(key, "streamrff.map signature v1\\n" + sha256 hex of the canonical JSON of every other
+    key)}`` (docs/security.rst).
 
     Raises
     ------
@@ -103,6 +121,12 @@ def map_to_json(feature_map: FeatureMap) -> str:
         "fingerprint": feature_map.fingerprint,
         "arrays": {name: _encode_array(value) for name, value in sorted(feature_map.state_arrays().items())},
     }
+    if signing_key is not None:
+        from .._files.signed import SIGNATURE_ALGORITHM, check_signing_key  # here: that module imports zarr
+
+        signing_key = check_signing_key(signing_key, "signing_key")
+        document = json.loads(json.dumps(document, allow_nan=False))  # exactly what the file will hold
+        document["signature"] = {"algorithm": SIGNATURE_ALGORITHM, "value": map_signature_value(document, signing_key)}
     return json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
@@ -143,7 +167,11 @@ def _publish(data: bytes, target: str, storage_options: StorageOptions, overwrit
 
 
 def save_map(
-    feature_map: FeatureMap, path_or_url: PathOrURL, storage_options: StorageOptions = None, overwrite: bool = False
+    feature_map: FeatureMap,
+    path_or_url: PathOrURL,
+    storage_options: StorageOptions = None,
+    overwrite: bool = False,
+    signing_key: bytes | None = None,
 ) -> None:
     """Write a fitted feature map to a JSON map file (local path, ``file://`` or fsspec URL).
 
@@ -161,11 +189,14 @@ def save_map(
         fsspec options for URLs. Never logged.
     overwrite : bool, default=False
         Replace an existing file.
+    signing_key : bytes, optional
+        Sign the map file (HMAC-SHA256, at least 16 bytes; docs/security.rst):
+        ``load_map(path, verify_key=key)`` then proves a holder of the key wrote it.
 
     Raises
     ------
     InputError
-        If ``feature_map`` is not a fitted FeatureMap.
+        If ``feature_map`` is not a fitted FeatureMap, or ``signing_key`` is not a key.
     FileExistsError
         If the target exists and ``overwrite`` is False.
     SourceError
@@ -182,7 +213,7 @@ def save_map(
     >>> srf.load_map(path).fingerprint == rff.fingerprint
     True
     """
-    text = map_to_json(feature_map)
+    text = map_to_json(feature_map, signing_key)
     _publish(text.encode("utf-8"), os.fspath(path_or_url), storage_options, overwrite)
 
 
@@ -226,13 +257,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
+def map_from_json(text: str | bytes, target: str = "<map>", verify_key: bytes | None = None) -> FeatureMap:
     """Rebuild and verify the map of a map file's text (the inverse of :func:`map_to_json`).
+
+    With ``verify_key``, the map document must be signed with it (a model file's embedded map
+    document is signed when the model is).
 
     Raises
     ------
     MapFormatError
         On anything but a complete, untampered map file of a known version.
+    SketchSignatureError
+        If ``verify_key`` is given and the map is unsigned, signed with another key or edited.
     """
     if len(text) > MAX_MAP_FILE_BYTES:
         raise MapFormatError(f"{target} holds {len(text):,} bytes; a map file holds at most {MAX_MAP_FILE_BYTES:,}.")
@@ -283,6 +319,13 @@ def map_from_json(text: str | bytes, target: str = "<map>") -> FeatureMap:
             f"{target}: the stored fingerprint does not match the map rebuilt from its spec "
             "(tampered file, or written with an incompatible numpy random stream)."
         )
+    if verify_key is not None:
+        from .._files.signed import check_signature_record  # here: that module imports zarr
+
+        check_signature_record(
+            document.get("signature"), map_signature_value(document, verify_key), target, "map",
+            "save_map(..., signing_key=...), or `streamrff map` / `ridge` with --sign-key FILE", SketchSignatureError,
+        )  # fmt: skip
     return feature_map
 
 
@@ -313,7 +356,9 @@ def _read_map_bytes(target: str, storage_options: StorageOptions) -> bytes | Non
         raise MapFormatError(str(error)) from None
 
 
-def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> FeatureMap:
+def load_map(
+    path_or_url: PathOrURL, storage_options: StorageOptions = None, verify_key: bytes | None = None
+) -> FeatureMap:
     """Read the fitted map of a map file, or of any sketch file, validating everything.
 
     Parameters
@@ -324,6 +369,9 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
         ``file://`` or fsspec URL): its map is returned.
     storage_options : dict, optional
         fsspec options for URLs. Never logged.
+    verify_key : bytes, optional
+        Accept only a file signed with this key (a map file signed by :func:`save_map`, a
+        sketch, or a model's map; see docs/security.rst).
 
     Returns
     -------
@@ -337,6 +385,8 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
         tampered with (the rebuilt fingerprint differs), or too large.
     SketchFormatError
         If a sketch file given instead is invalid.
+    SketchSignatureError
+        If ``verify_key`` is given and the file is not signed with it.
     SourceError
         If a URL cannot be read.
 
@@ -351,13 +401,21 @@ def load_map(path_or_url: PathOrURL, storage_options: StorageOptions = None) -> 
     True
     """
     target = os.fspath(path_or_url)
+    if verify_key is not None:
+        from .._files.signed import check_signing_key  # here: that module imports zarr
+
+        verify_key = check_signing_key(verify_key, "verify_key")
     data = _read_map_bytes(target, storage_options)
     if data is not None:
-        return map_from_json(data, target)
+        return map_from_json(data, target, verify_key)
     from .sketch import read_sketch_file  # here, not at the top: zarr only when a sketch is read
 
     try:
-        return read_sketch_file(target, _rebuild_map, kinds=None, storage_options=storage_options)
+        return read_sketch_file(
+            target, _rebuild_map, kinds=None, storage_options=storage_options, verify_key=verify_key
+        )
+    except SketchSignatureError:
+        raise
     except SketchFormatError as error:
         raise MapFormatError(f"{target} is neither a map file nor a readable sketch: {error}") from error
 

@@ -47,11 +47,19 @@ from typing import Any
 
 import numpy as np
 
-from .._files.bounded_read import GuardedLocalStore
+from .._files.bounded_read import MAX_JSON_DEPTH, GuardedLocalStore, check_json_depth
 from .._files.publish import publish, remove_path, staging_path
-from .._files.signed import _attributes_digest, _checksum
+from .._files.signed import (
+    SIGNATURE_ALGORITHM,
+    SIGNATURE_ATTRIBUTE,
+    _attributes_digest,
+    _checksum,
+    check_signature_record,
+    check_signing_key,
+    signature_value,
+)
 from .._files.zarrcheck import check_stored_chunks
-from ..errors import InputError, SketchFormatError
+from ..errors import InputError, SketchFormatError, SketchSignatureError
 from ..typing import PathOrURL
 
 __all__ = ["MONITOR_FORMAT_NAME", "MONITOR_FORMAT_VERSION", "write_monitor_group", "read_monitor_group"]
@@ -67,9 +75,19 @@ COLUMN_ARRAYS = ("reference_column_mean", "reference_column_variance", "window_r
 
 
 def write_monitor_group(
-    path: PathOrURL, attrs: dict[str, Any], arrays: dict[str, np.ndarray], overwrite: bool = False
+    path: PathOrURL,
+    attrs: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    overwrite: bool = False,
+    signing_key: bytes | None = None,
 ) -> None:
-    """Write a monitor's attributes and arrays as a new local zarr group (see :meth:`DriftMonitor.save`)."""
+    """Write a monitor's attributes and arrays as a new local zarr group (see :meth:`DriftMonitor.save`).
+
+    With ``signing_key``, a ``signature`` attribute by the rule of sketch files
+    (:func:`streamrff._files.signed.signature_value`: the attributes and the array checksums).
+    """
+    if signing_key is not None:
+        signing_key = check_signing_key(signing_key, "signing_key")
     import zarr  # here, not at the top: `import streamrff.drift` stays light until a monitor is saved
     from zarr.codecs import BytesCodec
 
@@ -85,6 +103,8 @@ def write_monitor_group(
         "checksums": {name: _checksum(np.asarray(value)) for name, value in arrays.items()},
     }
     attrs = json.loads(json.dumps(attrs))
+    if signing_key is not None:
+        attrs[SIGNATURE_ATTRIBUTE] = {"algorithm": SIGNATURE_ALGORITHM, "value": signature_value(attrs, signing_key)}
     attrs["attributes_digest"] = _attributes_digest(attrs)
     staging = staging_path(target)
     try:
@@ -113,16 +133,23 @@ def _local_target(path: Any) -> str:
     return target[len("file://") :] if target.startswith("file://") else target
 
 
-def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The attributes and arrays of a saved monitor, after checking its format, digest and checksums.
+def read_monitor_group(
+    path: PathOrURL, verify_key: bytes | None = None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The attributes and arrays of a saved monitor, after checking its format, digest, signature and checksums.
 
-    Regular files only, no link inside the group (as for sketch files).
+    Regular files only, no link inside the group (as for sketch files). With ``verify_key`` the
+    state must be signed with it (before any array is read).
 
     Raises
     ------
     SketchFormatError
         If the directory is not a monitor of this format version, or fails a check.
+    SketchSignatureError
+        If ``verify_key`` is given and the state is unsigned, signed with another key or edited.
     """
+    if verify_key is not None:
+        verify_key = check_signing_key(verify_key, "verify_key")
     import zarr  # here, not at the top: `import streamrff.drift` stays light until a monitor is loaded
 
     target = _local_target(path)
@@ -149,6 +176,12 @@ def read_monitor_group(path: PathOrURL) -> tuple[dict[str, Any], dict[str, np.nd
         matches = False
     if not matches:
         raise SketchFormatError(f"{target}: the group attributes do not match their digest (tampered or incomplete).")
+    if verify_key is not None:
+        check_signature_record(
+            attrs.get(SIGNATURE_ATTRIBUTE), signature_value(attrs, verify_key), target, "monitor state",
+            "DriftMonitor.save(..., signing_key=...) or `streamrff watch --sign-key FILE --save-monitor`",
+            SketchSignatureError,
+        )  # fmt: skip
     check_cursor_fields(attrs.get("cursor"), target)
     arrays: dict[str, np.ndarray] = {}
     checksums = attrs["checksums"]
@@ -253,20 +286,12 @@ def _chunk_stored(target: str, name: str, node: Any) -> bool:
 
 
 #: Nesting deeper than this in a monitor's attributes is refused (no state written by streamrff comes near).
-MAX_ATTRIBUTE_DEPTH = 32
+MAX_ATTRIBUTE_DEPTH = MAX_JSON_DEPTH
 
 
 def _check_depth(value: Any, target: str) -> None:
     """Refuse attributes nested deeper than :data:`MAX_ATTRIBUTE_DEPTH` (checked without recursion)."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if depth > MAX_ATTRIBUTE_DEPTH:
-            raise SketchFormatError(
-                f"{target}: the attributes nest deeper than {MAX_ATTRIBUTE_DEPTH} levels (not a monitor state)."
-            )
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        pending.extend((child, depth + 1) for child in children)
+    check_json_depth(value, target, "a monitor state", MAX_ATTRIBUTE_DEPTH)
 
 
 def _check_map_sizes(spec: Any, width: int, target: str) -> None:

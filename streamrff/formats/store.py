@@ -31,7 +31,16 @@ is ``offset(k) + i`` with ``offset(k) = sum_{j < k} 2**(L - j)``. A row is
     16-23 HMAC-SHA256 of the row with these words zeroed (8 x 32-bit words; zeros unsigned)
     24 signed (0 or 1)  25 sites (stores merged into it, >= 1)  26-31 reserved (0)
 
-Every integer in the header is exact in float64. The source digest is the identity of the
+The HMAC binds the record to its store: its message is ``"streamrff.sketch-store record v1\\n"``,
+then ``"<fingerprint> <bucket rows> <levels>\\n"`` of the store's root, then the row's
+little-endian bytes. A signed record is thus valid only under the map and bucket grid it was
+written for: a root whose map or grid was replaced (digest recomputed) fails at its first
+record, and so does a signed record copied from another store. With a key set, every record
+read must verify (docs/security.rst).
+
+Every integer in the header is exact in float64 (at most 2**53, checked on read with every
+field's type and range: a header that disagrees with its slot or the grid is refused naming the
+bucket). The source digest is the identity of the
 rows the record holds (:func:`streamrff.store.rows_digest` for a bucket; for a block, the
 sha256 of its two children's digests).
 
@@ -65,7 +74,7 @@ import numpy as np
 
 from .._base.memory import memory_available
 from .._base.validation import check_format_version
-from .._files.bounded_read import MAX_JSON_BYTES
+from .._files.bounded_read import MAX_JSON_BYTES, _read_inside, check_json_depth
 from .._files.publish import publish, remove_path, staging_path
 from .._files.signed import DIGEST_ATTRIBUTE, _attributes_digest, _is_url, _local_path
 from ..errors import SketchFormatError, SketchSignatureError, SourceError
@@ -90,6 +99,11 @@ _DIGEST_COLUMNS = slice(8, 16)
 _SIGNATURE_COLUMNS = slice(16, 24)
 _SIGNED_COLUMN = 24
 _SITES_COLUMN = 25
+_RESERVED_COLUMNS = slice(26, HEADER)
+#: Largest integer a header holds exactly (float64).
+_EXACT = 2**53
+#: Largest map file a store's map.json may be (as :data:`streamrff.formats.map.MAX_MAP_FILE_BYTES`).
+_MAX_MAP_BYTES = 2**28
 _RECORD_CONTEXT = b"streamrff.sketch-store record v1\n"
 
 
@@ -168,14 +182,15 @@ def _digest_of(words: np.ndarray) -> bytes:
     return np.asarray(words, dtype=np.float64).astype(">u4").tobytes()
 
 
-def record_signature(row: np.ndarray, key: bytes) -> bytes:
-    """HMAC-SHA256 of a record row (little-endian bytes) with its signature words zeroed."""
+def record_signature(row: np.ndarray, key: bytes, root: StoreRoot) -> bytes:
+    """HMAC-SHA256 of a record row (little-endian bytes, signature words zeroed), bound to ``root``'s map and grid."""
     unsigned = np.array(row, dtype="<f8")
     unsigned[_SIGNATURE_COLUMNS] = 0.0
-    return hmac.new(key, _RECORD_CONTEXT + unsigned.tobytes(), hashlib.sha256).digest()
+    binding = f"{root.feature_map.fingerprint} {root.bucket_rows} {root.levels}\n".encode("ascii")
+    return hmac.new(key, _RECORD_CONTEXT + binding + unsigned.tobytes(), hashlib.sha256).digest()
 
 
-def encode_record(record: Record, signing_key: bytes | None = None) -> bytes:
+def encode_record(record: Record, root: StoreRoot, signing_key: bytes | None = None) -> bytes:
     """The chunk bytes of a record: the little-endian row and its crc32c (zarr's ``bytes`` + ``crc32c`` codecs)."""
     import google_crc32c
 
@@ -189,7 +204,7 @@ def encode_record(record: Record, signing_key: bytes | None = None) -> bytes:
     row[_SITES_COLUMN] = record.sites
     row[HEADER:] = record.feature_sum
     if signing_key is not None:
-        row[_SIGNATURE_COLUMNS] = _words(record_signature(row, signing_key))
+        row[_SIGNATURE_COLUMNS] = _words(record_signature(row, signing_key, root))
     payload = row.tobytes()
     return payload + np.uint32(google_crc32c.value(payload)).astype("<u4").tobytes()
 
@@ -199,7 +214,7 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
     import google_crc32c
 
     level, index = root.block_of(slot)
-    where = f"{root.target}: the record of buckets {index << level}..{((index + 1) << level) - 1} (level {level})"
+    where = record_place(root, slot)
     expected = 8 * root.width + 4
     if len(data) != expected:
         raise SketchFormatError(f"{where} holds {len(data)} bytes; expected {expected} (truncated or tampered).")
@@ -211,6 +226,7 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
     integral = row[[0, 1, 2, 3, 5, 6, _SITES_COLUMN]]
     if not np.isfinite(row).all() or (integral != np.floor(integral)).any():
         raise SketchFormatError(f"{where} holds non-finite or non-integral header values (tampered).")
+    _check_header_ranges(row, integral, where)
     record = Record(
         level=int(header[0]), index=int(header[1]), count=int(header[2]), n_invalid=int(header[3]),
         squared_norm_sum=float(header[4]), first_row=int(header[5]), stop_row=int(header[6]),
@@ -236,12 +252,48 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
         )
     if verify_key is not None:
         stored = _digest_of(row[_SIGNATURE_COLUMNS])
-        if not record.signed or not hmac.compare_digest(stored, record_signature(row, verify_key)):
+        if not record.signed or not hmac.compare_digest(stored, record_signature(row, verify_key, root)):
             raise SketchSignatureError(
-                f"{where} is {'not signed with the verify key' if record.signed else 'not signed'}. Expected "
-                "records appended with the store's signing key (store.append(..., signing_key=...))."
+                f"{where} is {'not signed with the verify key' if record.signed else 'not signed'} (signed with "
+                "another key, edited, copied from another store, or the store's map or grid replaced). Expected "
+                "records appended with the store's signing key (store.append(..., signing_key=...); CLI "
+                "--sign-key FILE), or pass --allow-unsigned (verify_key=None) to read it on purpose."
             )
     return record
+
+
+def record_place(root: StoreRoot, slot: int) -> str:
+    """``"<store>: the record of buckets a..b (level k)"``: how every message names a record."""
+    level, index = root.block_of(slot)
+    return f"{root.target}: the record of buckets {index << level}..{((index + 1) << level) - 1} (level {level})"
+
+
+def _check_header_ranges(row: np.ndarray, integral: np.ndarray, where: str) -> None:
+    """Refuse header words out of their type's range: counts and rows past 2**53, a ``signed`` flag other than
+    0 or 1, reserved words that are not 0, digest and signature words that are not 32-bit unsigned integers."""
+    words = row[8:24]
+    problem = None
+    if (np.abs(integral) > _EXACT).any() or not 0.0 <= row[4] <= float(_EXACT) ** 2 or row[7] < 0:
+        problem = "header values out of range (counts and rows at most 2**53, sums and times >= 0)"
+    elif row[_SIGNED_COLUMN] not in (0.0, 1.0):
+        problem = f"a signed flag of {row[_SIGNED_COLUMN]!r} (0 or 1 expected)"
+    elif row[_RESERVED_COLUMNS].any():
+        problem = "non-zero reserved header words"
+    elif (words != np.floor(words)).any() or (words < 0).any() or (words >= 2.0**32).any():
+        problem = "digest or signature words that are not 32-bit unsigned integers"
+    if problem is not None:
+        raise SketchFormatError(f"{where} holds {problem} (tampered).")
+
+
+def check_slots(root: StoreRoot, slots: np.ndarray) -> np.ndarray:
+    """``slots`` (a listing of stored records), refusing a record outside the store's layout in one line."""
+    if slots.size and int(slots[-1]) >= root.n_slots:
+        raise SketchFormatError(
+            f"{root.target}: a record is stored at slot {int(slots[-1]):,}, past the {root.n_slots:,} slots of a store "
+            f"of {root.levels} levels: the listing disagrees with the records array (tampered). Remove "
+            f"records/c/{int(slots[-1])} or restore the store from a copy."
+        )
+    return slots
 
 
 class RecordFiles:
@@ -266,25 +318,31 @@ class RecordFiles:
     def _path(self, slot: int) -> str:
         return f"{self.root}/records/c/{slot}/0"
 
-    def read(self, slots: list[int]) -> dict[int, bytes | None]:
-        """The chunk bytes of each slot; None for a slot with no record."""
+    def read(self, slots: list[int], limit: int, place: Any = str) -> dict[int, bytes | None]:
+        """The chunk bytes of each slot (None for a slot with no record), never more than ``limit`` + 1 bytes each.
+
+        Local records are regular files reached without following a link inside the store
+        (a FIFO or ``/dev/zero`` planted as a record is refused, not waited on or read);
+        ``place(slot)`` names a refused record (:func:`record_place`).
+        """
         if not self.remote:
             found: dict[int, bytes | None] = {}
             for slot in slots:
                 try:
-                    with open(self._path(slot), "rb") as handle:
-                        found[slot] = handle.read(1 << 30)
+                    found[slot] = _read_inside(Path(self.root), f"records/c/{slot}/0", limit, None)
                 except FileNotFoundError:
                     found[slot] = None
+                except SketchFormatError as error:
+                    raise SketchFormatError(f"{place(slot)}: {error}".replace("a sketch file", "a record")) from None
             return found
         paths = [self._path(slot) for slot in slots]
         try:
-            contents = self._get_all(paths)
+            contents = self._get_all(paths, limit)
         except Exception as error:
             raise SourceError(f"Cannot read records of {self.target}: {type(error).__name__}: {error}") from error
         return dict(zip(slots, contents))
 
-    def _get_all(self, paths: list[str]) -> list[bytes | None]:
+    def _get_all(self, paths: list[str], limit: int) -> list[bytes | None]:
         """One GET per object, all at once on an asynchronous filesystem (``cat`` would add a HEAD per path)."""
         filesystem = self.filesystem
         if getattr(filesystem, "async_impl", False):
@@ -294,11 +352,10 @@ class RecordFiles:
             from fsspec.asyn import sync
 
             # s3fs asks for an object's size first (a HEAD) unless told to read it in one request
-            single = (
-                {"max_concurrency": 1}
-                if "max_concurrency" in inspect.signature(filesystem._cat_file).parameters
-                else {}
-            )
+            parameters = inspect.signature(filesystem._cat_file).parameters
+            single = {"max_concurrency": 1} if "max_concurrency" in parameters else {}
+            if "end" in parameters:  # a ranged GET: an object larger than a record costs no more than one
+                single.update(start=0, end=limit + 1)
 
             async def get_all() -> list[Any]:
                 reads = (filesystem._cat_file(path, **single) for path in paths)
@@ -435,6 +492,7 @@ def create_store(
 
 
 def _read_small(target: str, name: str, storage_options: StorageOptions, limit: int) -> bytes:
+    """A small document of the store: a regular file under ``limit`` bytes, no link inside the store."""
     if _is_url(target):
         import fsspec
 
@@ -453,15 +511,30 @@ def _read_small(target: str, name: str, storage_options: StorageOptions, limit: 
             raise
         except Exception as error:
             raise SourceError(f"Cannot read {name} of {target}: {type(error).__name__}: {error}") from error
-    path = Path(_local_path(target)) / name
     try:
-        if path.stat().st_size > limit:
-            raise SketchFormatError(
-                f"{target}: {name} holds {path.stat().st_size:,} bytes; at most {limit:,} expected."
-            )
-        return path.read_bytes()
-    except FileNotFoundError as error:
+        return _read_inside(Path(_local_path(target)), name, limit, None)
+    except (FileNotFoundError, NotADirectoryError) as error:
         raise SketchFormatError(f"No sketch store at {target}: {name} is missing.") from error
+    except OSError as error:
+        raise SourceError(f"Cannot read {name} of {target}: {error.strerror}.") from None
+
+
+def _json_document(target: str, name: str, storage_options: StorageOptions) -> Any:
+    """A store's JSON document, parsed and depth-checked: one line for bad JSON or nesting, never a traceback."""
+    data = _read_small(target, name, storage_options, MAX_JSON_BYTES)
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, bad UTF-8, huge integers, deep nesting
+        raise SketchFormatError(
+            f"{target}: {name} is not JSON ({type(error).__name__}: {str(error)[:120]}); not a sketch store."
+        ) from None
+    check_json_depth(document, f"{target}/{name}", "a sketch store")
+    return document
+
+
+def _is_count(value: Any, least: int = 0, most: int = _EXACT) -> bool:
+    """An integer (not a bool) in ``[least, most]``."""
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
 
 
 def read_store_root(target: str, storage_options: StorageOptions = None) -> StoreRoot:
@@ -471,10 +544,7 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
     declared shape, chunks, dtype or codecs are not the ones the map and bucket grid give (before
     anything is read from it), and a map whose fingerprint is not the stored one.
     """
-    try:
-        group = json.loads(_read_small(target, "zarr.json", storage_options, MAX_JSON_BYTES))
-    except ValueError as error:
-        raise SketchFormatError(f"{target}: zarr.json is not JSON ({error}).") from error
+    group = _json_document(target, "zarr.json", storage_options)
     attrs = group.get("attributes") if isinstance(group, dict) else None
     if not isinstance(attrs, dict) or attrs.get("format") != STORE_FORMAT_NAME:
         found = attrs.get("format") if isinstance(attrs, dict) else None
@@ -491,14 +561,21 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
         raise SketchFormatError(f"{target}: the store's attributes do not match their digest (tampered or corrupt).")
     bucket, levels, n_features = attrs.get("bucket"), attrs.get("levels"), attrs.get("n_features")
     rows = bucket.get("rows") if isinstance(bucket, dict) else None
-    if not (isinstance(rows, int) and rows > 0 and isinstance(levels, int) and 0 <= levels <= MAX_LEVELS):
-        raise SketchFormatError(f"{target}: malformed bucket grid {bucket!r} or levels {levels!r} (tampered).")
-    if not (isinstance(n_features, int) and 0 < n_features <= MAX_FEATURES):
-        raise SketchFormatError(f"{target}: n_features is {n_features!r}; expected 1..{MAX_FEATURES} (tampered).")
-    try:
-        records = json.loads(_read_small(target, "records/zarr.json", storage_options, MAX_JSON_BYTES))
-    except ValueError as error:
-        raise SketchFormatError(f"{target}: records/zarr.json is not JSON ({error}).") from error
+    if not (_is_count(levels, 0, MAX_LEVELS) and _is_count(rows, 1, _EXACT >> levels)):
+        raise SketchFormatError(
+            f"{target}: malformed bucket grid {_short(bucket)} or levels {_short(levels)}; expected integers with "
+            f"levels in 0..{MAX_LEVELS} and rows x 2**levels at most 2**53 (tampered)."
+        )
+    if not _is_count(n_features, 1, MAX_FEATURES):
+        raise SketchFormatError(f"{target}: n_features is {_short(n_features)}; expected 1..{MAX_FEATURES} (tampered).")
+    for name, kind in (("signed", bool), ("created_at", str), ("fingerprint", str), ("map", dict)):
+        if not isinstance(attrs.get(name), kind):
+            raise SketchFormatError(
+                f"{target}: the attribute {name!r} is {_short(attrs.get(name))}; expected a {kind.__name__} (tampered)."
+            )
+    check_records_fit(StoreRoot(target, None, rows, levels, False, ""), 1, n_features)  # type: ignore[arg-type]
+    _check_store_sizes_fit(n_features, attrs["map"].get("n_features_in"), target)
+    records = _json_document(target, "records/zarr.json", storage_options)
     expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + n_features)
     for key in ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "codecs"):
         if not isinstance(records, dict) or records.get(key) != expected[key]:
@@ -506,7 +583,9 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
                 f"{target}: the records array declares {key}={records.get(key) if isinstance(records, dict) else None!r}; "  # noqa: E501
                 f"this store's map and levels give {expected[key]!r} (tampered metadata)."
             )
-    feature_map = map_from_json(_read_small(target, "map.json", storage_options, 2**28), f"{target}/map.json")
+    map_text = _read_small(target, "map.json", storage_options, _MAX_MAP_BYTES)
+    _check_declared_width(map_text, n_features, target)
+    feature_map = map_from_json(map_text, f"{target}/map.json")
     if feature_map.fingerprint != attrs.get("fingerprint") or feature_map.n_features_out_ != n_features:
         raise SketchFormatError(
             f"{target}: the map in map.json (fingerprint {feature_map.fingerprint[:12]}) is not the store's "
@@ -515,14 +594,56 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
     return StoreRoot(target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")))
 
 
-def check_records_fit(root: StoreRoot, n_records: int) -> None:
-    """Refuse, before reading, ``n_records`` rows that this process cannot hold."""
-    need = 2 * n_records * (8 * root.width + 4)
+def _check_store_sizes_fit(n_features: int, n_features_in: Any, target: str) -> None:
+    """The declared width through the shared memory check (:func:`streamrff._base.memory.check_sizes_fit`),
+    before the map is built: a store whose buckets no task of this machine could sketch is refused."""
+    import types
+
+    from .._base.memory import check_sizes_fit
+    from ..errors import InputError
+
+    columns = n_features_in if _is_count(n_features_in, 1, 2**31) else 1
+    try:
+        check_sizes_fit(types.SimpleNamespace(n_features=n_features), columns, memory_available())
+    except InputError as error:
+        raise SketchFormatError(f"{target}: the store declares {n_features:,} features: {error}") from None
+
+
+def _check_declared_width(map_text: bytes, n_features: int, target: str) -> None:
+    """Refuse, before the map is built, a map.json whose spec declares another output width than the root."""
+    try:
+        document = json.loads(map_text)
+    except (ValueError, RecursionError):
+        return  # map_from_json reports it in one line
+    spec = document.get("spec") if isinstance(document, dict) else None
+    if not isinstance(spec, dict):
+        return
+    declared = spec.get("n_components", spec.get("n_features"))
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared != n_features:
+        raise SketchFormatError(
+            f"{target}: map.json declares a map of {_short(declared)} features; the store's records hold "
+            f"{n_features} (tampered). Restore the store from a copy."
+        )
+
+
+def check_records_fit(root: StoreRoot, n_records: int, n_features: int | None = None) -> None:
+    """Refuse, before reading, ``n_records`` rows that this process cannot hold (the shared memory check).
+
+    ``n_features``: the declared width, before the map is built (default: the root's map's).
+    """
+    width = root.width if n_features is None else HEADER + n_features
+    need = 2 * n_records * (8 * width + 4)
     if need > memory_available():
         raise SketchFormatError(
-            f"{root.target}: reading {n_records:,} records of {root.width:,} values needs {need / 2**30:.2f} GiB, "
+            f"{root.target}: reading {n_records:,} records of {width:,} values needs {need / 2**30:.2f} GiB, "
             "more than this process can allocate. Query a shorter range, or use a machine with more memory."
         )
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters: a tampered field may be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def now() -> float:

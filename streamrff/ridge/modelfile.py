@@ -158,7 +158,7 @@ def model_to_json(model: KernelRidge | KernelRidgeClassifier, signing_key: bytes
         "format": MODEL_FORMAT_NAME,
         "version": MODEL_FORMAT_VERSION,
         "kind": kind,
-        "map": json.loads(map_to_json(model.feature_map_)),
+        "map": json.loads(map_to_json(model.feature_map_, signing_key)),
         "alpha": float(model.alpha_),
         "n_samples": int(model.n_samples_),
         "target_ndim": int(model._target_ndim),

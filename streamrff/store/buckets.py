@@ -34,11 +34,13 @@ from ..formats.store import (
     RecordFiles,
     StoreRoot,
     check_records_fit,
+    check_slots,
     create_store,
     decode_record,
     encode_record,
     now,
     read_store_root,
+    record_place,
 )
 from ..maps import FeatureMap
 from ..sketches.mean import MeanSketch, check_sum_method
@@ -204,7 +206,8 @@ class SketchStore:
         path : str or PathLike
         storage_options : dict, optional
         verify_key : bytes, optional
-            Accept only records signed with this key.
+            Accept only records signed with this key (and bound to this store's map and bucket
+            grid: see :mod:`streamrff.formats.store`); every record read is verified.
 
         Examples
         --------
@@ -236,7 +239,7 @@ class SketchStore:
     def _read(self, blocks: list[tuple[int, int]]) -> dict[tuple[int, int], Record | None]:
         check_records_fit(self._root, len(blocks))
         slots = {self._root.slot(level, index): (level, index) for level, index in blocks}
-        found = self._files.read(list(slots))
+        found = self._files.read(list(slots), 8 * self._root.width + 4, lambda slot: record_place(self._root, slot))
         return {
             slots[slot]: None if data is None else decode_record(data, self._root, slot, self._verify_key)
             for slot, data in found.items()
@@ -244,13 +247,17 @@ class SketchStore:
 
     def _stored_buckets(self) -> np.ndarray:
         """The stored buckets (level 0), sorted: one listing of the records."""
-        slots = self._files.slots()
+        slots = self._slots()
         return slots[slots < self._root.capacity]
+
+    def _slots(self) -> np.ndarray:
+        """The slots that hold a record (one listing), refusing one outside the layout."""
+        return check_slots(self._root, self._files.slots())
 
     def _publish(self, record: Record, signing_key: bytes | None) -> Record:
         """Write ``record`` once; the record already there if another appender was first."""
         slot = self._root.slot(record.level, record.index)
-        if self._files.publish(slot, encode_record(record, signing_key)):
+        if self._files.publish(slot, encode_record(record, self._root, signing_key)):
             return record
         existing = self._read([(record.level, record.index)])[(record.level, record.index)]
         assert existing is not None  # published by someone else: it is there
@@ -330,7 +337,9 @@ class SketchStore:
         start : int, default=0
             Global row index of the first row of ``source``.
         signing_key : bytes, optional
-            Sign each record (HMAC-SHA256); required by a signed store.
+            Sign each record (HMAC-SHA256); required by a signed store. The records an append
+            reads (a bucket already stored, the halves of a rollup it signs) are verified only if
+            the store was opened with ``verify_key=`` (CLI: always, when a key is set).
         dtype : {"float32", "float64"}, default="float32"
             Precision of the features (sums are float64 either way).
         **options
@@ -427,11 +436,11 @@ class SketchStore:
     def repair(self, signing_key: bytes | None = None) -> int:
         """Write every missing rollup whose halves are stored (after an appender was killed); returns how many."""
         known = [int(bucket) for bucket in self._stored_buckets()]
-        before = len(self._files.slots())
+        before = len(self._slots())
         cache: dict[tuple[int, int], Record | None] = {}
         for bucket in sorted(known):
             self._roll_up(bucket, known, cache, signing_key)
-        return len(self._files.slots()) - before
+        return len(self._slots()) - before
 
     # Ranges.
 
@@ -669,7 +678,7 @@ class SketchStore:
         >>> info["buckets"], info["runs"], info["rows"], info["records"]
         (3, [[0, 30]], 30, 4)
         """
-        slots = self._files.slots()
+        slots = self._slots()
         buckets = slots[slots < self._root.capacity]
         rows = self.bucket_rows
         return {
