@@ -296,8 +296,15 @@ class StatusServer:
 def serve(args: argparse.Namespace, host: str, port: int) -> Status:
     """Start serving the status of this session; returns it (its ``close`` stops the server)."""
     from ..errors import InputError
+    from . import options
     from .service import log
 
+    try:
+        import prometheus_client  # noqa: F401 - an extra
+    except ImportError:
+        raise options.UsageError(
+            "--metrics-port needs prometheus-client. Install the extra: pip install 'streamrff[service]'."
+        ) from None
     status = Status(args)
     try:
         server = StatusServer(status, host, port)

@@ -178,7 +178,7 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--settle goes with --follow; add --follow, or drop --settle.")
     if args.plot and args.save_monitor and args.plot == args.save_monitor:
         problems.append("--plot and --save-monitor name the same path; give two paths.")
-    if args.save_interval is not None and not args.save_monitor:
+    if args.save_interval is not None and not (args.save_monitor or args.state):
         problems.append("--save-interval goes with --save-monitor; add --save-monitor PATH, or drop --save-interval.")
     return problems
 
