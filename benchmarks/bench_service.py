@@ -1,0 +1,173 @@
+"""``streamrff watch --state`` as a service: time to the first saved state, restarts, and the cost of metrics.
+
+Issue 50's targets, printed as ratios:
+
+1. first start: the time from the command's start to its first saved state (DIR/fit: the fit, before the
+   calibration) and to its published monitor (DIR/monitor), against the time to fit the map and sketch the
+   reference (``DriftMonitor._fit_uncalibrated`` in a fresh process, imports excluded). Target: first saved
+   state <= 2x.
+2. a restart: resumed without recalibrating (its log says so), and a --refit served by the cached calibration.
+3. serving metrics: rows/s of a watch with --metrics-port and a scraper hitting /metrics and / every 0.1 s
+   (150x Prometheus's default 15 s), against the same watch without it. Target: <= 2 % slower.
+
+Run: ``nice -n 10 python benchmarks/bench_service.py [--rows 200000] [--features 256] [--ert 100000]``.
+Timings on a shared machine are noisy: the script prints the load average with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import zarr
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+FIT_ONLY = """
+import sys, time
+import streamrff as srf
+path, window, ert, features = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+started = time.perf_counter()
+srf.DriftMonitor(window, ert, n_features=features)._fit_uncalibrated(path)
+print(time.perf_counter() - started)
+"""
+
+
+def cli(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "streamrff.cli", "watch", *argv]
+
+
+def first_start(source: str, reference: str, state: str, fit: list[str]) -> tuple[float, float, float, str]:
+    """Seconds from the start of the command to DIR/fit, to DIR/monitor, to its end; and its log."""
+    started = time.perf_counter()
+    argv = cli(source, "--state", state, "--reference", reference, *fit, "--max-rows", "1")
+    process = subprocess.Popen(argv, env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    to_fit = to_monitor = None
+    while process.poll() is None:
+        now = time.perf_counter() - started
+        if to_fit is None and os.path.isdir(os.path.join(state, "fit")):
+            to_fit = now
+        if to_monitor is None and os.path.isdir(os.path.join(state, "monitor")):
+            to_monitor = now
+        time.sleep(0.005)
+    total = time.perf_counter() - started
+    log = process.stderr.read()
+    if process.returncode != 0:
+        raise SystemExit(f"watch failed: {log}")
+    return to_fit or total, to_monitor or total, total, log
+
+
+def timed_watch(source: str, state: str, scrape: bool, port: int) -> float:
+    """Seconds a resumed watch takes over the whole SOURCE (from row 0; --follow only to log its start line, with
+    --max-rows to end), scraped or not."""
+    argv = cli(source, "--state", state, "--reference", "unused", "--from-row", "0", "--save-interval", "5",
+               "--follow", "--poll", "0.1", "--max-rows", str(zarr.open_array(source).shape[0]))
+    if scrape:
+        argv += ["--metrics-port", str(port)]
+    stop = threading.Event()
+
+    def scraper() -> None:
+        while not stop.is_set():
+            for path in ("/metrics", "/"):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).read()
+                except OSError:
+                    pass
+            stop.wait(0.1)
+
+    thread = threading.Thread(target=scraper, daemon=True)
+    if scrape:
+        thread.start()
+    process = subprocess.Popen(argv, env=ENVIRONMENT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:  # the clock starts at the start line: the rows' processing only
+        if "watching" in line:
+            break
+    started = time.perf_counter()
+    process.stderr.read()
+    process.wait()
+    elapsed = time.perf_counter() - started
+    stop.set()
+    if process.returncode != 0:
+        raise SystemExit("watch failed")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="rows of the watched array")
+    parser.add_argument("--reference-rows", type=int, default=100_000)
+    parser.add_argument("--features", type=int, default=256)
+    parser.add_argument("--window", type=int, default=200)
+    parser.add_argument("--ert", type=float, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    folder = tempfile.mkdtemp(prefix="bench-service-")
+    try:
+        rng = np.random.default_rng(0)
+        reference, source = os.path.join(folder, "ref.zarr"), os.path.join(folder, "live.zarr")
+        zarr.create_array(reference, data=rng.normal(size=(args.reference_rows, 8)).astype("float32"),
+                          chunks=(10_000, 8))  # fmt: skip
+        zarr.create_array(source, data=rng.normal(size=(args.rows, 8)).astype("float32"), chunks=(5_000, 8))
+        fit = ["--window", str(args.window), "--ert", f"{args.ert:g}", "--features", str(args.features)]
+        print(f"load average before: {os.getloadavg()}; D = {args.features}, window {args.window}, ERT {args.ert:g}, "
+              f"reference {args.reference_rows:,} x 8 rows")  # fmt: skip
+
+        fits = []
+        for _ in range(args.repeats):
+            argv = [sys.executable, "-c", FIT_ONLY, reference, str(args.window), f"{args.ert:g}", str(args.features)]
+            out = subprocess.run(argv, env=ENVIRONMENT, capture_output=True, text=True, check=True)
+            fits.append(float(out.stdout.strip()))
+        firsts = []
+        for repeat in range(args.repeats):
+            state = os.path.join(folder, f"state-{repeat}")
+            firsts.append(first_start(source, reference, state, fit))
+        baseline = statistics.median(fits)
+        to_fit = statistics.median(first[0] for first in firsts)
+        to_monitor = statistics.median(first[1] for first in firsts)
+        print(f"1. map fit + reference sketch (in a fresh process, imports excluded): {baseline:.2f} s (median of "
+              f"{args.repeats}: {', '.join(f'{t:.2f}' for t in fits)})")  # fmt: skip
+        print(f"   first start, command start -> first saved state (DIR/fit): {to_fit:.2f} s = "
+              f"{to_fit / baseline:.2f}x (target <= 2x)")  # fmt: skip
+        print(f"   first start, command start -> published monitor (DIR/monitor, calibrated): {to_monitor:.2f} s = "
+              f"{to_monitor / baseline:.2f}x")  # fmt: skip
+
+        state = os.path.join(folder, "state-0")
+        started = time.perf_counter()
+        log = subprocess.run(cli(source, "--state", state, "--reference", reference, *fit, "--max-rows", "1"),
+                             env=ENVIRONMENT, capture_output=True, text=True, check=True).stderr  # fmt: skip
+        restart = time.perf_counter() - started
+        recalibrated = "calibrated the thresholds" in log or "fitting" in log
+        print(f"2. restart (resume): {restart:.2f} s to its end, recalibrated: {recalibrated}")
+        started = time.perf_counter()
+        argv = cli(source, "--state", state, "--reference", reference, *fit, "--max-rows", "1", "--refit")
+        log = subprocess.run(argv, env=ENVIRONMENT, capture_output=True, text=True, check=True).stderr
+        refit = time.perf_counter() - started
+        print(f"   --refit: {refit:.2f} s, calibration from the cache: {'from the cached calibration' in log}")
+
+        plain, scraped = [], []
+        for repeat in range(args.repeats):
+            plain.append(timed_watch(source, state, False, 0))
+            scraped.append(timed_watch(source, state, True, 18_900 + repeat))
+        rate_plain = args.rows / statistics.median(plain)
+        rate_scraped = args.rows / statistics.median(scraped)
+        print(f"3. watch of {args.rows:,} rows from a resumed state: {rate_plain:,.0f} rows/s without metrics, "
+              f"{rate_scraped:,.0f} rows/s with --metrics-port scraped every 0.1 s: cost "
+              f"{100 * (1 - rate_scraped / rate_plain):+.1f} % (target <= 2 %); runs (s) plain "
+              f"{', '.join(f'{t:.2f}' for t in plain)}, scraped {', '.join(f'{t:.2f}' for t in scraped)}")  # fmt: skip
+        print(f"load average after: {os.getloadavg()}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
