@@ -197,7 +197,7 @@ def test_one_command_line_killed_three_times_then_sigterm_sees_every_row_exactly
     assert {(start, start + CHUNK) for start in range(0, total, CHUNK)} <= printed
 
 
-@pytest.mark.parametrize("start", ["not created", "empty"])
+@pytest.mark.parametrize("start", [pytest.param("not created", marks=pytest.mark.slow), "empty"])
 def test_a_start_before_the_data_waits_then_sees_every_row_once(reference, tmp_path, start):
     ref_path, fitted = reference
     path, state, total = str(tmp_path / "live.zarr"), str(tmp_path / "state"), 6 * CHUNK

@@ -9,10 +9,11 @@ yet, or has no rows, is waited for with --follow).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import options
@@ -71,6 +72,30 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
     if args.metrics_host is not None and args.metrics_port is None:
         problems.append("--metrics-host goes with --metrics-port; add --metrics-port PORT, or drop --metrics-host.")
     return problems
+
+
+@contextlib.contextmanager
+def served_status(args: argparse.Namespace) -> Iterator[Any]:
+    """With --metrics-port: the session's :class:`~streamrff.cli.status.Status`, served while in the context;
+    else None."""
+    if args.metrics_port is None:
+        yield None
+        return
+    from .status import serve
+
+    status = serve(args, "127.0.0.1" if args.metrics_host is None else args.metrics_host, args.metrics_port)
+    try:
+        yield status
+    finally:
+        status.close()
+
+
+def started(args: argparse.Namespace, watch: Any, kind: str, status: Any) -> None:
+    """The session is ready: its start line (a service), and the status served from it."""
+    if logs(args):
+        start_line(args, watch, kind)
+    if status is not None:
+        status.attach(watch)
 
 
 def log(text: str) -> None:

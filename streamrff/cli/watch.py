@@ -702,65 +702,50 @@ def _run(args: argparse.Namespace) -> int:
                 f"--save-monitor must be a local directory (monitors are saved locally). Got {args.save_monitor}."
             )
         options.check_output_free(args.save_monitor, None, args.overwrite)
-    with _state_lock(args.save_monitor):  # first: a second watcher is refused at once; the state read is the latest
-        status = _serve_status(args)
-        try:
-            return _run_locked(args, status)
-        finally:
-            if status is not None:
-                status.close()
+    with _state_lock(args.save_monitor), service.served_status(args) as status:  # the lock first: one watcher
+        from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
+
+        if args.state:  # the state first: fitted and published before SOURCE exists
+            monitor, kind = service.monitor_of_state(args, _monitor_of_reference)
+        source = _source_when_ready(args, status)  # before a new reference is fitted: a wrong SOURCE fails fast
+        if source is None:
+            return options.EXIT_OK  # a stop signal while waiting for SOURCE
+        if not args.state:
+            monitor, kind = _monitor_of_reference(args)
+        cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
+        if source.shape[1] != monitor.n_features_in_:
+            raise InputError(
+                f"SOURCE {args.source} has {source.shape[1]} columns but the reference has "
+                f"{monitor.n_features_in_}. Watch a source of the reference's columns."
+            )
+        watch = _Watch(args, monitor, source, cursor)
+        watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
+        service.started(args, watch, kind, status)
+        with _stop_signals(watch):
+            try:
+                _follow(watch)
+            except _Refusal as refusal:
+                _finish(args, watch)
+                print(f"streamrff watch: error: {str(refusal).replace('{saved}', watch.saved_text())}", file=sys.stderr)
+                return refusal.status
+            except StreamRFFError:
+                with contextlib.suppress(StreamRFFError, OSError):
+                    watch.save()  # the rows consumed so far are not read again
+                raise
+        _finish(args, watch)
+    return EXIT_DRIFT if watch.drift_exit else options.EXIT_OK
 
 
-def _serve_status(args: argparse.Namespace) -> Any:
-    """With --metrics-port: the status served from now on (metrics, health, page); else None."""
-    if args.metrics_port is None:
-        return None
-    from .status import serve
-
-    return serve(args, "127.0.0.1" if args.metrics_host is None else args.metrics_host, args.metrics_port)
-
-
-def _run_locked(args: argparse.Namespace, status: Any) -> int:
-    """The session, holding the state's lock: the monitor and SOURCE, then the watch."""
+def _source_when_ready(args: argparse.Namespace, status: Any) -> Any:
+    """SOURCE opened; with --follow, waited for until it exists and has rows (None: stopped by a signal)."""
     import types
 
-    from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
-
-    if args.state:  # the state first: published before SOURCE exists
-        monitor, kind = service.monitor_of_state(args, _monitor_of_reference)
     waiting = types.SimpleNamespace(stop_signal=None)
     with _stop_signals(waiting):
         source = service.source_when_ready(args, _open, waiting, _pause, status)
     if source is None:
         service.log(f"stopped by {signal.Signals(waiting.stop_signal).name} while waiting for SOURCE")
-        return options.EXIT_OK
-    if not args.state:
-        monitor, kind = _monitor_of_reference(args)
-    cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
-    if source.shape[1] != monitor.n_features_in_:
-        raise InputError(
-            f"SOURCE {args.source} has {source.shape[1]} columns but the reference has "
-            f"{monitor.n_features_in_}. Watch a source of the reference's columns."
-        )
-    watch = _Watch(args, monitor, source, cursor)
-    watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
-    if service.logs(args):
-        service.start_line(args, watch, kind)
-    if status is not None:
-        status.attach(watch)
-    with _stop_signals(watch):
-        try:
-            _follow(watch)
-        except _Refusal as refusal:
-            _finish(args, watch)
-            print(f"streamrff watch: error: {str(refusal).replace('{saved}', watch.saved_text())}", file=sys.stderr)
-            return refusal.status
-        except StreamRFFError:
-            with contextlib.suppress(StreamRFFError, OSError):
-                watch.save()  # the rows consumed so far are not read again
-            raise
-    _finish(args, watch)
-    return EXIT_DRIFT if watch.drift_exit else options.EXIT_OK
+    return source
 
 
 def _follow(watch: _Watch) -> None:
