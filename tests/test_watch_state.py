@@ -353,3 +353,33 @@ def test_health_and_readiness_while_waiting_for_the_source(reference, tmp_path):
     finally:
         watcher.kill()
     assert watcher.returncode == 0 and "stopped by SIGTERM while waiting" in err
+
+
+def test_an_s3_path_not_created_yet_is_one_line_without_follow(reference, capsys, s3_server, s3_bucket):
+    storage = json.dumps(s3_server.storage_options)
+    url = f"s3://{s3_bucket}/later.zarr"
+    status = main(["watch", url, "--reference", reference[0], "--window", "50", "--ert", "1000",
+                   "--storage-options", storage])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 6 and err.count("\n") == 1 and "does not exist yet" in err
+
+
+@pytest.mark.slow
+def test_an_s3_path_not_created_yet_is_waited_for_then_every_row_seen_once(reference, tmp_path, s3_server, s3_bucket):
+    ref_path, fitted = reference
+    url, state, total = f"s3://{s3_bucket}/later.zarr", str(tmp_path / "state"), 4 * CHUNK
+    storage = json.dumps(s3_server.storage_options)
+    watcher = watch_process(service_argv(url, state, ref_path, "--storage-options", storage))
+    try:
+        read_until(watcher.stderr, watcher, lambda line: "does not exist yet" in line)
+        store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options, read_only=False)
+        zarr.create_array(store=store, data=stream_rows(total), chunks=(CHUNK, 3), zarr_format=3)
+        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    starts = [json.loads(line)["rows"][0] for line in lines + out.splitlines() if '"event": "chunk"' in line]
+    assert starts == list(range(0, total, CHUNK))
+    assert_same_state(load_monitor(Path(state) / "monitor"), expected_state(fitted, stream_rows(total), tmp_path))
