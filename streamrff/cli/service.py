@@ -129,6 +129,7 @@ def monitor_of_state(args: argparse.Namespace, monitor_of_reference: Callable[..
 
     Returns the monitor and what it is: "monitor" (resumed: its saved cursor holds) or "fitted" (new).
     """
+    from .._files.publish import remove_path
     from ..drift import load_monitor
     from ..drift.service import (
         StatePaths,
@@ -145,6 +146,7 @@ def monitor_of_state(args: argparse.Namespace, monitor_of_reference: Callable[..
     paths.remove_leftovers()
     if os.path.isdir(paths.monitor) and not args.refit:
         monitor = load_monitor(paths.monitor)
+        remove_path(paths.fit)  # left by a kill between the monitor's publication and the fit's removal
         _note_ignored(args, monitor, read_service_record(paths).get("reference"))
         return monitor, "monitor"
     monitor = None
@@ -179,8 +181,6 @@ def monitor_of_state(args: argparse.Namespace, monitor_of_reference: Callable[..
         monitor._calibrate(thresholds)
         log(f"thresholds from the cached calibration {key[:12]}")
     monitor.save(paths.monitor, overwrite=True)
-    from .._files.publish import remove_path
-
     remove_path(paths.fit)
     return monitor, "fitted"
 
