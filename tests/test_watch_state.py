@@ -383,3 +383,23 @@ def test_an_s3_path_not_created_yet_is_waited_for_then_every_row_seen_once(refer
     starts = [json.loads(line)["rows"][0] for line in lines + out.splitlines() if '"event": "chunk"' in line]
     assert starts == list(range(0, total, CHUNK))
     assert_same_state(load_monitor(Path(state) / "monitor"), expected_state(fitted, stream_rows(total), tmp_path))
+
+
+def test_a_fit_saved_before_its_calibration_is_resumed_not_refitted(reference, tmp_path, capsys):
+    """A kill during the calibration leaves DIR/fit: the next start calibrates it without fitting again."""
+    from streamrff.drift.service import StatePaths, save_fit
+
+    ref_path, fitted = reference
+    path, state = str(tmp_path / "live.zarr"), tmp_path / "state"
+    zarr.create_array(path, data=stream_rows(CHUNK), chunks=(CHUNK, 3))
+    pending = srf.DriftMonitor(WINDOW, ERT, n_features=FEATURES, bandwidth=1.5, n_streams=STREAMS, seed=0)
+    save_fit(StatePaths(state).fit, pending._fit_uncalibrated(ref_path))
+    with pytest.raises(srf.SketchFormatError, match="finite thresholds"):
+        load_monitor(StatePaths(state).fit)  # a fit is not a monitor: its thresholds are not there yet
+    assert main(["watch", path, "--state", str(state), "--reference", ref_path, *FIT]) == 0
+    err = capsys.readouterr().err
+    assert "resuming the fit saved" in err and "fitting a new monitor" not in err
+    assert not (state / "fit").exists()
+    saved = load_monitor(state / "monitor")
+    np.testing.assert_array_equal(saved.thresholds_, fitted.thresholds_)
+    assert_same_state(saved, expected_state(fitted, stream_rows(CHUNK), tmp_path))
