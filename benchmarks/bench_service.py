@@ -37,6 +37,7 @@ ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("P
 FIT_ONLY = """
 import sys, time
 import streamrff as srf
+import streamrff.drift.monitor, streamrff.engine  # the imports the command makes before its fit: not timed
 path, window, ert, features = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 started = time.perf_counter()
 srf.DriftMonitor(window, ert, n_features=features)._fit_uncalibrated(path)
