@@ -79,9 +79,12 @@ class Status:
                 self.alarm, self.alarm_at = event, now
                 return
             self.last = event
-            statistic = math.nan if event["statistic"] is None else event["statistic"]
-            threshold = math.nan if event["threshold"] is None else event["threshold"]
-            self.history.append((int(event["rows"][1]), statistic, threshold))
+            statistic, threshold = event.get("statistic"), event.get("threshold")
+            self.history.append((
+                int(event["rows"][1]),
+                math.nan if statistic is None else float(statistic),
+                math.nan if threshold is None else float(threshold),
+            ))  # fmt: skip
 
     def healthy(self) -> bool:
         if self.watch is None and not self.phase.startswith("waiting"):
