@@ -69,7 +69,7 @@ def first_start(source: str, reference: str, state: str, fit: list[str]) -> tupl
     return to_fit or total, to_monitor or total, total, log
 
 
-def timed_watch(source: str, state: str, scrape: bool, port: int, rows: int) -> tuple[float, float]:
+def timed_watch(source: str, state: str, scrape: bool, port: int, rows: int, every: float = 0.1) -> tuple[float, float]:
     """Wall seconds a resumed watch takes over ``rows`` rows of SOURCE after its start line (from row 0; --follow
     only to log the start line), and the CPU seconds (user + system) of the whole process, scraped or not."""
     argv = cli(source, "--state", state, "--reference", "unused", "--from-row", "0", "--save-interval", "5",
@@ -85,7 +85,7 @@ def timed_watch(source: str, state: str, scrape: bool, port: int, rows: int) -> 
                     urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).read()
                 except OSError:
                     pass
-            stop.wait(0.1)
+            stop.wait(every)
 
     thread = threading.Thread(target=scraper, daemon=True)
     if scrape:
@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=200)
     parser.add_argument("--ert", type=float, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scrape-every", type=float, default=0.1, help="seconds between scrapes (Prometheus: 15)")
     parser.add_argument("--skip-first-start", action="store_true", help="only the restart and the metrics' cost")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="bench-service-")
@@ -172,14 +173,14 @@ def main() -> None:
         for repeat in range(args.repeats):  # interleaved: the machine's load drifts alike for both
             startup.append(timed_watch(source, state, False, 0, 1)[1])
             plain.append(timed_watch(source, state, False, 0, args.rows))
-            scraped.append(timed_watch(source, state, True, 18_900 + repeat, args.rows))
+            scraped.append(timed_watch(source, state, True, 18_900 + repeat, args.rows, args.scrape_every))
         base_cpu = statistics.median(startup)  # the start (imports, loading the state): not the rows' cost
         wall_plain = args.rows / statistics.median(wall for wall, _ in plain)
         wall_scraped = args.rows / statistics.median(wall for wall, _ in scraped)
         cpu_plain = args.rows / (statistics.median(cpu for _, cpu in plain) - base_cpu)
         cpu_scraped = args.rows / (statistics.median(cpu for _, cpu in scraped) - base_cpu)
         print(f"3. watch of {args.rows:,} rows from a resumed state, without metrics / with --metrics-port scraped "
-              f"(/metrics and /) every 0.1 s:")  # fmt: skip
+              f"(/metrics and /) every {args.scrape_every:g} s:")  # fmt: skip
         print(f"   rows per CPU second of the process (its start, {base_cpu:.2f} s CPU, subtracted): "
               f"{cpu_plain:,.0f} / {cpu_scraped:,.0f}: cost {100 * (1 - cpu_scraped / cpu_plain):+.1f} % "
               "(target <= 2 %)")  # fmt: skip
