@@ -203,12 +203,16 @@ def test_a_start_before_the_data_waits_then_sees_every_row_once(reference, tmp_p
     path, state, total = str(tmp_path / "live.zarr"), str(tmp_path / "state"), 6 * CHUNK
     if start == "empty":
         zarr.create_array(path, shape=(0, 3), chunks=(CHUNK, 3), dtype="float32")
-    watcher = watch_process(service_argv(path, state, ref_path))
+    watcher = watch_process(service_argv(path, state, ref_path, "--metrics-port", "0"))
     writer = None
     try:
+        port = _served_port(watcher)
         why = "does not exist yet" if start == "not created" else "has no rows yet"
         read_until(watcher.stderr, watcher, lambda line: why in line)  # logged while waiting
         assert (Path(state) / "monitor").is_dir()  # the state is published before the data exists
+        assert _get(port, "/healthz")[0] == 200  # alive while waiting: the loop turns
+        status, text = _get(port, "/readyz")
+        assert status == 503 and why in text
         writer = start_writer(path, total, 0.02, create=start == "not created")
         lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
         watcher.send_signal(signal.SIGTERM)
@@ -338,6 +342,7 @@ def test_metrics_health_and_the_status_page_in_a_headless_browser_match_the_json
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_health_and_readiness_while_waiting_for_the_source(reference, tmp_path):
     watcher = watch_process(service_argv(str(tmp_path / "later.zarr"), str(tmp_path / "state"), reference[0],
                                          "--metrics-port", "0"))  # fmt: skip
