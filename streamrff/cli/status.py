@@ -22,6 +22,7 @@ import collections
 import html
 import math
 import socketserver
+import sys
 import threading
 import time
 from typing import Any
@@ -300,7 +301,6 @@ def serve(args: argparse.Namespace, host: str, port: int) -> Status:
     """Start serving the status of this session; returns it (its ``close`` stops the server)."""
     from ..errors import InputError
     from . import options
-    from .service import log
 
     try:
         import prometheus_client  # noqa: F401 - an extra
@@ -316,5 +316,6 @@ def serve(args: argparse.Namespace, host: str, port: int) -> Status:
             f"--metrics-port {port}: cannot listen on {host}:{port} ({error.strerror}). Choose another port."
         ) from None
     status.close = server.close  # type: ignore[attr-defined]
-    log(f"serving metrics on http://{host}:{server.port}/metrics (status page /, /healthz, /readyz)")
+    print(f"streamrff watch: serving metrics on http://{host}:{server.port}/metrics (status page /, /healthz, /readyz)",
+          file=sys.stderr, flush=True)  # fmt: skip
     return status
