@@ -104,6 +104,40 @@ def timed_watch(source: str, state: str, scrape: bool, port: int, rows: int, eve
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
+def scrape_cpu(state: str, source: str) -> float:
+    """CPU seconds of one scrape of /metrics plus one of / by the status server's app, on a resumed session."""
+    import argparse as _argparse
+    import types
+
+    from streamrff.cli.status import Status, StatusServer
+    from streamrff.drift import load_monitor
+    from streamrff.sources.rows import open_source
+
+    monitor = load_monitor(os.path.join(state, "monitor"))
+    args = _argparse.Namespace(source=source, state=state, save_monitor=None, poll=5.0)
+    status = Status(args)
+    cursor = dict(monitor.source_cursor_ or {})
+    watch = types.SimpleNamespace(monitor=monitor, source=open_source(source), cursor=cursor, position=1000,
+                                  chunks=200, rows_skipped=0, saved_once=True, status=None)  # fmt: skip
+    status.attach(watch)
+    rng = np.random.default_rng(0)
+    for end in range(0, 200 * 5000, 5000):  # a full plot history
+        status.event({"event": "chunk", "rows": [end, end + 5000], "statistic": float(rng.normal()), "threshold": 1.0})
+    server = StatusServer(status, "127.0.0.1", 0)
+    try:
+        times = []
+        for _ in range(200):
+            started = time.process_time()
+            for path in ("/metrics", "/"):
+                environ = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "QUERY_STRING": "", "wsgi.url_scheme": "http",
+                           "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "0", "HTTP_ACCEPT": "text/plain"}  # fmt: skip
+                b"".join(server.app(environ, lambda *_: None))
+            times.append(time.process_time() - started)
+    finally:
+        server.close()
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows of the watched array")
@@ -188,6 +222,10 @@ def main() -> None:
               f"{100 * (1 - wall_scraped / wall_plain):+.1f} %; runs (wall s, CPU s) plain "
               f"{', '.join(f'({w:.2f}, {c:.2f})' for w, c in plain)}, scraped "
               f"{', '.join(f'({w:.2f}, {c:.2f})' for w, c in scraped)}")  # fmt: skip
+        per_scrape = scrape_cpu(state, source)
+        print(f"4. CPU per scrape of /metrics and / (the WSGI app, in process, median of 200): "
+              f"{1e3 * per_scrape:.2f} ms; scraping every 15 s costs "
+              f"{100 * per_scrape / 15:.4f} % of a core (every 0.1 s: {100 * per_scrape / 0.1:.2f} %)")  # fmt: skip
         print(f"load average after: {os.getloadavg()}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
