@@ -39,7 +39,7 @@ TEXT_FILES = sorted(
     for path in DEPLOY.rglob("*")
     if path.is_file() and (path.suffix in {".md", ".py", ".sh", ".yml", ".yaml"} or path.name == "Dockerfile")
 )
-STREAMRFF_COMMANDS = {"sketch", "merge", "info", "demo", "test", "kmeans", "kpca"}
+STREAMRFF_COMMANDS = {"sketch", "merge", "info", "demo", "test", "kmeans", "kpca", "watch"}
 DASK_COMMANDS = {"scheduler", "worker"}
 #: Values for the environment placeholders the recipes use ($(VAR) in Kubernetes, ${VAR} / $VAR in shells).
 PLACEHOLDERS = {
@@ -182,7 +182,8 @@ def _containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_deploy_yaml_files_parse() -> None:
     names = {path.relative_to(DEPLOY).as_posix() for path in YAML_FILES}
-    assert {"docker-compose.yml", "kubernetes/daskcluster.yaml", "kubernetes/helm-values.yaml"} <= names
+    assert {"docker-compose.yml", "kubernetes/daskcluster.yaml", "kubernetes/helm-values.yaml",
+            "kubernetes/watch.yaml", "prometheus/streamrff-watch-rules.yaml"} <= names  # fmt: skip
     for path in YAML_FILES:
         documents = _documents(path)
         assert documents, f"{path} holds no YAML document"
@@ -479,3 +480,56 @@ def test_deploy_make_certs_issues_a_working_mutual_tls_set(tmp_path: Path) -> No
     names = scheduler.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "scheduler.example.com" in names.get_values_for_type(x509.DNSName)
     assert {str(address) for address in names.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "10.0.0.5"}
+
+
+def _watch_metrics() -> set[str]:
+    """The metric names ``watch --metrics-port`` serves (read from its collector's source: every ``gauge(...)``
+    and counter name, with the prefix)."""
+    text = (REPO / "streamrff" / "cli" / "status.py").read_text()
+    names = set(re.findall(r'gauge\("(\w+)"', text)) | {"info"}
+    names |= {f"{name}_total" for name in re.findall(r'\(\("(\w+)", "chunks', text) + ["invalid_rows"]}
+    return {f"streamrff_watch_{name}" for name in names}
+
+
+def test_deploy_systemd_unit_is_one_watch_command_with_a_state_directory() -> None:
+    unit = (DEPLOY / "systemd" / "streamrff-watch.service").read_text()
+    assert "ExecStartPre" not in unit and "fit_once" not in unit  # one command line: no fit script
+    lines = _joined_lines(DEPLOY / "systemd" / "streamrff-watch.service")
+    (start,) = [line.removeprefix("ExecStart=") for line in lines if line.startswith("ExecStart=")]
+    argv = shlex.split(start)
+    assert argv[0].endswith("/venv/bin/streamrff") and argv[1] == "watch"  # the venv the README installs into
+    namespace = build_parser().parse_args(argv[1:])
+    state = re.search(r"^StateDirectory=(\S+)$", unit, re.MULTILINE).group(1)
+    assert namespace.state == f"/var/lib/{state}" and namespace.follow and namespace.metrics_port
+    assert namespace.save_monitor is None and not namespace.overwrite and not namespace.refit
+
+
+def test_deploy_kubernetes_watch_is_one_container_with_probes_and_a_service_monitor() -> None:
+    resources = {document["kind"]: document for document in _documents(DEPLOY / "kubernetes" / "watch.yaml")}
+    assert {"PersistentVolumeClaim", "Deployment", "Service", "ServiceMonitor"} <= set(resources)
+    deployment = resources["Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    assert "initContainers" not in spec and deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    (container,) = spec["containers"]
+    assert container["args"][:2] == ["streamrff", "watch"]
+    namespace = build_parser().parse_args(container["args"][1:])
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert namespace.state in mounts and namespace.metrics_host == "0.0.0.0"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["metrics"] == namespace.metrics_port
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    monitor = resources["ServiceMonitor"]
+    assert monitor["spec"]["selector"]["matchLabels"] == resources["Service"]["metadata"]["labels"]
+    assert [endpoint["port"] for endpoint in monitor["spec"]["endpoints"]] == ["metrics"]
+
+
+def test_deploy_alert_rules_use_metrics_that_watch_serves() -> None:
+    (rules,) = _documents(DEPLOY / "prometheus" / "streamrff-watch-rules.yaml")
+    served = _watch_metrics()
+    alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    assert {"StreamrffDrift", "StreamrffWatchLagging", "StreamrffWatchStaleSave"} <= set(alerts)
+    for name, expr in alerts.items():
+        for metric in re.findall(r"streamrff_watch_\w+", expr):
+            assert metric in served, f"{name}: {metric} is not a metric of watch --metrics-port"

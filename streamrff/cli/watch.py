@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import options
+from . import options, service
 
 #: ``streamrff watch --help``: the line ``streamrff --help`` shows, the description, the example and exit statuses.
 HELP = """\
@@ -31,9 +31,15 @@ Chunks are known by a digest of their stored bytes, so a consumed chunk rewritte
 With --save-monitor the state is saved atomically, with its cursor, every --save-interval seconds and
 at every stop; one watcher at a time may hold it (a lock beside it).
 SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
+As a service, one command line for every start: --state DIR fits, saves and calibrates a new monitor in DIR
+the first time (starting at row 0) and resumes it at its saved row after; --metrics-port serves Prometheus
+metrics, /healthz, /readyz and a status page. With --follow, a SOURCE that does not exist yet or has no rows is
+waited for.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 \\
              --ert 10000
+         streamrff watch live.zarr --state /var/lib/drift --reference train.zarr \\
+             --window 200 --ert 10000 --follow
          streamrff watch live.zarr --reference train.sketch --window 200 \\
              --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json \\
@@ -44,6 +50,7 @@ exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; st
              3 source refused (another array, replaced, shrunk, re-laid-out, a chunk unwritten too long)
              4 state locked (another watcher holds --save-monitor)
              5 drift alarm (with --exit-on-drift; state saved after the alarm's chunk)
+             6 no data (without --follow: SOURCE does not exist yet or has no rows)
 """
 
 #: Exit statuses of ``watch`` besides options.EXIT_OK (0), EXIT_FAILED (1) and EXIT_USAGE (2).
@@ -162,6 +169,7 @@ def add_parser(commands: Any) -> None:
     options.add_scheduler(parser)
     parser.add_argument("--storage-options", metavar="JSON|@FILE", help=options._STORAGE_HELP)
     options.add_json(parser, "print one JSON object per line instead of text (for scripts)")
+    service.add_options(parser)
 
 
 def _usage_problems(args: argparse.Namespace) -> list[str]:
@@ -176,7 +184,7 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
         problems.append("--settle goes with --follow; add --follow, or drop --settle.")
     if args.plot and args.save_monitor and args.plot == args.save_monitor:
         problems.append("--plot and --save-monitor name the same path; give two paths.")
-    if args.save_interval is not None and not args.save_monitor:
+    if args.save_interval is not None and not (args.save_monitor or args.state):
         problems.append("--save-interval goes with --save-monitor; add --save-monitor PATH, or drop --save-interval.")
     return problems
 
@@ -227,8 +235,10 @@ def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
     return "data"
 
 
-def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
-    """The monitor to run: loaded, or fitted on the reference sketch or data; and what REF was."""
+def _monitor_of_reference(args: argparse.Namespace, calibrate: bool = True) -> tuple[Any, str]:
+    """The monitor to run: loaded, or fitted on the reference sketch or data; and what REF was.
+
+    ``calibrate=False`` (a --state service): a new monitor is fitted up to its calibration (``_calibrate``)."""
     from ..drift import DriftMonitor, load_monitor  # here, not at the top: start-up time
     from ..errors import InputError
 
@@ -264,7 +274,8 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
                 f"--reference {args.reference} is a {reference.kind} sketch without second moments; the monitor's "
                 "calibration needs them. Sketch the reference with 'streamrff sketch --moments'."
             )
-        return DriftMonitor(args.window, args.ert, seed=seed, n_streams=streams).fit(reference), kind
+        monitor = DriftMonitor(args.window, args.ert, seed=seed, n_streams=streams)
+        return (monitor.fit(reference) if calibrate else monitor._fit_uncalibrated(reference)), kind
     monitor = DriftMonitor(
         args.window,
         args.ert,
@@ -273,7 +284,7 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
         seed=seed,
         n_streams=streams,
     )
-    return monitor.fit(args.reference), kind
+    return (monitor.fit(args.reference) if calibrate else monitor._fit_uncalibrated(args.reference)), kind
 
 
 class _Refusal(Exception):
@@ -307,6 +318,7 @@ class _Watch:
         self.statistics: list[Any] = []
         self.thresholds: list[Any] = []
         self.plot_dropped = 0  # the oldest statistics dropped from --plot's bounded history
+        self.status: Any = None  # with --metrics-port: the served status (cli/status.py), told every event
 
     @property
     def position(self) -> int:
@@ -366,6 +378,8 @@ class _Watch:
             "drift_at_row": self.drift_at_row(update.drift_at),
             "skipped": [int(row) for row in skipped],
         }
+        if self.status is not None:
+            self.status.event(line)
         if self.args.json:
             _print(json.dumps(line))
         else:
@@ -384,6 +398,8 @@ class _Watch:
             self.drift_exit = bool(self.args.exit_on_drift)
             row = self.drift_at_row(update.drift_at)
             top = _alarm_rows(update, row)
+            if self.status is not None:
+                self.status.event({"event": "alarm", "drift_at": update.drift_at, "drift_at_row": row, **top})
             if self.args.json:
                 _print(json.dumps({"event": "alarm", "drift_at": update.drift_at, "drift_at_row": row, **top}))
             else:
@@ -405,9 +421,11 @@ class _Watch:
         if periodic and time.monotonic() - self.saved_at < interval:
             return
         self.monitor.source_cursor_ = dict(self.cursor)
-        self.monitor.save(self.args.save_monitor, overwrite=self.args.overwrite or self.saved_once,
-                          signing_key=options.signing_key(self.args))  # fmt: skip
+        overwrite = self.args.overwrite or self.saved_once or bool(self.args.state)  # --state: DIR/monitor is ours
+        self.monitor.save(self.args.save_monitor, overwrite=overwrite, signing_key=options.signing_key(self.args))
         self.saved_once, self.saved_at = True, time.monotonic()
+        if self.status is not None:
+            self.status.saved()
 
     def saved_text(self) -> str:
         if not self.args.save_monitor:
@@ -588,7 +606,8 @@ def _starting_cursor(args: argparse.Namespace, monitor: Any, kind: str, source: 
             raise _Refusal(EXIT_SOURCE_REFUSED, str(error))
         cursor = {**saved} if args.from_row is None else {**saved, "next_row": args.from_row}
     else:
-        start = args.from_row if args.from_row is not None else (source.shape[0] if args.follow else 0)
+        end_now = args.follow and not args.state  # a --state service starts a new state at row 0
+        start = args.from_row if args.from_row is not None else (source.shape[0] if end_now else 0)
         cursor = new_cursor(source, start)
     if cursor["next_row"] > source.shape[0] and not args.follow:
         raise SourceError(
@@ -673,22 +692,32 @@ def run(args: argparse.Namespace) -> int:
     except SourceChangedError as error:
         print(f"streamrff watch: error: {error}", file=sys.stderr)
         return EXIT_SOURCE_REFUSED
+    except service.NoData as error:
+        print(f"streamrff watch: error: {error}", file=sys.stderr)
+        return service.EXIT_NO_DATA
 
 
 def _run(args: argparse.Namespace) -> int:
-    options.refuse(_usage_problems(args))
+    options.refuse(_usage_problems(args) + service.usage_problems(args))
     options.check_plot_free(args)
-    if args.save_monitor:
+    if args.state:
+        service.use_state(args)  # --save-monitor is DIR/monitor: the lock and the saves as below
+    elif args.save_monitor:
         if "://" in args.save_monitor and not args.save_monitor.startswith("file://"):
             raise options.UsageError(
                 f"--save-monitor must be a local directory (monitors are saved locally). Got {args.save_monitor}."
             )
         options.check_output_free(args.save_monitor, None, args.overwrite)
-    with _state_lock(args.save_monitor):  # first: a second watcher is refused at once; the state read is the latest
+    with _state_lock(args.save_monitor), service.served_status(args) as status:  # the lock first: one watcher
         from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
 
-        source = _open(args)  # before the reference is fitted: a wrong SOURCE fails fast
-        monitor, kind = _monitor_of_reference(args)
+        if args.state:  # the state first: fitted and published before SOURCE exists
+            monitor, kind = service.monitor_of_state(args, _monitor_of_reference)
+        source = _source_when_ready(args, status)  # before a new reference is fitted: a wrong SOURCE fails fast
+        if source is None:
+            return options.EXIT_OK  # a stop signal while waiting for SOURCE
+        if not args.state:
+            monitor, kind = _monitor_of_reference(args)
         cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
         if source.shape[1] != monitor.n_features_in_:
             raise InputError(
@@ -697,6 +726,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         watch = _Watch(args, monitor, source, cursor)
         watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
+        service.started(args, watch, kind, status)
         with _stop_signals(watch):
             try:
                 _follow(watch)
@@ -710,6 +740,18 @@ def _run(args: argparse.Namespace) -> int:
                 raise
         _finish(args, watch)
     return EXIT_DRIFT if watch.drift_exit else options.EXIT_OK
+
+
+def _source_when_ready(args: argparse.Namespace, status: Any) -> Any:
+    """SOURCE opened; with --follow, waited for until it exists and has rows (None: stopped by a signal)."""
+    import types
+
+    waiting = types.SimpleNamespace(stop_signal=None)
+    with _stop_signals(waiting):
+        source = service.source_when_ready(args, _open, waiting, _pause, status)
+    if source is None:
+        service.log(f"stopped by {signal.Signals(waiting.stop_signal).name} while waiting for SOURCE")
+    return source
 
 
 def _follow(watch: _Watch) -> None:
@@ -729,6 +771,8 @@ def _follow(watch: _Watch) -> None:
 
             raise _Refusal(EXIT_SOURCE_REFUSED, str(refuse_change(what, watch.cursor, source, "{saved}")))
         watch.source = source
+        if watch.status is not None:
+            watch.status.polled()
         done = _process_available(watch, follow=True)
 
 

@@ -398,6 +398,11 @@ class DriftMonitor(BaseEstimator):
         InputError
             On bad parameters or data, a sketch without moments, or a reference of fewer than 2 rows.
         """
+        return self._fit_uncalibrated(reference, **options)._calibrate()
+
+    def _fit_uncalibrated(self, reference: Any, **options: Any) -> DriftMonitor:
+        """:meth:`fit` up to the calibration, which :meth:`_calibrate` runs from ``calibration_inputs_``
+        (the simulation bank and its window, ERT, stream count and seed): a service can save the fit first."""
         window, ert = self._check_params()
         seed = normalize_seed(self.seed)
         job = current_job_options(**options)
@@ -431,7 +436,7 @@ class DriftMonitor(BaseEstimator):
             bank = feature_map.transform(sample).astype(np.float32, copy=False)
         width = feature_map.n_features_out_
         self.n_streams_ = self._streams(window, ert, width)
-        self.thresholds_ = calibrate_thresholds(bank, window, ert, self.n_streams_, seed)
+        self.calibration_inputs_ = (bank, window, ert, self.n_streams_, seed)
         self.simulation_ = simulation
         self.feature_map_ = feature_map
         self.n_features_in_ = int(feature_map.n_features_in_)
@@ -443,6 +448,12 @@ class DriftMonitor(BaseEstimator):
         self.n_rows_skipped_ = 0
         self.source_cursor_ = None
         self._start_run(window, width)
+        return self
+
+    def _calibrate(self, thresholds: np.ndarray | None = None) -> DriftMonitor:
+        """Set ``thresholds_``: the given ones (computed before from the same ``calibration_inputs_``) or calibrated."""
+        inputs = self.__dict__.pop("calibration_inputs_")
+        self.thresholds_ = calibrate_thresholds(*inputs) if thresholds is None else thresholds
         return self
 
     def _check_memory(self, reference: Any, window: int, ert: float) -> None:
@@ -700,6 +711,11 @@ class DriftMonitor(BaseEstimator):
         """
         target = os.fspath(path)
         attrs, arrays = read_monitor_group(target, verify_key=verify_key)
+        return cls._from_state(attrs, arrays, target)
+
+    @classmethod
+    def _from_state(cls, attrs: dict[str, Any], arrays: dict[str, np.ndarray], target: str) -> DriftMonitor:
+        """The monitor that :meth:`_state` described, checked (``target`` names it in errors)."""
         try:
             feature_map = map_from_spec(
                 attrs["map"], {name[4:]: value for name, value in arrays.items() if name.startswith("map/")}
