@@ -102,3 +102,66 @@ def test_watch_plot_keeps_a_bounded_history(
     result = cli_main("watch", data, "--reference", data, "--window", "20", "--ert", "1000", "--plot", str(plot))
     assert result.code in (0, 1) and "Traceback" not in result.err, result.err
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- extreme numeric options: refused by the parser (status 2, one line) before anything is read ---------------
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "expected"),
+    [
+        ("watch", "--bandwidth", "1e308", "a number from 1e-30 to 1e+30"),
+        ("watch", "--bandwidth", "1e-308", "a number from 1e-30 to 1e+30"),
+        ("watch", "--seed", "-1", "an integer from 0 to 2^63 - 1"),
+        ("watch", "--max-rows", "99999999999999999999", "a positive integer up to 2^62"),
+        ("sketch", "--bandwidth", "inf", "a number from 1e-30 to 1e+30"),
+        ("sketch", "--column-bandwidth", "1e308", "a number from 1e-30 to 1e+30"),
+        ("sketch", "--chunk-rows", "99999999999999999999", "a positive integer up to 2^62"),
+        ("sketch", "--seed", "99999999999999999999", "an integer from 0 to 2^63 - 1"),
+        ("test", "--bandwidths", "1,1e308", "numbers from 1e-30 to 1e+30"),
+        ("test", "--bandwidth", "nan", "a number from 1e-30 to 1e+30"),
+        ("test", "--permutations", "99999999999999999999", "a positive integer up to 2^62"),
+    ],
+)
+def test_extreme_numeric_options_are_refused_in_one_line(
+    tmp_path: Path, cli_main, command: str, option: str, value: str, expected: str
+) -> None:
+    missing = str(tmp_path / "never-read.zarr")
+    head = {
+        "watch": ["watch", missing, "--reference", missing, "--window", "20", "--ert", "100"],
+        "sketch": ["sketch", missing, "-o", str(tmp_path / "s.sketch")],
+        "test": ["test", missing, missing],
+    }[command]
+    result = cli_main(*head, option, value)
+    assert result.code == 2
+    assert "Traceback" not in result.err
+    last = result.err.strip().splitlines()[-1]
+    assert f"argument {option}: expected " in last and expected in last and repr(value) in last, result.err
+
+
+def test_every_numeric_option_of_watch_sketch_and_test_refuses_non_finite_and_out_of_range_values() -> None:
+    """The sweep of issue 49: inf, nan, 1e308, -1, 0 and 2^70 for every typed option of the three commands."""
+    import argparse
+
+    from streamrff.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    # What each option may take, by an independent reading of its meaning (None: refused).
+    allowed_zero = {"--poll", "--settle", "--missing-chunk-timeout", "--save-interval", "--seed", "--from-row"}
+    for name in ("watch", "sketch", "test"):
+        for action in commands[name]._actions:
+            if not action.option_strings or action.type is None or action.option_strings[-1] == "--classes":
+                continue
+            option = action.option_strings[-1]
+            for text in ("inf", "-inf", "nan", "1e308", "-1", "0", str(2**70)):
+                try:
+                    value = action.type(text)
+                except (argparse.ArgumentTypeError, ValueError):  # argparse makes a ValueError a usage error too
+                    continue
+                if option == "--from-row" and text == "-1":
+                    continue  # refused after parsing, with the other usage problems (test above for watch)
+                if option == "--from-row" and text == str(2**70):
+                    continue  # past the end: refused with the source's row count
+                if "bandwidth" in option and text == str(2**70):
+                    continue  # 1.2e21: a kernel width within float32's reach (its frequencies are 1e-21)
+                assert text == "0" and option in allowed_zero, f"{name} {option} {text} accepted as {value!r}"

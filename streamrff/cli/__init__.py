@@ -87,7 +87,8 @@ def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
     import difflib
     import re
 
-    words = re.findall(r"invalid choice: '([^']+)'", message) or re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1])
+    options = re.findall(r"(?<![\w-])(--[\w-]+)", message.split(":", 1)[-1])  # not "-separated", "1e-30"
+    words = re.findall(r"invalid choice: '([^']+)'", message) or options
     known = sorted(set(_option_strings(parser)))
     for word in words:
         match = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
