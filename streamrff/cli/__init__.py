@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
+from .faults import SignalGate, StopRequested
 from .options import (
     EXISTS,
     EXIT_FAILED,
@@ -188,15 +189,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    stops = getattr(args, "stopped_during_start_up", None)  # a service (watch): a signal stops it cleanly from here
+    gate = SignalGate() if stops else None
+    if gate is not None:
+        args.signal_gate = gate
     from ..errors import CheckpointMismatchError, StreamRFFError  # here, not at the top: start-up time (sklearn)
 
     try:
-        with _one_line_warnings(args.command):
+        with gate or contextlib.nullcontext(), _one_line_warnings(args.command):
             deprecation = resolve_deprecated_alias(args)
             if deprecation:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
-                args.storage_options = parse_storage_options(args.storage_options)
+                from .faults import install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
+
+                install_store_deadlines()  # every store request has a deadline, unless the user sets another
+                quiet_unclosed_sessions()
+                args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
             check_inputs_kept(args)  # before anything is read: no output destroys an input
             job = job_options_of(args)
             if job:  # a command that runs jobs: every job and source of it takes the command line's options
@@ -215,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StreamRFFError, FileNotFoundError) as error:
         print(f"streamrff {args.command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    except StopRequested as stop:  # before the service's state was touched: its summary, and the status it documents
+        return stops(args, stop)
     except KeyboardInterrupt:
         print(f"streamrff {args.command}: interrupted", file=sys.stderr)
         return 130

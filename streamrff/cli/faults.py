@@ -13,6 +13,11 @@ A state whose storage becomes full or read-only while the watcher runs ends the
 session with one line (:func:`state_save_failure`): what failed, the errno, and
 the last state saved, which is whole (states are published atomically) and
 resumable.
+
+Every command's object-store requests have deadlines (:data:`STORE_DEADLINES`,
+installed by :func:`streamrff.cli.main`), and a store that fails leaves one line,
+not aiohttp's reports of the sessions it could not close
+(:func:`quiet_unclosed_sessions`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["StopRequested", "SignalGate", "state_save_failure", "STOP_SIGNALS"]
+__all__ = [
+    "StopRequested",
+    "SignalGate",
+    "state_save_failure",
+    "quiet_unclosed_sessions",
+    "STORE_DEADLINES",
+    "install_store_deadlines",
+    "with_store_deadlines",
+    "STOP_SIGNALS",
+]
 
 #: Signals that stop a watcher cleanly (save, summary, exit 0), however it was started.
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
@@ -133,3 +147,71 @@ make it writable, then run the same command again to resume from the last saved 
         f"cannot save the monitor state to {path}: {reason} ({code}); {kept}. Free space there or make it writable, "
         "then run the same command again to resume from the last saved state."
     )
+
+
+class _UnclosedSessionFilter:
+    """Drops aiohttp's "Unclosed client session" and "Unclosed connector" reports (:func:`quiet_unclosed_sessions`)."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(("Unclosed client session", "Unclosed connector"))
+
+
+def quiet_unclosed_sessions() -> None:
+    """No two-line "Unclosed client session" report after a store failed: the command's one line says it all.
+
+    s3fs closes its HTTP session from a finalizer at exit; when the event loop
+    the session belongs to has stopped by then (zarr stops its loop first), aiohttp
+    reports the session through the ``asyncio`` logger, two lines after the
+    command's own. Nothing is lost: the process is ending and holds no data there.
+    """
+    import logging
+
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(existing, _UnclosedSessionFilter) for existing in logger.filters):
+        logger.addFilter(_UnclosedSessionFilter())
+
+
+#: botocore ``Config`` keys (s3fs's ``config_kwargs``) that bound every S3 request: seconds to connect, seconds
+#: without a byte while reading, and one botocore attempt (s3fs retries a timed-out request 5 times itself, with
+#: backoff), so an endpoint that accepts connections and never answers fails in about 30 s instead of hanging.
+STORE_DEADLINES: dict[str, Any] = {
+    "connect_timeout": 5,
+    "read_timeout": 5,
+    "retries": {"total_max_attempts": 1, "mode": "standard"},
+}
+
+
+def with_store_deadlines(storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``storage_options`` whose ``config_kwargs``, if given, are completed with :data:`STORE_DEADLINES`.
+
+    fsspec's defaults (:func:`install_store_deadlines`) give way to a whole
+    ``config_kwargs`` a user passes, so the deadlines the user did not set are
+    filled in here; the user's keys win.
+
+    Examples
+    --------
+    >>> with_store_deadlines({"config_kwargs": {"read_timeout": 60}})["config_kwargs"]["read_timeout"]
+    60
+    >>> with_store_deadlines({"config_kwargs": {}})["config_kwargs"]["connect_timeout"]
+    5
+    >>> with_store_deadlines({"anon": True})
+    {'anon': True}
+    """
+    if not storage_options or not isinstance(storage_options.get("config_kwargs"), dict):
+        return storage_options
+    return {**storage_options, "config_kwargs": {**STORE_DEADLINES, **storage_options["config_kwargs"]}}
+
+
+def install_store_deadlines() -> None:
+    """Make :data:`STORE_DEADLINES` the default ``config_kwargs`` of every S3 file system this process opens.
+
+    Through fsspec's configuration (``fsspec.config.conf["s3"]``): keys already
+    configured there (``~/.config/fsspec/s3.json``, ``FSSPEC_S3_*``) and a
+    ``config_kwargs`` passed with the storage options win. Worker processes of a
+    ``--scheduler`` read their own fsspec configuration, or the storage options'
+    ``config_kwargs``.
+    """
+    import fsspec.config  # here, not at the top: `streamrff --help` does not need it
+
+    defaults = fsspec.config.conf.setdefault("s3", {})
+    defaults["config_kwargs"] = {**STORE_DEADLINES, **defaults.get("config_kwargs", {})}

@@ -85,6 +85,7 @@ def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "watch", HELP, run)
+    parser.set_defaults(stopped_during_start_up=stopped_during_start_up)  # main installs its signal gate first
     options.add_source(parser, "zarr array path or URL to watch (plain path, file://, s3://...)")
     parser.add_argument(
         "--reference", metavar="REF", required=True,
@@ -651,18 +652,23 @@ def _pause(watch: _Watch, seconds: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    gate = SignalGate()  # first: a signal during start-up is acted on too (until the loop, at once)
+    gate = getattr(args, "signal_gate", None)  # installed by streamrff.cli.main before anything is imported
     try:
-        with gate:
+        with contextlib.nullcontext(gate) if gate else SignalGate() as gate:  # a signal during start-up: at once
             return _checked_run(args, gate)
-    except StopRequested as stop:  # before the first state was saved: nothing processed, the state unchanged
-        if args.json:
-            summary = {"event": "summary", "source": args.source, "reference": args.reference, "chunks": 0}
-            _print(json.dumps(summary | {"interrupted": True, "stopped_by": stop.name, "during": "start-up"}))
-        else:
-            kept = f"; the state in {args.save_monitor} is unchanged" if args.save_monitor else ""
-            _print(f"stopped by {stop.name} during start-up, before any row of {args.source}{kept}")
-        return options.EXIT_OK
+    except StopRequested as stop:
+        return stopped_during_start_up(args, stop)
+
+
+def stopped_during_start_up(args: argparse.Namespace, stop: StopRequested) -> int:
+    """The summary of a session stopped by a signal before its first save: nothing processed, the state unchanged."""
+    if args.json:
+        summary = {"event": "summary", "source": args.source, "reference": args.reference, "chunks": 0}
+        _print(json.dumps(summary | {"interrupted": True, "stopped_by": stop.name, "during": "start-up"}))
+    else:
+        kept = f"; the state in {args.save_monitor} is unchanged" if args.save_monitor else ""
+        _print(f"stopped by {stop.name} during start-up, before any row of {args.source}{kept}")
+    return options.EXIT_OK
 
 
 def _checked_run(args: argparse.Namespace, gate: SignalGate) -> int:
