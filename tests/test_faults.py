@@ -165,3 +165,128 @@ def test_every_numeric_option_of_watch_sketch_and_test_refuses_non_finite_and_ou
                 if "bandwidth" in option and text == str(2**70):
                     continue  # 1.2e21: a kernel width within float32's reach (its frequencies are 1e-21)
                 assert text == "0" and option in allowed_zero, f"{name} {option} {text} accepted as {value!r}"
+
+
+# --- watch: state storage that fails, signals at any moment, store endpoints gone or silent ---------------------
+
+
+def _write_array(path: Path | str, rows: int, seed: int) -> str:
+    import numpy as np
+    import zarr
+
+    stored = zarr.create_array(str(path), shape=(rows, 3), chunks=(100, 3), dtype="float32", overwrite=True)
+    stored[...] = np.random.default_rng(seed).normal(size=(rows, 3)).astype("float32")
+    return str(path)
+
+
+def _watch_command(source: str, reference: str, *extra: str) -> list[str]:
+    new = ["--window", "20", "--ert", "100", "--streams", "10", "--features", "16"]
+    return [sys.executable, "-m", "streamrff.cli", "watch", source, "--reference", reference, *new, *extra]
+
+
+def _saved_next_row(state: Path) -> int:
+    import json
+
+    return json.loads((state / "zarr.json").read_text())["attributes"]["cursor"]["next_row"]
+
+
+def test_watch_state_storage_full_ends_in_one_line_and_the_saved_state_resumes(tmp_path: Path) -> None:
+    import errno
+    import resource
+    import signal
+
+    source, reference = _write_array(tmp_path / "live.zarr", 500, 0), _write_array(tmp_path / "ref.zarr", 400, 1)
+    state = tmp_path / "monitor.zarr"
+    first = subprocess.run(
+        _watch_command(source, reference, "--save-monitor", str(state), "--max-rows", "200"),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert _saved_next_row(state) == 200
+    kept = {path: path.read_bytes() for path in state.rglob("*") if path.is_file()}
+
+    def full_disk() -> None:  # every file write past 1 KiB fails with EFBIG, as on a full disk (ENOSPC)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    resumed = [sys.executable, "-m", "streamrff.cli", "watch", source, "--reference", str(state)]
+    resumed += ["--save-monitor", str(state), "--overwrite", "--save-interval", "0"]
+    failed = subprocess.run(resumed, capture_output=True, text=True, timeout=120, check=False, preexec_fn=full_disk)
+    assert failed.returncode == 1  # documented: 1 error, the state storage full or read-only
+    line = one_line(failed)
+    assert f"cannot save the monitor state to {state}" in line and errno.errorcode[errno.EFBIG] in line
+    assert f"the state in {state} is as it was before this session" in line
+    assert f"wrote {state}" not in failed.stdout
+    assert {path: path.read_bytes() for path in state.rglob("*") if path.is_file()} == kept  # intact
+    assert not list(tmp_path.glob(".monitor.zarr.partial-*"))  # no staging left behind
+
+    again = subprocess.run(resumed, capture_output=True, text=True, timeout=120, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "rows 200-299" in again.stdout.splitlines()[0]  # resumed at the saved cursor
+    assert _saved_next_row(state) == 500
+
+
+def _prepare_state_folder(folder: Path, fault: str) -> bool:
+    """A folder for the state that can be made full (a 2 MiB tmpfs) or read-only (``chattr +i``) later."""
+    folder.mkdir()
+    if fault == "full":
+        command = ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)]
+    else:
+        command = ["chattr", "-i", str(folder)]  # a no-op that fails where chattr cannot work
+    try:
+        return subprocess.run(command, capture_output=True, check=False).returncode == 0
+    except FileNotFoundError:
+        return False
+
+
+def _fail_state_folder(folder: Path, fault: str) -> None:
+    if fault == "full":
+        with open(folder / "filler", "wb") as filler:  # the rest of the file system
+            with pytest.raises(OSError):
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+    else:  # read-only for root too: no file can be created, renamed or removed in it
+        subprocess.run(["chattr", "+i", str(folder)], check=True)
+
+
+def _restore_state_folder(folder: Path, fault: str) -> None:
+    command = ["umount", "-l", str(folder)] if fault == "full" else ["chattr", "-i", str(folder)]
+    subprocess.run(command, capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_watch_state_storage_failing_while_running_ends_in_one_line(tmp_path: Path, fault: str) -> None:
+    import zarr
+
+    folder = tmp_path / "states"
+    if not _prepare_state_folder(folder, fault):
+        pytest.skip("cannot mount a tmpfs or set the immutable attribute here (needs root)")
+    try:
+        source, reference = _write_array(tmp_path / "live.zarr", 300, 0), _write_array(tmp_path / "ref.zarr", 400, 1)
+        state = folder / "monitor.zarr"
+        command = _watch_command(source, reference, "--save-monitor", str(state), "--save-interval", "0")
+        command += ["--follow", "--poll", "0.2", "--settle", "0", "--from-row", "0"]
+        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lines = [watcher.stdout.readline() for _ in range(3)]  # the three chunks, each saved after its line
+            assert lines[-1].startswith("rows 200-299"), lines
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (state.exists() and _saved_next_row(state) == 300):
+                time.sleep(0.05)
+            _fail_state_folder(folder, fault)
+            grown = zarr.open_array(source, mode="r+")
+            grown.resize((400, 3))
+            grown[300:400] = 1.0  # a new complete chunk: processed, then its save fails
+            out, err = watcher.communicate(timeout=120)
+        finally:
+            watcher.kill()
+            watcher.wait()
+        assert watcher.returncode == 1, err
+        line = one_line(subprocess.CompletedProcess([], 1, out, err))
+        code = "ENOSPC" if fault == "full" else "EPERM"
+        assert f"cannot save the monitor state to {state}" in line and f"({code})" in line, line
+        assert "the last state saved is up to row 299 (next row 300)" in line, line
+        assert _saved_next_row(state) == 300  # whole and resumable
+    finally:
+        _restore_state_folder(folder, fault)

@@ -418,17 +418,18 @@ class _Watch:
         except FileExistsError:
             raise
         except OSError as error:  # full or read-only storage: the last state published is whole, and kept
-            self.save_failure = state_save_failure(self.args.save_monitor, error, self.saved_text())
+            self.save_failure = state_save_failure(self.args.save_monitor, error, self.saved_text(failed=True))
             raise _Refusal(options.EXIT_FAILED, self.save_failure) from None
         self.saved_once, self.saved_at, self.saved_row = True, time.monotonic(), self.position
 
-    def saved_text(self) -> str:
+    def saved_text(self, failed: bool = False) -> str:
+        """Where the state is: "the monitor is saved up to row ..." (``failed``: the last save that worked)."""
         if not self.args.save_monitor:
             return "nothing saved (no --save-monitor)"
         if self.saved_row is None:
             return f"the state in {self.args.save_monitor} is as it was before this session"
         last = f"row {self.saved_row - 1:,}" if self.saved_row else "no row"
-        where = "the last state saved is" if self.save_failure else "the monitor is saved"
+        where = "the last state saved is" if failed or self.save_failure else "the monitor is saved"
         return f"{where} up to {last} (next row {self.saved_row:,}) in {self.args.save_monitor}"
 
     def summary(self) -> dict[str, Any]:
