@@ -290,3 +290,234 @@ def test_watch_state_storage_failing_while_running_ends_in_one_line(tmp_path: Pa
         assert _saved_next_row(state) == 300  # whole and resumable
     finally:
         _restore_state_folder(folder, fault)
+
+
+class _SilentEndpoint:
+    """A TCP server on 127.0.0.1 that forwards to ``target`` (host, port) until :meth:`go_silent`, then accepts
+    connections and reads requests but never answers: an object store that hangs. Without a target it is silent
+    from the start."""
+
+    def __init__(self, target: tuple[str, int] | None = None) -> None:
+        import socket
+        import threading
+
+        self.target = target
+        self.silent = threading.Event()
+        if target is None:
+            self.silent.set()
+        self.requests_while_silent = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def go_silent(self) -> None:
+        self.silent.set()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            self._connections.append(client)
+            upstream = None if self.silent.is_set() else socket.create_connection(self.target)
+            if upstream is not None:
+                self._connections.append(upstream)
+                threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+
+    def _pipe(self, source, sink, from_client: bool) -> None:  # noqa: ANN001 - sockets
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if self.silent.is_set() or sink is None:
+                self.requests_while_silent += from_client  # held: never forwarded, never answered
+                continue
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._server.close()
+        for connection in self._connections:
+            connection.close()
+
+
+def _s3_array(s3_server, rows: int) -> str:
+    import numpy as np
+    import zarr
+
+    url = s3_server.make_bucket() + "/live.zarr"
+    store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options)
+    stored = zarr.create_array(store, shape=(rows, 3), chunks=(100, 3), dtype="float32")
+    stored[...] = np.random.default_rng(0).normal(size=(rows, 3)).astype("float32")
+    return url
+
+
+def _wait_for(condition, what: str, seconds: float = 60) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_watch_s3_endpoint_gone_at_start_up_or_during_a_run_ends_in_one_line(tmp_path: Path) -> None:
+    import json
+
+    from streamrff.testing import MotoS3Server
+
+    reference = _write_array(tmp_path / "ref.zarr", 400, 1)
+    with MotoS3Server() as s3:  # its own server: this test stops it
+        url = _s3_array(s3, 200)
+        options = json.dumps(s3.storage_options)
+        command = _watch_command(url, reference, "--storage-options", options)
+        watcher = subprocess.Popen(
+            command + ["--follow", "--poll", "0.2", "--from-row", "0"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert watcher.stdout.readline().startswith("rows 0-99")
+            s3.stop()  # the endpoint goes away while the watcher polls
+            out, err = watcher.communicate(timeout=120)
+        finally:
+            watcher.kill()
+            watcher.wait()
+    assert watcher.returncode == 1
+    line = one_line(subprocess.CompletedProcess([], 1, out, err))
+    assert url in line and "Could not connect to the endpoint URL" in line and "Context" not in err, line
+    started = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)  # endpoint gone
+    assert started.returncode == 1
+    line = one_line(started)
+    assert f"Cannot open {url}" in line and "Could not connect to the endpoint URL" in line, line
+
+
+def test_store_requests_have_deadlines_that_storage_options_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fsspec.config
+    import s3fs
+
+    from streamrff.cli.faults import STORE_DEADLINES, install_store_deadlines, with_store_deadlines
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", {})
+    install_store_deadlines()
+    options = {"key": "k", "secret": "s", "endpoint_url": "http://127.0.0.1:9"}
+    filesystem = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    assert filesystem.config_kwargs == STORE_DEADLINES  # every S3 file system of the process has them
+    given = with_store_deadlines({**options, "config_kwargs": {"read_timeout": 60, "region_name": "eu-west-1"}})
+    filesystem = s3fs.S3FileSystem(**given, skip_instance_cache=True)
+    assert filesystem.config_kwargs == {**STORE_DEADLINES, "read_timeout": 60, "region_name": "eu-west-1"}
+
+
+def test_watch_on_an_endpoint_that_never_answers_fails_after_the_deadline_in_one_line(tmp_path: Path) -> None:
+    import json
+
+    endpoint = _SilentEndpoint()
+    try:
+        options = {"key": "k", "secret": "s", "endpoint_url": endpoint.endpoint_url}
+        options["config_kwargs"] = {"read_timeout": 1}  # the user's deadline wins over the default 5 s
+        reference = _write_array(tmp_path / "ref.zarr", 400, 1)
+        command = _watch_command("s3://bucket/live.zarr", reference, "--storage-options", json.dumps(options))
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        endpoint.close()
+    assert endpoint.requests_while_silent >= 1
+    assert result.returncode == 1
+    line = one_line(result)
+    assert "Cannot open s3://bucket/live.zarr" in line and "Read timeout" in line, line
+
+
+def test_sigterm_cuts_a_hung_store_request_during_start_up(tmp_path: Path) -> None:
+    import json
+    import signal
+
+    endpoint = _SilentEndpoint()
+    try:
+        options = {"key": "k", "secret": "s", "endpoint_url": endpoint.endpoint_url}
+        options["config_kwargs"] = {"read_timeout": 600}  # no deadline ends this wait: only the signal
+        reference = _write_array(tmp_path / "ref.zarr", 400, 1)
+        state = tmp_path / "monitor.zarr"
+        command = _watch_command("s3://bucket/live.zarr", reference, "--storage-options", json.dumps(options))
+        watcher = subprocess.Popen(command + ["--save-monitor", str(state)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            _wait_for(lambda: endpoint.requests_while_silent >= 1, "the watcher's first request")
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=60)
+        finally:
+            watcher.kill()
+            watcher.wait()
+    finally:
+        endpoint.close()
+    assert watcher.returncode == 0, err  # documented: 0 stopped by SIGTERM
+    assert "Traceback" not in err and not err.strip(), err
+    assert out.strip() == (
+        f"stopped by SIGTERM during start-up, before any row of s3://bucket/live.zarr; the state in {state} is "
+        "unchanged"
+    )
+    assert not state.exists()
+
+
+def test_sigterm_cuts_a_hung_store_request_while_following(tmp_path: Path, s3_server) -> None:
+    import json
+    import signal
+    from urllib.parse import urlsplit
+
+    url = _s3_array(s3_server, 200)
+    moto = urlsplit(s3_server.endpoint_url)
+    endpoint = _SilentEndpoint((moto.hostname, moto.port))
+    try:
+        options = {**s3_server.storage_options, "endpoint_url": endpoint.endpoint_url}
+        options["config_kwargs"] = {"read_timeout": 600}
+        reference = _write_array(tmp_path / "ref.zarr", 400, 1)
+        state = tmp_path / "monitor.zarr"
+        command = _watch_command(url, reference, "--storage-options", json.dumps(options), "--save-monitor", str(state))
+        command += ["--follow", "--poll", "0.2", "--from-row", "0"]
+        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert watcher.stdout.readline().startswith("rows 0-99")
+            assert watcher.stdout.readline().startswith("rows 100-199")
+            endpoint.go_silent()  # the store hangs: the next poll's requests are never answered
+            _wait_for(lambda: endpoint.requests_while_silent >= 1, "a request to the silent store")
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=60)
+        finally:
+            watcher.kill()
+            watcher.wait()
+    finally:
+        endpoint.close()
+    assert watcher.returncode == 0, err
+    assert "Traceback" not in err and not err.strip(), err
+    assert f"stopped by SIGTERM after 200 rows of {url} from row 0 (2 chunks)" in out
+    assert f"wrote {state}" in out and _saved_next_row(state) == 200
+
+
+def test_sigterm_during_start_up_prints_the_summary(tmp_path: Path) -> None:
+    import signal
+
+    source, reference = _write_array(tmp_path / "live.zarr", 200, 0), _write_array(tmp_path / "ref.zarr", 400, 1)
+    state = tmp_path / "monitor.zarr"
+    command = [sys.executable, "-m", "streamrff.cli", "watch", source, "--reference", reference, "--window", "20"]
+    command += ["--ert", "1000000", "--save-monitor", str(state)]  # a long calibration: start-up lasts
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (tmp_path / ".monitor.zarr.lock").exists(), "the state's lock (start-up under way)")
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+        watcher.wait()
+    assert watcher.returncode == 0, err
+    assert "Traceback" not in err and not err.strip(), err
+    assert out.startswith("stopped by SIGTERM"), out

@@ -393,10 +393,11 @@ def connect(client: Any) -> Iterator[Any]:
         try:
             yield opened
         finally:
+            lost = opened.status != "running"  # its reconnection is cancelled later, up to the process's exit
             try:
                 opened.close()
             finally:
-                for name in _LOST_SCHEDULER_LOGGERS:
+                for name in _LOST_SCHEDULER_LOGGERS if not lost else ():
                     logging.getLogger(name).removeFilter(quiet)
         return
     if hasattr(client, "compute") and hasattr(client, "scheduler"):
