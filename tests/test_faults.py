@@ -521,3 +521,33 @@ def test_sigterm_during_start_up_prints_the_summary(tmp_path: Path) -> None:
     assert watcher.returncode == 0, err
     assert "Traceback" not in err and not err.strip(), err
     assert out.startswith("stopped by SIGTERM"), out
+
+
+@pytest.mark.slow
+def test_sketch_whose_scheduler_is_killed_mid_job_ends_in_one_line(tmp_path: Path) -> None:
+    import signal
+
+    from streamrff.testing import LocalProcessCluster
+
+    source = _write_array(tmp_path / "x.zarr", 20000, 0)  # 200 chunks: the job outlives the kill
+    output = tmp_path / "x.sketch"
+    with LocalProcessCluster(n_workers=1, nanny=False) as cluster, cluster.client() as client:
+        address = cluster.address
+        command = [sys.executable, "-m", "streamrff.cli", "sketch", source, "--features", "256", "-o", str(output)]
+        job = subprocess.Popen(
+            command + ["--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            _wait_for(
+                lambda: client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) > 0,
+                "the job's tasks on the scheduler", 120,
+            )  # fmt: skip
+            os.kill(cluster.scheduler_pid, signal.SIGKILL)
+            out, err = job.communicate(timeout=180)
+        finally:
+            job.kill()
+            job.wait()
+    assert job.returncode == 1  # documented: 1, an unreachable or lost scheduler
+    line = one_line(subprocess.CompletedProcess([], 1, out, err))
+    assert f"Lost the connection to the Dask scheduler at {address} during the job" in line, line
+    assert not output.exists()
