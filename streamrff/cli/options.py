@@ -104,7 +104,9 @@ def bandwidth(text: str) -> float | str:
     """``--bandwidth``: 'median' or a number from 1e-30 to 1e30 (:data:`BANDWIDTH_RANGE`)."""
     value = text if text == "median" else _bandwidth_of(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"expected 'median' or a number from 1e-30 to 1e+30, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number or 'median' (numbers from 1e-30 to 1e+30), got {text!r}"
+        )
     return value
 
 
@@ -112,7 +114,7 @@ def column_bandwidth(text: str) -> float:
     """``--column-bandwidth``: a number from 1e-30 to 1e30 (:data:`BANDWIDTH_RANGE`)."""
     value = _bandwidth_of(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"expected a number from 1e-30 to 1e+30, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive number from 1e-30 to 1e+30, got {text!r}")
     return value
 
 
@@ -125,7 +127,8 @@ def bandwidth_list(text: str) -> str | list[float]:
         value = _bandwidth_of(part)
         if value is None:
             raise argparse.ArgumentTypeError(
-                f"expected 'auto' or comma-separated numbers from 1e-30 to 1e+30 like 0.1,0.3,1, got {text!r}"
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1 (from 1e-30 to 1e+30), got "
+                f"{text!r}"
             )
         values.append(value)
     return values
