@@ -13,7 +13,8 @@ and what it runs); the options several commands share are declared and checked o
 :mod:`streamrff.cli.options`, which also builds the job options every job of a command takes
 (``--scheduler``, ``--storage-options``, ``--allow-missing-chunks``, ``--max-tasks``:
 :func:`~streamrff.cli.options.job_options_of`); what commands print is in
-:mod:`streamrff.cli.output`. Commands call the public API; ``watch``, a service, also holds its
+:mod:`streamrff.cli.output`; how faults end in one line (store deadlines, stop signals, a state that
+cannot be saved) is in :mod:`streamrff.cli.faults`. Commands call the public API; ``watch``, a service, also holds its
 state's lock and publishes its state files with the safe-file helpers (:mod:`streamrff._files`).
 
 Only the standard library is imported at module level, here and in every
