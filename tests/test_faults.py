@@ -420,16 +420,21 @@ def test_store_requests_have_deadlines_that_storage_options_override(monkeypatch
     assert filesystem.config_kwargs == {**STORE_DEADLINES, "read_timeout": 60, "region_name": "eu-west-1"}
 
 
-def test_watch_on_an_endpoint_that_never_answers_fails_after_the_deadline_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["watch", "sketch"])
+def test_an_endpoint_that_never_answers_fails_after_the_deadline_in_one_line(tmp_path: Path, command: str) -> None:
     import json
 
     endpoint = _SilentEndpoint()
     try:
         options = {"key": "k", "secret": "s", "endpoint_url": endpoint.endpoint_url}
-        options["config_kwargs"] = {"read_timeout": 1}  # the user's deadline wins over the default 5 s
-        reference = _write_array(tmp_path / "ref.zarr", 400, 1)
-        command = _watch_command("s3://bucket/live.zarr", reference, "--storage-options", json.dumps(options))
-        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        options = json.dumps({**options, "config_kwargs": {"read_timeout": 1}})  # the user's deadline wins over 5 s
+        if command == "watch":
+            reference = _write_array(tmp_path / "ref.zarr", 400, 1)
+            line = _watch_command("s3://bucket/live.zarr", reference, "--storage-options", options)
+        else:
+            line = [sys.executable, "-m", "streamrff.cli", "sketch", "s3://bucket/live.zarr", "--features", "8"]
+            line += ["-o", str(tmp_path / "s.sketch"), "--storage-options", options]
+        result = subprocess.run(line, capture_output=True, text=True, timeout=120, check=False)
     finally:
         endpoint.close()
     assert endpoint.requests_while_silent >= 1
