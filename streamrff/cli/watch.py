@@ -36,10 +36,9 @@ SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary p
 example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
          streamrff watch live.zarr --reference train.sketch --window 200 --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json --save-monitor monitor.zarr --overwrite
-exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP, even during start-up or a store
-               request; state saved)
-             1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it;
-               the state storage full or read-only: the last state saved is kept, whole)
+exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP, at any moment; state saved)
+             1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it)
+             1 state storage full or read-only (the line names the last state saved: whole, resumable)
              2 usage (a bad or contradictory option)
              3 source refused (another array, replaced, shrunk, re-laid-out, a chunk unwritten too long)
              4 state locked (another watcher holds --save-monitor)
