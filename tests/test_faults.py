@@ -190,18 +190,15 @@ def _saved_next_row(state: Path) -> int:
     return json.loads((state / "zarr.json").read_text())["attributes"]["cursor"]["next_row"]
 
 
-def test_watch_state_storage_full_ends_in_one_line_and_the_saved_state_resumes(tmp_path: Path) -> None:
+def test_watch_state_storage_full_ends_in_one_line_and_the_saved_state_resumes(tmp_path: Path, cli_main) -> None:
     import errno
     import resource
     import signal
 
     source, reference = _write_array(tmp_path / "live.zarr", 500, 0), _write_array(tmp_path / "ref.zarr", 400, 1)
     state = tmp_path / "monitor.zarr"
-    first = subprocess.run(
-        _watch_command(source, reference, "--save-monitor", str(state), "--max-rows", "200"),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert first.returncode == 0, first.stderr
+    first = cli_main(*_watch_command(source, reference, "--save-monitor", str(state), "--max-rows", "200")[3:])
+    assert first.code == 0, first.err
     assert _saved_next_row(state) == 200
     kept = {path: path.read_bytes() for path in state.rglob("*") if path.is_file()}
 
@@ -220,9 +217,9 @@ def test_watch_state_storage_full_ends_in_one_line_and_the_saved_state_resumes(t
     assert {path: path.read_bytes() for path in state.rglob("*") if path.is_file()} == kept  # intact
     assert not list(tmp_path.glob(".monitor.zarr.partial-*"))  # no staging left behind
 
-    again = subprocess.run(resumed, capture_output=True, text=True, timeout=120, check=False)
-    assert again.returncode == 0, again.stderr
-    assert "rows 200-299" in again.stdout.splitlines()[0]  # resumed at the saved cursor
+    again = cli_main(*resumed[3:])
+    assert again.code == 0, again.err
+    assert "rows 200-299" in again.out.splitlines()[0]  # resumed at the saved cursor
     assert _saved_next_row(state) == 500
 
 
@@ -255,6 +252,7 @@ def _restore_state_folder(folder: Path, fault: str) -> None:
     subprocess.run(command, capture_output=True, check=False)
 
 
+@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
 @pytest.mark.parametrize("fault", ["full", "read-only"])
 def test_watch_state_storage_failing_while_running_ends_in_one_line(tmp_path: Path, fault: str) -> None:
     import zarr
@@ -374,6 +372,7 @@ def _wait_for(condition, what: str, seconds: float = 60) -> None:  # noqa: ANN00
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
 def test_watch_s3_endpoint_gone_at_start_up_or_during_a_run_ends_in_one_line(tmp_path: Path) -> None:
     import json
 
@@ -420,6 +419,7 @@ def test_store_requests_have_deadlines_that_storage_options_override(monkeypatch
     assert filesystem.config_kwargs == {**STORE_DEADLINES, "read_timeout": 60, "region_name": "eu-west-1"}
 
 
+@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
 @pytest.mark.parametrize("command", ["watch", "sketch"])
 def test_an_endpoint_that_never_answers_fails_after_the_deadline_in_one_line(tmp_path: Path, command: str) -> None:
     import json
@@ -474,6 +474,7 @@ def test_sigterm_cuts_a_hung_store_request_during_start_up(tmp_path: Path) -> No
     assert not state.exists()
 
 
+@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
 def test_sigterm_cuts_a_hung_store_request_while_following(tmp_path: Path, s3_server) -> None:
     import json
     import signal
@@ -508,6 +509,7 @@ def test_sigterm_cuts_a_hung_store_request_while_following(tmp_path: Path, s3_se
     assert f"wrote {state}" in out and _saved_next_row(state) == 200
 
 
+@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
 def test_sigterm_during_start_up_prints_the_summary(tmp_path: Path) -> None:
     import signal
 
