@@ -13,7 +13,8 @@ and what it runs); the options several commands share are declared and checked o
 :mod:`streamrff.cli.options`, which also builds the job options every job of a command takes
 (``--scheduler``, ``--storage-options``, ``--allow-missing-chunks``, ``--max-tasks``:
 :func:`~streamrff.cli.options.job_options_of`); what commands print is in
-:mod:`streamrff.cli.output`. Commands call the public API; ``watch``, a service, also holds its
+:mod:`streamrff.cli.output`; how faults end in one line (store deadlines, stop signals, a state that
+cannot be saved) is in :mod:`streamrff.cli.faults`. Commands call the public API; ``watch``, a service, also holds its
 state's lock and publishes its state files with the safe-file helpers (:mod:`streamrff._files`).
 
 Only the standard library is imported at module level, here and in every
@@ -31,6 +32,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
+from .faults import SignalGate, StopRequested
 from .options import (
     EXISTS,
     EXIT_FAILED,
@@ -87,7 +89,8 @@ def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
     import difflib
     import re
 
-    words = re.findall(r"invalid choice: '([^']+)'", message) or re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1])
+    options = re.findall(r"(?<![\w-])(--[\w-]+)", message.split(":", 1)[-1])  # not "-separated", "1e-30"
+    words = re.findall(r"invalid choice: '([^']+)'", message) or options
     known = sorted(set(_option_strings(parser)))
     for word in words:
         match = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
@@ -187,15 +190,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    stops = getattr(args, "stopped_during_start_up", None)  # a service (watch): a signal stops it cleanly from here
+    gate = SignalGate() if stops else None
+    if gate is not None:
+        args.signal_gate = gate
     from ..errors import CheckpointMismatchError, StreamRFFError  # here, not at the top: start-up time (sklearn)
 
     try:
-        with _one_line_warnings(args.command):
+        with gate or contextlib.nullcontext(), _one_line_warnings(args.command):
             deprecation = resolve_deprecated_alias(args)
             if deprecation:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
-                args.storage_options = parse_storage_options(args.storage_options)
+                from .faults import install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
+
+                install_store_deadlines()  # every store request has a deadline, unless the user sets another
+                quiet_unclosed_sessions()
+                args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
             check_inputs_kept(args)  # before anything is read: no output destroys an input
             job = job_options_of(args)
             if job:  # a command that runs jobs: every job and source of it takes the command line's options
@@ -214,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StreamRFFError, FileNotFoundError) as error:
         print(f"streamrff {args.command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    except StopRequested as stop:  # before the service's state was touched: its summary, and the status it documents
+        return stops(args, stop)
     except KeyboardInterrupt:
         print(f"streamrff {args.command}: interrupted", file=sys.stderr)
         return 130

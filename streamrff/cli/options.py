@@ -100,8 +100,36 @@ def positive_number_or(word: str) -> Callable[[str], float | str]:
     return parse
 
 
-#: ``--bandwidth``: a positive number or 'median'.
-bandwidth = positive_number_or("median")
+#: Bandwidths a map resolves: its float32 frequencies ``N(0, 1) / bandwidth`` neither overflow nor vanish beyond
+#: these (``--bandwidth 1e308`` made every feature 1, silently: no sketch, test or alarm could see anything).
+BANDWIDTH_RANGE = (1e-30, 1e30)
+
+
+def _bandwidth_of(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    low, high = BANDWIDTH_RANGE
+    return value if low <= value <= high else None  # NaN and inf fail the comparison too
+
+
+def bandwidth(text: str) -> float | str:
+    """``--bandwidth``: 'median' or a number from 1e-30 to 1e30 (:data:`BANDWIDTH_RANGE`)."""
+    value = text if text == "median" else _bandwidth_of(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number or 'median' (numbers from 1e-30 to 1e+30), got {text!r}"
+        )
+    return value
+
+
+def column_bandwidth(text: str) -> float:
+    """``--column-bandwidth``: a number from 1e-30 to 1e30 (:data:`BANDWIDTH_RANGE`)."""
+    value = _bandwidth_of(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a positive number from 1e-30 to 1e+30, got {text!r}")
+    return value
 
 
 def bandwidth_list(text: str) -> str | list[float]:
@@ -110,13 +138,11 @@ def bandwidth_list(text: str) -> str | list[float]:
         return text
     values = []
     for part in text.split(","):
-        try:
-            value = float(part)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value <= 0:
+        value = _bandwidth_of(part)
+        if value is None:
             raise argparse.ArgumentTypeError(
-                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1, got {text!r}"
+                f"expected 'auto' or comma-separated positive numbers like 0.1,0.3,1 (from 1e-30 to 1e+30), got "
+                f"{text!r}"
             )
         values.append(value)
     return values
@@ -137,7 +163,11 @@ def number_parser(kind: Callable[[str], Any], accept: Callable[[Any], bool], exp
     return parse
 
 
-positive_int = number_parser(int, lambda value: value >= 1, "a positive integer")
+#: The largest count an option takes (2^62): larger ones overflow int64 arithmetic in numpy and dask.
+MAX_COUNT = 2**62
+positive_int = number_parser(int, lambda value: 1 <= value <= MAX_COUNT, "a positive integer up to 2^62")
+#: ``--seed``: what :func:`numpy.random.default_rng` and the keyed hashes take.
+seed_int = number_parser(int, lambda value: 0 <= value < 2**63, "an integer from 0 to 2^63 - 1")
 #: The largest number of seconds a time option takes (115 days): larger ones overflow the sleeps and clocks.
 MAX_SECONDS = 1e7
 non_negative_float = number_parser(
@@ -340,7 +370,7 @@ def add_structured(
 
 def add_seed(parser: argparse.ArgumentParser, seeds: str) -> None:
     """``--seed``; ``seeds`` says what it seeds in this command."""
-    parser.add_argument("--seed", type=int, default=None, help=f"{seeds} (default: {MAP_DEFAULTS['seed']})")
+    parser.add_argument("--seed", type=seed_int, default=None, help=f"{seeds} (default: {MAP_DEFAULTS['seed']})")
 
 
 def add_rff_options(parser: argparse.ArgumentParser, seeds: str) -> None:

@@ -234,10 +234,10 @@ def _exists(url: str, storage_options: dict[str, Any] | None, name: str) -> bool
         raise SourceError(f"Cannot reach {url}: {type(error).__name__}: {error}") from error
 
 
-def source_when_ready(args: argparse.Namespace, open_source: Callable[[argparse.Namespace], Any], stopper: Any,
-                      pause: Callable[[Any, float], None], status: Any = None) -> Any:  # fmt: skip
+def source_when_ready(args: argparse.Namespace, open_source: Callable[[argparse.Namespace], Any],
+                      status: Any = None) -> Any:  # fmt: skip
     """SOURCE opened, once it exists and has rows: waited for with --follow (a log line at most every minute);
-    without --follow, :class:`NoData`. None if a stop signal came while waiting."""
+    without --follow, :class:`NoData`. A stop signal meanwhile raises in the sleep (watch's signal gate)."""
     logged = None
     while True:
         why = _probe(args)
@@ -254,9 +254,7 @@ def source_when_ready(args: argparse.Namespace, open_source: Callable[[argparse.
         if logged is None or now - logged >= WAIT_LOG_SECONDS:
             log(f"SOURCE {args.source} {why}; waiting for it (polling every {_poll(args):g} s)")
             logged = now
-        pause(stopper, _poll(args))
-        if stopper.stop_signal is not None:
-            return None
+        time.sleep(_poll(args))
 
 
 def _poll(args: argparse.Namespace) -> float:

@@ -56,14 +56,16 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--column-features",
-        type=options.number_parser(int, lambda v: v >= 2 and v % 2 == 0, "an even integer >= 2"),
+        type=options.number_parser(
+            int, lambda v: 2 <= v <= options.MAX_COUNT and v % 2 == 0, "an even integer from 2 to 2^62"
+        ),
         default=None,
         metavar="N",
         help="--columns: features of each column's 1-D map (default: 64)",
     )
     parser.add_argument(
         "--column-bandwidth",
-        type=options.number_parser(float, lambda v: 0 < v < float("inf"), "a number > 0"),
+        type=options.column_bandwidth,
         default=None,
         metavar="WIDTH",
         help="--columns: every column kernel's width, stored in the sketch (default: the map's bandwidth / "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import options, service
+from .faults import SignalGate, StopRequested, state_save_failure
 
 #: ``streamrff watch --help``: the line ``streamrff --help`` shows, the description, the example and exit statuses.
 HELP = """\
@@ -44,8 +45,9 @@ example: streamrff watch live.zarr --reference train.zarr --window 200 \\
              --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json \\
              --save-monitor monitor.zarr --overwrite
-exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; state saved)
+exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP, at any moment; state saved)
              1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it)
+             1 state storage full or read-only (the line names the last state saved: whole, resumable)
              2 usage (a bad or contradictory option)
              3 source refused (another array, replaced, shrunk, re-laid-out, a chunk unwritten too long)
              4 state locked (another watcher holds --save-monitor)
@@ -55,8 +57,6 @@ exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; st
 
 #: Exit statuses of ``watch`` besides options.EXIT_OK (0), EXIT_FAILED (1) and EXIT_USAGE (2).
 EXIT_SOURCE_REFUSED, EXIT_LOCKED, EXIT_DRIFT = 3, 4, 5
-#: Signals that stop a watcher cleanly (save, summary, exit 0), however it was started.
-_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 #: Columns the ALARM line names (the JSON alarm event lists them all).
 ALARM_COLUMNS = 3
 
@@ -65,7 +65,9 @@ _MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
 
 
 #: ``--window``: an integer >= 2 (the unbiased statistic needs two rows).
-window_rows = options.number_parser(int, lambda value: value >= 2, "an integer >= 2 (rows in the window)")
+window_rows = options.number_parser(
+    int, lambda value: 2 <= value <= options.MAX_COUNT, "an integer from 2 to 2^62 (rows in the window)"
+)
 #: ``--ert``: a number of rows > 1 and <= 1e12 (a false-alarm rate 1/ERT that float64 calibration still resolves).
 run_time = options.number_parser(
     float, lambda value: math.isfinite(value) and 1 < value <= 1e12, "a number of rows > 1 and <= 1e12, e.g. 10000"
@@ -92,6 +94,7 @@ def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "watch", HELP, run)
+    parser.set_defaults(stopped_during_start_up=stopped_during_start_up)  # main installs its signal gate first
     options.add_source(parser, "zarr array path or URL to watch (plain path, file://, s3://...)")
     parser.add_argument(
         "--reference", metavar="REF", required=True,
@@ -298,7 +301,9 @@ class _Refusal(Exception):
 class _Watch:
     """The state of one ``watch`` session: the monitor, its cursor in SOURCE, what it printed, what the figure needs."""
 
-    def __init__(self, args: argparse.Namespace, monitor: Any, source: Any, cursor: dict[str, Any]) -> None:
+    def __init__(
+        self, args: argparse.Namespace, monitor: Any, source: Any, cursor: dict[str, Any], gate: SignalGate
+    ) -> None:
         self.args = args
         self.monitor = monitor
         self.source = source
@@ -311,14 +316,20 @@ class _Watch:
         self.alarm_before = monitor.drift_at_ is not None
         self.alarm_printed = self.alarm_before
         self.drift_exit = False
-        self.stop_signal: int | None = None
+        self.gate = gate
         self.saved_once = False
+        self.saved_row: int | None = None  # the next row of the last state saved in this session
+        self.save_failure: str | None = None  # why the state could not be saved: no save is tried after it
         self.saved_at = time.monotonic()
         self.written: list[str] = []
         self.statistics: list[Any] = []
         self.thresholds: list[Any] = []
         self.plot_dropped = 0  # the oldest statistics dropped from --plot's bounded history
         self.status: Any = None  # with --metrics-port: the served status (cli/status.py), told every event
+
+    @property
+    def stop_signal(self) -> int | None:
+        return self.gate.number
 
     @property
     def position(self) -> int:
@@ -415,25 +426,35 @@ class _Watch:
 
     def save(self, periodic: bool = False) -> None:
         """Publish the monitor with its cursor (atomically); ``periodic``: only if --save-interval has passed."""
-        if not self.args.save_monitor:
+        if not self.args.save_monitor or self.save_failure is not None:
             return
         interval = 5.0 if self.args.save_interval is None else self.args.save_interval
         if periodic and time.monotonic() - self.saved_at < interval:
             return
         self.monitor.source_cursor_ = dict(self.cursor)
         overwrite = self.args.overwrite or self.saved_once or bool(self.args.state)  # --state: DIR/monitor is ours
-        self.monitor.save(self.args.save_monitor, overwrite=overwrite, signing_key=options.signing_key(self.args))
-        self.saved_once, self.saved_at = True, time.monotonic()
+        try:
+            key = options.signing_key(self.args)
+            with self.gate.shielded():  # published whole or not at all, whatever signal arrives
+                self.monitor.save(self.args.save_monitor, overwrite=overwrite, signing_key=key)
+        except FileExistsError:
+            raise
+        except OSError as error:  # full or read-only storage: the last state published is whole, and kept
+            self.save_failure = state_save_failure(self.args.save_monitor, error, self.saved_text(failed=True))
+            raise _Refusal(options.EXIT_FAILED, self.save_failure) from None
+        self.saved_once, self.saved_at, self.saved_row = True, time.monotonic(), self.position
         if self.status is not None:
             self.status.saved()
 
-    def saved_text(self) -> str:
+    def saved_text(self, failed: bool = False) -> str:
+        """Where the state is: "the monitor is saved up to row ..." (``failed``: the last save that worked)."""
         if not self.args.save_monitor:
             return "nothing saved (no --save-monitor)"
-        return (
-            f"the monitor is saved up to row {self.position - 1:,} (next row {self.position:,}) in "
-            f"{self.args.save_monitor}"
-        )
+        if self.saved_row is None:
+            return f"the state in {self.args.save_monitor} is as it was before this session"
+        last = f"row {self.saved_row - 1:,}" if self.saved_row else "no row"
+        where = "the last state saved is" if failed or self.save_failure else "the monitor is saved"
+        return f"{where} up to {last} (next row {self.saved_row:,}) in {self.args.save_monitor}"
 
     def summary(self) -> dict[str, Any]:
         monitor = self.monitor
@@ -526,7 +547,8 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
             if follow:
                 return False  # the last chunk is still growing
             end = n_rows
-        objects, missing = missing_objects(source, position, end)
+        with watch.gate.interruptible():  # a store request: a signal cuts it (nothing is half-done)
+            objects, missing = missing_objects(source, position, end)
         if missing:
             _wait_for_chunk(watch, follow, position, end, n_rows, missing[0])
             return False
@@ -536,8 +558,10 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
             return False
         left = watch.rows_left()
         stop = end if left is None else min(end, position + left)
-        rows = np.asarray(source.zarr_array[position:stop])
-        if newest and missing_objects(source, position, end)[0] != objects:  # rewritten while read: settle again
+        with watch.gate.interruptible():
+            rows = np.asarray(source.zarr_array[position:stop])
+            rewritten = newest and missing_objects(source, position, end)[0] != objects
+        if rewritten:  # rewritten while read: settle again
             watch.settling = None
             return False
         watch.process(rows, objects if stop == end else None)
@@ -646,31 +670,6 @@ def _state_lock(path: str | None) -> Iterator[None]:
         ) from None
 
 
-@contextlib.contextmanager
-def _stop_signals(watch: _Watch) -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP ask the session to stop after the chunk in hand (installed explicitly: a process
-    started in the background by a shell ignores SIGINT otherwise)."""
-
-    def stop(number: int, frame: Any) -> None:
-        if watch.stop_signal is None:
-            watch.stop_signal = number
-
-    previous = {}
-    for name in _STOP_SIGNALS:
-        number = getattr(signal, name, None)
-        if number is None:  # pragma: no cover - SIGHUP is POSIX only
-            continue
-        try:
-            previous[number] = signal.signal(number, stop)
-        except ValueError:  # not the main thread: signals stay as they are
-            break
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 def _pause(watch: _Watch, seconds: float) -> None:
     """Sleep ``seconds``, or less if a stop signal arrives (checked every 50 ms)."""
     deadline = time.monotonic() + seconds
@@ -679,10 +678,30 @@ def _pause(watch: _Watch, seconds: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    gate = getattr(args, "signal_gate", None)  # installed by streamrff.cli.main before anything is imported
+    try:
+        with contextlib.nullcontext(gate) if gate else SignalGate() as gate:  # a signal during start-up: at once
+            return _checked_run(args, gate)
+    except StopRequested as stop:
+        return stopped_during_start_up(args, stop)
+
+
+def stopped_during_start_up(args: argparse.Namespace, stop: StopRequested) -> int:
+    """The summary of a session stopped by a signal before its first save: nothing processed, the state unchanged."""
+    if args.json:
+        summary = {"event": "summary", "source": args.source, "reference": args.reference, "chunks": 0}
+        _print(json.dumps(summary | {"interrupted": True, "stopped_by": stop.name, "during": "start-up"}))
+    else:
+        kept = f"; the state in {args.save_monitor} is unchanged" if args.save_monitor else ""
+        _print(f"stopped by {stop.name} during start-up, before any row of {args.source}{kept}")
+    return options.EXIT_OK
+
+
+def _checked_run(args: argparse.Namespace, gate: SignalGate) -> int:
     from ..errors import SourceChangedError, StateLockedError  # here, not at the top: start-up time
 
     try:
-        return _run(args)
+        return _run(args, gate)
     except _Refusal as refusal:  # before the session started: nothing processed, nothing saved
         print(f"streamrff watch: error: {str(refusal).replace('{saved}', 'the state is unchanged')}", file=sys.stderr)
         return refusal.status
@@ -697,7 +716,7 @@ def run(args: argparse.Namespace) -> int:
         return service.EXIT_NO_DATA
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, gate: SignalGate) -> int:
     options.refuse(_usage_problems(args) + service.usage_problems(args))
     options.check_plot_free(args)
     if args.state:
@@ -713,9 +732,9 @@ def _run(args: argparse.Namespace) -> int:
 
         if args.state:  # the state first: fitted and published before SOURCE exists
             monitor, kind = service.monitor_of_state(args, _monitor_of_reference)
-        source = _source_when_ready(args, status)  # before a new reference is fitted: a wrong SOURCE fails fast
-        if source is None:
-            return options.EXIT_OK  # a stop signal while waiting for SOURCE
+        # Before a new reference is fitted: a wrong SOURCE fails fast. A signal while waiting for it raises
+        # StopRequested (the gate raises until the session starts): the start-up ends with its summary.
+        source = service.source_when_ready(args, _open, status)
         if not args.state:
             monitor, kind = _monitor_of_reference(args)
         cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
@@ -724,34 +743,39 @@ def _run(args: argparse.Namespace) -> int:
                 f"SOURCE {args.source} has {source.shape[1]} columns but the reference has "
                 f"{monitor.n_features_in_}. Watch a source of the reference's columns."
             )
-        watch = _Watch(args, monitor, source, cursor)
-        watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
-        service.started(args, watch, kind, status)
-        with _stop_signals(watch):
-            try:
-                _follow(watch)
-            except _Refusal as refusal:
-                _finish(args, watch)
-                print(f"streamrff watch: error: {str(refusal).replace('{saved}', watch.saved_text())}", file=sys.stderr)
-                return refusal.status
-            except StreamRFFError:
-                with contextlib.suppress(StreamRFFError, OSError):
-                    watch.save()  # the rows consumed so far are not read again
-                raise
-        _finish(args, watch)
+        watch = _Watch(args, monitor, source, cursor, gate)
+        gate.raising = False  # from here a signal stops the session after the chunk in hand, or cuts a store wait
+        try:
+            watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
+            service.started(args, watch, kind, status)
+            _follow(watch)
+        except StopRequested:
+            pass  # a signal cut a store wait: the cursor is at the last chunk processed, as after any stop
+        except _Refusal as refusal:
+            _finish_despite_save(args, watch)
+            print(f"streamrff watch: error: {str(refusal).replace('{saved}', watch.saved_text())}", file=sys.stderr)
+            return refusal.status
+        except StreamRFFError:
+            with contextlib.suppress(StreamRFFError, OSError, _Refusal):
+                watch.save()  # the rows consumed so far are not read again
+            raise
+        failure = _finish_despite_save(args, watch)
+    if failure is not None:
+        print(f"streamrff watch: error: {failure}", file=sys.stderr)
+        return failure.status
     return EXIT_DRIFT if watch.drift_exit else options.EXIT_OK
 
 
-def _source_when_ready(args: argparse.Namespace, status: Any) -> Any:
-    """SOURCE opened; with --follow, waited for until it exists and has rows (None: stopped by a signal)."""
-    import types
+def _finish_despite_save(args: argparse.Namespace, watch: _Watch) -> _Refusal | None:
+    """:func:`_finish`; if the state cannot be saved, the summary and figure all the same, and the failure."""
+    try:
+        _finish(args, watch)
+    except _Refusal as failure:  # the state storage is full or read-only: no save is tried again
+        _finish(args, watch)
+        return failure
+    return None
 
-    waiting = types.SimpleNamespace(stop_signal=None)
-    with _stop_signals(waiting):
-        source = service.source_when_ready(args, _open, waiting, _pause, status)
-    if source is None:
-        service.log(f"stopped by {signal.Signals(waiting.stop_signal).name} while waiting for SOURCE")
-    return source
+
 
 
 def _follow(watch: _Watch) -> None:
@@ -764,8 +788,9 @@ def _follow(watch: _Watch) -> None:
         _pause(watch, 5.0 if args.poll is None else args.poll)
         if watch.stop_signal is not None:
             break
-        source = _open(args)  # the array's metadata again: its new shape
-        what = source_change(watch.cursor, source)
+        with watch.gate.interruptible():  # store requests: a signal cuts them
+            source = _open(args)  # the array's metadata again: its new shape
+            what = source_change(watch.cursor, source)
         if what is not None:
             from ..drift.follow import refuse_change
 
@@ -782,7 +807,8 @@ def _finish(args: argparse.Namespace, watch: _Watch) -> None:
     written = []
     if args.save_monitor:
         watch.save()
-        written.append(args.save_monitor)
+        if watch.save_failure is None:
+            written.append(args.save_monitor)
     if args.plot:
         import numpy as np  # here, not at the top: start-up time
 

@@ -17,7 +17,10 @@ Two dask config keys (also settable as environment variables, as every dask key 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import logging
 import socket
 import ssl
 import struct
@@ -293,7 +296,8 @@ def wait_for_result(future: Any, client: Any, poll: float = 1.0) -> Any:
     Raises
     ------
     ClusterError
-        Naming the scheduler, when no worker was connected for that long.
+        Naming the scheduler, when no worker was connected for that long, or when the
+        connection to the scheduler was lost during the job (it was stopped or killed).
     """
     limit = no_workers_timeout()
     without_workers_since: float | None = None
@@ -303,6 +307,14 @@ def wait_for_result(future: Any, client: Any, poll: float = 1.0) -> Any:
         except TimeoutError:
             if future.done():  # finished just now, or the job's own TimeoutError
                 return future.result()
+        except (asyncio.CancelledError, concurrent.futures.CancelledError) as error:
+            if getattr(error, "reason", None) != "scheduler-connection-lost" and client.status == "running":
+                raise  # cancelled by someone else, on purpose
+            raise ClusterError(
+                f"Lost the connection to the Dask scheduler at {client.scheduler.address} during the job (it "
+                "stopped, was killed or became unreachable); the job's output was not written. Restart the "
+                "scheduler and its workers and run the command again (with --checkpoint, finished chunks are kept)."
+            ) from None
         if client.scheduler_info().get("workers"):  # refreshed by the client every 2 s
             without_workers_since = None
             continue
@@ -317,6 +329,20 @@ def wait_for_result(future: Any, client: Any, poll: float = 1.0) -> Any:
             )
 
 
+#: Loggers of distributed that report a lost scheduler as tracebacks (its reconnection attempts, cancelled).
+_LOST_SCHEDULER_LOGGERS = ("distributed.client",)
+
+
+class _LostSchedulerReports(logging.Filter):
+    """Drops distributed's reports of its cancelled reconnections: :func:`wait_for_result` says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cancelled = (asyncio.CancelledError, concurrent.futures.CancelledError)
+        if record.exc_info and isinstance(record.exc_info[1], cancelled):
+            return False
+        return not str(record.msg).startswith("Failed to reconnect to scheduler")
+
+
 @contextlib.contextmanager
 def connect(client: Any) -> Iterator[Any]:
     """Yield a ``distributed.Client`` for ``client`` (a Client, an address string or None).
@@ -329,7 +355,9 @@ def connect(client: Any) -> Iterator[Any]:
     ``streamrff.connect-timeout`` (default 20 s; environment variable
     ``DASK_STREAMRFF__CONNECT_TIMEOUT``), and the Client gets what is left of it;
     else :class:`ClusterError` names the address (a server that does not speak
-    Dask's protocol fails at once). The Client opened is closed on exit.
+    Dask's protocol fails at once). The Client opened is closed on exit. While
+    it is open, distributed's tracebacks of its attempts to reconnect to a lost
+    scheduler are not logged: :func:`wait_for_result` reports the loss in one line.
     """
     if client is None:
         yield None
@@ -359,10 +387,18 @@ def connect(client: Any) -> Iterator[Any]:
                 f"Cannot reach the Dask scheduler at {client} within {timeout:g} s "
                 f"({type(error).__name__}). Check the address and that `dask scheduler` is running there."
             ) from error
+        quiet = _LostSchedulerReports()
+        for name in _LOST_SCHEDULER_LOGGERS:
+            logging.getLogger(name).addFilter(quiet)
         try:
             yield opened
         finally:
-            opened.close()
+            lost = opened.status != "running"  # its reconnection is cancelled later, up to the process's exit
+            try:
+                opened.close()
+            finally:
+                for name in _LOST_SCHEDULER_LOGGERS if not lost else ():
+                    logging.getLogger(name).removeFilter(quiet)
         return
     if hasattr(client, "compute") and hasattr(client, "scheduler"):
         yield client

@@ -1,0 +1,216 @@
+"""How ``streamrff watch``, a service, meets faults: stop signals at any moment, and state storage that fails.
+
+A watcher spends its life waiting: for the interpreter to start, for the store
+to answer, for the next poll. :class:`SignalGate` makes SIGINT, SIGTERM and
+SIGHUP act within one poll whatever it is waiting for. Outside a wait a signal
+is only recorded and the session stops after the chunk in hand (the monitor and
+its saved state move together); during start-up and inside a store wait
+(:meth:`SignalGate.interruptible`), where nothing is half-done, the handler
+raises :class:`StopRequested` at once, so a read from a store that accepted the
+connection and never answers cannot hold the process.
+
+A state whose storage becomes full or read-only while the watcher runs ends the
+session with one line (:func:`state_save_failure`): what failed, the errno, and
+the last state saved, which is whole (states are published atomically) and
+resumable.
+
+Every command's object-store requests have deadlines (:data:`STORE_DEADLINES`,
+installed by :func:`streamrff.cli.main`), and a store that fails leaves one line,
+not aiohttp's reports of the sessions it could not close
+(:func:`quiet_unclosed_sessions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errno_codes
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "StopRequested",
+    "SignalGate",
+    "state_save_failure",
+    "quiet_unclosed_sessions",
+    "STORE_DEADLINES",
+    "install_store_deadlines",
+    "with_store_deadlines",
+    "STOP_SIGNALS",
+]
+
+#: Signals that stop a watcher cleanly (save, summary, exit 0), however it was started.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class StopRequested(BaseException):  # noqa: N818 - not an error: a request, raised through `except Exception`
+    """A stop signal arrived while the watcher was waiting with nothing half-done (start-up or a store wait)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.number).name
+
+
+class SignalGate:
+    """Stop signals for one session: recorded always, raised as :class:`StopRequested` where a wait may be cut.
+
+    Installed with ``with gate:`` (the previous handlers are restored on exit);
+    while ``raising`` is True (start-up, and inside :meth:`interruptible`) a
+    signal raises at once, else it is only recorded in :attr:`number` for the
+    loop to see after the chunk in hand; :meth:`shielded` holds signals back
+    (recorded only) around work that must finish, such as publishing the state.
+
+    Examples
+    --------
+    >>> import signal
+    >>> gate = SignalGate(raising=False)
+    >>> gate.number = signal.SIGTERM  # as its handler records a signal that arrived outside a wait
+    >>> try:
+    ...     with gate.interruptible():  # a signal already recorded stops the wait before it starts
+    ...         pass
+    ... except StopRequested as stop:
+    ...     print(stop.name)
+    SIGTERM
+    """
+
+    def __init__(self, raising: bool = True) -> None:
+        self.number: int | None = None
+        self.raising = raising
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, number: int, frame: Any) -> None:
+        if self.number is None:
+            self.number = number
+        if self.raising:
+            self.raising = False  # once: the unwinding and the summary after it are not cut again
+            raise StopRequested(self.number)
+
+    def __enter__(self) -> SignalGate:
+        for name in STOP_SIGNALS:
+            number = getattr(signal, name, None)
+            if number is None:  # pragma: no cover - SIGHUP is POSIX only
+                continue
+            try:
+                self._previous[number] = signal.signal(number, self._handle)
+            except ValueError:  # not the main thread: signals stay as they are
+                break
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A wait (a store request) a signal may cut: raises :class:`StopRequested` at once inside it."""
+        if self.number is not None:
+            raise StopRequested(self.number)
+        before, self.raising = self.raising, True
+        try:
+            yield
+        finally:
+            self.raising = before and self.number is None
+
+    @contextlib.contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Work that must not be cut (publishing the state): a signal inside it is only recorded."""
+        before, self.raising = self.raising, False
+        try:
+            yield
+        finally:
+            self.raising = before and self.number is None
+        if before and self.number is not None:
+            raise StopRequested(self.number)  # arrived while shielded, during start-up: acted on now
+
+
+def state_save_failure(path: str, error: OSError, kept: str) -> str:
+    """One line for a state that could not be saved: the path, the OS error and its errno name, what was kept.
+
+    Examples
+    --------
+    >>> import errno
+    >>> print(state_save_failure("mon.zarr", OSError(errno.ENOSPC, "No space left on device"), "nothing saved"))
+    cannot save the monitor state to mon.zarr: No space left on device (ENOSPC); nothing saved. Free space there or \
+make it writable, then run the same command again to resume from the last saved state.
+    """
+    number = error.errno
+    code = errno_codes.errorcode.get(number, f"errno {number}") if number is not None else type(error).__name__
+    reason = error.strerror or (os.strerror(number) if number is not None else str(error))
+    return (
+        f"cannot save the monitor state to {path}: {reason} ({code}); {kept}. Free space there or make it writable, "
+        "then run the same command again to resume from the last saved state."
+    )
+
+
+class _UnclosedSessionFilter:
+    """Drops aiohttp's "Unclosed client session" and "Unclosed connector" reports (:func:`quiet_unclosed_sessions`)."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(("Unclosed client session", "Unclosed connector"))
+
+
+def quiet_unclosed_sessions() -> None:
+    """No two-line "Unclosed client session" report after a store failed: the command's one line says it all.
+
+    s3fs closes its HTTP session from a finalizer at exit; when the event loop
+    the session belongs to has stopped by then (zarr stops its loop first), aiohttp
+    reports the session through the ``asyncio`` logger, two lines after the
+    command's own. Nothing is lost: the process is ending and holds no data there.
+    """
+    import logging
+
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(existing, _UnclosedSessionFilter) for existing in logger.filters):
+        logger.addFilter(_UnclosedSessionFilter())
+
+
+#: botocore ``Config`` keys (s3fs's ``config_kwargs``) that bound every S3 request: seconds to connect, seconds
+#: without a byte while reading, and one botocore attempt (s3fs retries a timed-out request 5 times itself, with
+#: backoff), so an endpoint that accepts connections and never answers fails in about 30 s instead of hanging.
+STORE_DEADLINES: dict[str, Any] = {
+    "connect_timeout": 5,
+    "read_timeout": 5,
+    "retries": {"total_max_attempts": 1, "mode": "standard"},
+}
+
+
+def with_store_deadlines(storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``storage_options`` whose ``config_kwargs``, if given, are completed with :data:`STORE_DEADLINES`.
+
+    fsspec's defaults (:func:`install_store_deadlines`) give way to a whole
+    ``config_kwargs`` a user passes, so the deadlines the user did not set are
+    filled in here; the user's keys win.
+
+    Examples
+    --------
+    >>> with_store_deadlines({"config_kwargs": {"read_timeout": 60}})["config_kwargs"]["read_timeout"]
+    60
+    >>> with_store_deadlines({"config_kwargs": {}})["config_kwargs"]["connect_timeout"]
+    5
+    >>> with_store_deadlines({"anon": True})
+    {'anon': True}
+    """
+    if not storage_options or not isinstance(storage_options.get("config_kwargs"), dict):
+        return storage_options
+    return {**storage_options, "config_kwargs": {**STORE_DEADLINES, **storage_options["config_kwargs"]}}
+
+
+def install_store_deadlines() -> None:
+    """Make :data:`STORE_DEADLINES` the default ``config_kwargs`` of every S3 file system this process opens.
+
+    Through fsspec's configuration (``fsspec.config.conf["s3"]``): keys already
+    configured there (``~/.config/fsspec/s3.json``, ``FSSPEC_S3_*``) and a
+    ``config_kwargs`` passed with the storage options win. Worker processes of a
+    ``--scheduler`` read their own fsspec configuration, or the storage options'
+    ``config_kwargs``.
+    """
+    import fsspec.config  # here, not at the top: `streamrff --help` does not need it
+
+    defaults = fsspec.config.conf.setdefault("s3", {})
+    defaults["config_kwargs"] = {**STORE_DEADLINES, **defaults.get("config_kwargs", {})}
