@@ -147,7 +147,8 @@ def test_every_numeric_option_of_watch_sketch_and_test_refuses_non_finite_and_ou
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     # What each option may take, by an independent reading of its meaning (None: refused).
-    allowed_zero = {"--poll", "--settle", "--missing-chunk-timeout", "--save-interval", "--seed", "--from-row"}
+    allowed_zero = {"--poll", "--settle", "--missing-chunk-timeout", "--save-interval", "--seed", "--from-row",
+                    "--metrics-port"}  # port 0: a free port the system picks (its line names it)
     for name in ("watch", "sketch", "test"):
         for action in commands[name]._actions:
             if not action.option_strings or action.type is None or action.option_strings[-1] == "--classes":
