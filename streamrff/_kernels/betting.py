@@ -22,7 +22,7 @@ import numpy as np
 
 from .compiled import jit
 
-__all__ = ["ONS_STEP", "bet_pairs"]
+__all__ = ["ONS_STEP", "bet_pairs", "e_cusum_rows"]
 
 #: The online Newton step's gain 2 / (2 - log 3) (exp-concavity constant of log(1 + lambda f) on [-1/2, 1/2]).
 ONS_STEP = 2.0 / (2.0 - math.log(3.0))
@@ -52,6 +52,40 @@ def bet_pairs(
         if squared_norm > 0.0:
             payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
         log_wealth = max(log_wealth, floor) + math.log1p(fraction * payoff)
+        if log_wealth > max_log_wealth:
+            max_log_wealth = log_wealth
+        if first < 0 and log_wealth >= log_threshold:
+            first = k
+        gradient = payoff / (1.0 + fraction * payoff)
+        curvature += gradient * gradient
+        fraction = min(0.5, max(0.0, fraction + ONS_STEP * gradient / curvature))
+    scalars[0], scalars[1], scalars[2], scalars[3] = fraction, curvature, log_wealth, max_log_wealth
+    return first
+
+
+@jit(nogil=True, boundscheck=False)
+def e_cusum_rows(features, mean, witness_sum, scalars, log_threshold, path):  # pragma: no cover - compiled
+    """The e-CUSUM of :class:`streamrff.drift.EDetector`: :func:`bet_pairs` with ``floor = 0`` against one
+    fixed vector ``mean`` (float64, D) for every row, bit for bit, with each row's log e-value written to
+    ``path`` (float64, n). Returns the index of the first row whose log e-value reaches ``log_threshold``
+    (-1 if none)."""
+    fraction, curvature, log_wealth, max_log_wealth = scalars[0], scalars[1], scalars[2], scalars[3]
+    first = -1
+    width = witness_sum.shape[0]
+    for k in range(features.shape[0]):
+        dot = 0.0
+        squared_norm = 0.0
+        for j in range(width):
+            difference = np.float64(features[k, j]) - mean[j]
+            total = witness_sum[j]
+            dot += total * difference
+            squared_norm += total * total
+            witness_sum[j] = total + difference
+        payoff = 0.0
+        if squared_norm > 0.0:
+            payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
+        log_wealth = max(log_wealth, 0.0) + math.log1p(fraction * payoff)
+        path[k] = log_wealth
         if log_wealth > max_log_wealth:
             max_log_wealth = log_wealth
         if first < 0 and log_wealth >= log_threshold:

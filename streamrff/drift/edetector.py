@@ -8,9 +8,12 @@ average run length to a false alarm of at least ``1/alpha`` when it alarms at
 the reference's mean feature vector (from its sketch) and ``S_{t-1}`` the sum of
 ``z(x_s) - mu`` over the rows before it (the predictable plug-in witness); the
 fraction follows the online Newton step. The step is the compiled
-:func:`streamrff._kernels.betting.bet_pairs` with ``floor = 0``. The guarantee
+:func:`streamrff._kernels.betting.e_cusum_rows`. The guarantee
 treats ``mu`` as the true reference mean: a finite reference of n rows adds an
 error of order ``1/sqrt(n)`` to every payoff.
+
+This module also holds the ``method="e-detector"`` side of :class:`streamrff.DriftMonitor`
+(its validation, update, saved state): the monitor keeps one :class:`EDetector` per run.
 """
 
 from __future__ import annotations
@@ -20,12 +23,18 @@ from typing import Any
 
 import numpy as np
 
+from .._base.blas import one_blas_thread
 from .._base.validation import check_rows, check_width
-from .._kernels.betting import bet_pairs
-from ..errors import InputError
+from .._kernels.betting import e_cusum_rows
+from ..errors import InputError, SketchFormatError
 from ..maps import RFF
 
 __all__ = ["EDetector"]
+
+#: ``DriftMonitor(method=...)``: the ERT-calibrated sliding window, or the e-CUSUM.
+METHODS = ("ert", "e-detector")
+#: Arrays of a saved e-detector monitor (:mod:`streamrff.formats.monitor`): the run's witness sum and scalars.
+DETECTOR_ARRAYS = ("detector_witness_sum", "detector_scalars")
 
 #: Rows embedded at once.
 _TILE_ROWS = 8192
@@ -104,18 +113,28 @@ class EDetector:
         """
         array = check_rows(rows, "rows", allow_empty=True)
         check_width(array, self.feature_map.n_features_in_, "EDetector", "rows")
-        log_threshold = math.log(1.0 / self.alpha)
-        for start in range(0, array.shape[0], _TILE_ROWS):
-            stop = min(array.shape[0], start + _TILE_ROWS)
-            features = self.feature_map.transform(array[start:stop])
-            mean = np.broadcast_to(self.reference_mean, (stop - start, self.reference_mean.shape[0]))
-            first = bet_pairs(
-                features, np.ascontiguousarray(mean), self._witness_sum, self._scalars, log_threshold, 0.0
-            )
-            if self.alarm_at is None and first >= 0:
-                self.alarm_at = self.n_rows + first + 1
-            self.n_rows += stop - start
+        with one_blas_thread():  # the features must not depend on the BLAS thread count
+            for _, features in self.feature_map.embed_tiles(array, tile_rows=_TILE_ROWS):
+                self.bet(features)
         return self
+
+    def bet(self, features: np.ndarray) -> tuple[np.ndarray, int]:
+        """Bet on trusted float32 ``features`` (the map's, of the next rows, in order).
+
+        Returns
+        -------
+        log_e_values : ndarray of shape (n,), float64
+            The log e-detector after each row.
+        first : int
+            The index of the first row whose log e-value reaches ``log(1/alpha)`` (-1 if none).
+        """
+        path = np.empty(features.shape[0])
+        first = e_cusum_rows(features, self.reference_mean, self._witness_sum, self._scalars,
+                             math.log(1.0 / self.alpha), path)  # fmt: skip
+        if self.alarm_at is None and first >= 0:
+            self.alarm_at = self.n_rows + first + 1
+        self.n_rows += features.shape[0]
+        return path, first
 
     def state_dict(self) -> dict[str, Any]:
         """The detector's state: plain numbers and float64 arrays (round-trips bit for bit with :meth:`from_state`).
@@ -159,3 +178,139 @@ class EDetector:
         detector.n_rows = int(state["n_rows"])
         detector.alarm_at = None if int(state["alarm_at"]) < 0 else int(state["alarm_at"])
         return detector
+
+
+# The ``method="e-detector"`` side of DriftMonitor: kept here so that monitor.py holds the ERT monitor.
+
+
+def check_method(monitor: Any) -> float | None:
+    """Validate ``method`` and ``alpha`` of a :class:`~streamrff.DriftMonitor` (``ert`` checked before); return the
+    e-detector's alarm level ``alpha`` (``1/ert`` when ``alpha`` is None), or None for ``method="ert"``."""
+    from ..maps import RFF
+
+    method, alpha = monitor.method, monitor.alpha
+    if not isinstance(method, str) or method not in METHODS:
+        raise InputError(f"method must be 'ert' or 'e-detector'. Got {method!r}; use method='e-detector' for alarms "
+                         "by betting, or the default 'ert'.")  # fmt: skip
+    if method == "ert":
+        if alpha is not None:
+            raise InputError(f"alpha goes with method='e-detector' (the ERT monitor is calibrated by ert). Got "
+                             f"alpha={alpha!r}; drop alpha, or pass method='e-detector'.")  # fmt: skip
+        return None
+    for name, default in (("simulation", "auto"), ("n_streams", "auto")):
+        if getattr(monitor, name) != default:
+            raise InputError(f"{name} calibrates method='ert'; the e-detector needs no calibration. Got "
+                             f"{name}={getattr(monitor, name)!r}; drop it.")  # fmt: skip
+    feature_map = monitor.feature_map
+    if feature_map is not None and (not isinstance(feature_map, RFF) or feature_map.variant != "sincos"):
+        raise InputError(f"method='e-detector' needs an srf.RFF feature_map with variant='sincos' (unit-norm "
+                         f"features bound the bets). Got {type(feature_map).__name__}; pass such a map or none.")  # fmt: skip
+    if alpha is None:
+        return 1.0 / float(monitor.ert)
+    from ..twosample.sequential import _check_alpha
+
+    return _check_alpha(alpha)
+
+
+def e_detector_thresholds(window: int, alpha: float) -> np.ndarray:
+    """``thresholds_`` of an e-detector monitor: ``log(1/alpha)`` at every fill level (no calibration)."""
+    return np.full(window + 1, math.log(1.0 / alpha))
+
+
+def start_detector(monitor: Any) -> EDetector:
+    """A new run's detector: the reference's mean feature vector, the monitor's map and alpha."""
+    mean = monitor.reference_sum_ / monitor.reference_count_
+    return EDetector(monitor.feature_map_, mean, check_method(monitor))
+
+
+def update_monitor(monitor: Any, rows: Any) -> Any:
+    """:meth:`DriftMonitor.update` for ``method="e-detector"``: bet on each row; ``statistic`` is the log
+    e-value after each row and ``threshold`` ``log(1/alpha)``. The window's ring buffers keep the last rows'
+    features (and raw rows) for the alarm's explanation only."""
+    from .monitor import ALARM_TOP_ROWS, EMPTY_ROWS, DriftUpdate, _explain_window, _keep_rows
+
+    fix = (
+        "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
+        "rows, or pass on_invalid='skip' to skip them."
+    )
+    rows = check_rows(rows, "rows", allow_empty=True, fix=fix, row_offset=monitor.n_rows_seen_)
+    check_width(rows, monitor.n_features_in_, "DriftMonitor", name="rows")
+    detector, run_length = monitor.detector_, monitor.run_length_
+    paths, first = [], -1
+    with one_blas_thread():  # the features must not depend on the BLAS thread count
+        for offset, features in monitor.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
+            path, crossed = detector.bet(features)
+            paths.append(path)
+            _keep_rows(monitor.window_features_, features, run_length + offset)
+            if first < 0 and crossed >= 0:
+                first = offset + crossed
+    if monitor.window_rows_ is not None:
+        _keep_rows(monitor.window_rows_, rows, run_length)
+    statistic = np.concatenate(paths) if len(paths) != 1 else paths[0]
+    threshold = np.full(statistic.shape[0], monitor.thresholds_[-1])
+    n_rows = rows.shape[0]
+    raised = first >= 0 and monitor.drift_at_ is None
+    if raised:
+        monitor.drift_at_ = monitor.n_rows_seen_ + first
+    monitor.run_length_ = run_length = run_length + n_rows
+    monitor.n_rows_seen_ = n_rows_seen = monitor.n_rows_seen_ + n_rows
+    drift_at = monitor.drift_at_
+    if raised:  # the alarm explains itself from the last rows (the window's sum is formed for it)
+        window = monitor.window_features_.shape[0]
+        slots = np.arange(run_length - min(window, run_length), run_length) % window
+        monitor.window_sum_ = monitor.window_features_[slots].sum(axis=0, dtype=np.float64)
+        explained = _explain_window(monitor, ALARM_TOP_ROWS)
+        return DriftUpdate(statistic, threshold, True, drift_at, n_rows_seen, run_length, EMPTY_ROWS, *explained)
+    return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
+
+
+def detector_arrays(monitor: Any) -> dict[str, np.ndarray]:
+    """The arrays an e-detector monitor saves beside the ERT monitor's (none for ``method="ert"``)."""
+    if monitor.method != "e-detector":
+        return {}
+    state = monitor.detector_.state_dict()
+    return {"detector_witness_sum": state["witness_sum"], "detector_scalars": state["scalars"]}
+
+
+def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -> None:
+    """Rebuild a loaded e-detector monitor's :class:`EDetector`, refusing a state it could not have reached."""
+    try:
+        alpha = check_method(monitor)
+    except InputError as error:
+        raise SketchFormatError(f"{target}: {error}") from None
+    if alpha is None:
+        return
+    if not np.array_equal(monitor.thresholds_, e_detector_thresholds(monitor.thresholds_.shape[0] - 1, alpha)):
+        raise SketchFormatError(f"{target}: an e-detector's thresholds must all be log(1/alpha) (tampered).")
+    witness, scalars = arrays.get("detector_witness_sum"), arrays.get("detector_scalars")
+    width, run_length = monitor.reference_sum_.shape[0], monitor.run_length_
+    if witness is None or scalars is None or witness.shape != (width,) or scalars.shape != (4,):
+        raise SketchFormatError(f"{target}: an e-detector monitor needs arrays {', '.join(DETECTOR_ARRAYS)} of "
+                                f"shapes ({width},) and (4,) (damaged or tampered).")  # fmt: skip
+    fraction, curvature, log_e, max_log_e = (float(value) for value in scalars)
+    log_threshold = math.log(1.0 / alpha)
+    problems = [
+        (not np.isfinite(witness).all() or float(np.linalg.norm(witness)) > 2.0 * run_length + 1e-9,
+         "its witness sum must be finite, of norm <= 2 per row of the run"),
+        (not (np.isfinite(scalars).all() and 0.0 <= fraction <= 0.5 and 1.0 <= curvature <= 1.0 + 4.0 * run_length),
+         "its betting fraction must lie in [0, 1/2] and its curvature in [1, 1 + 4 run length]"),
+        (not (-math.log(2.0) - 1e-12 <= log_e <= max_log_e <= run_length * math.log(1.5) + 1e-12 and max_log_e >= 0),
+         "its log e-value must lie in [-log 2, its running max] and the max in [0, run length * log 1.5]"),
+        ((monitor.drift_at_ is None) != (max_log_e < log_threshold),
+         "its running max must reach log(1/alpha) exactly when the run has an alarm"),
+        (monitor.drift_at_ is not None and not 0 <= monitor.drift_at_ - (monitor.n_rows_seen_ - run_length) < run_length,
+         "its alarm must lie in the current run"),
+    ]  # fmt: skip
+    for failed, what in problems:
+        if failed:
+            raise SketchFormatError(f"{target}: not a state an e-detector reaches: {what} (tampered or damaged).")
+    start = monitor.n_rows_seen_ - run_length
+    state = {
+        "alpha": alpha, "n_rows": run_length, "reference_mean": monitor.reference_sum_ / monitor.reference_count_,
+        "alarm_at": -1 if monitor.drift_at_ is None else monitor.drift_at_ - start + 1,
+        "witness_sum": witness, "scalars": scalars,
+    }  # fmt: skip
+    try:
+        monitor.detector_ = EDetector.from_state(monitor.feature_map_, state)
+    except InputError as error:
+        raise SketchFormatError(f"{target}: {error}") from None

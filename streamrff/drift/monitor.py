@@ -33,6 +33,8 @@ from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches.mean import MeanSketch
 from ..typing import PathOrURL
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
+from .edetector import check_method, detector_arrays, e_detector_thresholds, restore_detector, start_detector
+from .edetector import update_monitor as _update_e_detector
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
@@ -351,6 +353,8 @@ class DriftMonitor(BaseEstimator):
         simulation: str = "auto",
         n_streams: int | str = "auto",
         n_reference_rows: int = 4096,
+        method: str = "ert",
+        alpha: float | None = None,
     ) -> None:
         store_params(self, locals())
 
@@ -371,6 +375,8 @@ class DriftMonitor(BaseEstimator):
         return window, float(ert)
 
     def _streams(self, window: int, ert: float, width: int) -> int:
+        if self.method == "e-detector":
+            return 0  # no calibration
         return default_stream_count(window, ert, width) if self.n_streams == "auto" else int(self.n_streams)
 
     def fit(
@@ -399,6 +405,7 @@ class DriftMonitor(BaseEstimator):
             On bad parameters or data, a sketch without moments, or a reference of fewer than 2 rows.
         """
         window, ert = self._check_params()
+        alpha = check_method(self)  # None for method="ert"
         seed = normalize_seed(self.seed)
         job = current_job_options(**options)
         if not isinstance(reference, MeanSketch):  # opened (metadata only) for its width: the raw rows' buffer
@@ -408,6 +415,7 @@ class DriftMonitor(BaseEstimator):
         self._check_memory(reference, window, ert)  # before the reference pass: a window too large fails at once
         if isinstance(reference, MeanSketch):
             simulation = "gaussian" if self.simulation == "auto" else self.simulation
+            simulation = "none" if alpha is not None else simulation
             if simulation == "resample":
                 raise InputError(
                     "simulation='resample' needs reference rows, but a MeanSketch holds none. Pass the "
@@ -415,7 +423,7 @@ class DriftMonitor(BaseEstimator):
                 )
             summary, sample, columns = reference, None, (None, None)
         else:
-            simulation = "resample" if self.simulation == "auto" else self.simulation
+            simulation = "none" if alpha is not None else "resample" if self.simulation == "auto" else self.simulation
             summary, sample, columns = self._sketch_reference(reference, simulation, seed, job)
         if simulation == "gaussian" and not summary.has_moments:
             raise InputError(
@@ -425,13 +433,16 @@ class DriftMonitor(BaseEstimator):
         if summary.count < 2:
             raise InputError(f"Expected a reference of at least 2 rows. Got n_samples = {summary.count}; add rows.")
         feature_map = summary.feature_map
-        if simulation == "gaussian":
+        width = feature_map.n_features_out_
+        self.n_streams_ = self._streams(window, ert, width)
+        if alpha is not None:  # the e-detector: no calibration
+            self.thresholds_ = e_detector_thresholds(window, alpha)
+        elif simulation == "gaussian":
             bank = gaussian_bank(summary, int(self.n_reference_rows), seed)
         else:
             bank = feature_map.transform(sample).astype(np.float32, copy=False)
-        width = feature_map.n_features_out_
-        self.n_streams_ = self._streams(window, ert, width)
-        self.thresholds_ = calibrate_thresholds(bank, window, ert, self.n_streams_, seed)
+        if alpha is None:
+            self.thresholds_ = calibrate_thresholds(bank, window, ert, self.n_streams_, seed)
         self.simulation_ = simulation
         self.feature_map_ = feature_map
         self.n_features_in_ = int(feature_map.n_features_in_)
@@ -482,6 +493,8 @@ class DriftMonitor(BaseEstimator):
         self.window_rows_ = np.zeros((window, self.n_features_in_)) if has_columns else None
         self.run_length_ = 0
         self.drift_at_ = None
+        if self.method == "e-detector":
+            self.detector_ = start_detector(self)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "thresholds_"):
@@ -546,6 +559,8 @@ class DriftMonitor(BaseEstimator):
         self._check_fitted()
         if on_invalid != "raise":
             return self._update_skipping(rows, on_invalid)
+        if self.method == "e-detector":
+            return _update_e_detector(self, rows)
         fix = (
             "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
             "rows, or pass on_invalid='skip' to skip them."
@@ -667,6 +682,7 @@ class DriftMonitor(BaseEstimator):
             arrays["reference_column_mean"] = self.reference_column_mean_
             arrays["reference_column_variance"] = self.reference_column_variance_
             arrays["window_rows"] = self.window_rows_
+        arrays.update(detector_arrays(self))  # method="e-detector": the run's betting state
         arrays.update({f"map/{name}": value for name, value in self.feature_map_.state_arrays().items()})
         params = self.get_params(deep=False)
         params["feature_map"] = None  # the fitted map is stored as the map spec
@@ -748,6 +764,7 @@ class DriftMonitor(BaseEstimator):
             if cursor is not None and not isinstance(cursor, dict):
                 raise SketchFormatError(f"{target}: the attribute 'cursor' must be null or a mapping.")
             monitor.source_cursor_ = cursor
+            restore_detector(monitor, arrays, target)
         except SketchFormatError:
             raise
         except (KeyError, TypeError, ValueError) as error:
