@@ -31,8 +31,11 @@ Chunks are known by a digest of their stored bytes, so a consumed chunk rewritte
 With --save-monitor the state is saved atomically, with its cursor, every --save-interval seconds and
 at every stop; one watcher at a time may hold it (a lock beside it).
 SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
+With --method e-detector the alarm is an e-CUSUM by betting instead: no calibration, an alarm when the
+e-value reaches 1/--alpha, and an average run length to a false alarm >= 1/--alpha by construction.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
+         streamrff watch live.zarr --reference train.zarr --method e-detector --alpha 0.0001 --json
          streamrff watch live.zarr --reference train.sketch --window 200 --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json --save-monitor monitor.zarr --overwrite
 exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP; state saved)
@@ -51,7 +54,7 @@ _STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 ALARM_COLUMNS = 3
 
 #: Options that define a new monitor, refused next to a saved one (it fixes them).
-_MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
+_MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams", "method", "alpha"]
 
 
 #: ``--window``: an integer >= 2 (the unbiased statistic needs two rows).
@@ -61,6 +64,9 @@ run_time = options.number_parser(
     float, lambda value: math.isfinite(value) and 1 < value <= 1e12, "a number of rows > 1 and <= 1e12, e.g. 10000"
 )
 
+
+#: ``--alpha``: a number in (0, 1).
+level = options.number_parser(float, lambda value: 0 < value < 1, "a number in (0, 1), e.g. 0.0001")
 
 #: The most recent rows' statistics ``--plot`` keeps (16 bytes a row): its memory is bounded whatever the run's length.
 PLOT_HISTORY_ROWS = 1_000_000
@@ -95,6 +101,17 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--ert", type=run_time, default=None,
         help="expected rows between false alarms with no change (required unless REF is a saved monitor)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--method", choices=("ert", "e-detector"), default=None,
+        help="a new monitor's alarm: 'ert' (default) the window's MMD^2 against thresholds calibrated to --ert; "
+        "'e-detector' an e-CUSUM by betting, alarm at e-value 1/--alpha, no calibration (--window: the rows an "
+        "alarm names, default 100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--alpha", type=level, default=None,
+        help="with --method e-detector: the alarm level in (0, 1); the average run length to a false alarm is >= "
+        "1/alpha rows (or give --ert N for alpha = 1/N)",
     )  # fmt: skip
     options.add_features(parser, "random features D of a new monitor's map (default: 512)")
     options.add_bandwidth(parser)
@@ -237,7 +254,10 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
                 f"would contradict it. Drop {flags}, or give a data or sketch reference to fit a new monitor."
             )
         return load_monitor(args.reference), kind
+    method = _method_arguments(args)
     missing = [flag for flag, value in (("--window", args.window), ("--ert", args.ert)) if value is None]
+    if method:
+        missing = []
     if missing:
         raise options.UsageError(
             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required to fit a new monitor on "
@@ -254,21 +274,51 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
             flags = ", ".join(map(options.flag, clash))
             raise options.UsageError(f"--reference {args.reference} is a sketch: its map fixes {flags}; drop them.")
         reference = load(args.reference, storage_options=args.storage_options)
-        if not isinstance(reference, MeanSketch) or not reference.has_moments:
+        if not isinstance(reference, MeanSketch) or not (reference.has_moments or method):
             raise InputError(
                 f"--reference {args.reference} is a {reference.kind} sketch without second moments; the monitor's "
                 "calibration needs them. Sketch the reference with 'streamrff sketch --moments'."
             )
-        return DriftMonitor(args.window, args.ert, seed=seed, n_streams=streams).fit(reference), kind
+        window, ert = method.pop("window", args.window), method.pop("ert", args.ert)
+        return DriftMonitor(window, ert, seed=seed, n_streams=streams, **method).fit(reference), kind
+    window, ert = method.pop("window", args.window), method.pop("ert", args.ert)
     monitor = DriftMonitor(
-        args.window,
-        args.ert,
+        window,
+        ert,
         n_features=512 if args.features is None else args.features,
         bandwidth="median" if args.bandwidth is None else args.bandwidth,
         seed=seed,
         n_streams=streams,
+        **method,
     )
     return monitor.fit(args.reference), kind
+
+
+def _method_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """DriftMonitor's arguments for --method e-detector (its window and ERT too); {} for the ERT monitor."""
+    if args.method != "e-detector":
+        if args.alpha is not None:
+            raise options.UsageError("--alpha goes with --method e-detector; add it, or drop --alpha (the ERT "
+                                     "monitor is calibrated by --ert).")  # fmt: skip
+        return {}
+    given = options.given(args, ["streams"]) + (["alpha", "ert"] if args.alpha is not None and args.ert else [])
+    if given:
+        flags = " and ".join(map(options.flag, given))
+        raise options.UsageError(f"--method e-detector needs no calibration: {flags} would contradict it. Give "
+                                 "--alpha (or --ert N for alpha = 1/N), not both, and no --streams.")  # fmt: skip
+    if args.alpha is None and args.ert is None:
+        raise options.UsageError("--method e-detector needs --alpha (the alarm level, e.g. --alpha 0.0001) or "
+                                 "--ert N (alpha = 1/N).")  # fmt: skip
+    window = 100 if args.window is None else args.window
+    return {"method": "e-detector", "alpha": args.alpha, "window": window, "ert": args.ert or 1000.0}
+
+
+def _e_detector_text(monitor: Any) -> str:
+    """The start line of an e-detector session (no calibration) and its alarm level."""
+    alpha = monitor.detector_.alpha
+    return (f"e-detector: no calibration step; alarm when the e-value reaches 1/alpha = {1 / alpha:,.6g} (log "
+            f"{math.log(1 / alpha):.4g}): the average run length to a false alarm is >= {1 / alpha:,.6g} rows by "
+            f"construction; log e-value now {monitor.detector_.log_e_value:.4g}")  # fmt: skip
 
 
 class _Refusal(Exception):
@@ -361,6 +411,9 @@ class _Watch:
             "drift_at_row": self.drift_at_row(update.drift_at),
             "skipped": [int(row) for row in skipped],
         }
+        e_detector = getattr(self.monitor, "method", "ert") == "e-detector"
+        if e_detector:  # the statistic is the log e-value: a script multiplies independent sites' e-values
+            line["log_e_value"] = self.monitor.detector_.log_e_value
         if self.args.json:
             _print(json.dumps(line))
         else:
@@ -370,9 +423,10 @@ class _Watch:
             if skipped.size:
                 shown = ", ".join(f"{row:,}" for row in skipped[:5]) + (" ..." if skipped.size > 5 else "")
                 skips = f", skipped {skipped.size} rows with NaN or inf ({shown})"
+            what = ("log e-value", "alarm at") if e_detector else ("statistic", "threshold")
             _print(
-                f"rows {first:,}-{self.position - 1:,} ({update.n_rows_seen:,} seen): statistic {statistic}, "
-                f"threshold {threshold}, drift {'yes' if update.drift else 'no'}{skips}"
+                f"rows {first:,}-{self.position - 1:,} ({update.n_rows_seen:,} seen): {what[0]} {statistic}, "
+                f"{what[1]} {threshold}, drift {'yes' if update.drift else 'no'}{skips}"
             )
         if update.drift and not self.alarm_printed:
             self.alarm_printed = True
@@ -431,7 +485,15 @@ class _Watch:
             "n_features": int(monitor.reference_sum_.shape[0]),
             "interrupted": stopped_by is not None,
             "stopped_by": stopped_by,
-        }
+        } | _method_summary(monitor)
+
+
+def _method_summary(monitor: Any) -> dict[str, Any]:
+    """The summary's alarm method; an e-detector's alpha, ERT bound (1/alpha) and log e-value."""
+    if getattr(monitor, "method", "ert") != "e-detector":
+        return {"method": "ert"}
+    alpha = monitor.detector_.alpha
+    return {"method": "e-detector", "alpha": alpha, "ert": 1.0 / alpha, "log_e_value": monitor.detector_.log_e_value}
 
 
 def _alarm_rows(update: Any, drift_at_row: int | None) -> dict[str, Any]:
@@ -690,6 +752,8 @@ def _run(args: argparse.Namespace) -> int:
                 f"{monitor.n_features_in_}. Watch a source of the reference's columns."
             )
         watch = _Watch(args, monitor, source, cursor)
+        if getattr(monitor, "method", "ert") == "e-detector" and not args.json:
+            _print(_e_detector_text(monitor))
         watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
         with _stop_signals(watch):
             try:
@@ -764,6 +828,7 @@ def _finish(args: argparse.Namespace, watch: _Watch) -> None:
         f"{stop} after {watch.position - watch.start:,} rows of {args.source} from row {watch.start:,} "
         f"({summary['chunks']} chunks{skipped}): {verdict}",
         f"  monitor: window {summary['window']}, ERT {summary['ert']:g}, D = {summary['n_features']}, "
-        f"{summary['rows_seen']:,} rows seen",
+        f"{summary['rows_seen']:,} rows seen"
+        + (f"; e-detector (ERT >= 1/alpha), log e-value {summary['log_e_value']:.6g}" if "alpha" in summary else ""),
     ] + [f"wrote {path}" for path in written]
     _print("\n".join(lines))

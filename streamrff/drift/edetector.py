@@ -129,8 +129,9 @@ class EDetector:
             The index of the first row whose log e-value reaches ``log(1/alpha)`` (-1 if none).
         """
         path = np.empty(features.shape[0])
-        first = e_cusum_rows(features, self.reference_mean, self._witness_sum, self._scalars,
-                             math.log(1.0 / self.alpha), path)  # fmt: skip
+        first = e_cusum_rows(
+            features, self.reference_mean, self._witness_sum, self._scalars, math.log(1.0 / self.alpha), path
+        )
         if self.alarm_at is None and first >= 0:
             self.alarm_at = self.n_rows + first + 1
         self.n_rows += features.shape[0]
@@ -190,21 +191,29 @@ def check_method(monitor: Any) -> float | None:
 
     method, alpha = monitor.method, monitor.alpha
     if not isinstance(method, str) or method not in METHODS:
-        raise InputError(f"method must be 'ert' or 'e-detector'. Got {method!r}; use method='e-detector' for alarms "
-                         "by betting, or the default 'ert'.")  # fmt: skip
+        raise InputError(
+            f"method must be 'ert' or 'e-detector'. Got {method!r}; use method='e-detector' for alarms "
+            "by betting, or the default 'ert'."
+        )
     if method == "ert":
         if alpha is not None:
-            raise InputError(f"alpha goes with method='e-detector' (the ERT monitor is calibrated by ert). Got "
-                             f"alpha={alpha!r}; drop alpha, or pass method='e-detector'.")  # fmt: skip
+            raise InputError(
+                f"alpha goes with method='e-detector' (the ERT monitor is calibrated by ert). Got "
+                f"alpha={alpha!r}; drop alpha, or pass method='e-detector'."
+            )
         return None
     for name, default in (("simulation", "auto"), ("n_streams", "auto")):
         if getattr(monitor, name) != default:
-            raise InputError(f"{name} calibrates method='ert'; the e-detector needs no calibration. Got "
-                             f"{name}={getattr(monitor, name)!r}; drop it.")  # fmt: skip
+            raise InputError(
+                f"{name} calibrates method='ert'; the e-detector needs no calibration. Got "
+                f"{name}={getattr(monitor, name)!r}; drop it."
+            )
     feature_map = monitor.feature_map
     if feature_map is not None and (not isinstance(feature_map, RFF) or feature_map.variant != "sincos"):
-        raise InputError(f"method='e-detector' needs an srf.RFF feature_map with variant='sincos' (unit-norm "
-                         f"features bound the bets). Got {type(feature_map).__name__}; pass such a map or none.")  # fmt: skip
+        raise InputError(
+            f"method='e-detector' needs an srf.RFF feature_map with variant='sincos' (unit-norm "
+            f"features bound the bets). Got {type(feature_map).__name__}; pass such a map or none."
+        )
     if alpha is None:
         return 1.0 / float(monitor.ert)
     from ..twosample.sequential import _check_alpha
@@ -285,10 +294,13 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
     witness, scalars = arrays.get("detector_witness_sum"), arrays.get("detector_scalars")
     width, run_length = monitor.reference_sum_.shape[0], monitor.run_length_
     if witness is None or scalars is None or witness.shape != (width,) or scalars.shape != (4,):
-        raise SketchFormatError(f"{target}: an e-detector monitor needs arrays {', '.join(DETECTOR_ARRAYS)} of "
-                                f"shapes ({width},) and (4,) (damaged or tampered).")  # fmt: skip
+        raise SketchFormatError(
+            f"{target}: an e-detector monitor needs arrays {', '.join(DETECTOR_ARRAYS)} of "
+            f"shapes ({width},) and (4,) (damaged or tampered)."
+        )
     fraction, curvature, log_e, max_log_e = (float(value) for value in scalars)
     log_threshold = math.log(1.0 / alpha)
+    start = monitor.n_rows_seen_ - run_length
     problems = [
         (not np.isfinite(witness).all() or float(np.linalg.norm(witness)) > 2.0 * run_length + 1e-9,
          "its witness sum must be finite, of norm <= 2 per row of the run"),
@@ -298,13 +310,12 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
          "its log e-value must lie in [-log 2, its running max] and the max in [0, run length * log 1.5]"),
         ((monitor.drift_at_ is None) != (max_log_e < log_threshold),
          "its running max must reach log(1/alpha) exactly when the run has an alarm"),
-        (monitor.drift_at_ is not None and not 0 <= monitor.drift_at_ - (monitor.n_rows_seen_ - run_length) < run_length,
+        (monitor.drift_at_ is not None and not 0 <= monitor.drift_at_ - start < run_length,
          "its alarm must lie in the current run"),
     ]  # fmt: skip
     for failed, what in problems:
         if failed:
             raise SketchFormatError(f"{target}: not a state an e-detector reaches: {what} (tampered or damaged).")
-    start = monitor.n_rows_seen_ - run_length
     state = {
         "alpha": alpha, "n_rows": run_length, "reference_mean": monitor.reference_sum_ / monitor.reference_count_,
         "alarm_at": -1 if monitor.drift_at_ is None else monitor.drift_at_ - start + 1,

@@ -241,6 +241,22 @@ class DriftMonitor(BaseEstimator):
         about 4e9 feature values, ~2-4 s of one core).
     n_reference_rows : int, default=4096
         Rows in the calibration bank (resampled reference rows or Gaussian draws).
+    method : {"ert", "e-detector"}, default="ert"
+        "ert": the sliding-window MMD^2 above, its thresholds simulated so that
+        under no change the run length to a false alarm is geometric with mean
+        ``ert`` for i.i.d. rows like the reference's (a calibration, not a bound).
+        "e-detector": an e-CUSUM by betting (:class:`streamrff.drift.EDetector`;
+        Shin, Ramdas & Rinaldo, arXiv 2203.03532) that alarms when the e-value
+        reaches ``1/alpha``: the average run length to a false alarm is at least
+        ``1/alpha`` by construction (Ville's inequality), no simulation, whatever
+        the dependence of the rows, provided the reference mean is exact (a
+        reference of n rows errs by ``O(1/sqrt(n))``; see the drift guide).
+        ``statistic`` is then the log e-value, ``threshold`` ``log(1/alpha)``,
+        and ``window`` only the rows an alarm's explanation reads. Needs a
+        sincos :class:`~streamrff.RFF` map (the default).
+    alpha : float or None, default=None
+        With ``method="e-detector"``: the alarm level in (0, 1); None means ``1/ert``.
+        Refused with ``method="ert"``.
 
     Attributes
     ----------
@@ -283,6 +299,9 @@ class DriftMonitor(BaseEstimator):
         Global index of the current run's first alarm.
     n_rows_skipped_ : int
         Rows skipped by ``update(..., on_invalid="skip")`` since ``fit``.
+    detector_ : EDetector
+        With ``method="e-detector"``: the current run's detector (its
+        ``log_e_value``, witness sum and betting state).
     source_cursor_ : dict or None
         Where in its source a follower of the stream stopped (``streamrff watch``
         records the source's identity and the next row to read; see
