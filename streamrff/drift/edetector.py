@@ -232,45 +232,31 @@ def start_detector(monitor: Any) -> EDetector:
     return EDetector(monitor.feature_map_, mean, check_method(monitor))
 
 
-def update_monitor(monitor: Any, rows: Any) -> Any:
-    """:meth:`DriftMonitor.update` for ``method="e-detector"``: bet on each row; ``statistic`` is the log
-    e-value after each row and ``threshold`` ``log(1/alpha)``. The window's ring buffers keep the last rows'
-    features (and raw rows) for the alarm's explanation only."""
-    from .monitor import ALARM_TOP_ROWS, EMPTY_ROWS, DriftUpdate, _explain_window, _keep_rows
-
+def bet_monitor(monitor: Any, rows: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """The betting part of :meth:`DriftMonitor.update` for ``method="e-detector"``: check ``rows``, bet on each in
+    order, keep the last ``window`` rows' features in the window's ring buffer (run row ``r`` in slot ``r %
+    window``, for the alarm's explanation only). Returns the checked rows, the log e-value after each row and
+    the batch index of the first row that reached ``log(1/alpha)`` (-1 if none)."""
     fix = (
         "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
         "rows, or pass on_invalid='skip' to skip them."
     )
     rows = check_rows(rows, "rows", allow_empty=True, fix=fix, row_offset=monitor.n_rows_seen_)
     check_width(rows, monitor.n_features_in_, "DriftMonitor", name="rows")
-    detector, run_length = monitor.detector_, monitor.run_length_
+    ring, run_length = monitor.window_features_, monitor.run_length_
     paths, first = [], -1
     with one_blas_thread():  # the features must not depend on the BLAS thread count
         for offset, features in monitor.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
-            path, crossed = detector.bet(features)
+            path, crossed = monitor.detector_.bet(features)
             paths.append(path)
-            _keep_rows(monitor.window_features_, features, run_length + offset)
+            kept = min(features.shape[0], ring.shape[0])
+            ring[(run_length + offset + np.arange(features.shape[0] - kept, features.shape[0])) % ring.shape[0]] = (
+                features[features.shape[0] - kept :]
+            )
             if first < 0 and crossed >= 0:
                 first = offset + crossed
-    if monitor.window_rows_ is not None:
-        _keep_rows(monitor.window_rows_, rows, run_length)
     statistic = np.concatenate(paths) if len(paths) != 1 else paths[0]
-    threshold = np.full(statistic.shape[0], monitor.thresholds_[-1])
-    n_rows = rows.shape[0]
-    raised = first >= 0 and monitor.drift_at_ is None
-    if raised:
-        monitor.drift_at_ = monitor.n_rows_seen_ + first
-    monitor.run_length_ = run_length = run_length + n_rows
-    monitor.n_rows_seen_ = n_rows_seen = monitor.n_rows_seen_ + n_rows
-    drift_at = monitor.drift_at_
-    if raised:  # the alarm explains itself from the last rows (the window's sum is formed for it)
-        window = monitor.window_features_.shape[0]
-        slots = np.arange(run_length - min(window, run_length), run_length) % window
-        monitor.window_sum_ = monitor.window_features_[slots].sum(axis=0, dtype=np.float64)
-        explained = _explain_window(monitor, ALARM_TOP_ROWS)
-        return DriftUpdate(statistic, threshold, True, drift_at, n_rows_seen, run_length, EMPTY_ROWS, *explained)
-    return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
+    return rows, statistic, first
 
 
 def detector_arrays(monitor: Any) -> dict[str, np.ndarray]:

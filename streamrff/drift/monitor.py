@@ -33,8 +33,14 @@ from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches.mean import MeanSketch
 from ..typing import PathOrURL
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
-from .edetector import check_method, detector_arrays, e_detector_thresholds, restore_detector, start_detector
-from .edetector import update_monitor as _update_e_detector
+from .edetector import (
+    bet_monitor,
+    check_method,
+    detector_arrays,
+    e_detector_thresholds,
+    restore_detector,
+    start_detector,
+)
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
@@ -579,7 +585,7 @@ class DriftMonitor(BaseEstimator):
         if on_invalid != "raise":
             return self._update_skipping(rows, on_invalid)
         if self.method == "e-detector":
-            return _update_e_detector(self, rows)
+            return self._update_e_detector(rows)
         fix = (
             "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
             "rows, or pass on_invalid='skip' to skip them."
@@ -631,6 +637,28 @@ class DriftMonitor(BaseEstimator):
             return DriftUpdate(statistic, threshold, True, drift_at, n_rows_seen, run_length, EMPTY_ROWS, *explained)
         # positional: a keyword call costs a third more, paid per row by one-row updates
         return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
+
+    def _update_e_detector(self, rows: Any) -> DriftUpdate:
+        """:meth:`update` with ``method="e-detector"``: ``statistic`` is the log e-value after each row, ``threshold``
+        ``log(1/alpha)``; the window's ring buffers keep the last rows for the alarm's explanation only."""
+        rows, statistic, first = bet_monitor(self, rows)
+        if self.window_rows_ is not None:
+            _keep_rows(self.window_rows_, rows, self.run_length_)
+        raised = first >= 0 and self.drift_at_ is None
+        if raised:
+            self.drift_at_ = self.n_rows_seen_ + first
+        self.run_length_ = run_length = self.run_length_ + rows.shape[0]
+        self.n_rows_seen_ += rows.shape[0]
+        threshold = np.full(statistic.shape[0], self.thresholds_[-1])
+        if not raised:
+            return DriftUpdate(statistic, threshold, self.drift_at_ is not None, self.drift_at_, self.n_rows_seen_,
+                               run_length)  # fmt: skip
+        window = self.window_features_.shape[0]  # the alarm explains itself: the window's sum is formed for it
+        slots = np.arange(run_length - min(window, run_length), run_length) % window
+        self.window_sum_ = self.window_features_[slots].sum(axis=0, dtype=np.float64)
+        explained = _explain_window(self, ALARM_TOP_ROWS)
+        return DriftUpdate(statistic, threshold, True, self.drift_at_, self.n_rows_seen_, run_length, EMPTY_ROWS,
+                           *explained)  # fmt: skip
 
     def _update_skipping(self, rows: Any, on_invalid: str) -> DriftUpdate:
         """:meth:`update` with ``on_invalid="skip"``: the finite rows, in order, and the indices of the others."""
