@@ -9,8 +9,9 @@ lies in [-1, 1] for unit-norm features (0 while ``S = 0``); the betting fraction
 (2024, Algorithm 1 after Cutkosky & Orabona 2018), and the log wealth grows by
 ``log(1 + lambda_t f_t)``. With ``floor = 0`` the log wealth is first raised to
 0 before each step, which is the e-CUSUM recursion ``M_t = max(M_{t-1}, 1)
-(1 + lambda_t f_t)`` of Shin, Ramdas & Rinaldo (arXiv 2203.03532) used by
-:class:`streamrff.drift.EDetector` (``floor = -inf`` is the plain wealth).
+(1 + lambda_t f_t)`` of Shin, Ramdas & Rinaldo (arXiv 2203.03532), which
+:class:`streamrff.drift.EDetector` computes with :func:`e_cusum_rows` (one fixed mean vector, each
+row's log e-value kept); ``floor = -inf`` is the plain wealth.
 Pairs are taken in order, so any split of a stream into batches gives the same wealth bit for bit for the same features.
 """
 

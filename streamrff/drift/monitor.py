@@ -365,6 +365,13 @@ class DriftMonitor(BaseEstimator):
     ...          - 2 * Krw.mean())
     >>> bool(abs(after.statistic[-1] - exact) < 1e-6)
     True
+
+    With ``method="e-detector"`` nothing is calibrated; the statistic is the log e-value:
+
+    >>> e_monitor = srf.DriftMonitor(window=50, n_features=128, method="e-detector", alpha=0.001).fit(reference)
+    >>> update = e_monitor.update(shifted)
+    >>> bool(update.drift), bool(update.threshold[0] == np.log(1000)), e_monitor.n_streams_
+    (True, True, 0)
     """
 
     def __init__(
