@@ -13,17 +13,22 @@ from streamrff.drift import EDetector
 from streamrff.errors import InputError
 
 
-def _numpy_e_cusum(features: np.ndarray, mean: np.ndarray, alpha: float) -> tuple[list[float], int | None]:
-    """Shin, Ramdas & Rinaldo's e-CUSUM with the ONS fraction, written from the paper in plain numpy."""
+def _numpy_e_cusum(
+    features: np.ndarray, mean: np.ndarray, alpha: float, procedure: str = "cusum"
+) -> tuple[list[float], int | None]:
+    """Shin, Ramdas & Rinaldo's e-CUSUM (or e-Shiryaev-Roberts) with the ONS fraction, from the paper in numpy."""
     step = 2.0 / (2.0 - math.log(3.0))
     witness = np.zeros(mean.shape[0])
-    fraction, curvature, log_m = 0.0, 1.0, 0.0
+    fraction, curvature, log_m = 0.0, 1.0, 0.0 if procedure == "cusum" else -math.inf
     path, alarm = [], None
     for t, z in enumerate(features.astype(np.float64)):
         d = z - mean
         norm = np.linalg.norm(witness)
         payoff = 0.0 if norm == 0 else float(np.clip(witness @ d / (2 * norm), -1, 1))
-        log_m = max(log_m, 0.0) + math.log(1 + fraction * payoff)
+        if procedure == "cusum":  # M_t = max(M_{t-1}, 1) (1 + lambda f)
+            log_m = max(log_m, 0.0) + math.log(1 + fraction * payoff)
+        else:  # R_t = (R_{t-1} + 1) (1 + lambda f)
+            log_m = math.log(math.exp(log_m) + 1.0) + math.log(1 + fraction * payoff)
         path.append(log_m)
         if alarm is None and log_m >= math.log(1 / alpha):
             alarm = t + 1
@@ -44,10 +49,11 @@ def setup():
     return rff, mean, rows
 
 
-def test_e_detector_matches_numpy_and_alarms_after_change(setup):
+@pytest.mark.parametrize("procedure, alpha", [("cusum", 0.01), ("sr", 1e-4)])  # SR's run length is about 1/alpha
+def test_e_detector_matches_numpy_and_alarms_after_change(setup, procedure, alpha):
     rff, mean, rows = setup
-    path, alarm = _numpy_e_cusum(rff.transform(rows), mean, 0.01)
-    detector = EDetector(rff, mean, alpha=0.01).update(rows)
+    path, alarm = _numpy_e_cusum(rff.transform(rows), mean, alpha, procedure)
+    detector = EDetector(rff, mean, alpha=alpha, procedure=procedure).update(rows)
     assert detector.alarm_at == alarm
     assert alarm is not None and alarm > 300
     assert math.isclose(detector.log_e_value, path[-1], rel_tol=1e-9, abs_tol=1e-9)
@@ -79,7 +85,7 @@ def test_e_detector_refuses_bad_mean(setup):
 def e_monitor():
     rng = np.random.default_rng(7)
     reference = rng.normal(size=(2000, 8)).astype(np.float32)
-    monitor = srf.DriftMonitor(20, n_features=64, bandwidth=2.0, method="e-detector", alpha=0.01).fit(reference)
+    monitor = srf.DriftMonitor(20, n_features=64, bandwidth=2.0, method="e-detector", alpha=1e-4).fit(reference)
     rows = rng.normal(size=(900, 8)).astype(np.float32)
     rows[300:, 0] += 1.0  # 1 sd shift in one of 8 columns after row 300
     return monitor, reference, rows
@@ -99,7 +105,8 @@ def test_monitor_e_detector_matches_numpy_over_batchings(e_monitor, cuts):
     np.testing.assert_allclose(mean, feature_map.transform(reference).astype(np.float64).mean(axis=0), atol=1e-6)
     parts = np.split(rows, cuts)
     # the same features: a batch's are the map's of that batch (equal to float32 rounding across batchings)
-    path, alarm = _numpy_e_cusum(np.concatenate([feature_map.transform(part) for part in parts]), mean, 0.01)
+    features = np.concatenate([feature_map.transform(part) for part in parts])
+    path, alarm = _numpy_e_cusum(features, mean, 1e-4, "sr")  # the monitor's default procedure
     monitor = _copy(monitor)
     updates = [monitor.update(part) for part in parts]
     statistic = np.concatenate([update.statistic for update in updates])
@@ -107,7 +114,7 @@ def test_monitor_e_detector_matches_numpy_over_batchings(e_monitor, cuts):
     assert monitor.drift_at_ == alarm - 1 and updates[-1].drift_at == alarm - 1  # 0-based stream row
     np.testing.assert_allclose(statistic, path, rtol=1e-9, atol=1e-12)
     assert math.isclose(monitor.detector_.log_e_value, path[-1], rel_tol=1e-9)
-    assert all(np.all(update.threshold == math.log(100.0)) for update in updates)
+    assert all(np.all(update.threshold == math.log(1e4)) for update in updates)
     alarm_update = next(update for update in updates if update.top_rows is not None)
     assert alarm_update.columns[0] == 0  # the shifted column moved most in the window the alarm names
     assert set(alarm_update.top_rows) <= set(range(alarm_update.n_rows_seen - 20, alarm_update.n_rows_seen))
@@ -120,7 +127,7 @@ def test_monitor_e_detector_save_load_is_bit_identical(e_monitor, tmp_path, stop
     monitor.update(rows[:stop])
     monitor.save(tmp_path / "state")
     loaded = srf.load_monitor(tmp_path / "state")
-    assert (loaded.method, loaded.alpha, loaded.drift_at_) == ("e-detector", 0.01, monitor.drift_at_)
+    assert (loaded.method, loaded.alpha, loaded.drift_at_) == ("e-detector", 1e-4, monitor.drift_at_)
     for name, value in monitor.detector_.state_dict().items():
         np.testing.assert_array_equal(loaded.detector_.state_dict()[name], value)
     after, resumed = monitor.update(rows[stop:]), loaded.update(rows[stop:])
@@ -137,7 +144,7 @@ def test_monitor_e_detector_refuses_a_state_it_cannot_reach(e_monitor, tmp_path)
     attrs, arrays = monitor._state()
     for name, value, match in [
         ("detector_scalars", np.array([0.9, 1.0, 0.0, 0.0]), "betting fraction"),
-        ("detector_scalars", np.array([0.1, 2.0, 9.0, 9.0]), "log\\(1/alpha\\) exactly when"),
+        ("detector_scalars", np.array([0.1, 2.0, 12.0, 12.0]), "log\\(1/alpha\\) exactly when"),
         ("detector_witness_sum", np.full(64, 1e3), "witness sum"),
         ("detector_scalars", None, "params.method"),
     ]:
@@ -154,6 +161,8 @@ def test_monitor_e_detector_refuses_a_state_it_cannot_reach(e_monitor, tmp_path)
         ({"method": "cusum"}, "method must be 'ert' or 'e-detector'"),
         ({"method": "e-detector", "alpha": 1.5}, "alpha must be a number in \\(0, 1\\)"),
         ({"alpha": 0.01}, "alpha goes with method='e-detector'"),
+        ({"procedure": "sr"}, "procedure goes with method='e-detector'"),
+        ({"method": "e-detector", "procedure": "page"}, "procedure must be 'sr', 'cusum' or None"),
         ({"method": "e-detector", "n_streams": 100}, "needs no calibration"),
         ({"method": "e-detector", "feature_map": srf.RFF(n_features=16, variant="cosphase")}, "variant='sincos'"),
     ],
@@ -166,11 +175,11 @@ def test_monitor_e_detector_validates_in_one_line(params, match):
 
 def test_monitor_e_detector_alpha_defaults_to_one_over_ert_and_reset_starts_a_run(e_monitor):
     monitor, reference, rows = e_monitor
-    other = srf.DriftMonitor(20, ert=100, n_features=64, bandwidth=2.0, method="e-detector").fit(reference)
-    assert other.detector_.alpha == 0.01 and other.n_streams_ == 0
+    other = srf.DriftMonitor(20, ert=1e4, n_features=64, bandwidth=2.0, method="e-detector").fit(reference)
+    assert other.detector_.alpha == 1e-4 and other.n_streams_ == 0 and other.detector_.procedure == "sr"
     assert other.update(rows).drift_at == _copy(monitor).update(rows).drift_at
     other.reset()
-    assert other.detector_.log_e_value == 0.0 and other.drift_at_ is None and other.run_length_ == 0
+    assert other.detector_.log_e_value == -math.inf and other.drift_at_ is None and other.run_length_ == 0
 
 
 def _shifted_e_monitor():

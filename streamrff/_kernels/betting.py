@@ -10,7 +10,7 @@ lies in [-1, 1] for unit-norm features (0 while ``S = 0``); the betting fraction
 ``log(1 + lambda_t f_t)``. With ``floor = 0`` the log wealth is first raised to
 0 before each step, which is the e-CUSUM recursion ``M_t = max(M_{t-1}, 1)
 (1 + lambda_t f_t)`` of Shin, Ramdas & Rinaldo (arXiv 2203.03532), which
-:class:`streamrff.drift.EDetector` computes with :func:`e_cusum_rows` (one fixed mean vector, each
+:class:`streamrff.drift.EDetector` computes with :func:`e_detector_rows` (one fixed mean vector, each
 row's log e-value kept); ``floor = -inf`` is the plain wealth.
 Pairs are taken in order, so any split of a stream into batches gives the same wealth bit for bit for the same features.
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 from .compiled import jit
 
-__all__ = ["ONS_STEP", "bet_pairs", "e_cusum_rows"]
+__all__ = ["ONS_STEP", "bet_pairs", "e_detector_rows"]
 
 #: The online Newton step's gain 2 / (2 - log 3) (exp-concavity constant of log(1 + lambda f) on [-1/2, 1/2]).
 ONS_STEP = 2.0 / (2.0 - math.log(3.0))
@@ -65,11 +65,15 @@ def bet_pairs(
 
 
 @jit(nogil=True, boundscheck=False)
-def e_cusum_rows(features, mean, witness_sum, scalars, log_threshold, path):  # pragma: no cover - compiled
-    """The e-CUSUM of :class:`streamrff.drift.EDetector`: :func:`bet_pairs` with ``floor = 0`` against one
-    fixed vector ``mean`` (float64, D) for every row, bit for bit, with each row's log e-value written to
-    ``path`` (float64, n). Returns the index of the first row whose log e-value reaches ``log_threshold``
-    (-1 if none)."""
+def e_detector_rows(
+    features, mean, witness_sum, scalars, log_threshold, path, shiryaev_roberts
+):  # pragma: no cover - compiled
+    """The e-detector of :class:`streamrff.drift.EDetector` against one fixed vector ``mean`` (float64, D) for
+    every row, with each row's log e-value written to ``path`` (float64, n). The e-CUSUM
+    (``shiryaev_roberts`` False) is :func:`bet_pairs` with ``floor = 0``, bit for bit; the e-Shiryaev-Roberts
+    procedure sums the e-processes started at every row instead of taking their max:
+    ``R_t = (R_{t-1} + 1)(1 + lambda_t f_t)`` (``log R = -inf`` before any row). Returns the index of the
+    first row whose log e-value reaches ``log_threshold`` (-1 if none)."""
     fraction, curvature, log_wealth, max_log_wealth = scalars[0], scalars[1], scalars[2], scalars[3]
     first = -1
     width = witness_sum.shape[0]
@@ -85,7 +89,13 @@ def e_cusum_rows(features, mean, witness_sum, scalars, log_threshold, path):  # 
         payoff = 0.0
         if squared_norm > 0.0:
             payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
-        log_wealth = max(log_wealth, 0.0) + math.log1p(fraction * payoff)
+        if shiryaev_roberts:  # log(exp(log R) + 1), exact at -inf
+            raised = (
+                log_wealth + math.log1p(math.exp(-log_wealth)) if log_wealth > 0.0 else math.log1p(math.exp(log_wealth))
+            )
+        else:
+            raised = max(log_wealth, 0.0)
+        log_wealth = raised + math.log1p(fraction * payoff)
         path[k] = log_wealth
         if log_wealth > max_log_wealth:
             max_log_wealth = log_wealth

@@ -1,14 +1,17 @@
-"""E-detector drift alarms: an e-CUSUM that bets each new row against the reference's kernel mean.
+"""E-detector drift alarms: e-CUSUM or e-Shiryaev-Roberts, betting each new row against the reference's kernel mean.
 
 Shin, Ramdas & Rinaldo (arXiv 2203.03532): under no change the e-CUSUM
-``M_t = max(M_{t-1}, 1) (1 + lambda_t f_t)`` with predictable bets has an
-average run length to a false alarm of at least ``1/alpha`` when it alarms at
-``M_t >= 1/alpha``, with no simulation. Row ``t`` pays
+``M_t = max(M_{t-1}, 1) (1 + lambda_t f_t)`` and the e-Shiryaev-Roberts
+``R_t = (R_{t-1} + 1) (1 + lambda_t f_t)`` (the max, or the sum, of the
+e-processes started at each row) with predictable bets have an
+average run length to a false alarm of at least ``1/alpha`` when they alarm at
+``1/alpha``, with no simulation (for SR, ``R_t - t`` is a martingale under no change,
+so the bound is nearly attained; the e-CUSUM's run length is much longer). Row ``t`` pays
 ``f_t = <S_{t-1}, z(x_t) - mu> / (2 ||S_{t-1}||)`` in [-1, 1], where ``mu`` is
 the reference's mean feature vector (from its sketch) and ``S_{t-1}`` the sum of
 ``z(x_s) - mu`` over the rows before it (the predictable plug-in witness); the
 fraction follows the online Newton step. The step is the compiled
-:func:`streamrff._kernels.betting.e_cusum_rows`. The guarantee
+:func:`streamrff._kernels.betting.e_detector_rows`. The guarantee
 treats ``mu`` as the true reference mean: a finite reference of n rows adds an
 error of order ``1/sqrt(n)`` to every payoff.
 
@@ -25,14 +28,16 @@ import numpy as np
 
 from .._base.blas import one_blas_thread
 from .._base.validation import check_rows, check_width
-from .._kernels.betting import e_cusum_rows
+from .._kernels.betting import e_detector_rows
 from ..errors import InputError, SketchFormatError
 from ..maps import RFF
 
 __all__ = ["EDetector"]
 
-#: ``DriftMonitor(method=...)``: the ERT-calibrated sliding window, or the e-CUSUM.
+#: ``DriftMonitor(method=...)``: the ERT-calibrated sliding window, or an e-detector.
 METHODS = ("ert", "e-detector")
+#: ``procedure``: e-Shiryaev-Roberts (the sum of the e-processes started at each row) or e-CUSUM (their max).
+PROCEDURES = ("sr", "cusum")
 #: Arrays of a saved e-detector monitor (:mod:`streamrff.formats.monitor`): the run's witness sum and scalars.
 DETECTOR_ARRAYS = ("detector_witness_sum", "detector_scalars")
 
@@ -54,6 +59,10 @@ class EDetector:
     alpha : float, default=0.05
         Alarm when the e-detector reaches ``1/alpha``; the average run length to a
         false alarm is then at least ``1/alpha`` rows.
+    procedure : {"cusum", "sr"}, default="cusum"
+        "cusum": ``M_t = max(M_{t-1}, 1) (1 + lambda_t f_t)``; "sr" (Shiryaev-Roberts):
+        ``R_t = (R_{t-1} + 1) (1 + lambda_t f_t)``, whose run length is about ``1/alpha``
+        and whose delay is shorter at the same ``alpha``.
 
     Examples
     --------
@@ -67,7 +76,7 @@ class EDetector:
     True
     """
 
-    def __init__(self, feature_map: RFF, reference_mean: Any, alpha: float = 0.05) -> None:
+    def __init__(self, feature_map: RFF, reference_mean: Any, alpha: float = 0.05, procedure: str = "cusum") -> None:
         from ..twosample.sequential import _check_alpha, _check_unit_norm_map
 
         self.feature_map = _check_unit_norm_map(feature_map)
@@ -80,14 +89,19 @@ class EDetector:
             )
         self.reference_mean = mean
         self.alpha = _check_alpha(alpha)
+        if procedure not in PROCEDURES:
+            raise InputError(f"procedure must be 'sr' or 'cusum'. Got {procedure!r}; use procedure='sr'.")
+        self.procedure = procedure
         self.n_rows = 0
         self.alarm_at: int | None = None
         self._witness_sum = np.zeros(width, np.float64)
         self._scalars = np.array(_INITIAL_SCALARS, np.float64)
+        if procedure == "sr":
+            self._scalars[2] = -math.inf  # R_0 = 0: no e-process started yet
 
     @property
     def log_e_value(self) -> float:
-        """The log of the e-detector after the last row (0 before any row)."""
+        """The log of the e-detector after the last row (before any row: 0 for the e-CUSUM, -inf for SR)."""
         return float(self._scalars[2])
 
     def update(self, rows: Any) -> EDetector:
@@ -129,8 +143,9 @@ class EDetector:
             The index of the first row whose log e-value reaches ``log(1/alpha)`` (-1 if none).
         """
         path = np.empty(features.shape[0])
-        first = e_cusum_rows(
-            features, self.reference_mean, self._witness_sum, self._scalars, math.log(1.0 / self.alpha), path
+        log_threshold = math.log(1.0 / self.alpha)
+        first = e_detector_rows(
+            features, self.reference_mean, self._witness_sum, self._scalars, log_threshold, path, self.procedure == "sr"
         )
         if self.alarm_at is None and first >= 0:
             self.alarm_at = self.n_rows + first + 1
@@ -146,10 +161,11 @@ class EDetector:
         >>> from streamrff.drift.edetector import EDetector
         >>> rff = srf.RFF(n_features=16, bandwidth=1.0, seed=0).fit(np.zeros((4, 2)))
         >>> sorted(EDetector(rff, np.zeros(16)).state_dict())
-        ['alarm_at', 'alpha', 'n_rows', 'reference_mean', 'scalars', 'witness_sum']
+        ['alarm_at', 'alpha', 'n_rows', 'procedure', 'reference_mean', 'scalars', 'witness_sum']
         """
         return {
             "alpha": self.alpha,
+            "procedure": self.procedure,
             "n_rows": self.n_rows,
             "alarm_at": -1 if self.alarm_at is None else self.alarm_at,
             "reference_mean": self.reference_mean.copy(),
@@ -169,7 +185,7 @@ class EDetector:
         >>> EDetector.from_state(rff, EDetector(rff, np.zeros(16)).state_dict()).n_rows
         0
         """
-        detector = cls(feature_map, state["reference_mean"], state["alpha"])
+        detector = cls(feature_map, state["reference_mean"], state["alpha"], state.get("procedure", "cusum"))
         witness = np.asarray(state["witness_sum"], np.float64)
         scalars = np.asarray(state["scalars"], np.float64)
         if witness.shape != detector._witness_sum.shape or scalars.shape != (4,):
@@ -196,12 +212,17 @@ def check_method(monitor: Any) -> float | None:
             "by betting, or the default 'ert'."
         )
     if method == "ert":
-        if alpha is not None:
-            raise InputError(
-                f"alpha goes with method='e-detector' (the ERT monitor is calibrated by ert). Got "
-                f"alpha={alpha!r}; drop alpha, or pass method='e-detector'."
-            )
+        for name, value in (("alpha", alpha), ("procedure", monitor.procedure)):
+            if value is not None:
+                raise InputError(
+                    f"{name} goes with method='e-detector' (the ERT monitor is calibrated by ert). Got "
+                    f"{name}={value!r}; drop {name}, or pass method='e-detector'."
+                )
         return None
+    if monitor.procedure is not None and monitor.procedure not in PROCEDURES:
+        raise InputError(
+            f"procedure must be 'sr', 'cusum' or None (for 'sr'). Got {monitor.procedure!r}; use procedure='sr'."
+        )
     for name, default in (("simulation", "auto"), ("n_streams", "auto")):
         if getattr(monitor, name) != default:
             raise InputError(
@@ -227,9 +248,9 @@ def e_detector_thresholds(window: int, alpha: float) -> np.ndarray:
 
 
 def start_detector(monitor: Any) -> EDetector:
-    """A new run's detector: the reference's mean feature vector, the monitor's map and alpha."""
+    """A new run's detector: the reference's mean feature vector, the monitor's map, alpha and procedure."""
     mean = monitor.reference_sum_ / monitor.reference_count_
-    return EDetector(monitor.feature_map_, mean, check_method(monitor))
+    return EDetector(monitor.feature_map_, mean, check_method(monitor), monitor.procedure or "sr")
 
 
 def bet_monitor(monitor: Any, rows: Any) -> tuple[np.ndarray, np.ndarray, int]:
@@ -285,15 +306,19 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
             f"shapes ({width},) and (4,) (damaged or tampered)."
         )
     fraction, curvature, log_e, max_log_e = (float(value) for value in scalars)
-    log_threshold = math.log(1.0 / alpha)
+    log_threshold, procedure = math.log(1.0 / alpha), monitor.procedure or "sr"
+    unstarted = procedure == "sr" and run_length == 0  # R_0 = 0: log -inf
+    # the e-CUSUM's log e-value grows by at most log 1.5 a row; SR's R_t <= 1.5 + ... + 1.5^t < 3 (1.5^t)
+    most = run_length * math.log(1.5) + (math.log(3.0) if procedure == "sr" else 0.0) + 1e-12
     start = monitor.n_rows_seen_ - run_length
     problems = [
         (not np.isfinite(witness).all() or float(np.linalg.norm(witness)) > 2.0 * run_length + 1e-9,
          "its witness sum must be finite, of norm <= 2 per row of the run"),
-        (not (np.isfinite(scalars).all() and 0.0 <= fraction <= 0.5 and 1.0 <= curvature <= 1.0 + 4.0 * run_length),
+        (not (np.isfinite(scalars[[0, 1, 3]]).all() and 0 <= fraction <= 0.5 and 1 <= curvature <= 1 + 4 * run_length),
          "its betting fraction must lie in [0, 1/2] and its curvature in [1, 1 + 4 run length]"),
-        (not (-math.log(2.0) - 1e-12 <= log_e <= max_log_e <= run_length * math.log(1.5) + 1e-12 and max_log_e >= 0),
-         "its log e-value must lie in [-log 2, its running max] and the max in [0, run length * log 1.5]"),
+        (not (log_e == -math.inf if unstarted else -math.log(2.0) - 1e-12 <= log_e <= max_log_e <= most)
+         or max_log_e < 0,
+         "its log e-value must lie in [-log 2, its running max] and the max in [0, the most run length rows pay]"),
         ((monitor.drift_at_ is None) != (max_log_e < log_threshold),
          "its running max must reach log(1/alpha) exactly when the run has an alarm"),
         (monitor.drift_at_ is not None and not 0 <= monitor.drift_at_ - start < run_length,
@@ -303,7 +328,8 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
         if failed:
             raise SketchFormatError(f"{target}: not a state an e-detector reaches: {what} (tampered or damaged).")
     state = {
-        "alpha": alpha, "n_rows": run_length, "reference_mean": monitor.reference_sum_ / monitor.reference_count_,
+        "alpha": alpha, "procedure": procedure, "n_rows": run_length,
+        "reference_mean": monitor.reference_sum_ / monitor.reference_count_,
         "alarm_at": -1 if monitor.drift_at_ is None else monitor.drift_at_ - start + 1,
         "witness_sum": witness, "scalars": scalars,
     }  # fmt: skip
