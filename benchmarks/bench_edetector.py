@@ -4,18 +4,20 @@ Run: ``PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_edetector.py [--stream
 (``--quick``: 50 streams). Data: d = 8, N(0, I_8); one map ``RFF(D, bandwidth sqrt(8))`` for both monitors.
 
 1. No change: ``--streams`` streams of ``--null-rows`` rows against a reference of ``--reference`` rows,
-   the same streams for ``DriftMonitor(method="e-detector", alpha)`` and for the ERT-calibrated
+   the same streams for ``DriftMonitor(method="e-detector", alpha)`` with ``procedure="sr"`` (the default,
+   e-Shiryaev-Roberts) and ``"cusum"`` (e-CUSUM), and for the ERT-calibrated
    ``DriftMonitor(window=W, ert=1/alpha)`` at each W of ``--windows``: the run length to the first
-   false alarm (quantiles; the share >= 1/alpha; ``P(T <= m)`` against the e-CUSUM's bound ``m alpha``,
-   from the union over the e-processes started at each of the first m rows).
+   false alarm (quantiles; mean; the share >= 1/alpha; ``P(T <= m)`` against the bound ``m alpha`` that
+   both procedures obey).
 2. Delay: after ``--calm`` calm rows, column 0 shifts by 1 sd (the protocol of bench_drift.py table 2);
    a stream that alarms among the calm rows is counted and left out; the delay is the alarm row minus
    ``--calm``; median over the streams, and its ratio e-detector / ERT (target <= 1.5) at the same
    nominal false-alarm rate (ERT = 1/alpha; the measured rates are in table 1), and against an ERT
    monitor calibrated to the e-detector's measured false-alarm rate within the horizon when it is lower.
-3. Finite reference: the share of streams with a false alarm within ``--null-rows`` rows for references
-   of 500, 2 000 and 10 000 rows (a fresh reference per stream: its sampling error is part of the cost),
-   and with the population kernel mean in closed form (no reference error).
+3. Finite reference: for references of 500, 2 000 and 10 000 rows (a fresh reference per stream: its
+   sampling error is part of the cost) and the population kernel mean in closed form (no reference
+   error): e-SR's mean run length under no change (censored at ``--null-rows``) against 1/alpha, and the
+   e-CUSUM's share of streams with a false alarm within ``--null-rows`` rows.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def describe(name: str, lengths: np.ndarray, horizon: int, alpha: float) -> None
     share = np.mean(lengths >= 1 / alpha)
     print(f"  {name:<22} alarm within {horizon:,}: {alarmed.mean():.3f}   >= 1/alpha: {share:.3f}"
           f"   T quantiles 5/25/50/75 %: {', '.join(f'{q:,.0f}' for q in quantiles)}"
-          f"{'' if alarmed.mean() < 0.5 else f'   mean T (alarmed) {lengths[alarmed].mean():,.0f}'}")  # fmt: skip
+          f"   mean T {lengths.mean():,.0f}{' (censored)' if not alarmed.all() else ''}")  # fmt: skip
 
 
 def main() -> None:
@@ -82,7 +84,8 @@ def main() -> None:
 
     started = time.perf_counter()
     e_monitor = srf.DriftMonitor(100, feature_map=rff, method="e-detector", alpha=alpha).fit(reference)
-    monitors = {"e-detector": e_monitor}
+    cusum = srf.DriftMonitor(100, feature_map=rff, method="e-detector", alpha=alpha, procedure="cusum")
+    monitors = {"e-SR": e_monitor, "e-CUSUM": cusum.fit(reference)}
     for window in windows:
         monitors[f"ERT W={window}"] = srf.DriftMonitor(window, target, feature_map=rff, seed=0).fit(reference)
     print(f"fitted in {time.perf_counter() - started:.1f} s (ERT monitors calibrated to ERT = 1/alpha = {target:g})")
@@ -93,12 +96,11 @@ def main() -> None:
     for name, monitor in monitors.items():
         null_lengths[name] = run_lengths(monitor, null)
         describe(name, null_lengths[name], args.null_rows, alpha)
-    lengths = null_lengths["e-detector"]
-    print("  e-detector P(T <= m) against the bound m alpha:")
-    for factor in (0.1, 0.5, 1.0, 5.0):
+    print("  P(T <= m) against the bound m alpha, e-SR and e-CUSUM:")
+    for factor in (0.01, 0.1, 0.5, 1.0):
         m = int(factor * target)
-        if m <= args.null_rows:
-            print(f"    m = {m:>7,}: {np.mean(lengths <= m):.3f} <= {min(1.0, m * alpha):.3f}")
+        shares = [np.mean(null_lengths[name] <= m) for name in ("e-SR", "e-CUSUM")]
+        print(f"    m = {m:>7,}: {shares[0]:.3f}, {shares[1]:.3f} <= {min(1.0, m * alpha):.3f}")
 
     print(f"\n2. delay: 1 sd shift in column 0 of {DIM} after {args.calm} calm rows, {args.after:,} rows after")
     delays = {}
@@ -110,42 +112,48 @@ def main() -> None:
         delays[name] = float(np.median(delay))
         print(f"  {name:<22} median delay {delays[name]:>7.1f} rows   missed: {missed:.3f}   "
               f"false alarm among the calm rows: {early.mean():.3f}")  # fmt: skip
-    e_fa = np.mean(null_lengths["e-detector"] <= args.null_rows)
     for window in windows:
         name = f"ERT W={window}"
-        print(f"  ratio e-detector / {name}: {delays['e-detector'] / delays[name]:.2f} (target <= 1.5; measured "
-              f"false alarms within {args.null_rows:,}: e-detector {e_fa:.3f}, {name} "
-              f"{np.mean(null_lengths[name] <= args.null_rows):.3f})")  # fmt: skip
+        print(f"  ratio e-SR / {name}: {delays['e-SR'] / delays[name]:.2f}, e-CUSUM / {name}: "
+              f"{delays['e-CUSUM'] / delays[name]:.2f} (target <= 1.5; mean run length without change: e-SR "
+              f"{null_lengths['e-SR'].mean():,.0f}, {name} {null_lengths[name].mean():,.0f})")  # fmt: skip
     best = min(windows, key=lambda w: delays[f"ERT W={w}"])
-    print(f"  ratio against the fastest ERT window (W={best}): {delays['e-detector'] / delays[f'ERT W={best}']:.2f}")
+    print(f"  ratio e-SR against the fastest ERT window (W={best}): {delays['e-SR'] / delays[f'ERT W={best}']:.2f}")
+    e_fa = np.mean(null_lengths["e-CUSUM"] <= args.null_rows)
     if e_fa < 0.5:  # the ERT monitor at the e-detector's measured false-alarm rate: P(T <= H) = e_fa, geometric
         matched = args.null_rows / max(-math.log1p(-max(e_fa, 1.0 / args.streams)), 1e-12)
         monitor = srf.DriftMonitor(best, matched, feature_map=rff, seed=0).fit(reference)
         alarms = run_lengths(monitor, changed) - 1
         delay = alarms[alarms >= args.calm] - args.calm
         matched_fa = np.mean(run_lengths(monitor, null) <= args.null_rows)
-        print(f"  ERT W={best} calibrated to ERT = {matched:,.0f} (the e-detector's measured rate, at most 1 stream):"
-              f" false alarms within {args.null_rows:,}: {matched_fa:.3f}; median delay {np.median(delay):.1f};"
-              f" ratio {delays['e-detector'] / np.median(delay):.2f}")  # fmt: skip
+        print(f"  ERT W={best} calibrated to ERT = {matched:,.0f} (the e-CUSUM's measured rate, at most 1 stream):"
+              f" false alarms within {args.null_rows:,}: {matched_fa:.3f} (e-CUSUM {e_fa:.3f}); median delay "
+              f"{np.median(delay):.1f}; ratio e-CUSUM / it {delays['e-CUSUM'] / np.median(delay):.2f}")  # fmt: skip
 
-    print(f"\n3. finite reference: share of {args.streams} null streams with a false alarm within {args.null_rows:,} "
-          f"rows (a fresh reference per stream), alpha = {alpha:g}")  # fmt: skip
-    for size in (500, 2_000, 10_000):
-        alarmed = []
-        for rows in null:
-            sample = rng.normal(size=(size, DIM)).astype(np.float32)
-            monitor = srf.DriftMonitor(100, feature_map=rff, method="e-detector", alpha=alpha).fit(sample)
-            alarmed.append(monitor.update(rows).drift_at is not None)
-        share = float(np.mean(alarmed))
-        print(f"  reference {size:>6,} rows: {share:.3f} (+- {math.sqrt(share * (1 - share) / args.streams):.3f})")
-    # no reference error: the population kernel mean in closed form, E cos(w.x) = exp(-|w|^2 / 2), E sin(w.x) = 0
+    print(f"\n3. finite reference, {args.streams} null streams of {args.null_rows:,} rows, a fresh reference per "
+          f"stream, alpha = {alpha:g}: e-SR mean run length (1/alpha = {target:g}); e-CUSUM false alarm within "
+          f"{args.null_rows:,}")  # fmt: skip
     rff = e_monitor.feature_map_
+    # no reference error: the population kernel mean in closed form, E cos(w.x) = exp(-|w|^2 / 2), E sin(w.x) = 0
     frequencies, _, scale = rff._float32_kernel_args()
     w = frequencies.astype(np.float64)
     exact = float(scale) * np.concatenate([np.exp(-(w**2).sum(axis=0) / 2), np.zeros(w.shape[1])])
-    alarmed = [EDetector(rff, exact, alpha).update(rows).alarm_at is not None for rows in null]
-    print(f"  exact kernel mean (closed form): {np.mean(alarmed):.3f}; bound on P(T <= {args.null_rows:,}): "
-          f"{min(1.0, args.null_rows * alpha):.3f}")
+    for size in (500, 2_000, 10_000, None):
+        lengths, alarmed = [], []
+        for rows in null:
+            if size is None:
+                mean = exact
+            else:
+                sample = rng.normal(size=(size, DIM)).astype(np.float32)
+                mean = rff.transform(sample).astype(np.float64).mean(axis=0)
+            detector = EDetector(rff, mean, alpha, procedure="sr").update(rows)
+            lengths.append(rows.shape[0] + 1 if detector.alarm_at is None else detector.alarm_at)
+            alarmed.append(EDetector(rff, mean, alpha, procedure="cusum").update(rows).alarm_at is not None)
+        share = float(np.mean(alarmed))
+        error = math.sqrt(share * (1 - share) / args.streams)
+        what = "exact mean" if size is None else f"{size:,} rows"
+        print(f"  reference {what:>12}: e-SR mean run length {np.mean(lengths):,.0f} (median "
+              f"{np.median(lengths):,.0f}), e-CUSUM {share:.3f} (+- {error:.3f})")  # fmt: skip
 
 
 if __name__ == "__main__":
