@@ -31,8 +31,8 @@ Chunks are known by a digest of their stored bytes, so a consumed chunk rewritte
 With --save-monitor the state is saved atomically, with its cursor, every --save-interval seconds and
 at every stop; one watcher at a time may hold it (a lock beside it).
 SIGINT, SIGTERM and SIGHUP stop it cleanly: the state is saved and the summary printed.
-With --method e-detector the alarm is an e-CUSUM by betting instead: no calibration, an alarm when the
-e-value reaches 1/--alpha, and an average run length to a false alarm >= 1/--alpha by construction.
+With --method e-detector the alarm is an e-detector by betting instead (e-Shiryaev-Roberts): no calibration,
+an alarm when the e-value reaches 1/--alpha, an average run length to a false alarm >= 1/--alpha by construction.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 --ert 10000
          streamrff watch live.zarr --reference train.zarr --method e-detector --alpha 0.0001 --json
@@ -105,8 +105,8 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--method", choices=("ert", "e-detector"), default=None,
         help="a new monitor's alarm: 'ert' (default) the window's MMD^2 against thresholds calibrated to --ert; "
-        "'e-detector' an e-CUSUM by betting, alarm at e-value 1/--alpha, no calibration (--window: the rows an "
-        "alarm names, default 100)",
+        "'e-detector' an e-Shiryaev-Roberts e-detector by betting, alarm at e-value 1/--alpha, no calibration "
+        "(--window: the rows an alarm names, default 100)",
     )  # fmt: skip
     parser.add_argument(
         "--alpha", type=level, default=None,
