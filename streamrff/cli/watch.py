@@ -315,10 +315,10 @@ def _method_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 def _e_detector_text(monitor: Any) -> str:
     """The start line of an e-detector session (no calibration) and its alarm level."""
-    alpha = monitor.detector_.alpha
+    alpha, now = monitor.detector_.alpha, monitor.detector_.log_e_value
     return (f"e-detector: no calibration step; alarm when the e-value reaches 1/alpha = {1 / alpha:,.6g} (log "
             f"{math.log(1 / alpha):.4g}): the average run length to a false alarm is >= {1 / alpha:,.6g} rows by "
-            f"construction; log e-value now {monitor.detector_.log_e_value:.4g}")  # fmt: skip
+            f"construction{f'; log e-value now {now:.4g}' if math.isfinite(now) else ''}")  # fmt: skip
 
 
 class _Refusal(Exception):
