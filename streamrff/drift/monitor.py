@@ -248,26 +248,20 @@ class DriftMonitor(BaseEstimator):
     n_reference_rows : int, default=4096
         Rows in the calibration bank (resampled reference rows or Gaussian draws).
     method : {"ert", "e-detector"}, default="ert"
-        "ert": the sliding-window MMD^2 above, its thresholds simulated so that
-        under no change the run length to a false alarm is geometric with mean
-        ``ert`` for i.i.d. rows like the reference's (a calibration, not a bound).
-        "e-detector": an e-detector by betting (:class:`streamrff.drift.EDetector`;
-        Shin, Ramdas & Rinaldo, arXiv 2203.03532) that alarms when the e-value
-        reaches ``1/alpha``: the average run length to a false alarm is at least
-        ``1/alpha`` by construction (a nonnegative supermartingale argument), no
-        simulation, for any dependence of the rows whose conditional feature mean
-        stays the reference's, provided the reference mean is exact (a reference
-        of n rows errs by ``O(1/sqrt(n))``; see the drift guide).
-        ``statistic`` is then the log e-value, ``threshold`` ``log(1/alpha)``,
-        and ``window`` only the rows an alarm's explanation reads. Needs a
-        sincos :class:`~streamrff.RFF` map (the default).
+        "ert": the window's MMD^2 against thresholds simulated so that, for i.i.d. rows
+        like the reference's, the run length to a false alarm is geometric with mean
+        ``ert`` (a calibration). "e-detector": betting (:class:`streamrff.drift.EDetector`;
+        Shin, Ramdas & Rinaldo, arXiv 2203.03532), alarm at e-value ``1/alpha``: the
+        average run length to a false alarm is >= ``1/alpha`` by construction, for any
+        dependence that keeps the rows' conditional feature mean the reference's, if the
+        reference mean is exact (n rows err by ``O(1/sqrt(n))``: see the drift guide).
+        ``statistic`` is then the log e-value, ``threshold`` ``log(1/alpha)``, and
+        ``window`` the rows an alarm's explanation reads. Needs a sincos RFF map.
     alpha : float or None, default=None
-        With ``method="e-detector"``: the alarm level in (0, 1); None means ``1/ert``.
-        Refused with ``method="ert"``.
+        With ``method="e-detector"``: the alarm level in (0, 1); None: ``1/ert``.
     procedure : {"sr", "cusum"} or None, default=None
-        With ``method="e-detector"``: "sr" (None; e-Shiryaev-Roberts, run length
-        about ``1/alpha``) or "cusum" (e-CUSUM: far fewer false alarms than
-        ``1/alpha`` allows, longer delays). Refused with ``method="ert"``.
+        With ``method="e-detector"``: "sr" (None; e-Shiryaev-Roberts, run length about
+        ``1/alpha``) or "cusum" (e-CUSUM: rarer false alarms, longer delays).
 
     Attributes
     ----------
