@@ -237,3 +237,26 @@ def test_watch_e_detector_kill_9_then_restart_is_bit_identical(tmp_path):
     _assert_same_detector(saved, expected)
     chunk_lines = [json.loads(line) for line in lines if line.startswith('{"event": "chunk"')]
     assert all("log_e_value" in line and line["log_e_value"] == line["statistic"] for line in chunk_lines)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--alpha", "0.01", "--window", "10", "--ert", "100"], "--alpha goes with --method e-detector"),
+        (["--method", "e-detector"], "--method e-detector needs --alpha"),
+        (["--method", "e-detector", "--alpha", "0.01", "--streams", "100"], "needs no calibration: --streams"),
+        (["--method", "e-detector", "--alpha", "0.01", "--ert", "100"], "not both"),
+    ],
+)
+def test_watch_e_detector_usage_errors_are_one_line(tmp_path, capsys, extra, message):
+    import zarr
+
+    from streamrff.cli import main
+
+    path = str(tmp_path / "a.zarr")
+    zarr.create_array(path, data=np.zeros((10, 2), np.float32), chunks=(5, 2))
+    with pytest.raises(SystemExit) as stop:
+        main(["watch", path, "--reference", path, *extra])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
