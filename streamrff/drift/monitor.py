@@ -740,6 +740,8 @@ class DriftMonitor(BaseEstimator):
         arrays.update({f"map/{name}": value for name, value in self.feature_map_.state_arrays().items()})
         params = self.get_params(deep=False)
         params["feature_map"] = None  # the fitted map is stored as the map spec
+        if self.method == "ert":  # an ERT monitor's file stays as earlier versions wrote and read it
+            params = {name: value for name, value in params.items() if name not in ("method", "alpha", "procedure")}
         params["seed"] = normalize_seed(self.seed) if isinstance(self.seed, numbers.Integral) else None
         attrs = {
             "map": self.feature_map_.spec,
