@@ -14,15 +14,16 @@ from streamrff.errors import InputError
 
 
 def _numpy_e_cusum(
-    features: np.ndarray, mean: np.ndarray, alpha: float, procedure: str = "cusum"
+    features: np.ndarray, mean: np.ndarray, alpha: float, procedure: str = "cusum", window: int | None = None
 ) -> tuple[list[float], int | None]:
-    """Shin, Ramdas & Rinaldo's e-CUSUM (or e-Shiryaev-Roberts) with the ONS fraction, from the paper in numpy."""
+    """Shin, Ramdas & Rinaldo's e-CUSUM (or e-Shiryaev-Roberts) with the ONS fraction, from the paper in numpy;
+    the witness sums ``z - mean`` over the ``window`` rows before each (all of them for None)."""
     step = 2.0 / (2.0 - math.log(3.0))
-    witness = np.zeros(mean.shape[0])
+    differences = features.astype(np.float64) - mean
     fraction, curvature, log_m = 0.0, 1.0, 0.0 if procedure == "cusum" else -math.inf
     path, alarm = [], None
-    for t, z in enumerate(features.astype(np.float64)):
-        d = z - mean
+    for t, d in enumerate(differences):
+        witness = differences[0 if window is None else max(0, t - window) : t].sum(axis=0)
         norm = np.linalg.norm(witness)
         payoff = 0.0 if norm == 0 else float(np.clip(witness @ d / (2 * norm), -1, 1))
         if procedure == "cusum":  # M_t = max(M_{t-1}, 1) (1 + lambda f)
@@ -35,7 +36,6 @@ def _numpy_e_cusum(
         gradient = payoff / (1 + fraction * payoff)
         curvature += gradient**2
         fraction = min(0.5, max(0.0, fraction + step * gradient / curvature))
-        witness += d
     return path, alarm
 
 
@@ -49,11 +49,13 @@ def setup():
     return rff, mean, rows
 
 
-@pytest.mark.parametrize("procedure, alpha", [("cusum", 0.01), ("sr", 1e-4)])  # SR's run length is about 1/alpha
-def test_e_detector_matches_numpy_and_alarms_after_change(setup, procedure, alpha):
+@pytest.mark.parametrize(  # SR's run length is about 1/alpha
+    "procedure, alpha, window", [("cusum", 0.01, None), ("sr", 1e-4, None), ("sr", 1e-4, 50)]
+)
+def test_e_detector_matches_numpy_and_alarms_after_change(setup, procedure, alpha, window):
     rff, mean, rows = setup
-    path, alarm = _numpy_e_cusum(rff.transform(rows), mean, alpha, procedure)
-    detector = EDetector(rff, mean, alpha=alpha, procedure=procedure).update(rows)
+    path, alarm = _numpy_e_cusum(rff.transform(rows), mean, alpha, procedure, window)
+    detector = EDetector(rff, mean, alpha=alpha, procedure=procedure, window=window).update(rows)
     assert detector.alarm_at == alarm
     assert alarm is not None and alarm > 300
     assert math.isclose(detector.log_e_value, path[-1], rel_tol=1e-9, abs_tol=1e-9)
@@ -106,7 +108,7 @@ def test_monitor_e_detector_matches_numpy_over_batchings(e_monitor, cuts):
     parts = np.split(rows, cuts)
     # the same features: a batch's are the map's of that batch (equal to float32 rounding across batchings)
     features = np.concatenate([feature_map.transform(part) for part in parts])
-    path, alarm = _numpy_e_cusum(features, mean, 1e-4, "sr")  # the monitor's default procedure
+    path, alarm = _numpy_e_cusum(features, mean, 1e-4, "sr", window=20)  # the monitor's: SR, the window's witness
     monitor = _copy(monitor)
     updates = [monitor.update(part) for part in parts]
     statistic = np.concatenate([update.statistic for update in updates])

@@ -66,26 +66,37 @@ def bet_pairs(
 
 @jit(nogil=True, boundscheck=False)
 def e_detector_rows(
-    features, mean, witness_sum, scalars, log_threshold, path, shiryaev_roberts
+    features, mean, witness_sum, scalars, log_threshold, path, shiryaev_roberts, ring, start
 ):  # pragma: no cover - compiled
     """The e-detector of :class:`streamrff.drift.EDetector` against one fixed vector ``mean`` (float64, D) for
     every row, with each row's log e-value written to ``path`` (float64, n). The e-CUSUM
     (``shiryaev_roberts`` False) is :func:`bet_pairs` with ``floor = 0``, bit for bit; the e-Shiryaev-Roberts
     procedure sums the e-processes started at every row instead of taking their max:
-    ``R_t = (R_{t-1} + 1)(1 + lambda_t f_t)`` (``log R = -inf`` before any row). Returns the index of the
-    first row whose log e-value reaches ``log_threshold`` (-1 if none)."""
+    ``R_t = (R_{t-1} + 1)(1 + lambda_t f_t)`` (``log R = -inf`` before any row). With a ``ring`` of W > 0
+    rows (float32, (W, D); run row ``r`` in slot ``r % W``, ``start`` the run rows before this batch) the
+    witness is the sum over the last W rows only: the row that leaves, ``ring[slot] - mean``, is subtracted
+    as the new one is added, and the new row's features take its slot; a ring of 0 rows keeps every row.
+    Returns the index of the first row whose log e-value reaches ``log_threshold`` (-1 if none)."""
     fraction, curvature, log_wealth, max_log_wealth = scalars[0], scalars[1], scalars[2], scalars[3]
     first = -1
     width = witness_sum.shape[0]
+    window = ring.shape[0]
     for k in range(features.shape[0]):
         dot = 0.0
         squared_norm = 0.0
+        slot = (start + k) % window if window > 0 else 0
+        leaves = window > 0 and start + k >= window
         for j in range(width):
             difference = np.float64(features[k, j]) - mean[j]
             total = witness_sum[j]
             dot += total * difference
             squared_norm += total * total
-            witness_sum[j] = total + difference
+            if leaves:
+                witness_sum[j] = (total + difference) - (np.float64(ring[slot, j]) - mean[j])
+            else:
+                witness_sum[j] = total + difference
+            if window > 0:
+                ring[slot, j] = features[k, j]
         payoff = 0.0
         if squared_norm > 0.0:
             payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))

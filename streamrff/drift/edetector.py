@@ -63,6 +63,10 @@ class EDetector:
         "cusum": ``M_t = max(M_{t-1}, 1) (1 + lambda_t f_t)``; "sr" (Shiryaev-Roberts):
         ``R_t = (R_{t-1} + 1) (1 + lambda_t f_t)``, whose run length is about ``1/alpha``
         and whose delay is shorter at the same ``alpha``.
+    window : int or None, default=None
+        The witness sums ``z(x_s) - mu`` over the last ``window`` rows only (their
+        features kept in a ring buffer), so that rows long before a change do not
+        blur its direction; None: over every earlier row.
 
     Examples
     --------
@@ -76,7 +80,10 @@ class EDetector:
     True
     """
 
-    def __init__(self, feature_map: RFF, reference_mean: Any, alpha: float = 0.05, procedure: str = "cusum") -> None:
+    def __init__(
+        self, feature_map: RFF, reference_mean: Any, alpha: float = 0.05, procedure: str = "cusum",
+        window: int | None = None,
+    ) -> None:  # fmt: skip
         from ..twosample.sequential import _check_alpha, _check_unit_norm_map
 
         self.feature_map = _check_unit_norm_map(feature_map)
@@ -92,6 +99,10 @@ class EDetector:
         if procedure not in PROCEDURES:
             raise InputError(f"procedure must be 'sr' or 'cusum'. Got {procedure!r}; use procedure='sr'.")
         self.procedure = procedure
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise InputError(f"window must be None or an integer >= 1. Got {window!r}; use e.g. window=100.")
+        self.window = window
+        self._ring = np.zeros((window or 0, width), np.float32)
         self.n_rows = 0
         self.alarm_at: int | None = None
         self._witness_sum = np.zeros(width, np.float64)
@@ -145,8 +156,9 @@ class EDetector:
         path = np.empty(features.shape[0])
         log_threshold = math.log(1.0 / self.alpha)
         first = e_detector_rows(
-            features, self.reference_mean, self._witness_sum, self._scalars, log_threshold, path, self.procedure == "sr"
-        )
+            features, self.reference_mean, self._witness_sum, self._scalars, log_threshold, path,
+            self.procedure == "sr", self._ring, self.n_rows,
+        )  # fmt: skip
         if self.alarm_at is None and first >= 0:
             self.alarm_at = self.n_rows + first + 1
         self.n_rows += features.shape[0]
@@ -161,11 +173,13 @@ class EDetector:
         >>> from streamrff.drift.edetector import EDetector
         >>> rff = srf.RFF(n_features=16, bandwidth=1.0, seed=0).fit(np.zeros((4, 2)))
         >>> sorted(EDetector(rff, np.zeros(16)).state_dict())
-        ['alarm_at', 'alpha', 'n_rows', 'procedure', 'reference_mean', 'scalars', 'witness_sum']
+        ['alarm_at', 'alpha', 'n_rows', 'procedure', 'reference_mean', 'ring', 'scalars', 'window', 'witness_sum']
         """
         return {
             "alpha": self.alpha,
             "procedure": self.procedure,
+            "window": self.window,
+            "ring": self._ring.copy(),
             "n_rows": self.n_rows,
             "alarm_at": -1 if self.alarm_at is None else self.alarm_at,
             "reference_mean": self.reference_mean.copy(),
@@ -185,11 +199,14 @@ class EDetector:
         >>> EDetector.from_state(rff, EDetector(rff, np.zeros(16)).state_dict()).n_rows
         0
         """
-        detector = cls(feature_map, state["reference_mean"], state["alpha"], state.get("procedure", "cusum"))
+        procedure, window = state.get("procedure", "cusum"), state.get("window")
+        detector = cls(feature_map, state["reference_mean"], state["alpha"], procedure, window)
         witness = np.asarray(state["witness_sum"], np.float64)
         scalars = np.asarray(state["scalars"], np.float64)
-        if witness.shape != detector._witness_sum.shape or scalars.shape != (4,):
-            raise InputError("state has witness_sum or scalars of the wrong shape; pass EDetector.state_dict()")
+        ring = np.asarray(state.get("ring", detector._ring), np.float32)
+        if witness.shape != detector._witness_sum.shape or scalars.shape != (4,) or ring.shape != detector._ring.shape:
+            raise InputError("state has witness_sum, scalars or ring of the wrong shape; pass EDetector.state_dict()")
+        detector._ring = ring.copy()
         detector._witness_sum = witness.copy()
         detector._scalars = scalars.copy()
         detector.n_rows = int(state["n_rows"])
@@ -250,30 +267,29 @@ def e_detector_thresholds(window: int, alpha: float) -> np.ndarray:
 def start_detector(monitor: Any) -> EDetector:
     """A new run's detector: the reference's mean feature vector, the monitor's map, alpha and procedure."""
     mean = monitor.reference_sum_ / monitor.reference_count_
-    return EDetector(monitor.feature_map_, mean, check_method(monitor), monitor.procedure or "sr")
+    window = monitor.window_features_.shape[0]
+    detector = EDetector(monitor.feature_map_, mean, check_method(monitor), monitor.procedure or "sr", window)
+    detector._ring = monitor.window_features_  # one ring buffer: the witness's rows are the window's
+    return detector
 
 
 def bet_monitor(monitor: Any, rows: Any) -> tuple[np.ndarray, np.ndarray, int]:
     """The betting part of :meth:`DriftMonitor.update` for ``method="e-detector"``: check ``rows``, bet on each in
-    order, keep the last ``window`` rows' features in the window's ring buffer (run row ``r`` in slot ``r %
-    window``, for the alarm's explanation only). Returns the checked rows, the log e-value after each row and
-    the batch index of the first row that reached ``log(1/alpha)`` (-1 if none)."""
+    order against the witness of the last ``window`` rows, whose features the window's ring buffer keeps (run
+    row ``r`` in slot ``r % window``; the alarm's explanation reads them too). Returns the checked rows, the
+    log e-value after each row and the batch index of the first row that reached ``log(1/alpha)`` (-1 if
+    none)."""
     fix = (
         "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
         "rows, or pass on_invalid='skip' to skip them."
     )
     rows = check_rows(rows, "rows", allow_empty=True, fix=fix, row_offset=monitor.n_rows_seen_)
     check_width(rows, monitor.n_features_in_, "DriftMonitor", name="rows")
-    ring, run_length = monitor.window_features_, monitor.run_length_
     paths, first = [], -1
     with one_blas_thread():  # the features must not depend on the BLAS thread count
         for offset, features in monitor.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
-            path, crossed = monitor.detector_.bet(features)
+            path, crossed = monitor.detector_.bet(features)  # it moves the window's ring buffer too
             paths.append(path)
-            kept = min(features.shape[0], ring.shape[0])
-            ring[(run_length + offset + np.arange(features.shape[0] - kept, features.shape[0])) % ring.shape[0]] = (
-                features[features.shape[0] - kept :]
-            )
             if first < 0 and crossed >= 0:
                 first = offset + crossed
     statistic = np.concatenate(paths) if len(paths) != 1 else paths[0]
@@ -328,7 +344,8 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
         if failed:
             raise SketchFormatError(f"{target}: not a state an e-detector reaches: {what} (tampered or damaged).")
     state = {
-        "alpha": alpha, "procedure": procedure, "n_rows": run_length,
+        "alpha": alpha, "procedure": procedure, "n_rows": run_length, "window": monitor.window_features_.shape[0],
+        "ring": monitor.window_features_,
         "reference_mean": monitor.reference_sum_ / monitor.reference_count_,
         "alarm_at": -1 if monitor.drift_at_ is None else monitor.drift_at_ - start + 1,
         "witness_sum": witness, "scalars": scalars,
@@ -337,3 +354,4 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
         monitor.detector_ = EDetector.from_state(monitor.feature_map_, state)
     except InputError as error:
         raise SketchFormatError(f"{target}: {error}") from None
+    monitor.window_features_ = monitor.detector_._ring  # one ring buffer, as start_detector shares it
