@@ -5,7 +5,8 @@ Run: ``PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_edetector.py [--stream
 
 1. No change: ``--streams`` streams of ``--null-rows`` rows against a reference of ``--reference`` rows,
    the same streams for ``DriftMonitor(method="e-detector", alpha)`` with ``procedure="sr"`` (the default,
-   e-Shiryaev-Roberts) and ``"cusum"`` (e-CUSUM), and for the ERT-calibrated
+   e-Shiryaev-Roberts; its witness over the last W rows, W of ``--windows``, 100 unless named) and
+   ``"cusum"`` (e-CUSUM, W = 100), and for the ERT-calibrated
    ``DriftMonitor(window=W, ert=1/alpha)`` at each W of ``--windows``: the run length to the first
    false alarm (quantiles; mean; the share >= 1/alpha; ``P(T <= m)`` against the bound ``m alpha`` that
    both procedures obey).
@@ -85,7 +86,11 @@ def main() -> None:
     started = time.perf_counter()
     e_monitor = srf.DriftMonitor(100, feature_map=rff, method="e-detector", alpha=alpha).fit(reference)
     cusum = srf.DriftMonitor(100, feature_map=rff, method="e-detector", alpha=alpha, procedure="cusum")
-    monitors = {"e-SR": e_monitor, "e-CUSUM": cusum.fit(reference)}
+    monitors = {"e-SR": e_monitor, "e-CUSUM": cusum.fit(reference)}  # W = 100: the witness's rows
+    for window in windows:
+        if window != 100:
+            monitor = srf.DriftMonitor(window, feature_map=rff, method="e-detector", alpha=alpha).fit(reference)
+            monitors[f"e-SR W={window}"] = monitor
     for window in windows:
         monitors[f"ERT W={window}"] = srf.DriftMonitor(window, target, feature_map=rff, seed=0).fit(reference)
     print(f"fitted in {time.perf_counter() - started:.1f} s (ERT monitors calibrated to ERT = 1/alpha = {target:g})")
@@ -113,8 +118,9 @@ def main() -> None:
         print(f"  {name:<22} median delay {delays[name]:>7.1f} rows   missed: {missed:.3f}   "
               f"false alarm among the calm rows: {early.mean():.3f}")  # fmt: skip
     for window in windows:
-        name = f"ERT W={window}"
-        print(f"  ratio e-SR / {name}: {delays['e-SR'] / delays[name]:.2f}, e-CUSUM / {name}: "
+        name, sr = f"ERT W={window}", "e-SR" if window == 100 else f"e-SR W={window}"
+        print(f"  ratio e-SR W={window} / {name}: {delays[sr] / delays[name]:.2f}, e-SR (W=100) / {name}: "
+              f"{delays['e-SR'] / delays[name]:.2f}, e-CUSUM / {name}: "
               f"{delays['e-CUSUM'] / delays[name]:.2f} (target <= 1.5; mean run length without change: e-SR "
               f"{null_lengths['e-SR'].mean():,.0f}, {name} {null_lengths[name].mean():,.0f})")  # fmt: skip
     best = min(windows, key=lambda w: delays[f"ERT W={w}"])
@@ -146,9 +152,10 @@ def main() -> None:
             else:
                 sample = rng.normal(size=(size, DIM)).astype(np.float32)
                 mean = rff.transform(sample).astype(np.float64).mean(axis=0)
-            detector = EDetector(rff, mean, alpha, procedure="sr").update(rows)
+            detector = EDetector(rff, mean, alpha, procedure="sr", window=100).update(rows)  # as the monitor's
             lengths.append(rows.shape[0] + 1 if detector.alarm_at is None else detector.alarm_at)
-            alarmed.append(EDetector(rff, mean, alpha, procedure="cusum").update(rows).alarm_at is not None)
+            cusum = EDetector(rff, mean, alpha, procedure="cusum", window=100).update(rows)
+            alarmed.append(cusum.alarm_at is not None)
         share = float(np.mean(alarmed))
         error = math.sqrt(share * (1 - share) / args.streams)
         what = "exact mean" if size is None else f"{size:,} rows"
