@@ -106,7 +106,7 @@ def add_parser(commands: Any) -> None:
         "--method", choices=("ert", "e-detector"), default=None,
         help="a new monitor's alarm: 'ert' (default) the window's MMD^2 against thresholds calibrated to --ert; "
         "'e-detector' an e-Shiryaev-Roberts e-detector by betting, alarm at e-value 1/--alpha, no calibration "
-        "(--window: the rows an alarm names, default 100)",
+        "(--window: the rows of its witness, default 100)",
     )  # fmt: skip
     parser.add_argument(
         "--alpha", type=level, default=None,

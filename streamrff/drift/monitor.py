@@ -256,7 +256,7 @@ class DriftMonitor(BaseEstimator):
         dependence that keeps the rows' conditional feature mean the reference's, if the
         reference mean is exact (n rows err by ``O(1/sqrt(n))``: see the drift guide).
         ``statistic`` is then the log e-value, ``threshold`` ``log(1/alpha)``, and
-        ``window`` the rows an alarm's explanation reads. Needs a sincos RFF map.
+        ``window`` the rows of the witness (and of an alarm's explanation). Needs a sincos RFF map.
     alpha : float or None, default=None
         With ``method="e-detector"``: the alarm level in (0, 1); None: ``1/ert``.
     procedure : {"sr", "cusum"} or None, default=None
