@@ -9,7 +9,7 @@ average run length to a false alarm of at least ``1/alpha`` when they alarm at
 so the bound is nearly attained; the e-CUSUM's run length is much longer). Row ``t`` pays
 ``f_t = <S_{t-1}, z(x_t) - mu> / (2 ||S_{t-1}||)`` in [-1, 1], where ``mu`` is
 the reference's mean feature vector (from its sketch) and ``S_{t-1}`` the sum of
-``z(x_s) - mu`` over the rows before it (the predictable plug-in witness); the
+``z(x_s) - mu`` over the rows before it, or the last ``window`` of them (the predictable plug-in witness); the
 fraction follows the online Newton step. The step is the compiled
 :func:`streamrff._kernels.betting.e_detector_rows`. The guarantee
 treats ``mu`` as the true reference mean: a finite reference of n rows adds an
