@@ -286,7 +286,15 @@ def bet_monitor(monitor: Any, rows: Any) -> tuple[np.ndarray, np.ndarray, int]:
     rows = check_rows(rows, "rows", allow_empty=True, fix=fix, row_offset=monitor.n_rows_seen_)
     check_width(rows, monitor.n_features_in_, "DriftMonitor", name="rows")
     paths, first = [], -1
+    dense = _dense_rff_args(monitor)
     with one_blas_thread():  # the features must not depend on the BLAS thread count
+        if dense is not None and rows.shape[0] <= _TILE_ROWS:  # one tile: embed_tiles' call, without its layers
+            from .._kernels.sincos import rff_features
+
+            features = np.empty((rows.shape[0], monitor.window_features_.shape[1]), np.float32)
+            projection = np.empty((rows.shape[0], dense[0].shape[1]), np.float32)
+            rff_features(np.ascontiguousarray(rows, dtype=np.float32), *dense, projection, features)
+            return (rows, *monitor.detector_.bet(features))
         for offset, features in monitor.feature_map_.embed_tiles(rows, tile_rows=_TILE_ROWS):
             path, crossed = monitor.detector_.bet(features)  # it moves the window's ring buffer too
             paths.append(path)
@@ -294,6 +302,23 @@ def bet_monitor(monitor: Any, rows: Any) -> tuple[np.ndarray, np.ndarray, int]:
                 first = offset + crossed
     statistic = np.concatenate(paths) if len(paths) != 1 else paths[0]
     return rows, statistic, first
+
+
+def _dense_rff_args(monitor: Any) -> tuple[Any, ...] | None:
+    """``(frequencies, offsets, scale)`` of a dense float32 RFF map without categorical columns (None for another
+    map), held while the map is the same object: a one-row update then does not pay for the map's layers."""
+    from ..maps import RFF
+
+    cached = getattr(monitor, "_e_detector_cache", None)
+    feature_map = monitor.feature_map_
+    if cached is None or cached[0] is not feature_map:
+        dense = (
+            type(feature_map) is RFF and not feature_map.structured and feature_map._float32_phases()
+            and not feature_map._categorical_columns
+        )  # fmt: skip
+        cached = (feature_map, feature_map._float32_kernel_args() if dense else None)
+        monitor._e_detector_cache = cached
+    return cached[1]
 
 
 def detector_arrays(monitor: Any) -> dict[str, np.ndarray]:
