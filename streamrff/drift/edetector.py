@@ -259,7 +259,7 @@ def check_method(monitor: Any) -> float | None:
     return _check_alpha(alpha)
 
 
-def e_detector_thresholds(window: int, alpha: float) -> np.ndarray:
+def e_thresholds(window: int, alpha: float) -> np.ndarray:
     """``thresholds_`` of an e-detector monitor: ``log(1/alpha)`` at every fill level (no calibration)."""
     return np.full(window + 1, math.log(1.0 / alpha))
 
@@ -337,7 +337,7 @@ def restore_detector(monitor: Any, arrays: dict[str, np.ndarray], target: str) -
         raise SketchFormatError(f"{target}: {error}") from None
     if alpha is None:
         return
-    if not np.array_equal(monitor.thresholds_, e_detector_thresholds(monitor.thresholds_.shape[0] - 1, alpha)):
+    if not np.array_equal(monitor.thresholds_, e_thresholds(monitor.thresholds_.shape[0] - 1, alpha)):
         raise SketchFormatError(f"{target}: an e-detector's thresholds must all be log(1/alpha) (tampered).")
     witness, scalars = arrays.get("detector_witness_sum"), arrays.get("detector_scalars")
     width, run_length = monitor.reference_sum_.shape[0], monitor.run_length_

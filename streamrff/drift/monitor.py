@@ -33,14 +33,7 @@ from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches.mean import MeanSketch
 from ..typing import PathOrURL
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
-from .edetector import (
-    bet_monitor,
-    check_method,
-    detector_arrays,
-    e_detector_thresholds,
-    restore_detector,
-    start_detector,
-)
+from .edetector import bet_monitor, check_method, detector_arrays, e_thresholds, restore_detector, start_detector
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
@@ -468,7 +461,7 @@ class DriftMonitor(BaseEstimator):
         width = feature_map.n_features_out_
         self.n_streams_ = self._streams(window, ert, width)
         if alpha is not None:  # the e-detector: no calibration
-            self.thresholds_ = e_detector_thresholds(window, alpha)
+            self.thresholds_ = e_thresholds(window, alpha)
         elif simulation == "gaussian":
             bank = gaussian_bank(summary, int(self.n_reference_rows), seed)
         else:
@@ -647,7 +640,7 @@ class DriftMonitor(BaseEstimator):
 
     def _update_e_detector(self, rows: Any) -> DriftUpdate:
         """:meth:`update` with ``method="e-detector"``: ``statistic`` is the log e-value after each row, ``threshold``
-        ``log(1/alpha)``; the window's ring buffers keep the last rows for the alarm's explanation only."""
+        ``log(1/alpha)``; the ring buffers keep the last rows (the witness's, and the alarm's explanation's)."""
         rows, statistic, first = bet_monitor(self, rows)
         if self.window_rows_ is not None:
             _keep_rows(self.window_rows_, rows, self.run_length_)
