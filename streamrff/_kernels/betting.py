@@ -9,8 +9,9 @@ lies in [-1, 1] for unit-norm features (0 while ``S = 0``); the betting fraction
 (2024, Algorithm 1 after Cutkosky & Orabona 2018), and the log wealth grows by
 ``log(1 + lambda_t f_t)``. With ``floor = 0`` the log wealth is first raised to
 0 before each step, which is the e-CUSUM recursion ``M_t = max(M_{t-1}, 1)
-(1 + lambda_t f_t)`` of Shin, Ramdas & Rinaldo (arXiv 2203.03532) used by
-:class:`streamrff.drift.EDetector` (``floor = -inf`` is the plain wealth).
+(1 + lambda_t f_t)`` of Shin, Ramdas & Rinaldo (arXiv 2203.03532), which
+:class:`streamrff.drift.EDetector` computes with :func:`e_detector_rows` (one fixed mean vector, each
+row's log e-value kept); ``floor = -inf`` is the plain wealth.
 Pairs are taken in order, so any split of a stream into batches gives the same wealth bit for bit for the same features.
 """
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from .compiled import jit
 
-__all__ = ["ONS_STEP", "bet_pairs"]
+__all__ = ["ONS_STEP", "bet_pairs", "e_detector_rows"]
 
 #: The online Newton step's gain 2 / (2 - log 3) (exp-concavity constant of log(1 + lambda f) on [-1/2, 1/2]).
 ONS_STEP = 2.0 / (2.0 - math.log(3.0))
@@ -52,6 +53,61 @@ def bet_pairs(
         if squared_norm > 0.0:
             payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
         log_wealth = max(log_wealth, floor) + math.log1p(fraction * payoff)
+        if log_wealth > max_log_wealth:
+            max_log_wealth = log_wealth
+        if first < 0 and log_wealth >= log_threshold:
+            first = k
+        gradient = payoff / (1.0 + fraction * payoff)
+        curvature += gradient * gradient
+        fraction = min(0.5, max(0.0, fraction + ONS_STEP * gradient / curvature))
+    scalars[0], scalars[1], scalars[2], scalars[3] = fraction, curvature, log_wealth, max_log_wealth
+    return first
+
+
+@jit(nogil=True, boundscheck=False)
+def e_detector_rows(
+    features, mean, witness_sum, scalars, log_threshold, path, shiryaev_roberts, ring, start
+):  # pragma: no cover - compiled
+    """The e-detector of :class:`streamrff.drift.EDetector` against one fixed vector ``mean`` (float64, D) for
+    every row, with each row's log e-value written to ``path`` (float64, n). The e-CUSUM
+    (``shiryaev_roberts`` False) is :func:`bet_pairs` with ``floor = 0``, bit for bit; the e-Shiryaev-Roberts
+    procedure sums the e-processes started at every row instead of taking their max:
+    ``R_t = (R_{t-1} + 1)(1 + lambda_t f_t)`` (``log R = -inf`` before any row). With a ``ring`` of W > 0
+    rows (float32, (W, D); run row ``r`` in slot ``r % W``, ``start`` the run rows before this batch) the
+    witness is the sum over the last W rows only: the row that leaves, ``ring[slot] - mean``, is subtracted
+    as the new one is added, and the new row's features take its slot; a ring of 0 rows keeps every row.
+    Returns the index of the first row whose log e-value reaches ``log_threshold`` (-1 if none)."""
+    fraction, curvature, log_wealth, max_log_wealth = scalars[0], scalars[1], scalars[2], scalars[3]
+    first = -1
+    width = witness_sum.shape[0]
+    window = ring.shape[0]
+    for k in range(features.shape[0]):
+        dot = 0.0
+        squared_norm = 0.0
+        slot = (start + k) % window if window > 0 else 0
+        leaves = window > 0 and start + k >= window
+        for j in range(width):
+            difference = np.float64(features[k, j]) - mean[j]
+            total = witness_sum[j]
+            dot += total * difference
+            squared_norm += total * total
+            if leaves:
+                witness_sum[j] = (total + difference) - (np.float64(ring[slot, j]) - mean[j])
+            else:
+                witness_sum[j] = total + difference
+            if window > 0:
+                ring[slot, j] = features[k, j]
+        payoff = 0.0
+        if squared_norm > 0.0:
+            payoff = min(1.0, max(-1.0, dot / (2.0 * math.sqrt(squared_norm))))
+        if shiryaev_roberts:  # log(exp(log R) + 1), exact at -inf
+            raised = (
+                log_wealth + math.log1p(math.exp(-log_wealth)) if log_wealth > 0.0 else math.log1p(math.exp(log_wealth))
+            )
+        else:
+            raised = max(log_wealth, 0.0)
+        log_wealth = raised + math.log1p(fraction * payoff)
+        path[k] = log_wealth
         if log_wealth > max_log_wealth:
             max_log_wealth = log_wealth
         if first < 0 and log_wealth >= log_threshold:

@@ -2,14 +2,17 @@
 
 The hooks :mod:`streamrff.cli.watch` calls: :func:`add_options` (the flags), :func:`usage_problems`,
 :func:`use_state` (before the lock), :func:`monitor_of_state` (the monitor: resumed, or fitted, saved and
-calibrated through :mod:`streamrff.drift.service`) and :func:`source_when_ready` (an array that does not exist
-yet, or has no rows, is waited for with --follow).
+calibrated through :mod:`streamrff.drift.service`), :func:`monitor_of_reference` (the monitor of a session
+without a state: loaded, or fitted on ``--reference`` by ``--method``) and :func:`source_when_ready` (an array
+that does not exist yet, or has no rows, is waited for with --follow).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
 import os
 import sys
 import time
@@ -25,6 +28,10 @@ WAIT_LOG_SECONDS = 60.0
 #: The options that fit a new monitor; a saved state fixes them (a restart logs those that differ).
 FIT_OPTIONS = (("window", "window"), ("ert", "ert"), ("features", "n_features"), ("bandwidth", "bandwidth"),
                ("seed", "seed"), ("streams", "n_streams"))  # fmt: skip
+
+
+#: Options that define a new monitor, refused next to a saved one (it fixes them).
+_MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams", "method", "alpha"]
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +131,7 @@ def use_state(args: argparse.Namespace) -> None:
     args.save_monitor = os.path.join(root, "monitor")
 
 
-def monitor_of_state(args: argparse.Namespace, monitor_of_reference: Callable[..., tuple[Any, str]]) -> tuple[Any, str]:
+def monitor_of_state(args: argparse.Namespace) -> tuple[Any, str]:
     """The state's monitor, resumed; or fitted on --reference, its fit saved first, calibrated (cached), saved.
 
     Returns the monitor and what it is: "monitor" (resumed: its saved cursor holds) or "fitted" (new).
@@ -272,3 +279,134 @@ def start_line(args: argparse.Namespace, watch: Any, kind: str) -> None:
         f"watching {args.source} from row {watch.position:,} of {watch.source.shape[0]:,} "
         f"({seen:,} rows seen before{state}; pid {os.getpid()})"
     )
+
+
+def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
+    """What ``--reference`` holds: "monitor", "sketch" or "data" (from the zarr group's ``format`` attribute)."""
+    import fsspec  # here, not at the top: start-up time
+
+    from .._files.bounded_read import MAX_JSON_BYTES
+    from ..drift import MONITOR_FORMAT_NAME
+    from ..errors import SketchFormatError, SourceError
+
+    if path.rstrip("/").endswith(".zip"):
+        return "sketch"  # a zipped sketch file; monitors are saved as directories
+    try:
+        filesystem, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        if not filesystem.exists(root):
+            raise SourceError(f"No reference at {path}: the path does not exist. Check --reference.")
+        try:
+            text = filesystem.cat_file(root.rstrip("/") + "/zarr.json", start=0, end=MAX_JSON_BYTES)
+        except (FileNotFoundError, IsADirectoryError):
+            return "data"  # not a zarr v3 node: let the data reader say what is wrong
+    except SourceError:
+        raise
+    except Exception as error:  # fsspec backends raise many types
+        raise SourceError(f"Cannot reach {path}: {type(error).__name__}: {error}") from error
+    try:
+        metadata = json.loads(text)
+    except ValueError:
+        what = "drift monitor" if MONITOR_FORMAT_NAME.encode() in text else (
+            "sketch" if b"streamrff.sketch" in text else "zarr node"
+        )  # fmt: skip
+        raise SketchFormatError(
+            f"--reference {path} is a corrupt {what}: its zarr.json is truncated or not JSON. Restore it from a "
+            "copy, or give another reference."
+        ) from None
+    if not isinstance(metadata, dict) or "node_type" not in metadata:  # e.g. `{}` (issue 49)
+        raise SketchFormatError(
+            f"--reference {path} is corrupt: its zarr.json is not zarr metadata (no node_type). Restore the state "
+            "from a copy, or give another reference."
+        )
+    attributes = metadata.get("attributes")
+    name = attributes.get("format") if isinstance(attributes, dict) else None
+    if name == MONITOR_FORMAT_NAME:
+        return "monitor"
+    if name == "streamrff.sketch":
+        return "sketch"
+    return "data"
+
+
+def monitor_of_reference(args: argparse.Namespace, calibrate: bool = True) -> tuple[Any, str]:
+    """The monitor to run: loaded, or fitted on the reference sketch or data; and what REF was.
+
+    ``calibrate=False`` (a --state service): a new monitor is fitted up to its calibration (``_calibrate``)."""
+    from ..drift import DriftMonitor, load_monitor  # here, not at the top: start-up time
+    from ..errors import InputError
+
+    kind = reference_kind(args.reference, args.storage_options)
+    if kind == "monitor":
+        clash = options.given(args, _MONITOR_OPTIONS)
+        if clash:
+            flags = ", ".join(map(options.flag, clash))
+            raise options.UsageError(
+                f"--reference {args.reference} is a saved monitor: it fixes its window, ERT and map, so {flags} "
+                f"would contradict it. Drop {flags}, or give a data or sketch reference to fit a new monitor."
+            )
+        return load_monitor(args.reference, verify_key=options.verify_key(args)), kind
+    method = method_arguments(args)
+    missing = [flag for flag, value in (("--window", args.window), ("--ert", args.ert)) if value is None]
+    if method:
+        missing = []
+    if missing:
+        raise options.UsageError(
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required to fit a new monitor on "
+            f"--reference {args.reference}; e.g. --window 200 --ert 10000."
+        )
+    seed = 0 if args.seed is None else args.seed
+    streams = "auto" if args.streams is None else args.streams
+    if kind == "sketch":
+        from ..sketches.base import load
+        from ..sketches.mean import MeanSketch
+
+        clash = options.given(args, ["features", "bandwidth"])
+        if clash:
+            flags = ", ".join(map(options.flag, clash))
+            raise options.UsageError(f"--reference {args.reference} is a sketch: its map fixes {flags}; drop them.")
+        reference = load(args.reference, storage_options=args.storage_options, verify_key=options.verify_key(args))
+        if not isinstance(reference, MeanSketch) or not (reference.has_moments or method):
+            raise InputError(
+                f"--reference {args.reference} is a {reference.kind} sketch without second moments; the monitor's "
+                "calibration needs them. Sketch the reference with 'streamrff sketch --moments'."
+            )
+        window, ert = method.pop("window", args.window), method.pop("ert", args.ert)
+        monitor = DriftMonitor(window, ert, seed=seed, n_streams=streams, **method)
+        return (monitor.fit(reference) if calibrate else monitor._fit_uncalibrated(reference)), kind
+    window, ert = method.pop("window", args.window), method.pop("ert", args.ert)
+    monitor = DriftMonitor(
+        window,
+        ert,
+        n_features=512 if args.features is None else args.features,
+        bandwidth="median" if args.bandwidth is None else args.bandwidth,
+        seed=seed,
+        n_streams=streams,
+        **method,
+    )
+    return (monitor.fit(args.reference) if calibrate else monitor._fit_uncalibrated(args.reference)), kind
+
+
+def method_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """DriftMonitor's arguments for --method e-detector (its window and ERT too); {} for the ERT monitor."""
+    if args.method != "e-detector":
+        if args.alpha is not None:
+            raise options.UsageError("--alpha goes with --method e-detector; add it, or drop --alpha (the ERT "
+                                     "monitor is calibrated by --ert).")  # fmt: skip
+        return {}
+    given = options.given(args, ["streams"]) + (["alpha", "ert"] if args.alpha is not None and args.ert else [])
+    if given:
+        flags = " and ".join(map(options.flag, given))
+        raise options.UsageError(f"--method e-detector needs no calibration: {flags} would contradict it. Give "
+                                 "--alpha (or --ert N for alpha = 1/N), not both, and no --streams.")  # fmt: skip
+    if args.alpha is None and args.ert is None:
+        raise options.UsageError("--method e-detector needs --alpha (the alarm level, e.g. --alpha 0.0001) or "
+                                 "--ert N (alpha = 1/N).")  # fmt: skip
+    window = 100 if args.window is None else args.window
+    return {"method": "e-detector", "alpha": args.alpha, "window": window, "ert": args.ert or 1000.0}
+
+
+def e_detector_text(monitor: Any) -> str:
+    """The start line of an e-detector session (no calibration) and its alarm level."""
+    alpha, now = monitor.detector_.alpha, monitor.detector_.log_e_value
+    return (f"e-detector: no calibration step; alarm when the e-value reaches 1/alpha = {1 / alpha:,.6g} (log "
+            f"{math.log(1 / alpha):.4g}): the average run length to a false alarm is >= {1 / alpha:,.6g} rows by "
+            f"construction{f'; log e-value now {now:.4g}' if math.isfinite(now) else ''}")  # fmt: skip

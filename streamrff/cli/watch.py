@@ -36,11 +36,15 @@ As a service, one command line for every start: --state DIR fits, saves and cali
 the first time (starting at row 0) and resumes it at its saved row after; --metrics-port serves Prometheus
 metrics, /healthz, /readyz and a status page. With --follow, a SOURCE that does not exist yet or has no rows is
 waited for.
+With --method e-detector the alarm is an e-detector by betting instead (e-Shiryaev-Roberts): no calibration,
+an alarm when the e-value reaches 1/--alpha, an average run length to a false alarm >= 1/--alpha by construction.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 \\
              --ert 10000
          streamrff watch live.zarr --state /var/lib/drift --reference train.zarr \\
              --window 200 --ert 10000 --follow
+         streamrff watch live.zarr --reference train.zarr --method e-detector \\
+             --alpha 0.0001 --json
          streamrff watch live.zarr --reference train.sketch --window 200 \\
              --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json \\
@@ -60,8 +64,6 @@ EXIT_SOURCE_REFUSED, EXIT_LOCKED, EXIT_DRIFT = 3, 4, 5
 #: Columns the ALARM line names (the JSON alarm event lists them all).
 ALARM_COLUMNS = 3
 
-#: Options that define a new monitor, refused next to a saved one (it fixes them).
-_MONITOR_OPTIONS = ["window", "ert", "features", "bandwidth", "seed", "streams"]
 
 
 #: ``--window``: an integer >= 2 (the unbiased statistic needs two rows).
@@ -73,6 +75,9 @@ run_time = options.number_parser(
     float, lambda value: math.isfinite(value) and 1 < value <= 1e12, "a number of rows > 1 and <= 1e12, e.g. 10000"
 )
 
+
+#: ``--alpha``: a number in (0, 1).
+level = options.number_parser(float, lambda value: 0 < value < 1, "a number in (0, 1), e.g. 0.0001")
 
 #: The most recent rows' statistics ``--plot`` keeps (16 bytes a row): its memory is bounded whatever the run's length.
 PLOT_HISTORY_ROWS = 1_000_000
@@ -108,6 +113,17 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--ert", type=run_time, default=None,
         help="expected rows between false alarms with no change (required unless REF is a saved monitor)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--method", choices=("ert", "e-detector"), default=None,
+        help="a new monitor's alarm: 'ert' (default) the window's MMD^2 against thresholds calibrated to --ert; "
+        "'e-detector' an e-Shiryaev-Roberts e-detector by betting, alarm at e-value 1/--alpha, no calibration "
+        "(--window: the rows of its witness, default 100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--alpha", type=level, default=None,
+        help="with --method e-detector: the alarm level in (0, 1); the average run length to a false alarm is >= "
+        "1/alpha rows (or give --ert N for alpha = 1/N)",
     )  # fmt: skip
     options.add_features(parser, "random features D of a new monitor's map (default: 512)")
     options.add_bandwidth(parser)
@@ -190,104 +206,6 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
     if args.save_interval is not None and not (args.save_monitor or args.state):
         problems.append("--save-interval goes with --save-monitor; add --save-monitor PATH, or drop --save-interval.")
     return problems
-
-
-def reference_kind(path: str, storage_options: dict[str, Any] | None) -> str:
-    """What ``--reference`` holds: "monitor", "sketch" or "data" (from the zarr group's ``format`` attribute)."""
-    import fsspec  # here, not at the top: start-up time
-
-    from .._files.bounded_read import MAX_JSON_BYTES
-    from ..drift import MONITOR_FORMAT_NAME
-    from ..errors import SketchFormatError, SourceError
-
-    if path.rstrip("/").endswith(".zip"):
-        return "sketch"  # a zipped sketch file; monitors are saved as directories
-    try:
-        filesystem, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
-        if not filesystem.exists(root):
-            raise SourceError(f"No reference at {path}: the path does not exist. Check --reference.")
-        try:
-            text = filesystem.cat_file(root.rstrip("/") + "/zarr.json", start=0, end=MAX_JSON_BYTES)
-        except (FileNotFoundError, IsADirectoryError):
-            return "data"  # not a zarr v3 node: let the data reader say what is wrong
-    except SourceError:
-        raise
-    except Exception as error:  # fsspec backends raise many types
-        raise SourceError(f"Cannot reach {path}: {type(error).__name__}: {error}") from error
-    try:
-        metadata = json.loads(text)
-    except ValueError:
-        what = "drift monitor" if MONITOR_FORMAT_NAME.encode() in text else (
-            "sketch" if b"streamrff.sketch" in text else "zarr node"
-        )  # fmt: skip
-        raise SketchFormatError(
-            f"--reference {path} is a corrupt {what}: its zarr.json is truncated or not JSON. Restore it from a "
-            "copy, or give another reference."
-        ) from None
-    if not isinstance(metadata, dict) or "node_type" not in metadata:  # e.g. `{}` (issue 49)
-        raise SketchFormatError(
-            f"--reference {path} is corrupt: its zarr.json is not zarr metadata (no node_type). Restore the state "
-            "from a copy, or give another reference."
-        )
-    attributes = metadata.get("attributes")
-    name = attributes.get("format") if isinstance(attributes, dict) else None
-    if name == MONITOR_FORMAT_NAME:
-        return "monitor"
-    if name == "streamrff.sketch":
-        return "sketch"
-    return "data"
-
-
-def _monitor_of_reference(args: argparse.Namespace, calibrate: bool = True) -> tuple[Any, str]:
-    """The monitor to run: loaded, or fitted on the reference sketch or data; and what REF was.
-
-    ``calibrate=False`` (a --state service): a new monitor is fitted up to its calibration (``_calibrate``)."""
-    from ..drift import DriftMonitor, load_monitor  # here, not at the top: start-up time
-    from ..errors import InputError
-
-    kind = reference_kind(args.reference, args.storage_options)
-    if kind == "monitor":
-        clash = options.given(args, _MONITOR_OPTIONS)
-        if clash:
-            flags = ", ".join(map(options.flag, clash))
-            raise options.UsageError(
-                f"--reference {args.reference} is a saved monitor: it fixes its window, ERT and map, so {flags} "
-                f"would contradict it. Drop {flags}, or give a data or sketch reference to fit a new monitor."
-            )
-        return load_monitor(args.reference, verify_key=options.verify_key(args)), kind
-    missing = [flag for flag, value in (("--window", args.window), ("--ert", args.ert)) if value is None]
-    if missing:
-        raise options.UsageError(
-            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required to fit a new monitor on "
-            f"--reference {args.reference}; e.g. --window 200 --ert 10000."
-        )
-    seed = 0 if args.seed is None else args.seed
-    streams = "auto" if args.streams is None else args.streams
-    if kind == "sketch":
-        from ..sketches.base import load
-        from ..sketches.mean import MeanSketch
-
-        clash = options.given(args, ["features", "bandwidth"])
-        if clash:
-            flags = ", ".join(map(options.flag, clash))
-            raise options.UsageError(f"--reference {args.reference} is a sketch: its map fixes {flags}; drop them.")
-        reference = load(args.reference, storage_options=args.storage_options, verify_key=options.verify_key(args))
-        if not isinstance(reference, MeanSketch) or not reference.has_moments:
-            raise InputError(
-                f"--reference {args.reference} is a {reference.kind} sketch without second moments; the monitor's "
-                "calibration needs them. Sketch the reference with 'streamrff sketch --moments'."
-            )
-        monitor = DriftMonitor(args.window, args.ert, seed=seed, n_streams=streams)
-        return (monitor.fit(reference) if calibrate else monitor._fit_uncalibrated(reference)), kind
-    monitor = DriftMonitor(
-        args.window,
-        args.ert,
-        n_features=512 if args.features is None else args.features,
-        bandwidth="median" if args.bandwidth is None else args.bandwidth,
-        seed=seed,
-        n_streams=streams,
-    )
-    return (monitor.fit(args.reference) if calibrate else monitor._fit_uncalibrated(args.reference)), kind
 
 
 class _Refusal(Exception):
@@ -389,6 +307,9 @@ class _Watch:
             "drift_at_row": self.drift_at_row(update.drift_at),
             "skipped": [int(row) for row in skipped],
         }
+        e_detector = getattr(self.monitor, "method", "ert") == "e-detector"
+        if e_detector:  # the statistic is the log e-value: a script multiplies independent sites' e-values
+            line["log_e_value"] = self.monitor.detector_.log_e_value
         if self.status is not None:
             self.status.event(line)
         if self.args.json:
@@ -400,9 +321,10 @@ class _Watch:
             if skipped.size:
                 shown = ", ".join(f"{row:,}" for row in skipped[:5]) + (" ..." if skipped.size > 5 else "")
                 skips = f", skipped {skipped.size} rows with NaN or inf ({shown})"
+            what = ("log e-value", "alarm at") if e_detector else ("statistic", "threshold")
             _print(
-                f"rows {first:,}-{self.position - 1:,} ({update.n_rows_seen:,} seen): statistic {statistic}, "
-                f"threshold {threshold}, drift {'yes' if update.drift else 'no'}{skips}"
+                f"rows {first:,}-{self.position - 1:,} ({update.n_rows_seen:,} seen): {what[0]} {statistic}, "
+                f"{what[1]} {threshold}, drift {'yes' if update.drift else 'no'}{skips}"
             )
         if update.drift and not self.alarm_printed:
             self.alarm_printed = True
@@ -476,7 +398,15 @@ class _Watch:
             "n_features": int(monitor.reference_sum_.shape[0]),
             "interrupted": stopped_by is not None,
             "stopped_by": stopped_by,
-        }
+        } | _method_summary(monitor)
+
+
+def _method_summary(monitor: Any) -> dict[str, Any]:
+    """The summary's alarm method; an e-detector's alpha, ERT bound (1/alpha) and log e-value."""
+    if getattr(monitor, "method", "ert") != "e-detector":
+        return {"method": "ert"}
+    alpha = monitor.detector_.alpha
+    return {"method": "e-detector", "alpha": alpha, "ert": 1.0 / alpha, "log_e_value": monitor.detector_.log_e_value}
 
 
 def _alarm_rows(update: Any, drift_at_row: int | None) -> dict[str, Any]:
@@ -731,12 +661,12 @@ def _run(args: argparse.Namespace, gate: SignalGate) -> int:
         from ..errors import InputError, StreamRFFError  # here, not at the top: start-up time
 
         if args.state:  # the state first: fitted and published before SOURCE exists
-            monitor, kind = service.monitor_of_state(args, _monitor_of_reference)
+            monitor, kind = service.monitor_of_state(args)
         # Before a new reference is fitted: a wrong SOURCE fails fast. A signal while waiting for it raises
         # StopRequested (the gate raises until the session starts): the start-up ends with its summary.
         source = service.source_when_ready(args, _open, status)
         if not args.state:
-            monitor, kind = _monitor_of_reference(args)
+            monitor, kind = service.monitor_of_reference(args)
         cursor = _starting_cursor(args, monitor, kind, source)  # first: a saved source that changed says how
         if source.shape[1] != monitor.n_features_in_:
             raise InputError(
@@ -745,6 +675,8 @@ def _run(args: argparse.Namespace, gate: SignalGate) -> int:
             )
         watch = _Watch(args, monitor, source, cursor, gate)
         gate.raising = False  # from here a signal stops the session after the chunk in hand, or cuts a store wait
+        if getattr(monitor, "method", "ert") == "e-detector" and not args.json:
+            _print(service.e_detector_text(monitor))
         try:
             watch.save()  # the cursor from the start: a state killed before its first chunk still knows its row
             service.started(args, watch, kind, status)
@@ -840,6 +772,7 @@ def _finish(args: argparse.Namespace, watch: _Watch) -> None:
         f"{stop} after {watch.position - watch.start:,} rows of {args.source} from row {watch.start:,} "
         f"({summary['chunks']} chunks{skipped}): {verdict}",
         f"  monitor: window {summary['window']}, ERT {summary['ert']:g}, D = {summary['n_features']}, "
-        f"{summary['rows_seen']:,} rows seen",
+        f"{summary['rows_seen']:,} rows seen"
+        + (f"; e-detector (ERT >= 1/alpha), log e-value {summary['log_e_value']:.6g}" if "alpha" in summary else ""),
     ] + [f"wrote {path}" for path in written]
     _print("\n".join(lines))

@@ -33,6 +33,7 @@ from ..maps import RFF, FeatureMap, map_from_spec
 from ..sketches.mean import MeanSketch
 from ..typing import PathOrURL
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
+from .edetector import bet_monitor, check_method, detector_arrays, e_thresholds, restore_detector, start_detector
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
@@ -239,6 +240,21 @@ class DriftMonitor(BaseEstimator):
         about 4e9 feature values, ~2-4 s of one core).
     n_reference_rows : int, default=4096
         Rows in the calibration bank (resampled reference rows or Gaussian draws).
+    method : {"ert", "e-detector"}, default="ert"
+        "ert": the window's MMD^2 against thresholds simulated so that, for i.i.d. rows
+        like the reference's, the run length to a false alarm is geometric with mean
+        ``ert`` (a calibration). "e-detector": betting (:class:`streamrff.drift.EDetector`;
+        Shin, Ramdas & Rinaldo, arXiv 2203.03532), alarm at e-value ``1/alpha``: the
+        average run length to a false alarm is >= ``1/alpha`` by construction, for any
+        dependence that keeps the rows' conditional feature mean the reference's, if the
+        reference mean is exact (n rows err by ``O(1/sqrt(n))``: see the drift guide).
+        ``statistic`` is then the log e-value, ``threshold`` ``log(1/alpha)``, and
+        ``window`` the rows of the witness (and of an alarm's explanation). Needs a sincos RFF map.
+    alpha : float or None, default=None
+        With ``method="e-detector"``: the alarm level in (0, 1); None: ``1/ert``.
+    procedure : {"sr", "cusum"} or None, default=None
+        With ``method="e-detector"``: "sr" (None; e-Shiryaev-Roberts, run length about
+        ``1/alpha``) or "cusum" (e-CUSUM: rarer false alarms, longer delays).
 
     Attributes
     ----------
@@ -281,6 +297,9 @@ class DriftMonitor(BaseEstimator):
         Global index of the current run's first alarm.
     n_rows_skipped_ : int
         Rows skipped by ``update(..., on_invalid="skip")`` since ``fit``.
+    detector_ : EDetector
+        With ``method="e-detector"``: the current run's detector (its
+        ``log_e_value``, witness sum and betting state).
     source_cursor_ : dict or None
         Where in its source a follower of the stream stopped (``streamrff watch``
         records the source's identity and the next row to read; see
@@ -338,6 +357,13 @@ class DriftMonitor(BaseEstimator):
     ...          - 2 * Krw.mean())
     >>> bool(abs(after.statistic[-1] - exact) < 1e-6)
     True
+
+    With ``method="e-detector"`` nothing is calibrated; the statistic is the log e-value:
+
+    >>> e_monitor = srf.DriftMonitor(window=50, n_features=128, method="e-detector", alpha=0.001).fit(reference)
+    >>> update = e_monitor.update(shifted)
+    >>> bool(update.drift), bool(update.threshold[0] == np.log(1000)), e_monitor.n_streams_
+    (True, True, 0)
     """
 
     def __init__(
@@ -351,6 +377,9 @@ class DriftMonitor(BaseEstimator):
         simulation: str = "auto",
         n_streams: int | str = "auto",
         n_reference_rows: int = 4096,
+        method: str = "ert",
+        alpha: float | None = None,
+        procedure: str | None = None,
     ) -> None:
         store_params(self, locals())
 
@@ -371,6 +400,8 @@ class DriftMonitor(BaseEstimator):
         return window, float(ert)
 
     def _streams(self, window: int, ert: float, width: int) -> int:
+        if self.method == "e-detector":
+            return 0  # no calibration
         return default_stream_count(window, ert, width) if self.n_streams == "auto" else int(self.n_streams)
 
     def fit(
@@ -404,6 +435,7 @@ class DriftMonitor(BaseEstimator):
         """:meth:`fit` up to the calibration, which :meth:`_calibrate` runs from ``calibration_inputs_``
         (the simulation bank and its window, ERT, stream count and seed): a service can save the fit first."""
         window, ert = self._check_params()
+        alpha = check_method(self)  # None for method="ert"
         seed = normalize_seed(self.seed)
         job = current_job_options(**options)
         if not isinstance(reference, MeanSketch):  # opened (metadata only) for its width: the raw rows' buffer
@@ -413,6 +445,7 @@ class DriftMonitor(BaseEstimator):
         self._check_memory(reference, window, ert)  # before the reference pass: a window too large fails at once
         if isinstance(reference, MeanSketch):
             simulation = "gaussian" if self.simulation == "auto" else self.simulation
+            simulation = "none" if alpha is not None else simulation
             if simulation == "resample":
                 raise InputError(
                     "simulation='resample' needs reference rows, but a MeanSketch holds none. Pass the "
@@ -420,7 +453,7 @@ class DriftMonitor(BaseEstimator):
                 )
             summary, sample, columns = reference, None, (None, None)
         else:
-            simulation = "resample" if self.simulation == "auto" else self.simulation
+            simulation = "none" if alpha is not None else "resample" if self.simulation == "auto" else self.simulation
             summary, sample, columns = self._sketch_reference(reference, simulation, seed, job)
         if simulation == "gaussian" and not summary.has_moments:
             raise InputError(
@@ -430,13 +463,16 @@ class DriftMonitor(BaseEstimator):
         if summary.count < 2:
             raise InputError(f"Expected a reference of at least 2 rows. Got n_samples = {summary.count}; add rows.")
         feature_map = summary.feature_map
-        if simulation == "gaussian":
+        width = feature_map.n_features_out_
+        self.n_streams_ = self._streams(window, ert, width)
+        if alpha is not None:  # the e-detector: no calibration
+            self.thresholds_ = e_thresholds(window, alpha)
+        elif simulation == "gaussian":
             bank = gaussian_bank(summary, int(self.n_reference_rows), seed)
         else:
             bank = feature_map.transform(sample).astype(np.float32, copy=False)
-        width = feature_map.n_features_out_
-        self.n_streams_ = self._streams(window, ert, width)
-        self.calibration_inputs_ = (bank, window, ert, self.n_streams_, seed)
+        if alpha is None:
+            self.calibration_inputs_ = (bank, window, ert, self.n_streams_, seed)
         self.simulation_ = simulation
         self.feature_map_ = feature_map
         self.n_features_in_ = int(feature_map.n_features_in_)
@@ -451,7 +487,12 @@ class DriftMonitor(BaseEstimator):
         return self
 
     def _calibrate(self, thresholds: np.ndarray | None = None) -> DriftMonitor:
-        """Set ``thresholds_``: the given ones (computed before from the same ``calibration_inputs_``) or calibrated."""
+        """Set ``thresholds_``: the given ones (computed before from the same ``calibration_inputs_``) or calibrated.
+
+        An e-detector has no calibration (its threshold is ``log(1/alpha)``, set by the fit).
+        """
+        if "calibration_inputs_" not in self.__dict__:
+            return self
         inputs = self.__dict__.pop("calibration_inputs_")
         self.thresholds_ = calibrate_thresholds(*inputs) if thresholds is None else thresholds
         return self
@@ -493,6 +534,8 @@ class DriftMonitor(BaseEstimator):
         self.window_rows_ = np.zeros((window, self.n_features_in_)) if has_columns else None
         self.run_length_ = 0
         self.drift_at_ = None
+        if self.method == "e-detector":
+            self.detector_ = start_detector(self)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "thresholds_"):
@@ -557,6 +600,8 @@ class DriftMonitor(BaseEstimator):
         self._check_fitted()
         if on_invalid != "raise":
             return self._update_skipping(rows, on_invalid)
+        if self.method == "e-detector":
+            return self._update_e_detector(rows)
         fix = (
             "Row {first} of this batch is row {row:,} of the monitor's stream since fit. Drop or impute those "
             "rows, or pass on_invalid='skip' to skip them."
@@ -608,6 +653,28 @@ class DriftMonitor(BaseEstimator):
             return DriftUpdate(statistic, threshold, True, drift_at, n_rows_seen, run_length, EMPTY_ROWS, *explained)
         # positional: a keyword call costs a third more, paid per row by one-row updates
         return DriftUpdate(statistic, threshold, drift_at is not None, drift_at, n_rows_seen, run_length)
+
+    def _update_e_detector(self, rows: Any) -> DriftUpdate:
+        """:meth:`update` with ``method="e-detector"``: ``statistic`` is the log e-value after each row, ``threshold``
+        ``log(1/alpha)``; the ring buffers keep the last rows (the witness's, and the alarm's explanation's)."""
+        rows, statistic, first = bet_monitor(self, rows)
+        if self.window_rows_ is not None:
+            _keep_rows(self.window_rows_, rows, self.run_length_)
+        raised = first >= 0 and self.drift_at_ is None
+        if raised:
+            self.drift_at_ = self.n_rows_seen_ + first
+        self.run_length_ = run_length = self.run_length_ + rows.shape[0]
+        self.n_rows_seen_ += rows.shape[0]
+        threshold = np.full(statistic.shape[0], self.thresholds_[-1])
+        if not raised:
+            return DriftUpdate(statistic, threshold, self.drift_at_ is not None, self.drift_at_, self.n_rows_seen_,
+                               run_length)  # fmt: skip
+        window = self.window_features_.shape[0]  # the alarm explains itself: the window's sum is formed for it
+        slots = np.arange(run_length - min(window, run_length), run_length) % window
+        self.window_sum_ = self.window_features_[slots].sum(axis=0, dtype=np.float64)
+        explained = _explain_window(self, ALARM_TOP_ROWS)
+        return DriftUpdate(statistic, threshold, True, self.drift_at_, self.n_rows_seen_, run_length, EMPTY_ROWS,
+                           *explained)  # fmt: skip
 
     def _update_skipping(self, rows: Any, on_invalid: str) -> DriftUpdate:
         """:meth:`update` with ``on_invalid="skip"``: the finite rows, in order, and the indices of the others."""
@@ -681,9 +748,12 @@ class DriftMonitor(BaseEstimator):
             arrays["reference_column_mean"] = self.reference_column_mean_
             arrays["reference_column_variance"] = self.reference_column_variance_
             arrays["window_rows"] = self.window_rows_
+        arrays.update(detector_arrays(self))  # method="e-detector": the run's betting state
         arrays.update({f"map/{name}": value for name, value in self.feature_map_.state_arrays().items()})
         params = self.get_params(deep=False)
         params["feature_map"] = None  # the fitted map is stored as the map spec
+        if self.method == "ert":  # an ERT monitor's file stays as earlier versions wrote and read it
+            params = {name: value for name, value in params.items() if name not in ("method", "alpha", "procedure")}
         params["seed"] = normalize_seed(self.seed) if isinstance(self.seed, numbers.Integral) else None
         attrs = {
             "map": self.feature_map_.spec,
@@ -767,6 +837,7 @@ class DriftMonitor(BaseEstimator):
             if cursor is not None and not isinstance(cursor, dict):
                 raise SketchFormatError(f"{target}: the attribute 'cursor' must be null or a mapping.")
             monitor.source_cursor_ = cursor
+            restore_detector(monitor, arrays, target)
         except SketchFormatError:
             raise
         except (KeyError, TypeError, ValueError) as error:

@@ -23,6 +23,13 @@ given as a sketch, and in version 1 files: the alarm's per-column statistic is t
     <monitor>/reference_column_variance  (d,) float64 (ddof=1)
     <monitor>/window_rows                (window, d) float64 ring buffer of the window's raw rows
 
+Version 2, a monitor with ``params.method = "e-detector"`` only (its thresholds are all
+``log(1/alpha)``; its window's ring buffers serve the alarm's explanation)::
+
+    <monitor>/detector_witness_sum       (D,) float64: sum of z(x) - reference mean over the run
+    <monitor>/detector_scalars           (4,) float64: betting fraction, ONS curvature sum,
+                                         log e-value, its running max
+
 Arrays are little-endian with an explicit ``bytes`` codec; ``checksums`` holds the
 sha256 of each array's little-endian bytes and ``attributes_digest`` the sha256 of
 the canonical JSON of every other attribute, so every saved value is verified on
@@ -72,6 +79,8 @@ READABLE_VERSIONS = (1, 2)
 _MAX_IMPLIED_ELEMENTS = 2**24
 #: Optional version 2 arrays: all present (a monitor fitted on data) or none (fitted on a sketch).
 COLUMN_ARRAYS = ("reference_column_mean", "reference_column_variance", "window_rows")
+#: The e-detector's arrays: both present exactly when ``params.method`` is "e-detector".
+DETECTOR_ARRAYS = ("detector_witness_sum", "detector_scalars")
 
 
 def write_monitor_group(
@@ -225,7 +234,24 @@ def _expected_shapes(attrs: dict[str, Any], width: int, target: str) -> dict[str
             "reference_column_variance": ((columns,), "float64"),
             "window_rows": ((window, columns), "float64"),
         })  # fmt: skip
+    expected.update(_detector_shapes(attrs, width, target))
     return expected
+
+
+def _detector_shapes(attrs: dict[str, Any], width: int, target: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The e-detector's arrays and their shapes: both for ``params.method = "e-detector"``, none otherwise."""
+    method = attrs["params"].get("method", "ert")
+    present = [name for name in DETECTOR_ARRAYS if name in attrs["checksums"]]
+    if method not in ("ert", "e-detector") or (method == "e-detector") != (len(present) == len(DETECTOR_ARRAYS)) or (
+        method == "ert" and present
+    ):  # fmt: skip
+        raise SketchFormatError(
+            f"{target}: params.method {method!r} with the arrays {present}: an 'e-detector' monitor has "
+            f"{', '.join(DETECTOR_ARRAYS)}, an 'ert' monitor neither (tampered or damaged)."
+        )
+    if method == "ert":
+        return {}
+    return {"detector_witness_sum": ((width,), "float64"), "detector_scalars": ((4,), "float64")}
 
 
 def _check_declared_arrays(root: Any, attrs: dict[str, Any], target: str) -> None:
