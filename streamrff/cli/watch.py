@@ -41,8 +41,8 @@ an alarm when the e-value reaches 1/--alpha, an average run length to a false al
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 \\
              --ert 10000
-         streamrff watch live.zarr --state /var/lib/drift --reference train.zarr \\
-             --window 200 --ert 10000 --follow
+         streamrff watch live.zarr --state /var/lib/drift \\
+             --reference train.zarr --window 200 --ert 10000 --follow
          streamrff watch live.zarr --reference train.zarr --method e-detector \\
              --alpha 0.0001 --json
          streamrff watch live.zarr --reference train.sketch --window 200 \\
