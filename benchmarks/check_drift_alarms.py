@@ -66,8 +66,9 @@ def main() -> None:
     print(
         f"W = {args.window}, shift {args.shift} sd, d = {args.columns}, batches of {args.batch}: {shares.size} alarms "
         f"after the change ({false_alarms} false alarms before it, {missed} none); top {srf.drift.ALARM_TOP_ROWS} "
-        f"window rows (by kernel-mean ratio, the default) after the change: the top row in {np.mean(firsts):.0%} of alarms; all 10 in "
-        f"{np.mean(shares == 1.0):.0%}, at least 9 in {np.mean(shares >= 0.9):.0%}, mean share {shares.mean():.3f}"
+        f"window rows (by kernel-mean ratio, the default) after the change: the top row in {np.mean(firsts):.0%} of "
+        f"alarms; all 10 in {np.mean(shares == 1.0):.0%}, at least 9 in {np.mean(shares >= 0.9):.0%}, "
+        f"mean share {shares.mean():.3f}"
     )
     for name, results in others.items():
         if results:

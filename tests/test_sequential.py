@@ -18,11 +18,12 @@ def _map(d=2, n_features=64, seed=0, **kwargs):
 
 
 def reference_log_wealth(features_x, features_y):
-    """Shekhar & Ramdas (2024) Algorithm 1 with ONS, written from the paper on explicit means: returns
-    (log wealth, running max, first pair count at which wealth >= 1/alpha or None)."""
+    """Shekhar & Ramdas (2024) Algorithm 1 on explicit means, with the aGRAPA betting fraction (Waudby-Smith &
+    Ramdas 2023): lambda_t = clip(mean / second moment of the past payoffs, one pseudo-payoff of square 1,
+    to [0, 0.8]). Returns (log wealth, running max, first pair count at which wealth >= 1/alpha or None)."""
     x = features_x.astype(np.float64)
     y = features_y.astype(np.float64)
-    lam, a, log_w, best, first = 0.0, 1.0, 0.0, 0.0, None
+    payoffs, log_w, best, first = [], 0.0, 0.0, None
     for t in range(x.shape[0]):
         if t == 0:
             f = 0.0
@@ -30,13 +31,13 @@ def reference_log_wealth(features_x, features_y):
             w = x[:t].mean(axis=0) - y[:t].mean(axis=0)
             norm = np.linalg.norm(w)
             f = 0.0 if norm == 0 else float(np.clip(w @ (x[t] - y[t]) / (2 * norm), -1, 1))
+        past = np.array(payoffs)
+        lam = min(0.8, max(0.0, past.sum() / (1.0 + (past**2).sum())))  # (mean) / (second moment), 1 + t pseudo-n
         log_w += math.log(1 + lam * f)
         best = max(best, log_w)
         if first is None and log_w >= math.log(1 / ALPHA):
             first = t + 1
-        z = f / (1 + lam * f)
-        a += z * z
-        lam = min(0.5, max(0.0, lam + 2 / (2 - math.log(3)) * z / a))
+        payoffs.append(f)
     return log_w, best, first
 
 
