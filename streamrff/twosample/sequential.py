@@ -25,6 +25,7 @@ import numpy as np
 
 from .._base.validation import check_rows, check_width
 from .._kernels.betting import AGRAPA, bet_pairs
+from ..engine import current_job_options, read_chunks_in_order
 from ..errors import InputError
 from ..maps import RFF, FeatureMap
 
@@ -121,6 +122,10 @@ class SequentialTest:
     the pairs of ONS to reject (0.5 sd shift, d = 4: median 154 against 205
     pairs; sd x 1.2, d = 10: 212 against 295). Any predictable fraction in
     [0, 1) keeps the wealth a nonnegative martingale, so the level is the same.
+
+    **Out-of-core rows.** :meth:`update_from` feeds it rows of dask arrays,
+    xarray DataArrays or zarr arrays (local or ``s3://``), chunk by chunk
+    through the engine's reader, never holding a sample whole.
 
     **State.** The sum of feature differences (float64, width D) and four
     scalars; :meth:`state_dict` and :meth:`from_state` save and resume it
@@ -222,6 +227,70 @@ class SequentialTest:
             if self.rejected_at is None and first >= 0:
                 self.rejected_at = self.n_pairs + first + 1
             self.n_pairs += stop - start
+        return self
+
+    def update_from(self, source_a: Any = None, source_b: Any = None, **options: Any) -> SequentialTest:
+        """Bet on the rows of two out-of-core sources, read chunk by chunk in row order (either may be None).
+
+        Each source is read through the engine's reader (:func:`streamrff.engine.read_chunks_in_order`:
+        the chunks a sketch's tasks read, one at a time, on the job's client or locally) and fed to
+        :meth:`update`, alternating between the samples so that neither runs ahead of the other by
+        more than one chunk: the test holds at most one chunk of each sample and the queue of rows
+        waiting for a partner. The result is that of :meth:`update` on the same rows in the same
+        order, to float32 rounding of the features (a chunk is embedded as a whole, an update's rows
+        in tiles). Rows of a source already fed are not remembered: call it with new rows (another
+        source, or a region of the same one).
+
+        Parameters
+        ----------
+        source_a, source_b : ndarray, dask Array, xarray DataArray, str/PathLike or RowSource, or None
+            New rows of sample A and of sample B, in order: anything :func:`streamrff.sketch` reads
+            (a zarr array path or URL, ``s3://...`` with ``storage_options``).
+        **options
+            The job options (:class:`~streamrff.engine.JobOptions`) the reader uses: ``client``,
+            ``storage_options``, ``sample_dim``, ``chunk_rows``, ``allow_missing_chunks``,
+            ``retries``; default: those in force (:func:`~streamrff.job_options`).
+
+        Returns
+        -------
+        SequentialTest
+            ``self``.
+
+        Raises
+        ------
+        InputError
+            On rows of another width or with NaN/inf (the chunk is named), or bad options.
+        SourceError
+            On a missing path or array, or a zarr chunk absent from its store.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, zarr, streamrff as srf
+        >>> rng = np.random.default_rng(0)
+        >>> path = os.path.join(tempfile.mkdtemp(), "b.zarr")
+        >>> _ = zarr.create_array(path, data=rng.normal(1.0, 1.0, size=(600, 2)).astype("float32"), chunks=(250, 2))
+        >>> rff = srf.RFF(n_features=64, bandwidth=2.0, seed=0).fit(np.zeros((4, 2)))
+        >>> test = srf.SequentialTest(rff).update_from(rng.normal(size=(600, 2)), path, chunk_rows=200)
+        >>> test.n_pairs, test.rejected
+        (600, True)
+        """
+        job = current_job_options(**options)
+        sides = [(0, source_a, "source_a"), (1, source_b, "source_b")]
+        readers = {side: read_chunks_in_order(source, job, name) for side, source, name in sides if source is not None}
+        consumed = [0, 0]
+        while readers:
+            side = min(readers, key=lambda key: (consumed[key], key))  # the sample behind reads next
+            try:
+                start, rows = next(readers[side])
+            except StopIteration:
+                del readers[side]
+                continue
+            try:
+                self.update(*((rows, None) if side == 0 else (None, rows)))
+            except InputError as error:
+                name = sides[side][2]
+                raise InputError(f"{name}, rows {start:,}-{start + rows.shape[0] - 1:,}: {error}") from None
+            consumed[side] += rows.shape[0]
         return self
 
     # -- state --------------------------------------------------------------------------------------
