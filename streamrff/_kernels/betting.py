@@ -15,7 +15,7 @@ predictable (a function of the payoffs before ``t``), chosen by one of two strat
   Waudby-Smith & Ramdas 2023, JRSS-B): ``lambda_t = clip(sum_{s<t} f_s / (1 + sum_{s<t} f_s^2), 0, AGRAPA_CAP)``,
   the Kelly fraction ``mean / second moment`` of the past payoffs with one
   pseudo-payoff of second moment 1; ``scalars[:2]`` = ``[sum f, 1 + sum f^2]``.
-  The payoffs of a kernel witness are small (|f| ~ 0.05-0.2), so the Kelly
+  The payoffs of a kernel witness are small (of size 0.05-0.2), so the Kelly
   fraction exceeds 1/2 and ONS's bound binds: aGRAPA reaches the same wealth
   in about 0.7x the pairs (``benchmarks/bench_sequential.py``).
 

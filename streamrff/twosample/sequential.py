@@ -115,11 +115,11 @@ class SequentialTest:
     "rejected" in almost every stream within 20 000 pairs.
 
     **Betting.** Shekhar & Ramdas bet with the online Newton step (ONS), whose
-    fraction stays in [0, 1/2]; a kernel witness pays little per pair (|f| of
+    fraction stays in [0, 1/2]; a kernel witness pays little per pair (payoffs of size
     0.05-0.2), so the growth-optimal fraction ``E f / E f^2`` is above 1/2 and
     that bound binds. aGRAPA (Waudby-Smith & Ramdas 2023, "Estimating means of
     bounded random variables by betting", JRSS-B) follows the Kelly fraction up to 0.8 and needs about 0.7x
-    the pairs of ONS to reject (0.5 sd shift, d = 4: median 154 against 205
+    the pairs of ONS to reject (the same 60 streams; 0.5 sd shift, d = 4: median 154 against 205
     pairs; sd x 1.2, d = 10: 212 against 295). Any predictable fraction in
     [0, 1) keeps the wealth a nonnegative martingale, so the level is the same.
 
