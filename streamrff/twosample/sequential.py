@@ -112,7 +112,7 @@ class SequentialTest:
     Rows that are dependent within a sample break the martingale property, and
     badly: the witness holds the previous row, which the next one resembles, so
     two independent AR(1) series with coefficient 0.5 and the same law are
-    "rejected" in almost every stream within 20 000 pairs.
+    "rejected" in 71 of 100 streams within 20 000 pairs (d = 2, D = 32).
 
     **Betting.** Shekhar & Ramdas bet with the online Newton step (ONS), whose
     fraction stays in [0, 1/2]; a kernel witness pays little per pair (payoffs of size
