@@ -239,7 +239,9 @@ class SequentialTest:
         waiting for a partner. The result is that of :meth:`update` on the same rows in the same
         order, to float32 rounding of the features (a chunk is embedded as a whole, an update's rows
         in tiles). Rows of a source already fed are not remembered: call it with new rows (another
-        source, or a region of the same one).
+        source, or a region of the same one). The rows of the longer source beyond the other's
+        count wait in the queue for partners (:attr:`n_waiting`), in memory, as with :meth:`update`:
+        feed sources of about the same length (or regions of them), not one short and one huge.
 
         Parameters
         ----------
