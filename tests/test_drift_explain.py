@@ -20,7 +20,7 @@ def _stream(seed: int, before: int = 400, after: int = 600, width: int = 3) -> t
     return reference, stream
 
 
-def test_alarm_update_carries_the_window_witness_and_its_top_rows():
+def test_alarm_update_carries_the_window_witness_and_its_top_rows_by_kernel_mean_ratio():
     reference, stream = _stream(0)
     monitor = srf.DriftMonitor(window=100, ert=5000, n_features=256, n_streams=2000).fit(reference)
     alarm = None
@@ -35,20 +35,22 @@ def test_alarm_update_carries_the_window_witness_and_its_top_rows():
     window_rows = np.arange(seen - 100, seen)
     assert set(alarm.top_rows.tolist()) <= set(window_rows.tolist()) and alarm.top_rows.size == 10
     assert np.all(np.diff(alarm.top_values) <= 0) and alarm.top_rows[0] >= 400
-    # numpy: the witness mean_w z(x) - mean_r z(x) on the window's rows, from the map's features
+    # numpy, from the map's features of the window's rows and the reference's: the ratio of the window's kernel
+    # mean at each row (the row itself left out) to the reference's, its denominator floored at 1e-3
     feature_map = monitor.feature_map_
     Zw = feature_map.transform(stream[window_rows]).astype(np.float64)
     Zr = feature_map.transform(reference).astype(np.float64)
-    values = Zw @ (Zw.mean(0) - Zr.mean(0))
-    order = np.argsort(-values, kind="stable")[:10]
+    leave_one_out = (Zw @ Zw.T).sum(axis=1) - np.einsum("ij,ij->i", Zw, Zw)
+    ratios = leave_one_out / 99 / np.maximum(Zw @ Zr.mean(0), 1e-3)
+    order = np.argsort(-ratios, kind="stable")[:10]
     np.testing.assert_array_equal(alarm.top_rows, window_rows[order])
-    np.testing.assert_allclose(alarm.top_values, values[order], atol=1e-5)
-    np.testing.assert_allclose(alarm.witness(stream[window_rows]), values, atol=1e-5)
+    np.testing.assert_allclose(alarm.top_values, ratios[order], rtol=1e-5)
+    np.testing.assert_allclose(alarm.witness(stream[window_rows]), Zw @ (Zw.mean(0) - Zr.mean(0)), atol=1e-5)
     after = monitor.update(stream[start + 7 : start + 20])  # the alarm stands; later updates do not repeat it
     assert after.drift and after.witness is None
 
 
-def test_watch_prints_the_alarm_rows_and_their_witness(tmp_path, capsys):
+def test_watch_prints_the_alarm_rows_and_their_ratio(tmp_path, capsys):
     reference, stream = _stream(1, before=1000, after=500)
     zarr.create_array(str(tmp_path / "ref.zarr"), data=reference.astype(np.float32), chunks=(1000, 3))
     zarr.create_array(str(tmp_path / "stream.zarr"), data=stream.astype(np.float32), chunks=(250, 3))
@@ -62,7 +64,7 @@ def test_watch_prints_the_alarm_rows_and_their_witness(tmp_path, capsys):
     assert min(alarm["top_rows_source"]) >= 1000 - 100 and alarm["top_rows_source"][0] >= 1000
     assert main(argv) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ALARM")]
-    assert "window rows most over-represented against the reference (witness): " in line
+    assert "window rows most over-represented against the reference (kernel-mean ratio): " in line
 
 
 def _column_z(reference: np.ndarray, window: np.ndarray) -> np.ndarray:
@@ -195,3 +197,27 @@ def test_monitor_file_column_arrays_are_checked_before_any_read(tmp_path):
     (path / "zarr.json").write_text(json.dumps(group))
     with pytest.raises(SketchFormatError, match="come together"):
         srf.load_monitor(path)
+
+
+def test_kernel_mean_ratio_against_numpy_and_refuses_bad_input():
+    import pytest
+
+    from streamrff.errors import InputError
+
+    rng = np.random.default_rng(7)
+    feature_map = srf.RFF(n_features=64, bandwidth=1.5, seed=0).fit(np.zeros((2, 2)))
+    Zw = feature_map.transform(rng.normal(0.5, 1.0, size=(30, 2))).astype(np.float64)
+    Zr = feature_map.transform(rng.normal(size=(500, 2))).astype(np.float64)
+    Zo = feature_map.transform(rng.normal(size=(5, 2)) * 6).astype(np.float64)  # far rows: the floor matters
+    K, Kr = Zw @ Zw.T, Zw @ Zr.T  # explicit kernel matrices of the features
+    expected = (K.sum(1) - np.diag(K)) / 29 / np.maximum(Kr.mean(1), 1e-3)
+    ratios = srf.drift.kernel_mean_ratio(Zw, Zw.mean(0), Zr.mean(0), window_count=30)
+    np.testing.assert_allclose(ratios, expected, rtol=1e-10)
+    outside = srf.drift.kernel_mean_ratio(Zo, Zw.mean(0), Zr.mean(0))
+    np.testing.assert_allclose(outside, (Zo @ Zw.T).mean(1) / np.maximum((Zo @ Zr.T).mean(1), 1e-3), rtol=1e-10)
+    with pytest.raises(InputError, match="window_count"):
+        srf.drift.kernel_mean_ratio(Zw, Zw.mean(0), Zr.mean(0), window_count=1)
+    with pytest.raises(InputError, match="reference_mean"):
+        srf.drift.kernel_mean_ratio(Zw, Zw.mean(0), Zr.mean(0)[:3])
+    with pytest.raises(InputError, match="features"):
+        srf.drift.kernel_mean_ratio(Zw[0], Zw.mean(0), Zr.mean(0))

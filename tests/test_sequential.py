@@ -18,11 +18,12 @@ def _map(d=2, n_features=64, seed=0, **kwargs):
 
 
 def reference_log_wealth(features_x, features_y):
-    """Shekhar & Ramdas (2024) Algorithm 1 with ONS, written from the paper on explicit means: returns
-    (log wealth, running max, first pair count at which wealth >= 1/alpha or None)."""
+    """Shekhar & Ramdas (2024) Algorithm 1 on explicit means, with the aGRAPA betting fraction (Waudby-Smith &
+    Ramdas 2023): lambda_t = clip(mean / second moment of the past payoffs, one pseudo-payoff of square 1,
+    to [0, 0.8]). Returns (log wealth, running max, first pair count at which wealth >= 1/alpha or None)."""
     x = features_x.astype(np.float64)
     y = features_y.astype(np.float64)
-    lam, a, log_w, best, first = 0.0, 1.0, 0.0, 0.0, None
+    payoffs, log_w, best, first = [], 0.0, 0.0, None
     for t in range(x.shape[0]):
         if t == 0:
             f = 0.0
@@ -30,13 +31,13 @@ def reference_log_wealth(features_x, features_y):
             w = x[:t].mean(axis=0) - y[:t].mean(axis=0)
             norm = np.linalg.norm(w)
             f = 0.0 if norm == 0 else float(np.clip(w @ (x[t] - y[t]) / (2 * norm), -1, 1))
+        past = np.array(payoffs)
+        lam = min(0.8, max(0.0, past.sum() / (1.0 + (past**2).sum())))  # (mean) / (second moment), 1 + t pseudo-n
         log_w += math.log(1 + lam * f)
         best = max(best, log_w)
         if first is None and log_w >= math.log(1 / ALPHA):
             first = t + 1
-        z = f / (1 + lam * f)
-        a += z * z
-        lam = min(0.5, max(0.0, lam + 2 / (2 - math.log(3)) * z / a))
+        payoffs.append(f)
     return log_w, best, first
 
 
@@ -173,3 +174,56 @@ def test_type_one_error_over_1000_streams(distribution):
         rejections += test.rejected
     standard_error = math.sqrt(ALPHA * (1 - ALPHA) / streams)
     assert rejections / streams <= ALPHA + 2 * standard_error, f"{distribution}: {rejections}/{streams} rejected"
+
+
+def test_update_from_zarr_dask_and_xarray_sources_equals_feeding_the_rows_in_memory(tmp_zarr):
+    """Rows fed chunk by chunk through the engine's reader: the wealth of the same rows fed in memory."""
+    import dask.array as da
+    import xarray as xr
+
+    rng = np.random.default_rng(8)
+    a = rng.normal(size=(1300, 3)).astype(np.float32)
+    b = (rng.normal(size=(1100, 3)) + [0.4, 0.0, 0.0]).astype(np.float32)
+    feature_map = _map(d=3, n_features=64)
+    log_w, best, first = reference_log_wealth(feature_map.transform(a[:1100]), feature_map.transform(b))
+    in_chunks = srf.SequentialTest(feature_map)  # the same chunks fed in memory, in the reader's order
+    for start in range(0, 1300, 250):
+        in_chunks.update(a[start : start + 250], b[start : start + 250] if start < 1100 else None)
+    path_a, path_b = tmp_zarr(a, 250, "a.zarr"), tmp_zarr(b, 250, "b.zarr")
+    sources = {
+        "zarr": (path_a, path_b, {}),
+        "dask and xarray": (
+            da.from_array(a, chunks=(250, 3)),
+            xr.DataArray(b.T, dims=("feature", "sample")).chunk({"sample": 250}),
+            {"sample_dim": "sample"},
+        ),
+    }
+    for name, (source_a, source_b, options) in sources.items():
+        test = srf.SequentialTest(feature_map).update_from(source_a, source_b, **options)
+        assert (test.n_pairs, test.n_waiting) == (1100, 200), name
+        assert test.log_wealth == pytest.approx(in_chunks.log_wealth, rel=1e-9, abs=1e-12), name
+        assert test.rejected_at == in_chunks.rejected_at, name
+        assert test.log_wealth == pytest.approx(log_w, rel=1e-6, abs=1e-9), name  # numpy, features of all rows
+        assert test.p_value == pytest.approx(min(1.0, math.exp(-best)), rel=1e-6), name
+        assert test.rejected_at == first, name
+
+
+def test_update_from_s3_with_storage_options(s3_server, s3_bucket):
+    import zarr
+
+    rng = np.random.default_rng(9)
+    a, b = rng.normal(size=(900, 2)).astype(np.float32), rng.normal(0.5, 1.0, size=(900, 2)).astype(np.float32)
+    for name, rows in (("a", a), ("b", b)):
+        store = zarr.storage.FsspecStore.from_url(
+            f"s3://{s3_bucket}/{name}.zarr", storage_options=s3_server.storage_options, read_only=False
+        )
+        zarr.create_array(store=store, data=rows, chunks=(250, 2), zarr_format=3)
+    feature_map = _map()
+    test = srf.SequentialTest(feature_map).update_from(
+        f"s3://{s3_bucket}/a.zarr", f"s3://{s3_bucket}/b.zarr", storage_options=s3_server.storage_options
+    )
+    log_w, _, first = reference_log_wealth(feature_map.transform(a), feature_map.transform(b))
+    assert test.n_pairs == 900 and test.log_wealth == pytest.approx(log_w, rel=1e-6, abs=1e-9)
+    assert test.rejected_at == first
+    with pytest.raises(InputError, match="source_b, rows 0-1: "):
+        srf.SequentialTest(feature_map).update_from(None, np.full((2, 2), np.nan))

@@ -410,7 +410,7 @@ def _method_summary(monitor: Any) -> dict[str, Any]:
 
 
 def _alarm_rows(update: Any, drift_at_row: int | None) -> dict[str, Any]:
-    """The window rows that set off the alarm (largest witness first), as monitor rows and rows of SOURCE.
+    """The window rows that set off the alarm (largest kernel-mean ratio first), as monitor rows and rows of SOURCE.
 
     A monitor row ``r`` is row ``r + (drift_at_row - drift_at)`` of SOURCE when no row was skipped in between.
     """
@@ -427,12 +427,12 @@ def _alarm_rows(update: Any, drift_at_row: int | None) -> dict[str, Any]:
 
 
 def _alarm_rows_text(top: dict[str, Any]) -> str:
-    """``"; window rows most over-represented: 1,204 (0.031), ..."``, the first five of :func:`_alarm_rows`."""
+    """``"; window rows most over-represented ...: 1,204 (3.1), ..."``, the first five of :func:`_alarm_rows`."""
     if not top:
         return ""
     rows = top.get("top_rows_source", top["top_rows"])
     shown = ", ".join(f"{row:,} ({value:.3g})" for row, value in zip(rows[:5], top["top_values"][:5]))
-    text = f"; window rows most over-represented against the reference (witness): {shown}"
+    text = f"; window rows most over-represented against the reference (kernel-mean ratio): {shown}"
     if "columns" in top:
         statistics = top["column_statistics"]
         moved = ", ".join(f"{column} (z {_z_text(statistics[column])})" for column in top["columns"][:ALARM_COLUMNS])

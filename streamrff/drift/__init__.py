@@ -18,6 +18,7 @@ from ..formats.monitor import MONITOR_FORMAT_NAME, MONITOR_FORMAT_VERSION
 from .calibration import calibrate_thresholds
 from .edetector import EDetector
 from .monitor import ALARM_TOP_ROWS, DriftMonitor, DriftUpdate, load_monitor
+from .ranking import RATIO_FLOOR, kernel_mean_ratio
 
 __all__ = [
     "DriftMonitor",
@@ -28,4 +29,6 @@ __all__ = [
     "MONITOR_FORMAT_NAME",
     "MONITOR_FORMAT_VERSION",
     "ALARM_TOP_ROWS",
+    "RATIO_FLOOR",
+    "kernel_mean_ratio",
 ]

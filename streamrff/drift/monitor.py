@@ -34,6 +34,7 @@ from ..sketches.mean import MeanSketch
 from ..typing import PathOrURL
 from .calibration import calibrate_thresholds, default_stream_count, gaussian_bank
 from .edetector import bet_monitor, check_method, detector_arrays, e_thresholds, restore_detector, start_detector
+from .ranking import kernel_mean_ratio
 
 __all__ = ["DriftMonitor", "DriftUpdate"]
 
@@ -49,12 +50,12 @@ EMPTY_ROWS.setflags(write=False)
 
 
 def _explain_window(monitor: DriftMonitor, k: int) -> tuple[Any, np.ndarray, np.ndarray]:
-    """The witness of the monitor's window against its reference, and the window's k rows where it is largest.
+    """The witness of the monitor's window against its reference, and the window's k rows with the largest
+    kernel-mean ratio (:func:`kernel_mean_ratio`, each row left out of the window's mean).
 
     The window is the ring buffer of the last ``min(window, run_length_)`` rows' features (those the
     statistic read); run row ``r`` sits in slot ``r % window`` and is stream row
-    ``n_rows_seen_ - run_length_ + r``. The witness ``z(x).(mu_window - mu_reference) / kbar``
-    (:class:`streamrff.Witness`) scores each of them from its stored features.
+    ``n_rows_seen_ - run_length_ + r``.
     """
     from ..twosample.witness import TopRows, Witness  # the witness reaches the engine; drift stays light
 
@@ -62,12 +63,12 @@ def _explain_window(monitor: DriftMonitor, k: int) -> tuple[Any, np.ndarray, np.
     run_length = monitor.run_length_
     filled = min(window, run_length)
     run_rows = np.arange(run_length - filled, run_length, dtype=np.int64)
+    window_mean = monitor.window_sum_ / filled
     reference_mean = monitor.reference_sum_ / monitor.reference_count_
     diagonal = monitor.reference_squared_norm_sum_ / monitor.reference_count_
-    witness = Witness(
-        monitor.feature_map_, monitor.window_sum_ / filled, reference_mean, diagonal if diagonal > 0 else 1.0
-    )
-    values = monitor.window_features_[run_rows % window].astype(np.float64) @ witness.direction
+    witness = Witness(monitor.feature_map_, window_mean, reference_mean, diagonal if diagonal > 0 else 1.0)
+    features = monitor.window_features_[run_rows % window].astype(np.float64)
+    values = kernel_mean_ratio(features, window_mean, reference_mean, filled if filled >= 2 else None)
     stream_rows = monitor.n_rows_seen_ - run_length + run_rows
     top = TopRows.of_values(values, 0, min(k, filled), "largest", stream_rows)
     columns = _column_statistics(monitor, run_rows % window)
@@ -150,10 +151,12 @@ class DriftUpdate:
         the reference (:class:`streamrff.Witness`; positive where the window is
         over-represented), from the window at the end of this batch. None otherwise.
     top_rows : ndarray of int64 or None
-        With ``witness``: the window's rows with the largest witness, most extreme
-        first, as global indices (counted as ``drift_at``): the rows that set off the alarm.
+        With ``witness``: the window's rows with the largest kernel-mean ratio
+        (:func:`~streamrff.drift.kernel_mean_ratio`: the window's kernel mean at the
+        row, the row left out, over the reference's), largest first, as global
+        indices (counted as ``drift_at``): the rows most likely after the change.
     top_values : ndarray of float64 or None
-        The witness at ``top_rows`` (kernel units).
+        The kernel-mean ratios at ``top_rows`` (1 where the window looks like the reference).
     column_statistics : ndarray of shape (n_features_in,), float64, or None
         With ``witness``, for a monitor fitted on reference data: per column j,
         the standardised mean difference of the window's raw rows against the

@@ -2,7 +2,8 @@
 
 The engine knows no sketch kind by name: a kind hands it a :class:`~streamrff.sketches.ChunkJob` (a
 pure chunk kernel, the class of its partials, a checkpoint key). :mod:`.run` maps a kernel over the
-chunks and merges (:func:`run_chunks`), :mod:`.tasks` plans rows per task and groups chunks into
+chunks and merges (:func:`run_chunks`) or hands them over in row order
+(:func:`read_chunks_in_order`), :mod:`.tasks` plans rows per task and groups chunks into
 tasks, :mod:`.jobs` opens a source once and runs a kind's job (:func:`sketch`,
 :func:`nystrom_sketch`), :mod:`.fitting` fits maps on the seeded row sample, :mod:`.checkpoint` keeps
 per-chunk partials tied to their source, :mod:`.connection` talks to a scheduler and :mod:`.options`
@@ -19,7 +20,7 @@ from typing import Any
 #: :mod:`.options` (what the command line needs for every command) costs no scikit-learn, scipy or
 #: numba import.
 _HOMES = {
-    "connect": "connection", "compute": "run", "run_chunks": "run", "fit_map": "fitting",
+    "connect": "connection", "compute": "run", "read_chunks_in_order": "run", "run_chunks": "run", "fit_map": "fitting",
     "fit_map_and_sample": "fitting", "landmark_sample": "fitting", "nystrom_sketch": "jobs",
     "open_job_source": "jobs", "run_row_pass": "jobs", "run_sketch": "jobs", "sketch": "jobs", "write_zarr": "jobs",
     "JOB_OPTIONS": "options", "JobOptions": "options", "current_job_options": "options", "job_options": "options",

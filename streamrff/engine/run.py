@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dask
 import dask.array as da
+import numpy as np
 
 from .._base.blas import one_blas_thread
 from .._base.memory import check_plan_fits, memory_available
@@ -36,7 +37,7 @@ from .tasks import (
     resolve_max_tasks,
 )
 
-__all__ = ["run_chunks", "compute"]
+__all__ = ["run_chunks", "compute", "read_chunks_in_order"]
 
 logger = logging.getLogger("streamrff.engine")
 
@@ -157,6 +158,52 @@ def run_chunks(
         )  # fmt: skip
         results.append(compute(_merge_tree(current, split_every), client, progress, retries))
         return results[0] if len(results) == 1 else _merge_tree(results, split_every, merge=merge_group)
+
+
+def read_chunks_in_order(
+    source: Any, options: JobOptions | None = None, name: str = "source"
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The rows of ``source`` one row chunk at a time, in row order: ``(first row, rows)`` pairs.
+
+    For a consumer whose answer depends on the order of the rows (a sequential test), where
+    :func:`run_chunks` merges partials in any order of completion. ``source`` is anything
+    :func:`~streamrff.sources.open_source` opens (numpy, dask, xarray, a zarr path or URL with the
+    job's ``storage_options``) and is opened here with the job's options; chunks are those a sketch's
+    tasks read (a zarr source's stored chunks, a dask source's blocks; in-memory rows in tiles of
+    ``chunk_rows``, or whole), planned by the same :func:`~streamrff.engine.tasks.chunk_groups` and
+    read by the same task data (:func:`~streamrff.engine.tasks.group_data`: a zarr chunk through
+    :class:`~streamrff.sources.chunkread.ChunkRows`, so an absent chunk is refused as in a sketch),
+    one compute each on the job's client (or locally). Only one chunk's rows are held at a time.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> from streamrff.engine import read_chunks_in_order
+    >>> rows = da.from_array(np.arange(20.0).reshape(10, 2), chunks=(4, 2))
+    >>> [(start, chunk.shape[0]) for start, chunk in read_chunks_in_order(rows)]
+    [(0, 4), (4, 4), (8, 2)]
+    """
+    options = current_job_options() if options is None else options
+    opened = source if isinstance(source, RowSource) else open_source(
+        source, storage_options=options.storage_options, sample_dim=options.sample_dim,
+        chunk_rows=options.chunk_rows, name=name, allow_missing_chunks=options.allow_missing_chunks,
+    )  # fmt: skip
+    listed = opened.check_chunks_stored()
+    groups = list(chunk_groups(opened, name, 0, 1, None))
+    with connect(options.client) as active:
+        for group, data in group_data(opened, groups, 1, listed):
+            start, size = int(group.local_starts[0]), int(group.sizes[0])
+            if isinstance(data, np.ndarray):
+                rows = data
+            else:
+                read = dask.delayed(_chunk_rows, pure=True)(data, start - group.read_base, size)
+                rows = compute(read, active, False, options.retries)
+            yield start, np.asarray(rows)
+
+
+def _chunk_rows(data: Any, start: int, size: int) -> np.ndarray:
+    """Rows ``start:start + size`` of a task's data (its stored array or its block), as numpy."""
+    return np.asarray(data[start : start + size, :])
 
 
 def _merge_tree(partials: list[Any], split_every: int, merge: Callable[..., Any] | None = None) -> Any:
