@@ -97,6 +97,7 @@ def add_parser(commands: Any) -> None:
         help="expected rows between false alarms with no change (required unless REF is a saved monitor)",
     )  # fmt: skip
     options.add_features(parser, "random features D of a new monitor's map (default: 512)")
+    options.add_table_options(parser)  # a parquet --reference (data)
     options.add_bandwidth(parser)
     options.add_seed(parser, "seed of the map, the calibration sample and the simulated streams")
     parser.add_argument(
@@ -268,7 +269,7 @@ def _monitor_of_reference(args: argparse.Namespace) -> tuple[Any, str]:
         seed=seed,
         n_streams=streams,
     )
-    return monitor.fit(args.reference), kind
+    return monitor.fit(options.open_tables(args, [args.reference])[0]), kind  # parquet: --select/--categorical
 
 
 class _Refusal(Exception):
