@@ -33,7 +33,9 @@ NULLS = ["permutation", "spectral", "hotelling", "aggregated"]
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "test", HELP, run)
-    options.add_source(parser, "two zarr arrays or parquet sources (file, folder of *.parquet, s3:// dataset)", nargs="*")
+    options.add_source(
+        parser, "two zarr arrays or parquet sources (file, folder of *.parquet, s3:// dataset)", nargs="*"
+    )
     parser.add_argument(
         "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
     )
