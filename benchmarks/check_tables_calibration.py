@@ -45,7 +45,12 @@ def mixed_table(rng: np.random.Generator, levels: tuple[int, ...], rows: int, nu
 
 
 def rejection_rates(
-    levels: tuple[int, ...], rows: int, repetitions: int, permutations: int, features: int, draws: int = 2000,
+    levels: tuple[int, ...],
+    rows: int,
+    repetitions: int,
+    permutations: int,
+    features: int,
+    draws: int = 2000,
     seed: int = 0,
 ) -> dict[str, float]:
     """Share of repetitions with p <= 0.05, for the permutation and the spectral null."""

@@ -115,3 +115,32 @@ def test_mixed_map_arguments_fail_in_one_line():
         srf.RFF(categorical=[1], mismatch=-1.0).fit(X)
     with pytest.raises(InputError, match="structured=False"):
         srf.RFF(categorical=[1], structured=True).fit(X)
+
+
+def zipf_table(rng: np.random.Generator, levels: tuple[int, ...], rows: int) -> np.ndarray:
+    """2 standard normal columns, then one categorical column per entry of ``levels`` (p_k ~ 1 / (k + 1))."""
+    columns = [rng.normal(size=(rows, 2))]
+    for level in levels:
+        weights = 1.0 / np.arange(1, level + 1)
+        columns.append(rng.choice(level, size=rows, p=weights / weights.sum()).astype(np.float64))
+    return np.column_stack(columns)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("levels", [(1, 1), (10, 10), (1000, 1000), (100_000, 100_000), (1, 100, 100_000)])
+def test_mixed_map_tests_hold_their_level_from_1_to_1e5_levels(levels):
+    """Type-I error of the permutation and spectral nulls at 0.05 over 200 null repetitions: 0.03-0.07 (issue 47;
+    the same tables as benchmarks/check_tables_calibration.py, which prints the rates)."""
+    repetitions, rows = 200, 500
+    rejected = {"permutation": 0, "spectral": 0}
+    categorical = list(range(2, 2 + len(levels)))
+    for repetition in range(repetitions):
+        rng = np.random.default_rng([0, repetition])
+        X, Y = zipf_table(rng, levels, rows), zipf_table(rng, levels, rows)
+        feature_map = srf.RFF(n_features=256, categorical=categorical, seed=repetition).fit(np.vstack([X, Y]))
+        permutation = srf.two_sample_test(X, Y, n_permutations=199, seed=repetition, feature_map=feature_map)
+        rejected["permutation"] += permutation.p_value <= 0.05
+        moments = [srf.sketch_array(rows_, feature_map, moments=True) for rows_ in (X, Y)]
+        rejected["spectral"] += srf.mmd_test(*moments, method="spectral", seed=repetition, n_draws=2000).p_value <= 0.05
+    rates = {method: count / repetitions for method, count in rejected.items()}
+    assert all(0.03 <= rate <= 0.07 for rate in rates.values()), rates
