@@ -25,7 +25,9 @@ then at each site: streamrff sketch site_a.zarr --map map.json -o site_a.sketch
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "map", HELP, run)
     options.add_source(
-        parser, "zarr arrays or parquet sources (file, folder of *.parquet, s3:// dataset) of the same width", nargs="+"
+        parser,
+        "zarr arrays or parquet sources (file, folder of parquet files, s3:// dataset) of the same width",
+        nargs="+",
     )
     options.add_output(parser, "where to write the map file (path or URL, e.g. map.json)")
     options.add_map_kind(parser)

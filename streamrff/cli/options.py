@@ -808,7 +808,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     """``--select COLS`` and ``--categorical COLS``: which columns of a parquet SOURCE, and which are categories."""
     parser.add_argument(
         "--select", type=column_list, default=None, metavar="COL,COL,...",
-        help="a parquet SOURCE (file, folder of *.parquet files, or s3:// dataset): the columns to read, in this "
+        help="a parquet SOURCE (file, folder of parquet files, or s3:// dataset): the columns to read, in this "
         "order (default: all)",
     )  # fmt: skip
     parser.add_argument(
@@ -833,7 +833,7 @@ def open_tables(args: argparse.Namespace, paths: Sequence[str]) -> list[Any]:
         flags = " and ".join(flag for flag, name in (("--select", "select"), ("--categorical", "categorical"))
                              if getattr(args, name) is not None)  # fmt: skip
         raise UsageError(
-            f"{flags} choose columns of a parquet source; {', '.join(paths)} is not one (a *.parquet file or a "
+            f"{flags} choose columns of a parquet source; {', '.join(paths)} is not one (a .parquet file or a "
             "folder of them). Drop them, or give a parquet source."
         )
     return [

@@ -39,7 +39,7 @@ def add_parser(commands: Any) -> None:
     options.add_source(
         parser,
         "zarr array path or URL (plain path, file://, s3://...), or group path + '/array', or a parquet source "
-        "(file, folder of *.parquet files, s3:// dataset)",
+        "(file, folder of parquet files, s3:// dataset)",
     )
     options.add_output(parser, "where to write the sketch (directory, .zip, or URL)")
     options.add_map_file(parser, "--features, --bandwidth, --variant, --orthogonal, --structured and --seed")

@@ -34,7 +34,7 @@ NULLS = ["permutation", "spectral", "hotelling", "aggregated"]
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "test", HELP, run)
     options.add_source(
-        parser, "two zarr arrays or parquet sources (file, folder of *.parquet, s3:// dataset)", nargs="*"
+        parser, "two zarr arrays or parquet sources (file, folder of parquet files, s3:// dataset)", nargs="*"
     )
     parser.add_argument(
         "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
@@ -137,8 +137,19 @@ def _test_lines(result: Any) -> list[str]:
         f"  statistic (unbiased MMD^2): {result.statistic:.6g}",
         f"  null:                       {_NULLS[result.method](result.null)}",
         f"  samples:                    n_x = {result.n_x:,}, n_y = {result.n_y:,}",
-        f"  kernel:                     Gaussian, bandwidth {bandwidth}, D = {result.n_features}",
+        f"  kernel:                     {_kernel_name(result.map_spec)}, bandwidth {bandwidth}, "
+        f"D = {result.n_features}",
     ]
+
+
+def _kernel_name(spec: Any) -> str:
+    """The kernel line: Gaussian, or for a mixed map (table sources) the Gaussian times the mismatch factor."""
+    categorical = spec.get("categorical") if isinstance(spec, dict) else None
+    if not categorical:
+        return "Gaussian"
+    mismatch = spec.get("mismatch")
+    shown = f"{mismatch:.3g}" if isinstance(mismatch, (int, float)) else str(mismatch)
+    return f"Gaussian x e^-{shown} per differing category (categorical columns {list(categorical)})"
 
 
 def _effect_lines(result: Any) -> list[str]:
