@@ -96,3 +96,25 @@ def test_select_on_a_zarr_array_is_one_usage_line(tmp_path, tmp_zarr, cli_main):
     assert len(ran.err.strip().splitlines()) == 1
     ran = cli_main("test", path, path, "--categorical", "a,a")
     assert ran.code == 2 and "distinct" in ran.err
+
+
+def test_sketch_of_an_s3_dataset_prefix_equals_the_library_on_the_frame(s3_server, s3_bucket, tmp_path, cli_main):
+    """A dataset under a plain prefix (no .parquet suffix) on moto's S3 server, read through --storage-options."""
+    import s3fs
+
+    parts = [frame(30), frame(31)]
+    filesystem = s3fs.S3FileSystem(**s3_server.storage_options)
+    for index, part in enumerate(parts):
+        with filesystem.open(f"{s3_bucket}/events/part-{index}.parquet", "wb") as handle:
+            part.to_parquet(handle)
+    feature_map = srf.RFF(n_features=32, bandwidth=1.0, categorical=[1], mismatch=0.5, seed=0).fit(np.zeros((1, 2)))
+    map_path, sketch_path = str(tmp_path / "map.json"), str(tmp_path / "s3.sketch")
+    srf.save_map(feature_map, map_path)
+    ran = cli_main("sketch", f"s3://{s3_bucket}/events", "-o", sketch_path, "--map", map_path, "--select", "y,city",
+                   "--storage-options", json.dumps(s3_server.storage_options))  # fmt: skip
+    assert ran.code == 0, ran.err
+    whole = pd.concat(parts, ignore_index=True)
+    expected = srf.sketch(srf.open_source(whole, columns=["y", "city"]), feature_map)
+    got = srf.load(sketch_path)
+    assert got.count == 600
+    np.testing.assert_allclose(got.feature_sum, expected.feature_sum, rtol=1e-6, atol=1e-5)
