@@ -85,7 +85,9 @@ def main() -> None:
     print(f"{'table':>18} {'permutation':>12} {'spectral':>9} {'seconds':>8}")
     for name, levels in TABLES:
         start = time.perf_counter()
-        rates = rejection_rates(levels, args.rows, args.repetitions, args.permutations, args.features, args.draws, progress=50)
+        rates = rejection_rates(
+            levels, args.rows, args.repetitions, args.permutations, args.features, args.draws, progress=50
+        )
         marks = {m: "" if 0.03 <= r <= 0.07 else " *" for m, r in rates.items()}
         print(f"{name:>18} {rates['permutation']:>10.3f}{marks['permutation']:2} {rates['spectral']:>7.3f}"
               f"{marks['spectral']:2} {time.perf_counter() - start:>8.0f}", flush=True)  # fmt: skip
