@@ -79,11 +79,15 @@ def main() -> None:
     parser.add_argument("--permutations", type=int, default=199)
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--draws", type=int, default=2000, help="Monte-Carlo draws of the spectral null")
+    parser.add_argument("--table", action="append", default=None, choices=[name for name, _ in TABLES],
+                        help="only this table (repeatable; default: all)")  # fmt: skip
     args = parser.parse_args()
     print(f"type-I error at 0.05, n = {args.rows} per sample, D = {args.features}, {args.repetitions} repetitions, "
           f"B = {args.permutations}, {args.draws} spectral draws (target 0.03-0.07)", flush=True)  # fmt: skip
     print(f"{'table':>18} {'permutation':>12} {'spectral':>9} {'seconds':>8}")
     for name, levels in TABLES:
+        if args.table is not None and name not in args.table:
+            continue
         start = time.perf_counter()
         rates = rejection_rates(
             levels, args.rows, args.repetitions, args.permutations, args.features, args.draws, progress=50
