@@ -144,3 +144,29 @@ def test_mixed_map_tests_hold_their_level_from_1_to_1e5_levels(levels):
         rejected["spectral"] += srf.mmd_test(*moments, method="spectral", seed=repetition, n_draws=2000).p_value <= 0.05
     rates = {method: count / repetitions for method, count in rejected.items()}
     assert all(0.03 <= rate <= 0.07 for rate in rates.values()), rates
+
+
+def numpy_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The documented hash written with NumPy: splitmix64's finaliser of (code bits ^ key) + golden, top bit."""
+    bits = (np.asarray(codes, dtype=np.float64) + 0.0).view(np.uint64)
+    flips = np.zeros((codes.shape[0], keys.shape[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in range(codes.shape[1]):
+            z = (bits[:, column, None] ^ keys[None, :, column]) + np.uint64(0x9E3779B97F4A7C15)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z ^= z >> np.uint64(31)
+            flips ^= (z >> np.uint64(63)) * mask[None, :, column].astype(np.uint64)
+    return (1.0 - 2.0 * flips).astype(np.float32)
+
+
+def test_category_signs_compiled_equal_the_documented_hash():
+    from streamrff.maps.categorical import category_signs, draw_category_params
+
+    rng = np.random.default_rng(3)
+    codes = np.column_stack([rng.integers(0, 2**52, 300).astype(float), rng.normal(size=300), np.full(300, -0.0)])
+    params = draw_category_params(rng, 64, 3, mismatch=0.7)
+    got = category_signs(codes, params["category_mask"], params["category_keys"])
+    np.testing.assert_array_equal(got, numpy_signs(codes, params["category_mask"], params["category_keys"]))
+    mask, keys = params["category_mask"], params["category_keys"]
+    assert np.array_equal(category_signs(np.zeros((2, 3)), mask, keys), category_signs(-np.zeros((2, 3)), mask, keys))
