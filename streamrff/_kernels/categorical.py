@@ -24,22 +24,24 @@ _S30, _S27, _S31, _S63 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(
 
 
 @jit(nogil=True)
-def category_flips(bits: np.ndarray, mask: np.ndarray, keys: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+def category_flips(
+    bits: np.ndarray, starts: np.ndarray, columns: np.ndarray, keys: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """``out[i, j] = 1 - 2 * parity`` (float32) of the hashed bits of row ``i`` under frequency ``j``.
 
-    ``bits``: (rows, columns) uint64, the codes' float64 bit patterns; ``mask``: (frequencies,
-    columns) bool; ``keys``: (frequencies, columns) uint64; ``out``: (rows, frequencies) float32.
+    ``bits``: (rows, columns) uint64, the codes' float64 bit patterns. Frequency ``j`` hashes the
+    columns ``columns[starts[j]:starts[j + 1]]`` with the keys ``keys[starts[j]:starts[j + 1]]`` (the
+    mask in compressed rows: no branch in the inner loop). ``out``: (rows, frequencies) float32.
     """
-    n_rows, n_columns = bits.shape
-    n_frequencies = mask.shape[0]
+    n_rows = bits.shape[0]
+    n_frequencies = starts.shape[0] - 1
     for i in range(n_rows):
         for j in range(n_frequencies):
             flip = np.uint64(0)
-            for c in range(n_columns):
-                if mask[j, c]:
-                    z = (bits[i, c] ^ keys[j, c]) + _GOLDEN
-                    z = (z ^ (z >> _S30)) * _MIX1
-                    z = (z ^ (z >> _S27)) * _MIX2
-                    z = z ^ (z >> _S31)
-                    flip ^= z >> _S63
+            for position in range(starts[j], starts[j + 1]):
+                z = (bits[i, columns[position]] ^ keys[position]) + _GOLDEN
+                z = (z ^ (z >> _S30)) * _MIX1
+                z = (z ^ (z >> _S27)) * _MIX2
+                z = z ^ (z >> _S31)
+                flip ^= z >> _S63
             out[i, j] = np.float32(1.0) - np.float32(2.0) * np.float32(flip)

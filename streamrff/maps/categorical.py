@@ -21,6 +21,7 @@ import numpy as np
 
 __all__ = ["category_signs", "draw_category_params", "median_mismatch_rate"]
 
+
 def draw_category_params(rng: np.random.Generator, n_frequencies: int, n_categorical: int, mismatch: float) -> dict:
     """The mask (which frequency hashes which column) and the hash keys, drawn after the frequencies."""
     keep = -np.expm1(-float(mismatch))  # 1 - e^-lambda, exact for small lambda
@@ -58,7 +59,11 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one category
     bits = np.ascontiguousarray(codes).view(np.uint64)
     signs = np.empty((codes.shape[0], keys.shape[0]), dtype=np.float32)
-    category_flips(bits, np.ascontiguousarray(mask), np.ascontiguousarray(keys, dtype=np.uint64), signs)
+    frequencies, columns = np.nonzero(mask)  # row-major: grouped by frequency
+    starts = np.searchsorted(frequencies, np.arange(mask.shape[0] + 1)).astype(np.int64)
+    category_flips(
+        bits, starts, columns.astype(np.int64), np.asarray(keys, dtype=np.uint64)[frequencies, columns], signs
+    )
     return signs
 
 

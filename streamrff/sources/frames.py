@@ -79,8 +79,11 @@ def category_code(label: Any) -> float:
     >>> category_code(3) == category_code(3.0), category_code(None) == category_code(float("nan")) == MISSING_CODE
     (True, True)
     """
-    if _is_missing(label):
-        return MISSING_CODE
+    return MISSING_CODE if _is_missing(label) else _present_code(label)
+
+
+def _present_code(label: Any) -> float:
+    """:func:`category_code` of a label known not to be missing."""
     if isinstance(label, (bool, np.bool_)):
         key = f"b:{bool(label)}"
     elif isinstance(label, (int, np.integer)):
@@ -109,7 +112,8 @@ def category_codes(values: Any) -> np.ndarray:
     import pandas as pd
 
     labels, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
-    table = np.array([category_code(label) for label in uniques] + [MISSING_CODE], dtype=np.float64)
+    # factorize leaves the missing labels out of ``uniques`` (they get the sentinel -1)
+    table = np.array([_present_code(label) for label in uniques] + [MISSING_CODE], dtype=np.float64)
     return table[labels]  # the sentinel -1 picks MISSING_CODE, the last entry
 
 
