@@ -118,3 +118,24 @@ def test_sketch_of_an_s3_dataset_prefix_equals_the_library_on_the_frame(s3_serve
     got = srf.load(sketch_path)
     assert got.count == 600
     np.testing.assert_allclose(got.feature_sum, expected.feature_sum, rtol=1e-6, atol=1e-5)
+
+
+def test_watch_fits_its_monitor_on_a_parquet_reference_like_the_library(tmp_path, cli_main):
+    """watch --reference PARQUET --select: the monitor the library fits on the same frame alarms at the same row."""
+    import zarr
+
+    reference = frame(40, rows=600)
+    path = write_folder(tmp_path / "reference", [reference.iloc[:300], reference.iloc[300:]])
+    live = frame(41, rows=500, city_p=(0.1, 0.1, 0.8))
+    rows = np.asarray(srf.open_source(live, columns=["x", "city"]).array, dtype=np.float64)
+    live_path = str(tmp_path / "live.zarr")
+    zarr.create_array(live_path, shape=rows.shape, chunks=(250, 2), dtype="float64")[:] = rows
+    ran = cli_main("watch", live_path, "--reference", path, "--select", "x,city", "--window", "50", "--ert", "500",
+                   "--features", "64", "--json")  # fmt: skip
+    assert ran.code == 0, ran.err
+    summary = json.loads(ran.out.strip().splitlines()[-1])
+    monitor = srf.DriftMonitor(50, 500, n_features=64, bandwidth="median", seed=0, n_streams="auto")
+    monitor.fit(srf.open_source(reference, columns=["x", "city"]))
+    for start in range(0, 500, 250):
+        monitor.update(rows[start : start + 250])
+    assert summary["drift"] and summary["drift_at_row"] == monitor.drift_at_
