@@ -22,8 +22,38 @@ def test_chi_square_matches_scipy_and_effect_is_frequency_distance():
     reference = chi2_contingency(table, correction=False)
     statistic, p_value = categorical_column_test(x, y)
     assert p_value == pytest.approx(reference.pvalue, rel=1e-9)
-    p, q = table[0] / 500, table[1] / 400
-    assert statistic == pytest.approx(np.sum((p - q) ** 2), rel=1e-12)
+    # the unbiased MMD^2 of the delta kernel, from its Gram matrices without their diagonals
+    same_x, same_y, cross = (np.equal.outer(a, b) for a, b in ((x, x), (y, y), (x, y)))
+    unbiased = (
+        (same_x.sum() - 500) / (500 * 499) + (same_y.sum() - 400) / (400 * 399) - 2 * cross.sum() / (500 * 400)
+    )
+    assert statistic == pytest.approx(unbiased, rel=1e-9)
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_effect_is_unbiased_for_the_frequency_distance(shifted):
+    """Monte Carlo mean of the effect against the closed form sum_k (p_k - q_k)^2 (the plug-in value is
+    biased by sum_k p_k (1 - p_k) / n + q_k (1 - q_k) / m, about (K - 1) (1/n + 1/m) / K here)."""
+    rng = np.random.default_rng(7)
+    n_categories, n, m, repetitions = 40, 60, 80, 1500
+    p = np.full(n_categories, 1 / n_categories)
+    q = p.copy()
+    if shifted:
+        q[:4] += 0.02
+        q[4:8] -= 0.02
+    effects = np.array(
+        [
+            categorical_column_test(
+                rng.choice(n_categories, size=n, p=p).astype(float), rng.choice(n_categories, size=m, p=q).astype(float)
+            )[0]
+            for _ in range(repetitions)
+        ]
+    )
+    truth = np.sum((p - q) ** 2)
+    plug_in_bias = np.sum(p * (1 - p)) / n + np.sum(q * (1 - q)) / m
+    standard_error = effects.std(ddof=1) / np.sqrt(repetitions)
+    assert abs(effects.mean() - truth) < 3 * standard_error
+    assert plug_in_bias > 10 * standard_error  # the test would see the old bias
 
 
 def test_counts_merge_like_one_pass_and_hash_past_the_cap():

@@ -115,3 +115,58 @@ def test_mixed_map_arguments_fail_in_one_line():
         srf.RFF(categorical=[1], mismatch=-1.0).fit(X)
     with pytest.raises(InputError, match="structured=False"):
         srf.RFF(categorical=[1], structured=True).fit(X)
+
+
+def zipf_table(rng: np.random.Generator, levels: tuple[int, ...], rows: int) -> np.ndarray:
+    """2 standard normal columns, then one categorical column per entry of ``levels`` (p_k ~ 1 / (k + 1))."""
+    columns = [rng.normal(size=(rows, 2))]
+    for level in levels:
+        weights = 1.0 / np.arange(1, level + 1)
+        columns.append(rng.choice(level, size=rows, p=weights / weights.sum()).astype(np.float64))
+    return np.column_stack(columns)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("levels", [(1, 1), (10, 10), (1000, 1000), (100_000, 100_000), (1, 100, 100_000)])
+def test_mixed_map_tests_hold_their_level_from_1_to_1e5_levels(levels):
+    """Type-I error of the permutation and spectral nulls at 0.05 over 200 null repetitions: 0.03-0.07 (issue 47;
+    the same tables as benchmarks/check_tables_calibration.py, which prints the rates)."""
+    repetitions, rows = 200, 500
+    rejected = {"permutation": 0, "spectral": 0}
+    categorical = list(range(2, 2 + len(levels)))
+    for repetition in range(repetitions):
+        rng = np.random.default_rng([0, repetition])
+        X, Y = zipf_table(rng, levels, rows), zipf_table(rng, levels, rows)
+        feature_map = srf.RFF(n_features=256, categorical=categorical, seed=repetition).fit(np.vstack([X, Y]))
+        permutation = srf.two_sample_test(X, Y, n_permutations=199, seed=repetition, feature_map=feature_map)
+        rejected["permutation"] += permutation.p_value <= 0.05
+        moments = [srf.sketch_array(rows_, feature_map, moments=True) for rows_ in (X, Y)]
+        rejected["spectral"] += srf.mmd_test(*moments, method="spectral", seed=repetition, n_draws=2000).p_value <= 0.05
+    rates = {method: count / repetitions for method, count in rejected.items()}
+    assert all(0.03 <= rate <= 0.07 for rate in rates.values()), rates
+
+
+def numpy_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The documented hash written with NumPy: splitmix64's finaliser of (code bits ^ key) + golden, top bit."""
+    bits = (np.asarray(codes, dtype=np.float64) + 0.0).view(np.uint64)
+    flips = np.zeros((codes.shape[0], keys.shape[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in range(codes.shape[1]):
+            z = (bits[:, column, None] ^ keys[None, :, column]) + np.uint64(0x9E3779B97F4A7C15)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z ^= z >> np.uint64(31)
+            flips ^= (z >> np.uint64(63)) * mask[None, :, column].astype(np.uint64)
+    return (1.0 - 2.0 * flips).astype(np.float32)
+
+
+def test_category_signs_compiled_equal_the_documented_hash():
+    from streamrff.maps.categorical import category_signs, draw_category_params
+
+    rng = np.random.default_rng(3)
+    codes = np.column_stack([rng.integers(0, 2**52, 300).astype(float), rng.normal(size=300), np.full(300, -0.0)])
+    params = draw_category_params(rng, 64, 3, mismatch=0.7)
+    got = category_signs(codes, params["category_mask"], params["category_keys"])
+    np.testing.assert_array_equal(got, numpy_signs(codes, params["category_mask"], params["category_keys"]))
+    mask, keys = params["category_mask"], params["category_keys"]
+    assert np.array_equal(category_signs(np.zeros((2, 3)), mask, keys), category_signs(-np.zeros((2, 3)), mask, keys))

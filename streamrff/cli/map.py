@@ -18,12 +18,17 @@ is favoured. Writes a JSON map file (spec, fingerprint, K-JL landmarks; no pickl
 
 example: streamrff map site_a.zarr site_b.zarr -o map.json --features 1024
 then at each site: streamrff sketch site_a.zarr --map map.json -o site_a.sketch
+a parquet dataset: streamrff map events/ -o map.json --select age,income,city,zip --categorical zip
 """
 
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "map", HELP, run)
-    options.add_source(parser, "zarr arrays (paths or URLs) of the same width", nargs="+")
+    options.add_source(
+        parser,
+        "zarr arrays or parquet sources (file, folder of parquet files, s3:// dataset) of the same width",
+        nargs="+",
+    )
     options.add_output(parser, "where to write the map file (path or URL, e.g. map.json)")
     options.add_map_kind(parser)
     options.add_features(
@@ -38,6 +43,7 @@ def add_parser(commands: Any) -> None:
     options.add_landmarks(parser, "K-JL landmarks n (kjl; default: 1000)")
     options.add_seed(parser, "seed of the map and of the pooled row sample")
     options.add_sign_key(parser, "sign the map file with the key in FILE (HMAC-SHA256)")
+    options.add_table_options(parser)
     options.add_job_options(parser)
 
 
@@ -69,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     feature_map = _unfitted_map(args)
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     key = options.signing_key(args)  # before the fit: a bad key costs no pass over the data
-    fitted = fit_map(feature_map, list(args.sources), progress=show_progress(args))
+    sources = options.open_tables(args, list(args.sources))
+    fitted = fit_map(feature_map, sources, progress=show_progress(args))
     save_map(fitted, args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
     payload = {
         "path": args.output,

@@ -185,6 +185,14 @@ def class_list(text: str) -> list[str]:
     return labels
 
 
+def column_list(text: str) -> list[str]:
+    """``--select`` / ``--categorical``: distinct comma-separated column names."""
+    names = [name.strip() for name in text.split(",")]
+    if "" in names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct comma-separated column names like age,city, got {text!r}")
+    return names
+
+
 # Declaring options.
 
 
@@ -843,3 +851,43 @@ def _remote_kind(url: str, storage_options: dict[str, Any] | None) -> str | None
         return _file_kind(fs.cat_file(root, start=0, end=_KIND_PROBE_BYTES))
     except Exception as error:  # fsspec backends raise many types
         raise SourceError(f"Cannot reach {url}: {type(error).__name__}: {error}") from error
+
+
+# Tables (parquet files and datasets): the column selection and the columns read as categories.
+
+
+def add_table_options(parser: argparse.ArgumentParser) -> None:
+    """``--select COLS`` and ``--categorical COLS``: which columns of a parquet SOURCE, and which are categories."""
+    parser.add_argument(
+        "--select", type=column_list, default=None, metavar="COL,COL,...",
+        help="a parquet SOURCE (file, folder of parquet files, or s3:// dataset): the columns to read, in this "
+        "order (default: all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--categorical", type=column_list, default=None, metavar="COL,COL,...",
+        help="a parquet SOURCE: numeric columns to read as categories too (category, string and boolean "
+        "columns always are); the map compares them by equality",
+    )  # fmt: skip
+
+
+def open_tables(args: argparse.Namespace, paths: Sequence[str]) -> list[Any]:
+    """``paths`` with every parquet source opened with ``--select`` / ``--categorical`` (others kept as given).
+
+    Refuses the two options when no path is a parquet source, naming the paths.
+    """
+    from ..engine import current_job_options, open_job_source  # here, not at the top: start-up time
+    from ..sources.frames import is_table
+
+    job = current_job_options()
+    tables = [is_table(path, job.storage_options) for path in paths]
+    wanted = {"columns": args.select, "categorical": args.categorical}
+    if not any(tables) and any(value is not None for value in wanted.values()):
+        flags = " and ".join(flag for flag, name in (("--select", "select"), ("--categorical", "categorical"))
+                             if getattr(args, name) is not None)  # fmt: skip
+        raise UsageError(
+            f"{flags} choose columns of a parquet source; {', '.join(paths)} is not one (a .parquet file or a "
+            "folder of them). Drop them, or give a parquet source."
+        )
+    return [
+        open_job_source(path, job, name="SOURCE", **wanted) if table else path for path, table in zip(paths, tables)
+    ]

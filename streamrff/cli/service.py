@@ -382,7 +382,8 @@ def monitor_of_reference(args: argparse.Namespace, calibrate: bool = True) -> tu
         n_streams=streams,
         **method,
     )
-    return (monitor.fit(args.reference) if calibrate else monitor._fit_uncalibrated(args.reference)), kind
+    reference = options.open_tables(args, [args.reference])[0]  # parquet: --select/--categorical
+    return (monitor.fit(reference) if calibrate else monitor._fit_uncalibrated(reference)), kind
 
 
 def method_arguments(args: argparse.Namespace) -> dict[str, Any]:

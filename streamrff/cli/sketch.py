@@ -26,6 +26,8 @@ also a 1-D kernel mean and second moment of every input column, for the column t
 'streamrff explain --sketches'.
 
 example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
+         streamrff sketch events/ -o events.sketch --map map.json \\
+             --select age,income,city --categorical zip
          streamrff sketch site.zarr -o site.sketch --map map.json --moments \\
              --columns
          streamrff sketch data.zarr -o data.sketch --features 1024 \\
@@ -39,7 +41,11 @@ example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "sketch", HELP, run)
-    options.add_source(parser, "zarr array path or URL (plain path, file://, s3://...), or group path + '/array'")
+    options.add_source(
+        parser,
+        "zarr array path or URL (plain path, file://, s3://...), or group path + '/array', or a parquet source "
+        "(file, folder of parquet files, s3:// dataset)",
+    )
     options.add_output(parser, "where to write the sketch (directory, .zip, or URL)")
     options.add_map_file(parser, "--features, --bandwidth, --variant, --orthogonal, --structured and --seed")
     options.add_rff_options(parser, "seed of the map and of its row sample")
@@ -95,6 +101,7 @@ def add_parser(commands: Any) -> None:
         "how the feature sums are computed: nufft (d <= 3, needs streamrff[nufft]) or direct; auto picks the "
         "faster (default: auto)",
     )
+    options.add_table_options(parser)
     options.add_scheduler(parser)
     options.add_source_options(parser)
     parser.add_argument(
@@ -108,7 +115,6 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine import sketch  # here, not at the top: start-up time
     from ..formats.sketch import check_writable
 
     options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
@@ -132,8 +138,20 @@ def run(args: argparse.Namespace) -> int:
         from .labels import one_vs_rest_targets
 
         target, classes = one_vs_rest_targets(args.target, args.classes, args.storage_options)
-    result = sketch(
-        args.source,
+    result = _sketch(args, feature_map, target)
+    if classes is not None:  # recorded, so that sketches of other class lists refuse to merge
+        result = result.with_classes(classes)
+    result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
+    emit_sketch(args, args.output, result, f"wrote {args.output}: {result.count:,} rows sketched")
+    return options.EXIT_OK
+
+
+def _sketch(args: argparse.Namespace, feature_map: Any, target: Any) -> Any:
+    """:func:`streamrff.sketch` of SOURCE (a parquet source opened with --select / --categorical)."""
+    from ..engine import sketch  # here, not at the top: start-up time
+
+    return sketch(
+        options.open_tables(args, [args.source])[0],
         feature_map,
         moments=args.moments,
         chunk_rows=args.chunk_rows,
@@ -145,11 +163,6 @@ def run(args: argparse.Namespace) -> int:
         target=target,
         **_column_options(args),
     )
-    if classes is not None:  # recorded, so that sketches of other class lists refuse to merge
-        result = result.with_classes(classes)
-    result.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite, signing_key=key)
-    emit_sketch(args, args.output, result, f"wrote {args.output}: {result.count:,} rows sketched")
-    return options.EXIT_OK
 
 
 def _column_options(args: argparse.Namespace) -> dict[str, Any]:

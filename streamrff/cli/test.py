@@ -20,6 +20,8 @@ moment sketches made separately with one map (--null chooses); --null aggregated
 bandwidths at once under the same permutations and reports one p-value.
 
 example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
+         streamrff test before/ after/ --select age,income,city \\
+             --categorical zip --columns
          streamrff test x.zarr y.zarr --null aggregated --bandwidths auto \\
              --plot scales.png
          streamrff test --sketches x.sketch y.sketch --null spectral
@@ -33,7 +35,9 @@ NULLS = ["permutation", "spectral", "hotelling", "aggregated"]
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "test", HELP, run)
-    options.add_source(parser, "two zarr arrays (paths or URLs)", nargs="*")
+    options.add_source(
+        parser, "two zarr arrays or parquet sources (file, folder of parquet files, s3:// dataset)", nargs="*"
+    )
     parser.add_argument(
         "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
     )
@@ -96,6 +100,7 @@ def add_parser(commands: Any) -> None:
         "(aggregated: each bandwidth's standardised statistic against its null)",
     )
     options.add_overwrite(parser, "replace an existing --plot file")
+    options.add_table_options(parser)
     options.add_scheduler(parser)
     options.add_source_options(parser)
     options.add_verify_key(parser)
@@ -134,8 +139,19 @@ def _test_lines(result: Any) -> list[str]:
         f"  statistic (unbiased MMD^2): {result.statistic:.6g}",
         f"  null:                       {_NULLS[result.method](result.null)}",
         f"  samples:                    n_x = {result.n_x:,}, n_y = {result.n_y:,}",
-        f"  kernel:                     Gaussian, bandwidth {bandwidth}, D = {result.n_features}",
+        f"  kernel:                     {_kernel_name(result.map_spec)}, bandwidth {bandwidth}, "
+        f"D = {result.n_features}",
     ]
+
+
+def _kernel_name(spec: Any) -> str:
+    """The kernel line: Gaussian, or for a mixed map (table sources) the Gaussian times the mismatch factor."""
+    categorical = spec.get("categorical") if isinstance(spec, dict) else None
+    if not categorical:
+        return "Gaussian"
+    mismatch = spec.get("mismatch")
+    shown = f"{mismatch:.3g}" if isinstance(mismatch, (int, float)) else str(mismatch)
+    return f"Gaussian x e^-{shown} per differing category (categorical columns {list(categorical)})"
 
 
 def _effect_lines(result: Any) -> list[str]:
@@ -164,6 +180,8 @@ def _column_problems(args: argparse.Namespace) -> list[str]:
         )
     if args.columns and args.components is not None:
         problems.append("give --columns (input columns) or --components K (kernel principal components), not both.")
+    if (args.select is not None or args.categorical is not None) and args.sketches:
+        problems.append("--select and --categorical read parquet data; --sketches carry their own map: drop them.")
     if args.moments and args.sketches:
         problems.append(
             "--moments sketches moments on data; --sketches must already hold them (streamrff sketch --moments)."
@@ -227,6 +245,7 @@ def _test_data(args: argparse.Namespace) -> Any:
         unfitted = options.rff_of_options(args)
     aggregated = args.null == "aggregated"
     with options.one_connection():
+        args.sources = options.open_tables(args, args.sources)  # parquet sources opened with --select/--categorical
         if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
             feature_map = options.fit_on_sources(unfitted, args.sources)
         if _columns_ride_along(args):  # the joint test and the per-column tests in one pass
@@ -282,5 +301,9 @@ def run(args: argparse.Namespace) -> int:
     if columns is not None:
         payload["columns"] = {key: value for key, value in columns.to_dict().items() if key != "joint"}
         lines += _column_lines(columns)
+        names = getattr(args.sources[0], "columns", None) if args.sources else None
+        if names and columns.kind == "columns":  # a parquet source: say which column each index is
+            payload["columns"]["names"] = list(names)
+            lines.append("  columns: " + ", ".join(f"{index} {name}" for index, name in enumerate(names)))
     emit(args, payload, lines + ([f"wrote {args.plot}"] if args.plot else []))
     return options.EXIT_OK

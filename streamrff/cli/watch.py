@@ -126,6 +126,7 @@ def add_parser(commands: Any) -> None:
         "1/alpha rows (or give --ert N for alpha = 1/N)",
     )  # fmt: skip
     options.add_features(parser, "random features D of a new monitor's map (default: 512)")
+    options.add_table_options(parser)  # a parquet --reference (data)
     options.add_bandwidth(parser)
     options.add_seed(parser, "seed of the map, the calibration sample and the simulated streams")
     parser.add_argument(

@@ -21,10 +21,6 @@ import numpy as np
 
 __all__ = ["category_signs", "draw_category_params", "median_mismatch_rate"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
 
 def draw_category_params(rng: np.random.Generator, n_frequencies: int, n_categorical: int, mismatch: float) -> dict:
     """The mask (which frequency hashes which column) and the hash keys, drawn after the frequencies."""
@@ -37,6 +33,9 @@ def draw_category_params(rng: np.random.Generator, n_frequencies: int, n_categor
 
 def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """``F`` of shape (rows, frequencies), float32 +/-1: the product over columns of each masked hash.
+
+    Compiled (:mod:`streamrff._kernels.categorical`): splitmix64's finaliser of the code's bits
+    xor the key, plus the golden ratio constant; the sign is its top bit.
 
     Parameters
     ----------
@@ -55,21 +54,17 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     >>> bool((signs[0] == signs[1]).all()), set(np.unique(signs).tolist()) <= {-1.0, 1.0}
     (True, True)
     """
+    from .._kernels.categorical import category_flips  # here, not at the top: numba's import
+
     codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one category
-    bits = codes.view(np.uint64)
-    flips = np.zeros((codes.shape[0], keys.shape[0]), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for column in range(codes.shape[1]):
-            hashed = np.nonzero(mask[:, column])[0]
-            if hashed.size == 0:
-                continue
-            z = bits[:, column, None] ^ keys[hashed, column][None, :]
-            z = z + _GOLDEN
-            z = (z ^ (z >> np.uint64(30))) * _MIX1
-            z = (z ^ (z >> np.uint64(27))) * _MIX2
-            z ^= z >> np.uint64(31)
-            flips[:, hashed] ^= z >> np.uint64(63)
-    return (1.0 - 2.0 * flips.astype(np.float32)).astype(np.float32)
+    bits = np.ascontiguousarray(codes).view(np.uint64)
+    signs = np.empty((codes.shape[0], keys.shape[0]), dtype=np.float32)
+    frequencies, columns = np.nonzero(mask)  # row-major: grouped by frequency
+    starts = np.searchsorted(frequencies, np.arange(mask.shape[0] + 1)).astype(np.int64)
+    category_flips(
+        bits, starts, columns.astype(np.int64), np.asarray(keys, dtype=np.uint64)[frequencies, columns], signs
+    )
+    return signs
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:

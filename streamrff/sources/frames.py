@@ -79,8 +79,11 @@ def category_code(label: Any) -> float:
     >>> category_code(3) == category_code(3.0), category_code(None) == category_code(float("nan")) == MISSING_CODE
     (True, True)
     """
-    if _is_missing(label):
-        return MISSING_CODE
+    return MISSING_CODE if _is_missing(label) else _present_code(label)
+
+
+def _present_code(label: Any) -> float:
+    """:func:`category_code` of a label known not to be missing."""
     if isinstance(label, (bool, np.bool_)):
         key = f"b:{bool(label)}"
     elif isinstance(label, (int, np.integer)):
@@ -109,16 +112,64 @@ def category_codes(values: Any) -> np.ndarray:
     import pandas as pd
 
     labels, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
-    table = np.array([category_code(label) for label in uniques] + [MISSING_CODE], dtype=np.float64)
+    # factorize leaves the missing labels out of ``uniques`` (they get the sentinel -1)
+    table = np.array([_present_code(label) for label in uniques] + [MISSING_CODE], dtype=np.float64)
     return table[labels]  # the sentinel -1 picks MISSING_CODE, the last entry
 
 
-def is_table(source: Any) -> bool:
-    """Whether ``source`` is a pandas or dask DataFrame, or a path or URL of a parquet file or dataset."""
+_ZARR_METADATA = ("zarr.json", ".zarray", ".zgroup")
+
+
+def is_table(source: Any, storage_options: dict | None = None) -> bool:
+    """Whether ``source`` is a pandas or dask DataFrame, or a path or URL of a parquet file or dataset.
+
+    A path or URL is a parquet source when it ends with ``.parquet``, or when it is a folder (local, or
+    a prefix on object storage) that holds ``*.parquet`` files and no zarr metadata (``zarr.json``,
+    ``.zarray``, ``.zgroup``). A path ending with ``.zarr`` is never listed.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from streamrff.sources.frames import is_table
+    >>> folder = tempfile.mkdtemp()
+    >>> is_table(folder), is_table("rows.parquet"), is_table("rows.zarr")
+    (False, True, False)
+    >>> open(os.path.join(folder, "part-0.parquet"), "wb").close()
+    >>> is_table(folder)
+    True
+    """
     if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source).rstrip("/").endswith(".parquet")
+        path = os.fspath(source).rstrip("/")
+        if path.endswith(".parquet"):
+            return True
+        if path.endswith(".zarr") or ".zarr/" in path:
+            return False
+        return _is_parquet_folder(path, storage_options)
     module = type(source).__module__
     return type(source).__name__ == "DataFrame" and module.startswith(("pandas", "dask"))
+
+
+def _is_parquet_folder(path: str, storage_options: dict | None) -> bool:
+    """Whether ``path`` is a folder of ``*.parquet`` files with no zarr metadata at its top (one listing)."""
+    remote = "://" in path and not path.lower().startswith("file://")
+    if not remote:
+        local = path[len("file://") :] if path.lower().startswith("file://") else path
+        if not os.path.isdir(local):
+            return False
+        names = os.listdir(local)
+        if any(name in _ZARR_METADATA for name in names):
+            return False
+        return any(name.endswith(".parquet") for name in names) or any(
+            name.endswith(".parquet") for _, _, files in os.walk(local) for name in files
+        )
+    try:
+        import fsspec
+
+        filesystem, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        names = [str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in filesystem.ls(root, detail=False)]
+    except Exception:  # not a listable folder (an object, a missing bucket): the zarr reader says why
+        return False
+    return not any(name in _ZARR_METADATA for name in names) and any(name.endswith(".parquet") for name in names)
 
 
 @dataclasses.dataclass(frozen=True)

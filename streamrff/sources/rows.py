@@ -593,12 +593,13 @@ def open_source(
     name = name or "data"
     allow_missing = _allow_missing_chunks(allow_missing_chunks)
     location, zarr_array, table = None, None, None
-    if (columns is not None or categorical is not None) and not is_table(source):
+    table_source = is_table(source, storage_options)
+    if (columns is not None or categorical is not None) and not table_source:
         raise InputError(
             f"columns and categorical apply to tables (DataFrames, *.parquet); {describe_source(source)} is not one. "
             "Drop them, or select the array's columns first."
         )
-    if is_table(source):
+    if table_source:
         table = table_rows(source, storage_options, columns, categorical)
         array = table.array
     elif isinstance(source, (str, os.PathLike)):
