@@ -18,7 +18,8 @@ is favoured. Writes a JSON map file (spec, fingerprint, K-JL landmarks; no pickl
 
 example: streamrff map site_a.zarr site_b.zarr -o map.json --features 1024
 then at each site: streamrff sketch site_a.zarr --map map.json -o site_a.sketch
-a parquet dataset: streamrff map events/ -o map.json --select age,income,city,zip --categorical zip
+a parquet dataset: streamrff map events/ -o map.json \\
+                       --select age,income,city,zip --categorical zip
 """
 
 

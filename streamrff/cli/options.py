@@ -53,14 +53,14 @@ class UsageError(Exception):
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows '(default: X)' once, only for real defaults (not None/False, not when the help already says it);
-    wraps descriptions and epilogs line by line, and never a command line: an ``example:`` line, a line
-    that starts with ``streamrff`` and the continuations of a line ending in a backslash are printed as
-    written (each fits in 80 columns), so a command copied from the help runs as shown."""
+    wraps descriptions and epilogs line by line, and never a command line: a line that starts with
+    ``streamrff`` (after a label such as ``example:``) and the continuations of a line ending in a
+    backslash are printed as written (each fits in 80 columns), so a command copied from the help runs."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         lines, continued = [], False
         for line in text.splitlines():
-            if continued or line.lstrip().startswith(("example:", "streamrff ")):
+            if continued or re.match(r"\s*([a-z ]+: )?streamrff ", line):  # a command, maybe after a label
                 lines.append(indent + line)
             else:  # prose, a table row under its own indent, or a "label: text" row; never broken at a hyphen
                 lead = line[: len(line) - len(line.lstrip())]
