@@ -171,8 +171,10 @@ def quiet_unclosed_sessions() -> None:
 
 
 #: botocore ``Config`` keys (s3fs's ``config_kwargs``) that bound every S3 request: seconds to connect, seconds
-#: without a byte while reading, and one botocore attempt (s3fs retries a timed-out request 5 times itself, with
-#: backoff), so an endpoint that accepts connections and never answers fails in about 30 s instead of hanging.
+#: without a byte while reading, and one botocore attempt; s3fs itself then tries a timed-out request
+#: :data:`STORE_ATTEMPTS` times, so an endpoint that accepts connections and never answers fails in about 10 s
+#: instead of hanging.
+STORE_ATTEMPTS = 2
 STORE_DEADLINES: dict[str, Any] = {
     "connect_timeout": 5,
     "read_timeout": 5,
@@ -208,9 +210,15 @@ def install_store_deadlines() -> None:
     configured there (``~/.config/fsspec/s3.json``, ``FSSPEC_S3_*``) and a
     ``config_kwargs`` passed with the storage options win. Worker processes of a
     ``--scheduler`` read their own fsspec configuration, or the storage options'
-    ``config_kwargs``.
+    ``config_kwargs``. s3fs's own attempts of a request are :data:`STORE_ATTEMPTS` in this process.
     """
     import fsspec.config  # here, not at the top: `streamrff --help` does not need it
 
+    try:
+        import s3fs
+    except ImportError:  # pragma: no cover - s3fs is a dependency
+        pass
+    else:  # s3fs's own retries of a failed request (5 by default, with backoff): a class attribute, not an option
+        s3fs.S3FileSystem.retries = STORE_ATTEMPTS
     defaults = fsspec.config.conf.setdefault("s3", {})
     defaults["config_kwargs"] = {**STORE_DEADLINES, **defaults.get("config_kwargs", {})}
