@@ -238,7 +238,7 @@ def _exists(url: str, storage_options: dict[str, Any] | None, name: str) -> bool
         filesystem, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         return bool(filesystem.exists(root.rstrip("/") + "/" + name))
     except Exception as error:  # fsspec backends raise many types
-        raise SourceError(f"Cannot reach {url}: {type(error).__name__}: {error}") from error
+        raise SourceError(f"Cannot open {url}: {type(error).__name__}: {error}") from error
 
 
 def source_when_ready(args: argparse.Namespace, open_source: Callable[[argparse.Namespace], Any],
