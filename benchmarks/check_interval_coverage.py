@@ -143,17 +143,26 @@ def leading_eigenvalues(matrix: np.ndarray, count: int, rng: np.random.Generator
     return np.linalg.eigvalsh(basis.T @ matrix @ basis)[-count:]
 
 
+@functools.cache
+def shape_draws(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed draws of ``effect._degenerate_shape`` (seed 48): chi-square(1) - 1 and the normal remainder."""
+    rng = np.random.default_rng(48)
+    return rng.chisquare(1.0, size=(E.SHAPE_DRAWS, count)) - 1.0, rng.standard_normal(E.SHAPE_DRAWS)
+
+
 def degenerate_shape(covariance: np.ndarray) -> np.ndarray | None:
-    """``effect._degenerate_shape`` with the leading eigenvalues from :func:`leading_eigenvalues` beyond D = 256."""
+    """``effect._degenerate_shape``, its draws made once, the leading eigenvalues beyond D = 256 from
+    :func:`leading_eigenvalues`."""
     width = covariance.shape[0]
     if width <= 4 * E.SHAPE_EIGENVALUES:
-        return E._degenerate_shape(covariance)
-    leading = leading_eigenvalues(covariance, E.SHAPE_EIGENVALUES, np.random.default_rng(width))
-    rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
-    leading = np.clip(leading, 0.0, None)
-    rng = np.random.default_rng(48)
-    draws = (rng.chisquare(1.0, size=(E.SHAPE_DRAWS, leading.shape[0])) - 1.0) @ leading
-    draws += np.sqrt(rest_variance) * rng.standard_normal(E.SHAPE_DRAWS)
+        eigenvalues = np.linalg.eigvalsh(covariance)
+        leading, rest = eigenvalues[-E.SHAPE_EIGENVALUES :], eigenvalues[: -E.SHAPE_EIGENVALUES]
+        rest_variance = 2.0 * float(np.sum(rest * rest))
+    else:
+        leading = leading_eigenvalues(covariance, E.SHAPE_EIGENVALUES, np.random.default_rng(width))
+        rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
+    chi, normal = shape_draws(leading.shape[0])
+    draws = chi @ np.clip(leading, 0.0, None) + np.sqrt(rest_variance) * normal
     spread = float(np.std(draws))
     if not spread > 0:
         return None
@@ -183,7 +192,7 @@ NORMAL_DRAWS = np.random.default_rng(49).standard_normal(E.SHAPE_DRAWS)
 
 
 def interval(statistic: float, variance: E.MMD2Variance, level: float, target: str) -> tuple[float, float]:
-    """``effect.inverted_interval`` with its bisections stopped at a relative width of 1e-9 (not 48 steps)."""
+    """``effect.inverted_interval`` with its bisections stopped at a relative width of 1e-7 (not 48 steps)."""
     if variance.degenerate_shape is None:
         return E.inverted_interval(statistic, variance, level, target)
     z = E.NormalDist().inv_cdf(0.5 + level / 2.0)
@@ -196,12 +205,18 @@ def interval(statistic: float, variance: E.MMD2Variance, level: float, target: s
     spread = np.sqrt(variance.degenerate)
     tails = (0.5 - level / 2.0, 0.5 + level / 2.0)
 
+    position = np.array(tails) * (shape.shape[0] - 1)  # np.quantile's default (linear) rule, by partition
+    below = np.floor(position).astype(int)
+    fraction = position - below
+    kth = np.concatenate([below, below + 1])
+
     def quantiles(theta: float) -> np.ndarray:
-        return np.quantile(theta + spread * shape + np.sqrt(variance.slope * theta + extra) * NORMAL_DRAWS, tails)
+        draws = np.partition(theta + spread * shape + np.sqrt(variance.slope * theta + extra) * NORMAL_DRAWS, kth)
+        return draws[below] + fraction * (draws[below + 1] - draws[below])
 
     def bisect(passes, inside: float, outside: float) -> float:
         for _ in range(48):
-            if abs(outside - inside) <= 1e-9 * max(abs(inside), abs(outside)):
+            if abs(outside - inside) <= 1e-7 * max(abs(inside), abs(outside)):
                 break
             middle = (inside + outside) / 2.0
             inside, outside = (middle, outside) if passes(middle) else (inside, middle)
