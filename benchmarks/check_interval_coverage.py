@@ -26,7 +26,7 @@ from moment sketches formed here without the D x D moments being recomputed for 
   ``srf.sketch_array`` + ``effect_of_sketches`` + ``inverted_interval`` on fresh maps first.
 
 Prints, per cell and every ``--report-every`` repetitions: coverage at 90% and 95%, the 95% misses
-above the interval, and ``sd(T - truth) / sqrt(mean Var(truth))``, the observed spread against the
+above the interval, and ``rms(T - truth) / sqrt(mean Var(truth))``, the observed spread against the
 interval's mean variance at the truth (1 when the variance is right on average).
 Targets (issue #48): 90% in 0.87-0.93 and 95% in 0.93-0.97 at 1 to 10 s.e., at least nominal at 0;
 300 repetitions (a 0.95 share of 300 has a Monte Carlo standard error of 0.0126).
