@@ -25,7 +25,7 @@ import numpy as np
 from .._base.validation import check_feature_dtype, check_positive_int
 from .._files.signed import check_signing_key
 from ..engine.connection import connect
-from ..engine.jobs import open_job_source, run_sketch
+from ..engine.jobs import open_job_source
 from ..engine.options import current_job_options
 from ..errors import InputError, SourceChangedError
 from ..formats.store import (
@@ -44,7 +44,7 @@ from ..maps import FeatureMap
 from ..sketches.mean import MeanSketch, check_sum_method
 from ..sources.rows import RowSource, open_source
 from ..typing import PathOrURL, StorageOptions
-from .digest import source_digest
+from .digest import sketch_with_digest, source_digest
 
 __all__ = ["SketchStore"]
 
@@ -388,15 +388,16 @@ class SketchStore:
             job = job.replace(client=active)
             for bucket in range(first_bucket, stop_bucket):
                 local = bucket * rows - start
-                digest = source_digest(opened, local, local + rows, bucket * rows, active)
                 if _holds_any(known, bucket, bucket + 1):
                     stored = self._read([(0, bucket)])[(0, bucket)]
-                    if stored is not None:
-                        self._check_same_rows(stored, digest)
+                    if stored is not None:  # only the rows' digest is needed
+                        self._check_same_rows(stored, source_digest(opened, local, local + rows, bucket * rows, active))
                         unchanged.append(bucket)
                         continue
-                partial = run_sketch(_rows_between(opened, local, local + rows), "mean", self.feature_map, job,
-                                     moments=False, dtype=dtype, method=method)  # fmt: skip
+                partial, digest = sketch_with_digest(
+                    _rows_between(opened, local, local + rows), self.feature_map, job, bucket * rows, moments=False,
+                    dtype=dtype, method=method,
+                )  # fmt: skip
                 record = Record(
                     level=0, index=bucket, count=partial.count, n_invalid=partial.n_invalid,
                     squared_norm_sum=partial.squared_norm_sum, first_row=bucket * rows, stop_row=(bucket + 1) * rows,
