@@ -414,8 +414,14 @@ def _record_array_metadata(n_slots: int, width: int) -> dict[str, Any]:
 
 
 def create_store(
-    target: str, feature_map: FeatureMap, bucket_rows: int, levels: int, signed: bool, storage_options: StorageOptions,
-    bucket_seconds: int = 0, bucket_label: str = "",
+    target: str,
+    feature_map: FeatureMap,
+    bucket_rows: int,
+    levels: int,
+    signed: bool,
+    storage_options: StorageOptions,
+    bucket_seconds: int = 0,
+    bucket_label: str = "",
 ) -> None:
     """Write a new, empty store at ``target``; FileExistsError if something is there.
 

@@ -215,18 +215,18 @@ def read_compacted(store: SketchStore) -> Compacted | None:
 def sketch_between(store: SketchStore, first: int, stop: int) -> MeanSketch:
     """The sketch of fine buckets ``[first, stop)``, compacted parts included (retried if compacted meanwhile)."""
     compacted = read_compacted(store)
-    for _ in range(3):
-        if compacted is None:
-            return store._sketch_of(store._records_covering(first, stop))
+    for attempt in range(3):
         try:
+            if compacted is None:
+                return store._sketch_of(store._records_covering(first, stop))
             return compacted.sketch(store, first, stop)
         except InputError:
             again = read_compacted(store)
-            if again is None or again.buckets == compacted.buckets:
+            unchanged = again is None or (compacted is not None and again.buckets == compacted.buckets)
+            if unchanged or attempt == 2:
                 raise
             compacted = again  # compacted while we read: read again
-    assert compacted is not None
-    return compacted.sketch(store, first, stop)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _horizon(store: SketchStore, older_than: Any) -> int:
