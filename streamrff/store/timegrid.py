@@ -38,7 +38,7 @@ def parse_bucket(bucket: Any) -> tuple[int, int, str]:
     >>> parse_bucket("1h"), parse_bucket("PT15M"), parse_bucket(10_000)
     ((0, 3600, '1h'), (0, 900, 'PT15M'), (10000, 0, ''))
     """
-    if isinstance(bucket, (int, np.integer)) and not isinstance(bucket, bool):
+    if isinstance(bucket, (int, np.integer)) and not isinstance(bucket, (bool, np.timedelta64)):
         if bucket <= 0:
             raise InputError(f"bucket must be a positive number of rows or a duration (e.g. '1h'). Got {bucket!r}.")
         return int(bucket), 0, ""
