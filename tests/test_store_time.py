@@ -241,16 +241,16 @@ def test_store_cli_time_buckets_and_compact(tmp_path, tmp_zarr, cli_main):
 _COMPACTOR = """
 import sys, streamrff as srf
 store = srf.SketchStore.open(sys.argv[1])
-for stop in range(4, 41, 4):
-    store.compact(older_than=stop * 20, to=80)
+for stop in range(4, 201, 4):  # one coarse bucket at a time
+    store.compact(older_than=stop * 5, to=20)
 """
 
 
 @pytest.mark.slow
 def test_compact_killed_at_random_while_a_reader_queries_loses_nothing(tmp_path):
-    X = _rows(40 * 20)
+    X = _rows(200 * 5)
     rff = _map()
-    store = srf.SketchStore.create(tmp_path / "r.store", rff, bucket=20)
+    store = srf.SketchStore.create(tmp_path / "r.store", rff, bucket=5)
     store.append(X)
     expected = srf.sketch(X, rff).feature_sum
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -260,12 +260,12 @@ def test_compact_killed_at_random_while_a_reader_queries_loses_nothing(tmp_path)
         deadline = time.monotonic() + rng.uniform(1.0, 4.0)
         reader = srf.SketchStore.open(store.path)
         while time.monotonic() < deadline and process.poll() is None:
-            whole = reader.range(0, 800)  # either fine or coarse for every bucket, never both or neither
-            assert whole.count == 800
+            whole = reader.range(0, 1000)  # either fine or coarse for every bucket, never both or neither
+            assert whole.count == 1000
             np.testing.assert_allclose(whole.feature_sum, expected, rtol=1e-6, atol=1e-5)
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         process.wait()
-    store.compact(older_than=800, to=80)
-    assert store.info()["compacted"]["buckets"] == 10 and store.info()["buckets"] == 0
-    np.testing.assert_allclose(store.range(0, 800).feature_sum, expected, rtol=1e-6, atol=1e-5)
+    store.compact(older_than=1000, to=20)
+    assert store.info()["compacted"]["buckets"] == 50 and store.info()["buckets"] == 0
+    np.testing.assert_allclose(store.range(0, 1000).feature_sum, expected, rtol=1e-6, atol=1e-5)
