@@ -31,7 +31,7 @@ import hashlib
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -42,12 +42,12 @@ from ..maps.base import map_from_spec
 from ..sketches.mean import MeanSketch
 from .timegrid import format_ns, parse_bucket, to_ns
 
-if TYPE_CHECKING:
-    from .buckets import SketchStore
-
 __all__ = ["Compacted", "compact", "merge_stores", "read_compacted", "prefix_columns", "sketch_between"]
 
 _TIER = "compact"
+
+#: A :class:`~streamrff.store.SketchStore` (not imported: it imports this module).
+Store = Any
 
 
 def prefix_columns(feature_map: FeatureMap, k: int) -> tuple[FeatureMap, np.ndarray, float]:
@@ -88,7 +88,7 @@ def prefix_columns(feature_map: FeatureMap, k: int) -> tuple[FeatureMap, np.ndar
 class Compacted:
     """The compacted part of a store: the coarse store, the grid ratio and the coarse buckets it holds."""
 
-    tier: SketchStore
+    tier: Store
     ratio: int
     buckets: list[int]
     columns: np.ndarray | None
@@ -126,7 +126,7 @@ class Compacted:
         """Whether every fine bucket of ``[first, stop)`` is compacted."""
         return _all_compacted(self.buckets, self.ratio, first, stop)
 
-    def sketch(self, store: SketchStore, first: int, stop: int) -> MeanSketch:
+    def sketch(self, store: Store, first: int, stop: int) -> MeanSketch:
         """The sketch of fine buckets ``[first, stop)``: compacted runs from the coarse store, the rest fine."""
         inside = self.buckets[bisect.bisect_left(self.buckets, first // self.ratio) :]
         inside = inside[: bisect.bisect_left(inside, -(-stop // self.ratio))]
@@ -172,7 +172,7 @@ def _runs(buckets: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _tier_exists(store: SketchStore) -> bool:
+def _tier_exists(store: Store) -> bool:
     files = store._files
     if files.remote:
         try:
@@ -182,13 +182,11 @@ def _tier_exists(store: SketchStore) -> bool:
     return os.path.exists(f"{files.root}/{_TIER}/zarr.json")
 
 
-def _open_tier(store: SketchStore) -> Any:
+def _open_tier(store: Store) -> Any:
     """The coarse store (cached on the store: its grid and map never change), or None."""
     tier = getattr(store, "_tier", None)
     if tier is None and _tier_exists(store):
-        from .buckets import SketchStore
-
-        tier = SketchStore.open(
+        tier = type(store).open(
             f"{store.path.rstrip('/')}/{_TIER}", storage_options=store._storage_options, verify_key=store._verify_key
         )
         if tier._root.key_width % store._root.key_width or bool(tier.bucket_seconds) != bool(store.bucket_seconds):
@@ -199,7 +197,7 @@ def _open_tier(store: SketchStore) -> Any:
     return tier
 
 
-def read_compacted(store: SketchStore) -> Compacted | None:
+def read_compacted(store: Store) -> Compacted | None:
     """The compacted part of ``store`` (one listing of the coarse records), or None if it was never compacted."""
     tier = _open_tier(store)
     if tier is None:
@@ -212,7 +210,7 @@ def read_compacted(store: SketchStore) -> Compacted | None:
     return Compacted(tier, ratio, [int(b) for b in tier._stored_buckets()], columns, scale)
 
 
-def sketch_between(store: SketchStore, first: int, stop: int) -> MeanSketch:
+def sketch_between(store: Store, first: int, stop: int) -> MeanSketch:
     """The sketch of fine buckets ``[first, stop)``, compacted parts included (retried if compacted meanwhile)."""
     compacted = read_compacted(store)
     for attempt in range(3):
@@ -229,7 +227,7 @@ def sketch_between(store: SketchStore, first: int, stop: int) -> MeanSketch:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _horizon(store: SketchStore, older_than: Any) -> int:
+def _horizon(store: Store, older_than: Any) -> int:
     """The fine bucket before which buckets are old: a row (grid of rows), a time, or a duration before now."""
     if not store.bucket_seconds:
         if isinstance(older_than, bool) or not isinstance(older_than, (int, np.integer)) or older_than < 0:
@@ -247,7 +245,7 @@ def _horizon(store: SketchStore, older_than: Any) -> int:
     return max(ns, 0) // (store.bucket_seconds * 10**9)
 
 
-def _create_tier(store: SketchStore, to: Any, features: int | None) -> SketchStore:
+def _create_tier(store: Store, to: Any, features: int | None) -> Store:
     """Open the coarse store, making it on the first compaction; refuse another grid or feature count."""
     rows, seconds, label = parse_bucket(to)
     fine = store._root.key_width
@@ -281,7 +279,7 @@ def _create_tier(store: SketchStore, to: Any, features: int | None) -> SketchSto
 
 
 def compact(
-    store: SketchStore, older_than: Any, to: Any, features: int | None = None, signing_key: bytes | None = None
+    store: Store, older_than: Any, to: Any, features: int | None = None, signing_key: bytes | None = None
 ) -> dict[str, Any]:
     """Roll the complete coarse buckets older than the horizon into the coarse store; delete their fine records.
 
@@ -328,7 +326,7 @@ def compact(
     return {"compacted": written, "incomplete": incomplete, "deleted_records": deleted, "horizon_bucket": horizon}
 
 
-def _delete_compacted(store: SketchStore, compacted: list[int], ratio: int) -> int:
+def _delete_compacted(store: Store, compacted: list[int], ratio: int) -> int:
     """Delete the fine records (buckets and rollups) whose blocks lie inside compacted coarse buckets."""
     doomed = []
     for slot in store._files.slots():
@@ -339,14 +337,14 @@ def _delete_compacted(store: SketchStore, compacted: list[int], ratio: int) -> i
     return len(doomed)
 
 
-def describe_horizon(store: SketchStore, bucket: int) -> str:
+def describe_horizon(store: Store, bucket: int) -> str:
     """A fine bucket edge as a reader gives it (row or time)."""
     if store.bucket_seconds:
         return format_ns(bucket * store.bucket_seconds * 10**9)
     return str(bucket * store.bucket_rows)
 
 
-def merge_stores(target: SketchStore, others: tuple[SketchStore, ...], signing_key: bytes | None) -> list[int]:
+def merge_stores(target: Store, others: tuple[Store, ...], signing_key: bytes | None) -> list[int]:
     """:meth:`SketchStore.merge_from`: the buckets of ``others`` (one map and grid) summed bucket by bucket."""
     for other in others:
         if not isinstance(other, type(target)):
