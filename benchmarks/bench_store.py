@@ -10,7 +10,10 @@ Tables (the issue's Targets):
    ``SketchStore.open`` (once per process);
 3. appending one bucket of 100 000 rows (d = 16, D = 1 024) against sketching those rows alone
    with ``streamrff.sketch``, side by side in this process (target: <= 1.1x);
-4. bytes per bucket record at D = 1 024 and 4 096 (and the rollups: about two records per bucket).
+4. bytes per bucket record at D = 1 024 and 4 096 (and the rollups: about two records per bucket);
+5. client memory for a store of 100 000 buckets (target: < 500 MB): the peak of Python's allocations
+   (tracemalloc, numpy arrays included) and the process's peak RSS while opening the store,
+   describing it, reading ranges, appending a bucket and testing two ranges of 1 000 buckets.
 
 The store of tables 1-2 is filled with synthetic bucket sums (the records a year of appends
 would leave; appending 876 million rows would take hours), written through the store's own
@@ -18,6 +21,7 @@ record writer and rollups. Timings on a shared, loaded machine are not figures: 
 them on an idle machine.
 
 Run: python benchmarks/bench_store.py [--buckets 8760] [--features 1024] [--queries 200] [--skip-s3]
+     [--memory-buckets 100000] [--memory-features 256]
 """
 
 from __future__ import annotations
@@ -139,6 +143,47 @@ def table_append(features: int) -> None:
           f"ratio {ratio:.2f}x   (target <= 1.1x)")  # fmt: skip
 
 
+def table_memory(n_buckets: int, features: int) -> None:
+    import resource
+    import tracemalloc
+
+    rng = np.random.default_rng(2)
+    rff = srf.RFF(n_features=features, bandwidth=1.0, seed=0).fit(np.zeros((1, 16)))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    with tempfile.TemporaryDirectory() as folder:
+        store = srf.SketchStore.create(os.path.join(folder, "big.store"), rff, bucket=1_000, levels=17)
+        seconds = _fill(store, n_buckets, rng)
+        rows = store.bucket_rows
+        print(f"\n5. client memory, a store of {n_buckets:,} buckets (D = {features}; filled in {seconds:.0f} s)")
+        X = rng.normal(size=(rows, 16)).astype(np.float32)
+        steps = {
+            "open": lambda: srf.SketchStore.open(store.path),
+            "info": lambda: srf.SketchStore.open(store.path).info(),
+            "range (all)": lambda: srf.SketchStore.open(store.path).range(),
+            "100 random ranges": lambda: [
+                srf.SketchStore.open(store.path).range(a, b) for a, b in _ranges(n_buckets, 100, rows, rng)
+            ],
+            "append 1 bucket": lambda: srf.SketchStore.open(store.path).append(X, start=n_buckets * rows),
+            "test 1 000 vs 1 000 buckets": lambda: srf.SketchStore.open(store.path).test(
+                (0, 1_000 * rows), (1_000 * rows, 2_000 * rows), n_permutations=99
+            ),
+        }
+        for name, step in steps.items():
+            tracemalloc.start()
+            began = time.perf_counter()
+            step()
+            took = time.perf_counter() - began
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            print(f"   {name:28s} peak allocations {peak / 2**20:8.1f} MB   ({took:.2f} s)")
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+        print(f"   process peak RSS (all of the above, with the fill): {rss:.0f} MB; before the store: {before:.0f} MB"
+              "   (target < 500 MB)")  # fmt: skip
+        per_bucket = 8 * (HEADER + 1024) + 4
+        print(f"   a test or series holds the records of the buckets it compares: {per_bucket:,} bytes each at "
+              f"D = 1 024 ({n_buckets * per_bucket / 2**20:.0f} MB for all {n_buckets:,})")  # fmt: skip
+
+
 def table_bytes() -> None:
     print("\n4. bytes per record (one chunk object: header + D float64 sums + crc32c)")
     for features in (1024, 4096):
@@ -154,21 +199,27 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-append", action="store_true")
+    parser.add_argument("--skip-ranges", action="store_true")
+    parser.add_argument("--memory-buckets", type=int, default=100_000)
+    parser.add_argument("--memory-features", type=int, default=256)
     args = parser.parse_args()
     print(f"load average: {os.getloadavg()}")
     rng = np.random.default_rng(0)
     rff = srf.RFF(n_features=args.features, bandwidth=1.0, seed=0).fit(np.zeros((1, 16)))
-    with tempfile.TemporaryDirectory() as folder:
-        store = srf.SketchStore.create(os.path.join(folder, "year.store"), rff, bucket=100_000, levels=14)
-        seconds = _fill(store, args.buckets, rng)
-        print(f"filled {args.buckets} buckets (+ rollups: {store.info()['records']} records) in {seconds:.0f} s")
-        ranges = _ranges(args.buckets, args.queries, store.bucket_rows, rng)
-        table_ranges(srf.SketchStore.open(store.path), ranges)
-        if not args.skip_s3:
-            table_s3(store.path, args.buckets, ranges[: min(len(ranges), 50)])
+    if not args.skip_ranges:
+        with tempfile.TemporaryDirectory() as folder:
+            store = srf.SketchStore.create(os.path.join(folder, "year.store"), rff, bucket=100_000, levels=14)
+            seconds = _fill(store, args.buckets, rng)
+            print(f"filled {args.buckets} buckets (+ rollups: {store.info()['records']} records) in {seconds:.0f} s")
+            ranges = _ranges(args.buckets, args.queries, store.bucket_rows, rng)
+            table_ranges(srf.SketchStore.open(store.path), ranges)
+            if not args.skip_s3:
+                table_s3(store.path, args.buckets, ranges[: min(len(ranges), 50)])
     if not args.skip_append:
         table_append(args.features)
     table_bytes()
+    if args.memory_buckets:
+        table_memory(args.memory_buckets, args.memory_features)
 
 
 if __name__ == "__main__":

@@ -285,7 +285,8 @@ class RecordFiles:
             for slot in slots:
                 try:
                     with open(self._path(slot), "rb") as handle:
-                        found[slot] = handle.read(1 << 30)
+                        # read(n) allocates n bytes first: ask for the file's size (+1 shows growth), at most 1 GiB
+                        found[slot] = handle.read(min(os.fstat(handle.fileno()).st_size + 1, 1 << 30))
                 except FileNotFoundError:
                     found[slot] = None
             return found
