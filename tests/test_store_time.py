@@ -269,3 +269,19 @@ def test_compact_killed_at_random_while_a_reader_queries_loses_nothing(tmp_path)
     store.compact(older_than=1000, to=20)
     assert store.info()["compacted"]["buckets"] == 50 and store.info()["buckets"] == 0
     np.testing.assert_allclose(store.range(0, 1000).feature_sum, expected, rtol=1e-6, atol=1e-5)
+
+
+def test_time_buckets_and_compact_on_object_storage(s3_bucket, s3_server):
+    X = _rows(240)
+    times = T0 + np.arange(240) * np.timedelta64(60, "s")  # 4 hours
+    rff = _map()
+    small = _map(n_features=16)
+    url = f"s3://{s3_bucket}/hourly.store"
+    store = srf.SketchStore.create(url, rff, bucket="1h", storage_options=s3_server.storage_options)
+    assert len(store.append(X, times=times, final=True).appended) == 4
+    done = store.compact(older_than=T0 + 2 * HOUR, to="2h", features=16)
+    assert len(done["compacted"]) == 1 and done["deleted_records"] == 3  # two hours and their rollup
+    opened = srf.SketchStore.open(url, storage_options=s3_server.storage_options)
+    whole = opened.range(T0, T0 + 4 * HOUR)
+    assert whole.count == 240 and whole.feature_map.fingerprint == small.fingerprint
+    np.testing.assert_allclose(whole.feature_sum, _exact_sums(X, small), atol=2e-4)
