@@ -285,3 +285,26 @@ def test_time_buckets_and_compact_on_object_storage(s3_bucket, s3_server):
     whole = opened.range(T0, T0 + 4 * HOUR)
     assert whole.count == 240 and whole.feature_map.fingerprint == small.fingerprint
     np.testing.assert_allclose(whole.feature_sum, _exact_sums(X, small), atol=2e-4)
+
+
+def test_watch_store_appends_each_bucket_as_its_rows_are_read_and_resumes_inside_a_bucket(tmp_path, cli_main):
+    import zarr
+
+    rng = np.random.default_rng(5)
+    zarr.create_array(str(tmp_path / "ref.zarr"), data=rng.normal(size=(500, 3)).astype(np.float32), chunks=(250, 3))
+    stream = rng.normal(size=(1000, 3)).astype(np.float32)
+    zarr.create_array(str(tmp_path / "stream.zarr"), data=stream, chunks=(150, 3))
+    rff = _map()
+    store = srf.SketchStore.create(tmp_path / "w.store", rff, bucket=200)
+    watch = ["watch", str(tmp_path / "stream.zarr"), "--reference", str(tmp_path / "ref.zarr"), "--window", "50",
+             "--ert", "1000", "--features", "32", "--streams", "500", "--store", store.path, "--json"]  # fmt: skip
+    first = cli_main(*watch, "--max-rows", "700")
+    assert first.code == 0, first.err
+    events = [json.loads(line) for line in first.out.splitlines()]
+    assert [b for e in events if e["event"] == "store" for b in e["buckets"]] == [0, 1, 2]
+    second = cli_main(*watch, "--from-row", "700")  # inside bucket 3: its first rows are read again
+    assert second.code == 0, second.err
+    assert store.info()["buckets"] == 5
+    whole = store.range(0, 1000)
+    np.testing.assert_allclose(whole.feature_sum, srf.sketch(stream, rff).feature_sum, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(store.range(600, 800).feature_sum, _exact_sums(stream[600:800], rff), atol=2e-4)
