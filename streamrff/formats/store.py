@@ -380,8 +380,9 @@ class RecordFiles:
             except OSError:
                 pass
 
-    def slots(self) -> np.ndarray:
-        """The sorted slots that hold a record (one listing; the stored objects are the index)."""
+    def slots(self, below: int | None = None) -> np.ndarray:
+        """The sorted slots that hold a record (one listing; the stored objects are the index); with ``below``,
+        only those below it (on disk, the others' files are then not looked at)."""
         base = f"{self.root}/records/c"
         if self.remote:
             try:
@@ -398,7 +399,11 @@ class RecordFiles:
                 entries = os.listdir(base)
             except FileNotFoundError:
                 return np.zeros(0, dtype=np.int64)
-            found = [int(name) for name in entries if name.isdigit() and os.path.isfile(f"{base}/{name}/0")]
+            limit = below if below is not None else float("inf")
+            found = [
+                int(name) for name in entries
+                if name.isdigit() and int(name) < limit and os.path.isfile(f"{base}/{name}/0")
+            ]  # fmt: skip
         return np.array(sorted(found), dtype=np.int64)
 
 

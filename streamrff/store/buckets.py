@@ -281,7 +281,7 @@ class SketchStore:
 
     def _stored_buckets(self) -> np.ndarray:
         """The stored buckets (level 0), sorted: one listing of the records."""
-        slots = self._files.slots()
+        slots = self._files.slots(below=self._root.capacity)
         return slots[slots < self._root.capacity]
 
     def _publish(self, record: Record, signing_key: bytes | None) -> Record:
