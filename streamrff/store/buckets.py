@@ -489,6 +489,8 @@ class SketchStore:
                     bisect.insort(known, bucket)
                 cache[(0, bucket)] = published
                 self._roll_up(bucket, known, cache, signing_key)
+                if len(cache) > 4096:  # bounded memory: a rollup reads what it needs again
+                    cache = {}
         rows_left = opened.shape[0] - spans[-1][2] if spans else (opened.shape[0] if ns is not None else 0)
         if ns is None and not spans:
             start = 0 if start is None else int(start)
@@ -802,12 +804,10 @@ class SketchStore:
                 f"No window of {every} bucket(s) outside the reference {reference!r} in the range asked. Pass a "
                 "shorter reference or a smaller every=."
             )
-        needed = sorted({bucket for lo, hi in windows for bucket in range(lo, hi)})
-        records = {record.index: record for record in self._read_buckets(needed)}
+        window_records = (self._bucket_records(lo, hi) for lo, hi in windows)  # read one window at a time
         return bucket_series(
-            self._bucket_records(*reference_span), [[records[b] for b in range(lo, hi)] for lo, hi in windows],
-            self.feature_map, n_permutations, seed, alpha,
-        )  # fmt: skip
+            self._bucket_records(*reference_span), window_records, self.feature_map, n_permutations, seed, alpha
+        )
 
     def _read_buckets(self, buckets: list[int]) -> list[Record]:
         records: list[Record] = []

@@ -358,13 +358,26 @@ def merge_stores(target: Store, others: tuple[Store, ...], signing_key: bytes | 
             )
     if target._stored_buckets().size:
         raise InputError(f"{target.path} already holds buckets: merge into a new, empty store.")
-    holders: dict[int, list[Record]] = {}
-    for other in others:
-        stored = [int(b) for b in other._stored_buckets()]
-        for record in other._read_buckets(stored):
-            holders.setdefault(record.index, []).append(record)
-    known = sorted(holders)
-    cache: dict[tuple[int, int], Record | None] = {}
+    held = [set(int(b) for b in other._stored_buckets()) for other in others]
+    known = sorted(set().union(*held))
+    for batch in range(0, len(known), _MERGE_BATCH):  # the records of a batch of buckets at a time
+        buckets = known[batch : batch + _MERGE_BATCH]
+        holders: dict[int, list[Record]] = {}
+        for other, stored in zip(others, held):
+            for record in other._read_buckets([bucket for bucket in buckets if bucket in stored]):
+                holders.setdefault(record.index, []).append(record)
+        _merge_batch(target, holders, known, {}, signing_key)  # a new cache: earlier records are read if needed
+    return known
+
+
+#: Buckets whose records a merge holds at once (8 MB at D = 1 024 per store).
+_MERGE_BATCH = 1024
+
+
+def _merge_batch(
+    target: Store, holders: dict[int, list[Record]], known: list[int], cache: dict[tuple[int, int], Record | None],
+    signing_key: bytes | None,
+) -> None:  # fmt: skip
     for bucket in sorted(holders):
         parts = holders[bucket]
         total = parts[0].feature_sum.copy()
@@ -381,4 +394,3 @@ def merge_stores(target: Store, others: tuple[Store, ...], signing_key: bytes | 
         )  # fmt: skip
         cache[(0, bucket)] = target._publish(record, signing_key)
         target._roll_up(bucket, known, cache, signing_key)
-    return sorted(holders)
