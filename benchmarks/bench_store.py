@@ -10,7 +10,10 @@ Tables (the issue's Targets):
    ``SketchStore.open`` (once per process);
 3. appending one bucket of 100 000 rows (d = 16, D = 1 024) against sketching those rows alone
    with ``streamrff.sketch``, side by side in this process (target: <= 1.1x);
-4. bytes per bucket record at D = 1 024 and 4 096 (and the rollups: about two records per bucket).
+4. bytes per bucket record at D = 1 024 and 4 096 (and the rollups: about two records per bucket);
+5. client memory for a store of 100 000 buckets (target: < 500 MB): the peak of Python's allocations
+   (tracemalloc, numpy arrays included) and the process's peak RSS while opening the store,
+   describing it, reading ranges, appending a bucket and testing two ranges of 1 000 buckets.
 
 The store of tables 1-2 is filled with synthetic bucket sums (the records a year of appends
 would leave; appending 876 million rows would take hours), written through the store's own
@@ -18,6 +21,7 @@ record writer and rollups. Timings on a shared, loaded machine are not figures: 
 them on an idle machine.
 
 Run: python benchmarks/bench_store.py [--buckets 8760] [--features 1024] [--queries 200] [--skip-s3]
+     [--memory-buckets 100000] [--memory-features 256]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -50,6 +55,33 @@ def _fill(store: srf.SketchStore, n_buckets: int, rng: np.random.Generator) -> f
         cache[(0, bucket)] = store._publish(record, None)
         store._roll_up(bucket, known, cache, None)
         cache = {key: value for key, value in cache.items() if key[0] > 0 or key[1] >= bucket - 1}
+    return time.perf_counter() - started
+
+
+def _fill_direct(store: srf.SketchStore, n_buckets: int, rng: np.random.Generator) -> float:
+    """Write ``n_buckets`` synthetic bucket records and all their rollups straight into place (no reads, no
+    staging: the records an append would leave, in a fraction of the time); seconds taken."""
+    from streamrff.formats.store import encode_record
+
+    started = time.perf_counter()
+    rows, width = store.bucket_rows, store.feature_map.n_features_out_
+    base = Path(store.path) / "records" / "c"
+    level_records = []
+    for bucket in range(n_buckets):
+        level_records.append(Record(
+            level=0, index=bucket, count=rows, n_invalid=0, squared_norm_sum=float(rows), first_row=bucket * rows,
+            stop_row=(bucket + 1) * rows, written_at=time.time(), source_digest=os.urandom(32).hex(), signed=False,
+            feature_sum=rng.normal(size=width) * 100,
+        ))  # fmt: skip
+    level = 0
+    while level_records:
+        for record in level_records:
+            folder = base / str(store._root.slot(record.level, record.index))
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "0").write_bytes(encode_record(record))
+        level += 1
+        pairs = [(level_records[i], level_records[i + 1]) for i in range(0, len(level_records) - 1, 2)]
+        level_records = [store._sum_record(level, a.index // 2, [a, b]) for a, b in pairs]
     return time.perf_counter() - started
 
 
@@ -125,7 +157,7 @@ def table_append(features: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         srf.sketch(X[:10_000], rff)  # warm up compiled kernels and the local scheduler
         sketch_times, append_times = [], []
-        for repeat in range(3):
+        for repeat in range(15):
             began = time.perf_counter()
             srf.sketch(X, rff)
             sketch_times.append(time.perf_counter() - began)
@@ -134,9 +166,77 @@ def table_append(features: int) -> None:
             store.append(X)
             append_times.append(time.perf_counter() - began)
     ratio = min(append_times) / min(sketch_times)
-    print(f"\n3. one bucket of 100 000 rows, d = 16, D = {features} (best of 3)")
+    median = statistics.median(append_times) / statistics.median(sketch_times)
+    print(f"\n3. one bucket of 100 000 rows, d = 16, D = {features} (15 runs each, interleaved)")
     print(f"   streamrff.sketch: {min(sketch_times):.3f} s   store.append: {min(append_times):.3f} s   "
-          f"ratio {ratio:.2f}x   (target <= 1.1x)")  # fmt: skip
+          f"ratio {ratio:.2f}x (best), {median:.2f}x (medians)   (target <= 1.1x)")  # fmt: skip
+
+
+def table_memory(n_buckets: int, features: int) -> None:
+    """Fill a store here, then measure a fresh client process on it (its RSS is not the fill's)."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(2)
+    rff = srf.RFF(n_features=features, bandwidth=1.0, seed=0).fit(np.zeros((1, 16)))
+    with tempfile.TemporaryDirectory() as folder:
+        store = srf.SketchStore.create(os.path.join(folder, "big.store"), rff, bucket=1_000, levels=17)
+        seconds = _fill_direct(store, n_buckets, rng)
+        print(f"\n5. client memory, a store of {n_buckets:,} buckets (D = {features}; filled in {seconds:.0f} s)")
+        print("   (a fresh client process: open, describe, read ranges, append a bucket, test two ranges)", flush=True)
+        subprocess.run([sys.executable, __file__, "--memory-client", store.path, str(n_buckets)], check=True)
+        per_bucket = 8 * (HEADER + 1024) + 4
+        print(f"   a test or series holds the records of the buckets it compares: {per_bucket:,} bytes each at "
+              f"D = 1 024 ({n_buckets * per_bucket / 2**20:.0f} MB for all {n_buckets:,})")  # fmt: skip
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM (Linux; ru_maxrss would carry the parent's over fork and exec)."""
+    import resource
+
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
+def memory_client(path: str, n_buckets: int) -> None:
+    import tracemalloc
+
+    rng = np.random.default_rng(3)
+    before = _peak_rss_mb()
+    srf.sketch(rng.normal(size=(1_000, 16)), srf.RFF(n_features=64, bandwidth=1.0).fit(np.zeros((1, 16))))
+    engine = _peak_rss_mb()
+    store = srf.SketchStore.open(path)
+    rows = store.bucket_rows
+    X = rng.normal(size=(rows, 16)).astype(np.float32)
+    steps = {
+        "open": lambda: srf.SketchStore.open(path),
+        "info (lists every record)": lambda: srf.SketchStore.open(path).info(),
+        "range (all; lists)": lambda: srf.SketchStore.open(path).range(),
+        "100 random ranges": lambda: [
+            srf.SketchStore.open(path).range(a, b) for a, b in _ranges(n_buckets, 100, rows, rng)
+        ],
+        "append 1 bucket": lambda: srf.SketchStore.open(path).append(X, start=n_buckets * rows),
+        "test 1 000 vs 1 000 buckets": lambda: srf.SketchStore.open(path).test(
+            (0, 1_000 * rows), (1_000 * rows, 2_000 * rows), n_permutations=99
+        ),
+    }
+    for name, step in steps.items():
+        tracemalloc.start()
+        began = time.perf_counter()
+        step()
+        took = time.perf_counter() - began
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"   {name:28s} peak allocations {peak / 2**20:8.1f} MB   ({took:.2f} s)")
+    rss = _peak_rss_mb()
+    print(f"   client peak RSS: {rss:.0f} MB (after imports {before:.0f} MB, after a first engine job {engine:.0f} MB)"
+          "   (target < 500 MB)")  # fmt: skip
 
 
 def table_bytes() -> None:
@@ -154,21 +254,31 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-append", action="store_true")
+    parser.add_argument("--skip-ranges", action="store_true")
+    parser.add_argument("--memory-buckets", type=int, default=100_000)
+    parser.add_argument("--memory-features", type=int, default=256)
+    parser.add_argument("--memory-client", nargs=2, metavar=("PATH", "BUCKETS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_client:
+        memory_client(args.memory_client[0], int(args.memory_client[1]))
+        return
     print(f"load average: {os.getloadavg()}")
     rng = np.random.default_rng(0)
     rff = srf.RFF(n_features=args.features, bandwidth=1.0, seed=0).fit(np.zeros((1, 16)))
-    with tempfile.TemporaryDirectory() as folder:
-        store = srf.SketchStore.create(os.path.join(folder, "year.store"), rff, bucket=100_000, levels=14)
-        seconds = _fill(store, args.buckets, rng)
-        print(f"filled {args.buckets} buckets (+ rollups: {store.info()['records']} records) in {seconds:.0f} s")
-        ranges = _ranges(args.buckets, args.queries, store.bucket_rows, rng)
-        table_ranges(srf.SketchStore.open(store.path), ranges)
-        if not args.skip_s3:
-            table_s3(store.path, args.buckets, ranges[: min(len(ranges), 50)])
+    if not args.skip_ranges:
+        with tempfile.TemporaryDirectory() as folder:
+            store = srf.SketchStore.create(os.path.join(folder, "year.store"), rff, bucket=100_000, levels=14)
+            seconds = _fill(store, args.buckets, rng)
+            print(f"filled {args.buckets} buckets (+ rollups: {store.info()['records']} records) in {seconds:.0f} s")
+            ranges = _ranges(args.buckets, args.queries, store.bucket_rows, rng)
+            table_ranges(srf.SketchStore.open(store.path), ranges)
+            if not args.skip_s3:
+                table_s3(store.path, args.buckets, ranges[: min(len(ranges), 50)])
     if not args.skip_append:
         table_append(args.features)
     table_bytes()
+    if args.memory_buckets:
+        table_memory(args.memory_buckets, args.memory_features)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The ``streamrff store`` commands: a stream kept as buckets (create, append, info, range, test, series, merge)."""
+"""The ``streamrff store`` commands: a stream kept as buckets (create, append, info, range, test, series, compact,
+merge)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from .output import emit, emit_sketch
 HELP = """\
 keep a stream as buckets of sketches; query, compare and merge any range
 
-A sketch store holds one mean sketch per bucket of rows (a zarr group, local or on object storage):
-'append' sketches the complete buckets not yet stored, 'range' merges any span from O(log n)
-records, 'test' and 'series' compare ranges with the bucket permutation null, 'merge' joins two
-sites' stores bucket by bucket.
+A sketch store holds one mean sketch per bucket of rows or of time (a zarr group, local or on
+object storage): 'append' sketches the complete buckets not yet stored, 'range' merges any span
+from O(log n) records, 'test' and 'series' compare ranges with the bucket permutation null,
+'compact' rolls old buckets into coarse ones, 'merge' joins two sites' stores bucket by bucket.
 
 example: streamrff store create stream.store --map map.json --bucket 100000
+         streamrff store create hourly.store --map map.json --bucket 1h
          streamrff store append stream.store data.zarr
          streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
              --json
@@ -26,7 +28,9 @@ example: streamrff store create stream.store --map map.json --bucket 100000
 _CREATE = """\
 make a new, empty store
 
-A store of buckets of --bucket rows, sketched with the map of --map (a map file or any sketch file).
+A store of buckets of --bucket rows, or of a duration (1h, 15min, 1d, PT1H: a grid from
+1970-01-01 UTC; appends then take the rows' times), sketched with the map of --map (a map file or
+any sketch file).
 
 example: streamrff store create stream.store --map map.json --bucket 100000
 """
@@ -36,9 +40,13 @@ sketch the complete buckets of a source that the store does not hold yet
 
 SOURCE holds the stream's rows from row --start on. Each complete bucket is sketched on Dask and
 published on its own; a bucket already stored with the same rows is left as it is, with other rows
-it is refused (exit 1), naming the bucket.
+it is refused (exit 1), naming the bucket. A store of time buckets takes the rows' times (sorted):
+--time-coordinate NAME reads the coordinate NAME of SOURCE's zarr group (as xarray wrote it),
+--times PATH a .npy file or zarr array of datetime64; a bucket is complete once a row of a later
+one is given, or with --final.
 
 example: streamrff store append stream.store data.zarr --json
+         streamrff store append hourly.store data.zarr/x --time-coordinate time
 """
 
 _INFO = """\
@@ -53,10 +61,13 @@ _RANGE = """\
 write the sketch of a range of rows
 
 The mean sketch of rows [--start, --stop) (on bucket edges; default: every stored row), merged from
-O(log n) records; with --leave-out, the sketch of the stored rows outside that range.
+O(log n) records; with --leave-out, the sketch of the stored rows outside that range. A store of
+time buckets takes ISO 8601 times (UTC unless an offset is given).
 
 example: streamrff store range stream.store --start 0 --stop 700000 \\
              -o reference.sketch
+         streamrff store range hourly.store --start 2026-01-01T00:00 \\
+             --stop 2026-01-08T00:00 -o week.sketch
 """
 
 _TEST = """\
@@ -79,6 +90,17 @@ example: streamrff store series stream.store --reference 0:700000 --every 1 \\
              --json
 """
 
+_COMPACT = """\
+roll old buckets into coarse ones, optionally with fewer features
+
+Every complete coarse bucket of --to (a multiple of the store's bucket) that ends before
+--older-than (a row, an ISO time, or a duration before now such as 30d) is published in one step
+and its fine records deleted; readers meanwhile see each bucket fine or coarse, never both.
+--features K keeps the first K features (a seeded sincos map: the map of K features).
+
+example: streamrff store compact hourly.store --older-than 30d --to 1d --features 256 --json
+"""
+
 _MERGE = """\
 merge stores of one map and bucket size (two sites) into a new store
 
@@ -91,12 +113,35 @@ example: streamrff store merge site-a.store site-b.store -o both.store
 _non_negative_int = options.number_parser(int, lambda value: value >= 0, "an integer >= 0")
 
 
-def _rows(text: str) -> tuple[int, int]:
-    """``START:STOP`` -> (start, stop), both non-negative integers."""
+def _edge(text: str) -> int | str:
+    """A bucket edge: a row (digits) or a time (ISO 8601, checked by the store)."""
+    plain = text.strip().replace("_", "")
+    if plain.isdigit():
+        return int(plain)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a row or an ISO 8601 time, got ''")
+    return text.strip()
+
+
+def _bucket(text: str) -> int | str:
+    """Rows per bucket (digits) or a duration (checked by the store)."""
+    plain = text.strip().replace("_", "")
+    return int(plain) if plain.isdigit() else text.strip()
+
+
+def _rows(text: str) -> tuple[Any, Any]:
+    """``START:STOP`` (rows) or ``START/STOP`` (ISO 8601 times, an interval) -> (start, stop)."""
+    if "/" in text:
+        parts = text.split("/")
+        if len(parts) != 2 or not all(part.strip() for part in parts):
+            raise argparse.ArgumentTypeError(f"expected START/STOP (times, e.g. 2026-01-01/2026-01-08). Got {text!r}.")
+        return parts[0].strip(), parts[1].strip()
     try:
         start, stop = (int(part.replace("_", "")) for part in text.split(":"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected START:STOP (rows, e.g. 0:700000). Got {text!r}.") from None
+        raise argparse.ArgumentTypeError(
+            f"expected START:STOP (rows, e.g. 0:700000) or START/STOP (ISO times). Got {text!r}."
+        ) from None
     if start < 0 or stop <= start:
         raise argparse.ArgumentTypeError(f"expected 0 <= START < STOP. Got {text!r}.")
     return start, stop
@@ -119,7 +164,8 @@ def add_parser(commands: Any) -> None:
     create = options.add_command(subcommands, "create", _CREATE, run_create)
     _add_store(create)
     create.add_argument("--map", metavar="FILE", required=True, help="the map: a map file or any sketch file")
-    create.add_argument("--bucket", type=options.positive_int, required=True, metavar="ROWS", help="rows per bucket")
+    create.add_argument("--bucket", type=_bucket, required=True, metavar="ROWS|DURATION",
+                        help="rows per bucket, or a duration (1h, 15min, 1d, PT1H)")  # fmt: skip
     create.add_argument(
         "--signed", action="store_true",
         help="require every record to be signed (append needs --sign-key then; implied when a key is set)",
@@ -131,8 +177,26 @@ def add_parser(commands: Any) -> None:
     append = options.add_command(subcommands, "append", _APPEND, run_append)
     _add_store(append)
     options.add_source(append, "zarr array path or URL holding the stream's rows from --start on")
-    append.add_argument("--start", type=_non_negative_int, default=0, metavar="ROW",
-                        help="global row index of SOURCE's first row (default: 0)")  # fmt: skip
+    append.add_argument("--start", type=_edge, default=None, metavar="ROW|TIME",
+                        help="global row index of SOURCE's first row (default: 0); for time buckets, the bucket edge "
+                             "from which SOURCE holds every row")  # fmt: skip
+    append.add_argument(
+        "--time-coordinate",
+        default=None,
+        metavar="NAME",
+        help="time buckets: the rows' times, coordinate NAME of SOURCE's zarr group (xarray's layout)",
+    )
+    append.add_argument(
+        "--times",
+        default=None,
+        metavar="PATH",
+        help="time buckets: the rows' times, a .npy file or zarr array of datetime64",
+    )
+    append.add_argument(
+        "--final",
+        action="store_true",
+        help="time buckets: no more rows will come for the last row's bucket: append it too",
+    )
     append.add_argument("--chunk-rows", type=options.positive_int, default=None, help="rows per task")
     options.add_sign_key(append, "sign every record with the key in FILE; the records read (rollups) must verify")
     options.add_verify_key(append, signs=True)
@@ -147,8 +211,8 @@ def add_parser(commands: Any) -> None:
 
     ranged = options.add_command(subcommands, "range", _RANGE, run_range)
     _add_store(ranged)
-    ranged.add_argument("--start", type=_non_negative_int, default=None, metavar="ROW", help="first row")
-    ranged.add_argument("--stop", type=_non_negative_int, default=None, metavar="ROW", help="row after the last")
+    ranged.add_argument("--start", type=_edge, default=None, metavar="ROW|TIME", help="first row, or time")
+    ranged.add_argument("--stop", type=_edge, default=None, metavar="ROW|TIME", help="row (or time) after the last")
     ranged.add_argument("--leave-out", action="store_true", help="the stored rows outside [--start, --stop) instead")
     options.add_output(ranged, "where to write the sketch (directory, .zip, or URL)")
     options.add_overwrite(ranged)
@@ -175,6 +239,16 @@ def add_parser(commands: Any) -> None:
     _add_verify(series)
     options.add_common(series)
 
+    compact = options.add_command(subcommands, "compact", _COMPACT, run_compact)
+    _add_store(compact)
+    compact.add_argument("--older-than", type=_edge, required=True, metavar="ROW|TIME|DURATION",
+                         help="the horizon: a row, an ISO time, or a duration before now (30d)")  # fmt: skip
+    compact.add_argument("--to", type=_bucket, required=True, metavar="ROWS|DURATION", help="the coarse bucket")
+    compact.add_argument("--features", type=options.positive_int, default=None, metavar="K",
+                         help="keep the first K features in the coarse buckets (even, < D)")  # fmt: skip
+    options.add_sign_key(compact, "sign the coarse records with the key in FILE")
+    options.add_common(compact)
+
     merge = options.add_command(subcommands, "merge", _MERGE, run_merge)
     merge.add_argument("stores", nargs="+", metavar="STORE", help="stores with the same map and bucket size")
     options.add_output(merge, "the new store (must not exist)")
@@ -190,7 +264,7 @@ def _add_permutations(parser: argparse.ArgumentParser) -> None:
 
 
 def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires a subcommand
-    raise options.UsageError("store needs a subcommand: create, append, info, range, test, series or merge.")
+    raise options.UsageError("store needs a subcommand: create, append, info, range, test, series, compact or merge.")
 
 
 def _open(args: argparse.Namespace, path: str | None = None) -> Any:
@@ -212,19 +286,68 @@ def run_create(args: argparse.Namespace) -> int:
         args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options
     )
     info = store.info()
-    emit(args, info, [f"created {args.store}: buckets of {args.bucket:,} rows", f"  map: {info['fingerprint'][:16]}"])
+    size = info.get("bucket") or f"{args.bucket:,} rows"
+    emit(args, info, [f"created {args.store}: buckets of {size}", f"  map: {info['fingerprint'][:16]}"])
     return options.EXIT_OK
 
 
 def run_append(args: argparse.Namespace) -> int:
     store = _open(args)
     job = {} if args.chunk_rows is None else {"chunk_rows": args.chunk_rows}
+    if store.bucket_seconds:
+        job.update(times=_cli_times(args), final=args.final)
+    elif args.times or args.time_coordinate or args.final:
+        raise options.UsageError(f"{args.store} has buckets of rows: --times, --time-coordinate and --final apply to "
+                                 "time buckets (store create --bucket 1h).")  # fmt: skip
     result = store.append(args.source, start=args.start, signing_key=options.signing_key(args), **job)
     payload = {"store": args.store, "source": args.source, **result.to_dict()}
     lines = [
         f"appended {len(result.appended)} bucket(s) to {args.store}"
         + (f" ({len(result.unchanged)} already stored with the same rows)" if result.unchanged else ""),
         f"  rows left for a later append: {result.rows_left:,}",
+    ]
+    emit(args, payload, lines)
+    return options.EXIT_OK
+
+
+def _cli_times(args: argparse.Namespace) -> Any:
+    """The rows' times of a time-bucket append: --times (a .npy file or zarr array) or --time-coordinate."""
+    import numpy as np
+
+    if (args.times is None) == (args.time_coordinate is None):
+        raise options.UsageError("A store of time buckets needs the rows' times: pass --times PATH or "
+                                 "--time-coordinate NAME (one of them).")  # fmt: skip
+    if args.times is not None:
+        if str(args.times).endswith(".npy"):
+            try:
+                return np.load(args.times, allow_pickle=False)
+            except (OSError, ValueError) as error:
+                raise options.UsageError(f"Cannot read --times {args.times}: {error}") from None
+        from ..sources.rows import open_zarr_array
+
+        return np.asarray(open_zarr_array(args.times, args.storage_options)[...])
+    import xarray
+
+    group = str(args.source).rstrip("/").rsplit("/", 1)[0]
+    try:
+        dataset = xarray.open_zarr(group, storage_options=args.storage_options, consolidated=None)
+        return dataset[args.time_coordinate].values
+    except (OSError, KeyError, ValueError) as error:
+        raise options.UsageError(
+            f"Cannot read the time coordinate {args.time_coordinate!r} of the zarr group {group}: "
+            f"{type(error).__name__}: {error}. Pass --times PATH instead."
+        ) from None
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    store = _open(args, verify=False)
+    done = store.compact(args.older_than, args.to, features=args.features, signing_key=options.signing_key(args))
+    payload = {"store": args.store, **done}
+    lines = [
+        f"compacted {len(done['compacted'])} coarse bucket(s) of {args.store} into buckets of {args.to}"
+        + (f" with {args.features} features" if args.features else ""),
+        f"  fine records deleted: {done['deleted_records']:,}"
+        + (f"; left fine (a bucket missing): {len(done['incomplete'])}" if done["incomplete"] else ""),
     ]
     emit(args, payload, lines)
     return options.EXIT_OK
@@ -237,10 +360,15 @@ def run_info(args: argparse.Namespace) -> int:
         for lo, hi in info["runs"]:
             store.range(lo, hi)
         info["signature"] = "verified"
-    runs = ", ".join(f"{lo:,}..{hi - 1:,}" for lo, hi in info["runs"]) or "none"
+    if info.get("bucket_seconds"):
+        runs = ", ".join(f"{lo}..{hi}" for lo, hi in info["runs"]) or "none"
+        size, held = info["bucket"], f"{info['buckets']:,} ({runs})"
+    else:
+        runs = ", ".join(f"{lo:,}..{hi - 1:,}" for lo, hi in info["runs"]) or "none"
+        size, held = f"{info['bucket_rows']:,} rows", f"{info['buckets']:,} ({info['rows']:,} rows: {runs})"
     lines = [
-        f"{args.store}: sketch store of buckets of {info['bucket_rows']:,} rows",
-        f"  buckets: {info['buckets']:,} ({info['rows']:,} rows: {runs})",
+        f"{args.store}: sketch store of buckets of {size}",
+        f"  buckets: {held}",
         f"  records: {info['records']:,} of {info['bytes_per_record']:,} bytes",
         f"  map: {info['map'].get('kind')} D={info['n_features']} fingerprint {info['fingerprint'][:16]}",
     ] + (["  signature: every stored run's records verified"] if "signature" in info else [])
@@ -324,8 +452,8 @@ def run_merge(args: argparse.Namespace) -> int:
     inputs = [_open(args, path) for path in args.stores]
     first = inputs[0]
     merged = SketchStore.create(
-        args.output, first.feature_map, bucket=first.bucket_rows, signed=options.signing_key(args) is not None,
-        storage_options=args.storage_options,
+        args.output, first.feature_map, bucket=first.bucket_seconds and first._root.bucket_label or first.bucket_rows,
+        signed=options.signing_key(args) is not None, storage_options=args.storage_options,
     )  # fmt: skip
     try:
         buckets = merged.merge_from(*inputs, signing_key=options.signing_key(args))

@@ -186,6 +186,7 @@ def add_parser(commands: Any) -> None:
     options.add_overwrite(parser, "replace an existing --plot or --save-monitor output")
     options.add_sign_key(parser, "sign the --save-monitor state and verify a sketch or monitor --reference with FILE")
     options.add_verify_key(parser, signs=True)
+    add_store_option(parser)
     options.add_scheduler(parser)
     parser.add_argument("--storage-options", metavar="JSON|@FILE", help=options._STORAGE_HELP)
     options.add_json(parser, "print one JSON object per line instead of text (for scripts)")
@@ -244,6 +245,7 @@ class _Watch:
         self.statistics: list[Any] = []
         self.thresholds: list[Any] = []
         self.plot_dropped = 0  # the oldest statistics dropped from --plot's bounded history
+        self.feed = store_feed(args, source)  # --store: the buckets completed as rows arrive
         self.status: Any = None  # with --metrics-port: the served status (cli/status.py), told every event
 
     @property
@@ -291,6 +293,11 @@ class _Watch:
             self.cursor["drift_at_row"] = first + int(kept[update.drift_at - seen_before])
         self.cursor = advance(self.cursor, first + rows.shape[0], objects)
         self.chunks += 1
+        if self.feed is not None:
+            stored = self.feed.add(first, rows)
+            if stored:
+                line = {"event": "store", "store": self.args.store, "buckets": list(stored)}
+                _print(json.dumps(line) if self.args.json else f"stored bucket(s) {list(stored)} in {self.args.store}")
         if self.args.plot:
             self.statistics.append(update.statistic)
             self.thresholds.append(update.threshold)
@@ -449,6 +456,25 @@ def _number(value: Any) -> float | None:
     """A float for JSON: None for NaN (a window of one row) and inf (no threshold yet)."""
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def add_store_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store", metavar="PATH", default=None,
+        help="also keep the stream in this sketch store of row buckets (streamrff store create): each bucket is "
+        "appended as soon as its last row is read, so the monitor's history is queryable",
+    )  # fmt: skip
+
+
+def store_feed(args: argparse.Namespace, source: Any) -> Any:
+    """The --store feed of a watch session (None without --store)."""
+    if getattr(args, "store", None) is None:
+        return None
+    from ..store import SketchStore  # here, not at the top: start-up time
+    from ..store.feed import BucketFeed
+
+    store = SketchStore.open(args.store, storage_options=args.storage_options)
+    return BucketFeed(store, lambda start, stop: source.zarr_array[start:stop], on_invalid=args.on_invalid)
 
 
 def _print(line: str) -> None:

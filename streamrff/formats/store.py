@@ -15,7 +15,9 @@ Group attributes::
     map               the feature map's JSON spec
     fingerprint       sha256 of the spec and the map's parameters
     n_features        D, the width of the feature sums
-    bucket            {"rows": R}: bucket b holds rows [b R, (b + 1) R)
+    bucket            {"rows": R}: bucket b holds rows [b R, (b + 1) R); or, a time grid,
+                      {"seconds": S, "duration": "1h"}: bucket b holds the rows whose time t
+                      (UTC, seconds since 1970-01-01) has b S <= t < (b + 1) S
     levels            L: the store holds at most 2**L buckets
     signed            whether every record carries an HMAC-SHA256 (key kept by its owners)
     created_at        ISO 8601 UTC time of creation
@@ -27,6 +29,7 @@ is ``offset(k) + i`` with ``offset(k) = sum_{j < k} 2**(L - j)``. A row is
 ``HEADER`` float64 header values, then the D float64 feature sums::
 
     0 level  1 index  2 count  3 n_invalid  4 squared_norm_sum  5 first row  6 stop row
+    (5-6 of a time grid: the block's first and stop time, seconds since the epoch)
     7 written at (Unix seconds)  8-15 source digest (8 x 32-bit words)
     16-23 HMAC-SHA256 of the row with these words zeroed (8 x 32-bit words; zeros unsigned)
     24 signed (0 or 1)  25 sites (stores merged into it, >= 1)  26-31 reserved (0)
@@ -117,6 +120,15 @@ class StoreRoot:
     levels: int
     signed: bool
     created_at: str
+    #: S of a time grid (bucket_rows is then 0); 0 for a grid of rows.
+    bucket_seconds: int = 0
+    #: The time grid's duration as given ("1h"); "" for a grid of rows.
+    bucket_label: str = ""
+
+    @property
+    def key_width(self) -> int:
+        """A bucket's width in the units of a record's key (header 5-6): rows, or seconds of a time grid."""
+        return self.bucket_seconds or self.bucket_rows
 
     @property
     def n_features(self) -> int:
@@ -233,7 +245,7 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
         written_at=float(header[7]), source_digest=_digest_of(row[_DIGEST_COLUMNS]).hex(),
         signed=bool(row[_SIGNED_COLUMN]), feature_sum=row[HEADER:], sites=int(row[_SITES_COLUMN]),
     )  # fmt: skip
-    rows = root.bucket_rows
+    rows = root.key_width
     if (record.level, record.index) != (level, index):
         raise SketchFormatError(
             f"{where} says it holds level {record.level}, index {record.index}: the index disagrees with the "
@@ -244,7 +256,7 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
             f"{where} says it holds rows {record.first_row}..{record.stop_row - 1}; the bucket grid of {rows} rows "
             f"gives {record.first_bucket * rows}..{record.stop_bucket * rows - 1} (tampered)."
         )
-    block_rows = (record.stop_row - record.first_row) * record.sites
+    block_rows = (record.stop_row - record.first_row) * record.sites if root.bucket_rows else 2**53
     if record.count < 0 or record.n_invalid < 0 or record.sites < 1 or record.count + record.n_invalid > block_rows:
         raise SketchFormatError(
             f"{where} counts {record.count} rows and {record.n_invalid} invalid ones in a block of "
@@ -393,10 +405,11 @@ class RecordFiles:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         staging = staging_path(path)
         try:
+            # No fsync (1-20 ms a record, most of an append's overhead): publishing under the final
+            # name in one step is what makes a killed appender leave the record absent or whole; a
+            # record torn by a power loss fails its size or crc32c check and is refused, naming it.
             with open(staging, "wb") as handle:
                 handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             publish(staging, path)
         except FileExistsError:
             return False
@@ -404,8 +417,28 @@ class RecordFiles:
             remove_path(staging)
         return True
 
-    def slots(self) -> np.ndarray:
-        """The sorted slots that hold a record (one listing; the stored objects are the index)."""
+    def remove(self, slots: list[int]) -> None:
+        """Delete the records of ``slots`` (those already gone are skipped): compaction's last step."""
+        if self.remote:
+            paths = [self._path(slot) for slot in slots]
+            try:
+                if paths:
+                    self.filesystem.rm(paths)
+            except FileNotFoundError:
+                pass
+            except Exception as error:
+                raise SourceError(f"Cannot delete records of {self.target}: {type(error).__name__}: {error}") from error
+            return
+        for slot in slots:
+            remove_path(self._path(slot))
+            try:
+                os.rmdir(os.path.dirname(self._path(slot)))
+            except OSError:
+                pass
+
+    def slots(self, below: int | None = None) -> np.ndarray:
+        """The sorted slots that hold a record (one listing; the stored objects are the index); with ``below``,
+        only those below it (on disk, the others' files are then not looked at)."""
         base = f"{self.root}/records/c"
         if self.remote:
             try:
@@ -422,7 +455,11 @@ class RecordFiles:
                 entries = os.listdir(base)
             except FileNotFoundError:
                 return np.zeros(0, dtype=np.int64)
-            found = [int(name) for name in entries if name.isdigit() and os.path.isfile(f"{base}/{name}/0")]
+            limit = below if below is not None else float("inf")
+            found = [
+                int(name) for name in entries
+                if name.isdigit() and int(name) < limit and os.path.isfile(f"{base}/{name}/0")
+            ]  # fmt: skip
         return np.array(sorted(found), dtype=np.int64)
 
 
@@ -439,7 +476,14 @@ def _record_array_metadata(n_slots: int, width: int) -> dict[str, Any]:
 
 
 def create_store(
-    target: str, feature_map: FeatureMap, bucket_rows: int, levels: int, signed: bool, storage_options: StorageOptions
+    target: str,
+    feature_map: FeatureMap,
+    bucket_rows: int,
+    levels: int,
+    signed: bool,
+    storage_options: StorageOptions,
+    bucket_seconds: int = 0,
+    bucket_label: str = "",
 ) -> None:
     """Write a new, empty store at ``target``; FileExistsError if something is there.
 
@@ -450,7 +494,10 @@ def create_store(
     attrs: dict[str, Any] = {
         "format": STORE_FORMAT_NAME, "version": STORE_FORMAT_VERSION, "map": feature_map.spec,
         "fingerprint": feature_map.fingerprint, "n_features": int(feature_map.n_features_out_),
-        "bucket": {"rows": int(bucket_rows)}, "levels": int(levels), "signed": bool(signed),
+        "bucket": (
+            {"seconds": int(bucket_seconds), "duration": bucket_label} if bucket_seconds else {"rows": int(bucket_rows)}
+        ),
+        "levels": int(levels), "signed": bool(signed),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
     attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
@@ -561,10 +608,12 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
         raise SketchFormatError(f"{target}: the store's attributes do not match their digest (tampered or corrupt).")
     bucket, levels, n_features = attrs.get("bucket"), attrs.get("levels"), attrs.get("n_features")
     rows = bucket.get("rows") if isinstance(bucket, dict) else None
-    if not (_is_count(levels, 0, MAX_LEVELS) and _is_count(rows, 1, _EXACT >> levels)):
+    seconds, label = _time_grid(bucket)
+    rows = 0 if seconds > 0 else rows if seconds == 0 else None
+    if not (_is_count(levels, 0, MAX_LEVELS) and (seconds > 0 or _is_count(rows, 1, _EXACT >> levels))):
         raise SketchFormatError(
             f"{target}: malformed bucket grid {_short(bucket)} or levels {_short(levels)}; expected integers with "
-            f"levels in 0..{MAX_LEVELS} and rows x 2**levels at most 2**53 (tampered)."
+            f"levels in 0..{MAX_LEVELS} and rows x 2**levels at most 2**53, or a time grid (tampered)."
         )
     if not _is_count(n_features, 1, MAX_FEATURES):
         raise SketchFormatError(f"{target}: n_features is {_short(n_features)}; expected 1..{MAX_FEATURES} (tampered).")
@@ -573,7 +622,7 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             raise SketchFormatError(
                 f"{target}: the attribute {name!r} is {_short(attrs.get(name))}; expected a {kind.__name__} (tampered)."
             )
-    check_records_fit(StoreRoot(target, None, rows, levels, False, ""), 1, n_features)  # type: ignore[arg-type]
+    check_records_fit(StoreRoot(target, None, rows, levels, False, "", seconds, label), 1, n_features)  # type: ignore[arg-type]
     _check_store_sizes_fit(n_features, attrs["map"].get("n_features_in"), target)
     records = _json_document(target, "records/zarr.json", storage_options)
     expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + n_features)
@@ -591,7 +640,19 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             f"{target}: the map in map.json (fingerprint {feature_map.fingerprint[:12]}) is not the store's "
             f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
         )
-    return StoreRoot(target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")))
+    return StoreRoot(
+        target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")), seconds, label
+    )
+
+
+def _time_grid(bucket: Any) -> tuple[int, str]:
+    """(S, duration) of a time grid's bucket attribute; (0, "") for a grid of rows."""
+    if not isinstance(bucket, dict) or "seconds" not in bucket:
+        return 0, ""
+    seconds, label = bucket.get("seconds"), bucket.get("duration")
+    if not (isinstance(seconds, int) and seconds > 0 and isinstance(label, str)):
+        return -1, ""  # refused by the caller's check of the grid
+    return seconds, label
 
 
 def _check_store_sizes_fit(n_features: int, n_features_in: Any, target: str) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 from .._base.validation import check_feature_dtype, check_positive_int
 from .._files.signed import check_signing_key
 from ..engine.connection import connect
-from ..engine.jobs import open_job_source, run_sketch
+from ..engine.jobs import open_job_source
 from ..engine.options import current_job_options
 from ..errors import InputError, SourceChangedError
 from ..formats.store import (
@@ -46,7 +46,9 @@ from ..maps import FeatureMap
 from ..sketches.mean import MeanSketch, check_sum_method
 from ..sources.rows import RowSource, open_source
 from ..typing import PathOrURL, StorageOptions
-from .digest import source_digest
+from .compact import sketch_between
+from .digest import rows_digest, sketch_with_digest, source_digest
+from .timegrid import append_spans, format_ns, parse_bucket, source_times, time_levels, times_digest, to_ns
 
 __all__ = ["SketchStore"]
 
@@ -62,6 +64,11 @@ def _rows_between(source: RowSource, start: int, stop: int) -> RowSource:
         source, array=source.array[start:stop], description=f"rows {start}..{stop - 1} of {source.description}",
         zarr_array=None, location=None,
     )  # fmt: skip
+
+
+def _EMPTY(width: int) -> str:  # noqa: N802 - a constant of the width
+    """The digest of a bucket without rows."""
+    return rows_digest(np.zeros((0, width)))
 
 
 def _blocks(first: int, stop: int) -> list[tuple[int, int]]:
@@ -83,9 +90,14 @@ class AppendResult:
     appended: tuple[int, ...]
     unchanged: tuple[int, ...]
     rows_left: int
+    #: Buckets given but already compacted into coarser ones (left as they are).
+    compacted: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"appended": list(self.appended), "unchanged": list(self.unchanged), "rows_left": self.rows_left}
+        found = {"appended": list(self.appended), "unchanged": list(self.unchanged), "rows_left": self.rows_left}
+        if self.compacted:
+            found["compacted"] = list(self.compacted)
+        return found
 
 
 class SketchStore:
@@ -128,6 +140,7 @@ class SketchStore:
         self._storage_options = storage_options
         self._verify_key = verify_key
         self._files = RecordFiles(root.target, storage_options)
+        self._tier: SketchStore | None = None  # the coarse store of compacted buckets, once seen
 
     # Making and opening.
 
@@ -136,8 +149,8 @@ class SketchStore:
         cls,
         path: PathOrURL,
         feature_map: FeatureMap,
-        bucket: int,
-        levels: int = DEFAULT_LEVELS,
+        bucket: int | str,
+        levels: int | None = None,
         signed: bool = False,
         storage_options: StorageOptions = None,
     ) -> SketchStore:
@@ -149,10 +162,14 @@ class SketchStore:
             Where: a directory or ``s3://...`` (with ``storage_options``). Must not exist.
         feature_map : FeatureMap
             A fitted map; every bucket is sketched with it.
-        bucket : int
-            Rows per bucket (a grid: bucket ``b`` holds rows ``[b bucket, (b + 1) bucket)``).
-        levels : int, default=24
-            The store holds at most ``2**levels`` buckets.
+        bucket : int or str
+            Rows per bucket (a grid: bucket ``b`` holds rows ``[b bucket, (b + 1) bucket)``), or a
+            duration: a time grid from 1970-01-01T00:00Z (UTC), bucket ``b`` holding the rows of
+            times ``[b S, (b + 1) S)``. Durations: ``"<n>s"``, ``"<n>min"``, ``"<n>h"``, ``"<n>d"``
+            or ISO 8601 (``"PT1H"``, ``"P1D"``); appends then take the rows' times.
+        levels : int, optional
+            The store holds at most ``2**levels`` buckets (default: 24 for rows; for a time grid,
+            enough buckets from the epoch to 2242).
         signed : bool, default=False
             Every record must carry an HMAC-SHA256 under a key given to :meth:`append`.
         storage_options : dict, optional
@@ -165,8 +182,8 @@ class SketchStore:
         Raises
         ------
         InputError
-            An unfitted map, a bucket that is not a positive number of rows (time buckets are not
-            supported yet), bad levels.
+            An unfitted map, a bucket that is neither a positive number of rows nor a duration of
+            whole seconds, bad levels.
         FileExistsError
             If something is at ``path``.
 
@@ -177,22 +194,22 @@ class SketchStore:
         >>> store = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "s"), rff, bucket=1_000)
         >>> store.bucket_rows, store.info()["buckets"]
         (1000, 0)
+        >>> hourly = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "h"), rff, bucket="1h")
+        >>> hourly.bucket_seconds, hourly.bucket_rows
+        (3600, 0)
         """
         if not isinstance(feature_map, FeatureMap) or not feature_map.is_fitted:
             raise InputError(
                 f"feature_map must be a fitted FeatureMap. Got {feature_map!r}; fit it first (rff.fit(X))."
             )
-        if isinstance(bucket, str):
-            raise InputError(
-                f"bucket={bucket!r}: time buckets are not supported yet. Pass a number of rows per bucket (e.g. "
-                "bucket=10_000), and append rows in time order."
-            )
-        bucket = check_positive_int(bucket, "bucket")
+        rows, seconds, label = parse_bucket(bucket)
+        if levels is None:
+            levels = time_levels(seconds) if seconds else DEFAULT_LEVELS
         levels = check_positive_int(levels, "levels", minimum=0) if levels != 0 else 0
         if levels > MAX_LEVELS:
             raise InputError(f"levels must be at most {MAX_LEVELS}. Got {levels}.")
         target = os.fspath(path)
-        create_store(target, feature_map, bucket, levels, bool(signed), storage_options)
+        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label)
         return cls.open(target, storage_options=storage_options)
 
     @classmethod
@@ -232,7 +249,21 @@ class SketchStore:
 
     @property
     def bucket_rows(self) -> int:
+        """R, rows per bucket; 0 for a time grid."""
         return self._root.bucket_rows
+
+    @property
+    def bucket_seconds(self) -> int:
+        """S, seconds per bucket of a time grid; 0 for a grid of rows."""
+        return self._root.bucket_seconds
+
+    def _describe(self, first: int, stop: int | None = None) -> str:
+        """Buckets ``[first, stop)`` as a reader knows them: their rows, or their times."""
+        stop = first + 1 if stop is None else stop
+        if self.bucket_seconds:
+            width = self.bucket_seconds * 10**9
+            return f"{format_ns(first * width)}..{format_ns(stop * width)}"
+        return f"rows {first * self.bucket_rows}..{stop * self.bucket_rows - 1}"
 
     # Records.
 
@@ -245,10 +276,14 @@ class SketchStore:
             for slot, data in found.items()
         }
 
+    def _compacted_buckets(self) -> Any:
+        """The compacted part (:class:`~streamrff.store.compact.Compacted`), or None if never compacted."""
+        from .compact import read_compacted  # here: compact imports this module
+        return read_compacted(self)
+
     def _stored_buckets(self) -> np.ndarray:
         """The stored buckets (level 0), sorted: one listing of the records."""
-        slots = self._slots()
-        return slots[slots < self._root.capacity]
+        return (slots := self._slots())[slots < self._root.capacity]
 
     def _slots(self) -> np.ndarray:
         """The slots that hold a record (one listing), refusing one outside the layout."""
@@ -264,7 +299,7 @@ class SketchStore:
         return existing
 
     def _sum_record(self, level: int, index: int, halves: list[Record]) -> Record:
-        rows = self.bucket_rows
+        rows = self._root.key_width
         digest = hashlib.sha256(b"".join(bytes.fromhex(half.source_digest) for half in halves)).hexdigest()
         return Record(
             level=level, index=index, count=sum(h.count for h in halves), n_invalid=sum(h.n_invalid for h in halves),
@@ -315,17 +350,21 @@ class SketchStore:
     def append(
         self,
         source: Any,
-        start: int = 0,
+        start: Any = None,
         signing_key: bytes | None = None,
         dtype: Any = "float32",
+        times: Any = None,
+        time_coordinate: str | None = None,
+        final: bool = False,
         **options: Any,
     ) -> AppendResult:
         """Sketch the complete buckets of ``source`` not yet stored, one published record at a time.
 
         ``source`` holds the stream's rows from global row ``start`` on (the whole stream so far,
         or the rows from a bucket edge on). Each complete bucket is sketched by the engine
-        (:func:`streamrff.engine.run_sketch` on its rows: a Dask client, object storage and
-        retries through the job options) and published atomically; then the rollups it
+        (:func:`streamrff.engine.run_chunks` on its rows: a Dask client, object storage and
+        retries through the job options; its chunk tasks hash the rows they embed, so the digest
+        costs no second read) and published atomically; then the rollups it
         completes. A bucket already stored is compared with the rows given by their digest
         (:func:`rows_digest`): the same rows change nothing, other rows are refused naming the
         bucket. Rows after the last complete bucket are left for a later append.
@@ -334,14 +373,25 @@ class SketchStore:
         ----------
         source : ndarray, dask Array, xarray DataArray, str/PathLike or RowSource
             Rows, as :func:`streamrff.sketch` takes them.
-        start : int, default=0
-            Global row index of the first row of ``source``.
+        start : int or time, optional
+            Rows: the global row index of the first row of ``source`` (default 0). Time grid: a
+            bucket edge (datetime, numpy.datetime64 or ISO 8601 string); ``source`` then holds
+            every row from ``start`` on (rows before it are left out, buckets from it on with no
+            rows are stored empty). Default: from the bucket of the first row.
         signing_key : bytes, optional
             Sign each record (HMAC-SHA256); required by a signed store. The records an append
             reads (a bucket already stored, the halves of a rollup it signs) are verified only if
             the store was opened with ``verify_key=`` (CLI: always, when a key is set).
         dtype : {"float32", "float64"}, default="float32"
             Precision of the features (sums are float64 either way).
+        times : array-like of datetime64, optional
+            Time grid: each row's time (UTC), time-sorted; for numpy, dask and zarr sources.
+        time_coordinate : str, optional
+            Time grid, xarray source: the coordinate holding the rows' times (default: the
+            sample dimension's, e.g. ``time``).
+        final : bool, default=False
+            Time grid: the rows given are all there will be up to the last row's bucket, so that
+            bucket is complete too. Otherwise a bucket is complete once a row of a later one is given.
         **options
             Job options (:class:`~streamrff.engine.JobOptions`): ``client``, ``storage_options``
             (of the source), ``chunk_rows``, ``on_invalid``, ... A checkpoint is not used: the
@@ -369,17 +419,30 @@ class SketchStore:
         {'appended': [0, 1], 'unchanged': [], 'rows_left': 50}
         >>> store.append(X[100:], start=100).to_dict()  # the same rows again: nothing written
         {'appended': [], 'unchanged': [1], 'rows_left': 50}
+
+        A time grid takes the rows' times; the last hour waits for a later row (or ``final=True``):
+
+        >>> hourly = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "h"), rff, bucket="1h")
+        >>> times = np.datetime64("2026-01-01T00:00") + np.arange(250) * np.timedelta64(1, "m")
+        >>> hourly.append(X, times=times).to_dict()
+        {'appended': [490896, 490897, 490898, 490899], 'unchanged': [], 'rows_left': 10}
+        >>> hourly.range("2026-01-01T01:00", "2026-01-01T03:00").count
+        120
         """
         if signing_key is not None:
             signing_key = check_signing_key(signing_key, "signing_key")
         if self._root.signed and signing_key is None:
             raise InputError(f"{self.path} is a signed store: pass signing_key= (CLI: --sign-key FILE) to append.")
-        if not isinstance(start, (int, np.integer)) or isinstance(start, bool) or start < 0:
-            raise InputError(f"start must be a row index >= 0. Got {start!r}.")
         dtype = check_feature_dtype(dtype)
         method = check_sum_method("auto", False, dtype)
-        job = current_job_options(**options)
-        job = job.replace(checkpoint=None)
+        job = current_job_options(**options).replace(checkpoint=None)
+        if self.bucket_seconds:
+            times = source_times(source, times, time_coordinate, job.sample_dim)
+        elif times is not None or time_coordinate is not None or final:
+            raise InputError(
+                f"{self.path} has buckets of {self.bucket_rows} rows: times=, time_coordinate= and final= apply to a "
+                "time grid (SketchStore.create(..., bucket='1h')). Pass start= (a row index) instead."
+            )
         opened = open_job_source(source, job)
         width = self.feature_map.n_features_in_
         if opened.shape[1] != width:
@@ -387,34 +450,44 @@ class SketchStore:
                 f"The store's map takes rows of {width} columns. Got {opened.shape[1]} columns from "
                 f"{opened.description}. Append rows of the stream the store was made for."
             )
-        rows, start = self.bucket_rows, int(start)
-        first_bucket = -(-start // rows)
-        stop_bucket = min((start + opened.shape[0]) // rows, self._root.capacity)
+        ns, spans = append_spans(self._root, opened.shape[0], start, times, bool(final))
         known = [int(bucket) for bucket in self._stored_buckets()]
+        compacted = self._compacted_buckets()
         cache: dict[tuple[int, int], Record | None] = {}
-        appended, unchanged = [], []
+        appended, unchanged, skipped = [], [], []
         with connect(job.client) as active:
             job = job.replace(client=active)
-            for bucket in range(first_bucket, stop_bucket):
-                local = bucket * rows - start
-                digest = source_digest(opened, local, local + rows, bucket * rows, active)
+            for bucket, lo, hi in spans:
+                if compacted is not None and compacted.holds(bucket):
+                    skipped.append(bucket)
+                    continue
+                first_row = 0 if ns is not None else bucket * self.bucket_rows
                 if _holds_any(known, bucket, bucket + 1):
                     stored = self._read([(0, bucket)])[(0, bucket)]
-                    if stored is not None:
-                        self._check_same_rows(stored, digest)
+                    if stored is not None:  # only the rows' digest is needed
+                        digest = source_digest(opened, lo, hi, first_row, active) if hi > lo else _EMPTY(width)
+                        self._check_same_rows(stored, digest if ns is None else times_digest(digest, ns[lo:hi]))
                         unchanged.append(bucket)
                         continue
-                partial = run_sketch(_rows_between(opened, local, local + rows), "mean", self.feature_map, job,
-                                     moments=False, dtype=dtype, method=method)  # fmt: skip
+                if hi > lo:
+                    partial, digest = sketch_with_digest(
+                        _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=False, dtype=dtype,
+                        method=method,
+                    )  # fmt: skip
+                    count, n_invalid, norms = partial.count, partial.n_invalid, partial.squared_norm_sum
+                    sums = np.asarray(partial.feature_sum, dtype=np.float64)
+                else:  # a time bucket without rows: stored, so that ranges across it are whole
+                    count, n_invalid, norms, sums, digest = 0, 0, 0.0, np.zeros(self._root.n_features), _EMPTY(width)
+                key = self._root.key_width
                 record = Record(
-                    level=0, index=bucket, count=partial.count, n_invalid=partial.n_invalid,
-                    squared_norm_sum=partial.squared_norm_sum, first_row=bucket * rows, stop_row=(bucket + 1) * rows,
-                    written_at=now(), source_digest=digest, signed=signing_key is not None,
-                    feature_sum=np.asarray(partial.feature_sum, dtype=np.float64),
+                    level=0, index=bucket, count=count, n_invalid=n_invalid, squared_norm_sum=norms,
+                    first_row=bucket * key, stop_row=(bucket + 1) * key, written_at=now(),
+                    source_digest=digest if ns is None else times_digest(digest, ns[lo:hi]),
+                    signed=signing_key is not None, feature_sum=sums,
                 )  # fmt: skip
                 published = self._publish(record, signing_key)
                 if published is not record:  # another appender stored this bucket meanwhile
-                    self._check_same_rows(published, digest)
+                    self._check_same_rows(published, record.source_digest)
                     unchanged.append(bucket)
                 else:
                     appended.append(bucket)
@@ -422,13 +495,18 @@ class SketchStore:
                     bisect.insort(known, bucket)
                 cache[(0, bucket)] = published
                 self._roll_up(bucket, known, cache, signing_key)
-        rows_left = start + opened.shape[0] - max(stop_bucket, first_bucket) * rows
-        return AppendResult(tuple(appended), tuple(unchanged), int(max(rows_left, 0)))
+                if len(cache) > 4096:  # bounded memory: a rollup reads what it needs again
+                    cache = {}
+        rows_left = opened.shape[0] - spans[-1][2] if spans else (opened.shape[0] if ns is not None else 0)
+        if ns is None and not spans:
+            start = 0 if start is None else int(start)
+            rows_left = start + opened.shape[0] - max(-(-start // self.bucket_rows), 0) * self.bucket_rows
+        return AppendResult(tuple(appended), tuple(unchanged), int(max(rows_left, 0)), tuple(skipped))
 
     def _check_same_rows(self, stored: Record, digest: str) -> None:
         if stored.source_digest != digest:
             raise SourceChangedError(
-                f"Bucket {stored.index} (rows {stored.first_row}..{stored.stop_row - 1}) of {self.path} is stored "
+                f"Bucket {stored.index} ({self._describe(stored.index)}) of {self.path} is stored "
                 f"with other rows (digest {stored.source_digest[:12]}, given {digest[:12]}). A stored bucket is never "
                 "rewritten: pass the stream's rows from their true start (start=), or use a new store."
             )
@@ -445,29 +523,46 @@ class SketchStore:
     # Ranges.
 
     def _bucket_span(self, start: Any, stop: Any) -> tuple[int, int]:
-        """Buckets [a, b) of rows [start, stop), both on bucket edges; None ends are the stored extent's."""
-        rows = self.bucket_rows
-        extent = None
-        if start is None or stop is None:
-            stored = self._stored_buckets()
-            if not stored.size:
-                raise InputError(f"{self.path} holds no bucket yet: append rows first.")
-            extent = (int(stored[0]) * rows, (int(stored[-1]) + 1) * rows)
-        start = extent[0] if start is None else start
-        stop = extent[1] if stop is None else stop
-        for name, value in (("start", start), ("stop", stop)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0 or value % rows:
+        """Buckets [a, b) of [start, stop) (rows, or times of a time grid), both on bucket edges; None ends are
+        the stored extent's."""
+        extent = self._extent() if start is None or stop is None else (0, 0)
+        first = extent[0] if start is None else self._edge(start, "start")
+        last = extent[1] if stop is None else self._edge(stop, "stop")
+        if last <= first:
+            raise InputError(f"A range needs stop > start. Got start={start!r}, stop={stop!r}.")
+        if last > self._root.capacity:
+            raise InputError(f"stop={stop!r} is past the store's last possible bucket ({self._describe(last)}).")
+        return first, last
+
+    def _extent(self) -> tuple[int, int]:
+        """The first and stop bucket of the stored ones (compacted included)."""
+        listed = self._stored_buckets()
+        stored = [int(listed[0]), int(listed[-1])] if listed.size else []
+        compacted = self._compacted_buckets()
+        if compacted is not None and compacted.extent is not None:
+            stored += list(compacted.extent)
+        if not stored:
+            raise InputError(f"{self.path} holds no bucket yet: append rows first.")
+        return min(stored), max(stored) + 1
+
+    def _edge(self, value: Any, name: str) -> int:
+        """The bucket number of a bucket edge given as a row (grid of rows) or a time (time grid)."""
+        if self.bucket_seconds:
+            width = self.bucket_seconds * 10**9
+            ns = to_ns(value, name)
+            if ns % width or ns < 0:
                 raise InputError(
-                    f"{name} must be a row on a bucket edge (a multiple of {rows} rows, >= 0). Got {value!r}; "
-                    f"use {rows * (int(value) // rows) if isinstance(value, (int, np.integer)) else 0}."
+                    f"{name}={value!r} is not on a bucket edge of {self._root.bucket_label} from 1970-01-01 (UTC). "
+                    f"Use {format_ns(max(ns - ns % width, 0))}."
                 )
-        if stop <= start:
-            raise InputError(f"A range needs stop > start. Got start={start}, stop={stop}.")
-        if stop // rows > self._root.capacity:
+            return ns // width
+        rows = self.bucket_rows
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0 or value % rows:
             raise InputError(
-                f"stop={stop} is past the store's last possible bucket ({self._root.capacity * rows} rows)."
+                f"{name} must be a row on a bucket edge (a multiple of {rows} rows, >= 0). Got {value!r}; "
+                f"use {rows * (int(value) // rows) if isinstance(value, (int, np.integer)) else 0}."
             )
-        return int(start) // rows, int(stop) // rows
+        return int(value) // rows
 
     def _records_covering(self, first: int, stop: int) -> list[Record]:
         """Records whose blocks tile buckets [first, stop): the dyadic cover, halves where a rollup is missing."""
@@ -482,7 +577,7 @@ class SketchStore:
                     found.append(record)
                 elif level == 0:
                     raise InputError(
-                        f"Bucket {index} (rows {index * self.bucket_rows}..{(index + 1) * self.bucket_rows - 1}) of "
+                        f"Bucket {index} ({self._describe(index)}) of "
                         f"{self.path} is not stored. Ask for a range of stored buckets (store.info()), or append it."
                     )
                 else:
@@ -499,10 +594,14 @@ class SketchStore:
             None, sum(r.n_invalid for r in records),
         )  # fmt: skip
 
-    def range(self, start: int | None = None, stop: int | None = None) -> MeanSketch:
-        """The mean sketch of rows ``[start, stop)`` (on bucket edges), merged from O(log n) records.
+    def range(self, start: Any = None, stop: Any = None) -> MeanSketch:
+        """The mean sketch of ``[start, stop)`` (rows, or times of a time grid, on bucket edges) from O(log n) records.
 
-        ``None`` ends are the first and last stored bucket's. Every bucket in the range must be stored.
+        ``None`` ends are the first and last stored bucket's. Every bucket in the range must be
+        stored. Times are datetimes, ``numpy.datetime64`` or ISO 8601 strings (UTC unless they name
+        an offset). A range that takes compacted buckets (:meth:`compact`) is the sketch of the
+        compacted map: with fewer features, its fine part is truncated to them (the prefix of the
+        features, rescaled), so the whole range has ``k`` features.
 
         Examples
         --------
@@ -515,7 +614,7 @@ class SketchStore:
         (700, 800)
         """
         first, stop_bucket = self._bucket_span(start, stop)
-        return self._sketch_of(self._records_covering(first, stop_bucket))
+        return sketch_between(self, first, stop_bucket)
 
     def complement(self, start: int, stop: int, within: tuple[int, int] | None = None) -> MeanSketch:
         """The sketch of the rows of ``within`` (default: the stored extent) outside ``[start, stop)``.
@@ -537,12 +636,71 @@ class SketchStore:
         outer = self._bucket_span(*(within if within is not None else (None, None)))
         inner = self._bucket_span(start, stop)
         if inner[0] < outer[0] or inner[1] > outer[1]:
-            rows = self.bucket_rows
             raise InputError(
-                f"The left-out rows [{start}, {stop}) must lie within [{outer[0] * rows}, {outer[1] * rows}). "
+                f"The left-out span [{start}, {stop}) must lie within {self._describe(*outer)}. "
                 "Pass within= that holds them."
             )
-        return self._sketch_of(self._records_covering(*outer)) - self._sketch_of(self._records_covering(*inner))
+        whole, part = sketch_between(self, *outer), sketch_between(self, *inner)
+        if whole.feature_map.fingerprint != part.feature_map.fingerprint:  # one of them takes compacted buckets
+            compacted = self._compacted_buckets()
+            whole, part = compacted.truncate(whole), compacted.truncate(part)
+        return whole - part
+
+    # Retention.
+
+    def compact(
+        self, older_than: Any, to: Any, features: int | None = None, signing_key: bytes | None = None
+    ) -> dict[str, Any]:
+        """Roll fine buckets older than ``older_than`` into coarse buckets of ``to``, optionally with fewer features.
+
+        Each complete coarse bucket (all its fine buckets stored) ending by the horizon is summed
+        from the fine records, published in one step into the coarse store (``<store>/compact``,
+        with its own rollups), and its fine records are then deleted: readers see each fine
+        bucket either fine or coarse, never both or neither, and a killed compactor leaves no
+        torn record (:mod:`streamrff.store.compact`). With ``features=k`` the coarse buckets keep
+        the first ``k`` features (the sums of the map of ``k`` features with the same seed: an
+        unbiased sketch, kernel-estimate variance ``D / k`` times the full map's, at most
+        ``2 / k``); a range that takes compacted buckets is truncated to ``k`` features.
+        Appends of compacted buckets are skipped; :meth:`test`, :meth:`series` and
+        :meth:`buckets` read fine buckets only.
+
+        Parameters
+        ----------
+        older_than : int, time or duration
+            The horizon: a row (grid of rows), a time, or a duration before now (``"30d"``).
+        to : int or str
+            The coarse bucket: rows, or a duration, a multiple (> 1) of the store's bucket.
+            Every compaction of a store uses the same ``to`` and ``features``.
+        features : int, optional
+            Keep the first ``features`` features (even, less than D) in the coarse buckets.
+        signing_key : bytes, optional
+            Sign the coarse records; required by a signed store.
+
+        Returns
+        -------
+        dict
+            ``compacted`` (coarse buckets written), ``incomplete`` (old coarse buckets with a fine
+            bucket missing, left fine), ``deleted_records`` and ``horizon_bucket``.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, streamrff as srf
+        >>> X = np.random.default_rng(7).normal(size=(1_000, 2))
+        >>> rff = srf.RFF(n_features=64, bandwidth=1.0, seed=1).fit(X)
+        >>> store = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "s"), rff, bucket=100)
+        >>> _ = store.append(X)
+        >>> store.compact(older_than=600, to=300, features=16)["compacted"]
+        [0, 1]
+        >>> old = store.range(0, 600)  # from the coarse buckets: the map of 16 features
+        >>> direct = srf.sketch_array(X[:600], srf.RFF(n_features=16, bandwidth=1.0, seed=1).fit(X))
+        >>> old.count, bool(np.allclose(old.feature_sum, direct.feature_sum, rtol=1e-6, atol=1e-4))
+        (600, True)
+        >>> store.range(0, 1_000).feature_sum.shape  # mixed: truncated to 16 features
+        (16,)
+        """
+        from .compact import compact
+
+        return compact(self, older_than, to, features, signing_key)
 
     def buckets(self, start: int | None = None, stop: int | None = None) -> list[MeanSketch]:
         """The sketch of every bucket of ``[start, stop)`` (one record read per bucket)."""
@@ -554,8 +712,8 @@ class SketchStore:
         missing = [bucket for bucket in range(first, stop) if read[(0, bucket)] is None]
         if missing:
             raise InputError(
-                f"Bucket {missing[0]} (rows {missing[0] * self.bucket_rows}..{(missing[0] + 1) * self.bucket_rows - 1})"
-                f" of {self.path} is not stored. Ask for stored buckets (store.info()), or append it."
+                f"Bucket {missing[0]} ({self._describe(missing[0])}) of {self.path} is not stored. Ask for stored "
+                "buckets (store.info()), or append it."
             )
         return [read[(0, bucket)] for bucket in range(first, stop)]  # type: ignore[misc]
 
@@ -650,12 +808,10 @@ class SketchStore:
                 f"No window of {every} bucket(s) outside the reference {reference!r} in the range asked. Pass a "
                 "shorter reference or a smaller every=."
             )
-        needed = sorted({bucket for lo, hi in windows for bucket in range(lo, hi)})
-        records = {record.index: record for record in self._read_buckets(needed)}
+        window_records = (self._bucket_records(lo, hi) for lo, hi in windows)  # read one window at a time
         return bucket_series(
-            self._bucket_records(*reference_span), [[records[b] for b in range(lo, hi)] for lo, hi in windows],
-            self.feature_map, n_permutations, seed, alpha,
-        )  # fmt: skip
+            self._bucket_records(*reference_span), window_records, self.feature_map, n_permutations, seed, alpha
+        )
 
     def _read_buckets(self, buckets: list[int]) -> list[Record]:
         records: list[Record] = []
@@ -681,14 +837,24 @@ class SketchStore:
         slots = self._slots()
         buckets = slots[slots < self._root.capacity]
         rows = self.bucket_rows
-        return {
+        runs = list(_runs([int(b) for b in buckets]))
+        found = {
             "path": self.path, "format": "streamrff.sketch-store", "map": self.feature_map.spec,
             "fingerprint": self.feature_map.fingerprint, "n_features": self._root.n_features, "bucket_rows": rows,
             "levels": self._root.levels, "signed": self._root.signed, "created_at": self._root.created_at,
             "buckets": int(buckets.size), "records": int(slots.size), "rows": int(buckets.size) * rows,
-            "runs": [[lo * rows, hi * rows] for lo, hi in _runs([int(b) for b in buckets])],
-            "bytes_per_record": 8 * self._root.width + 4,
+            "runs": [[lo * rows, hi * rows] for lo, hi in runs], "bytes_per_record": 8 * self._root.width + 4,
         }  # fmt: skip
+        if self.bucket_seconds:  # a time grid: runs of times; rows are the records' counts, not read here
+            width = self.bucket_seconds * 10**9
+            found.update(
+                bucket=self._root.bucket_label, bucket_seconds=self.bucket_seconds, rows=None,
+                runs=[[format_ns(lo * width), format_ns(hi * width)] for lo, hi in runs],
+            )  # fmt: skip
+        compacted = self._compacted_buckets()
+        if compacted is not None:
+            found["compacted"] = compacted.describe()
+        return found
 
     def merge_from(self, *others: SketchStore, signing_key: bytes | None = None) -> list[int]:
         """Add the buckets of stores with the same map and grid (two sites), bucket by bucket, into this empty store.
@@ -708,41 +874,9 @@ class SketchStore:
         >>> both.merge_from(a, b), both.range(0, 20).count
         ([0, 1, 2], 40)
         """
-        for other in others:
-            if not isinstance(other, SketchStore):
-                raise InputError(f"merge_from takes SketchStore objects. Got {type(other).__name__}.")
-            if other.feature_map.fingerprint != self.feature_map.fingerprint or other.bucket_rows != self.bucket_rows:
-                raise InputError(
-                    f"{other.path} has map {other.feature_map.fingerprint[:12]} and buckets of {other.bucket_rows} rows; "  # noqa: E501
-                    f"{self.path} has {self.feature_map.fingerprint[:12]} and {self.bucket_rows}. Merge stores made "
-                    "with one map file and one bucket size."
-                )
-        if self._stored_buckets().size:
-            raise InputError(f"{self.path} already holds buckets: merge into a new, empty store.")
-        holders: dict[int, list[Record]] = {}
-        for other in others:
-            stored = [int(b) for b in other._stored_buckets()]
-            for record in other._read_buckets(stored):
-                holders.setdefault(record.index, []).append(record)
-        known = sorted(holders)
-        cache: dict[tuple[int, int], Record | None] = {}
-        for bucket in sorted(holders):
-            parts = holders[bucket]
-            total = parts[0].feature_sum.copy()
-            for part in parts[1:]:
-                total += part.feature_sum
-            digest = parts[0].source_digest if len(parts) == 1 else hashlib.sha256(
-                b"".join(bytes.fromhex(part.source_digest) for part in parts)
-            ).hexdigest()  # fmt: skip
-            record = dataclasses.replace(
-                parts[0], count=sum(p.count for p in parts), n_invalid=sum(p.n_invalid for p in parts),
-                squared_norm_sum=float(sum(p.squared_norm_sum for p in parts)), feature_sum=total,
-                source_digest=digest, written_at=now(), signed=signing_key is not None,
-                sites=sum(p.sites for p in parts),
-            )  # fmt: skip
-            cache[(0, bucket)] = self._publish(record, signing_key)
-            self._roll_up(bucket, known, cache, signing_key)
-        return sorted(holders)
+        from .compact import merge_stores
+
+        return merge_stores(self, others, signing_key)
 
 
 def _holds_any(known: list[int], first: int, stop: int) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -167,16 +167,23 @@ class StoreSeries:
 
 
 def bucket_series(
-    reference: Sequence[Record], windows: Sequence[Sequence[Record]], feature_map: FeatureMap,
+    reference: Sequence[Record], windows: Iterable[Sequence[Record]], feature_map: FeatureMap,
     n_permutations: int = 999, seed: Any = 0, alpha: float = 0.05,
 ) -> StoreSeries:  # fmt: skip
-    """The series of :meth:`streamrff.SketchStore.series` from the bucket records."""
+    """The series of :meth:`streamrff.SketchStore.series` from the bucket records.
+
+    ``windows`` may be an iterator (each window's records read when its turn comes): the series
+    holds the reference's records and one window's at a time.
+    """
     n_permutations = check_positive_int(n_permutations, "n_permutations")
     if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise InputError(f"alpha must be in (0, 1). Got {alpha!r}.")
-    _check_sides([windows[0], reference])
-    statistics, p_values, bands = [], [], []
+    statistics, p_values, bands, firsts, stops = [], [], [], [], []
     for window in windows:
+        if not firsts:
+            _check_sides([window, reference])
+        firsts.append(window[0].first_row)
+        stops.append(window[-1].stop_row)
         result = bucket_permutation_test([window, reference], feature_map, n_permutations, seed)
         statistics.append(result.statistic)
         p_values.append(result.p_value)
@@ -184,8 +191,7 @@ def bucket_series(
     p_value = np.array(p_values)
     reference_rows = (reference[0].first_row, reference[-1].stop_row)
     return StoreSeries(
-        first_row=np.array([w[0].first_row for w in windows], dtype=np.int64),
-        stop_row=np.array([w[-1].stop_row for w in windows], dtype=np.int64),
+        first_row=np.array(firsts, dtype=np.int64), stop_row=np.array(stops, dtype=np.int64),
         statistic=np.array(statistics), p_value=p_value, band=np.array(bands), alarm=p_value <= alpha,
         reference=reference_rows, alpha=float(alpha), n_permutations=n_permutations,
     )  # fmt: skip
