@@ -46,7 +46,8 @@ it is refused (exit 1), naming the bucket. A store of time buckets takes the row
 one is given, or with --final.
 
 example: streamrff store append stream.store data.zarr --json
-         streamrff store append hourly.store data.zarr/x --time-coordinate time
+         streamrff store append hourly.store data.zarr/x \\
+             --time-coordinate time
 """
 
 _INFO = """\
@@ -98,7 +99,8 @@ Every complete coarse bucket of --to (a multiple of the store's bucket) that end
 and its fine records deleted; readers meanwhile see each bucket fine or coarse, never both.
 --features K keeps the first K features (a seeded sincos map: the map of K features).
 
-example: streamrff store compact hourly.store --older-than 30d --to 1d --features 256 --json
+example: streamrff store compact hourly.store --older-than 30d --to 1d \\
+             --features 256 --json
 """
 
 _MERGE = """\
@@ -340,7 +342,7 @@ def _cli_times(args: argparse.Namespace) -> Any:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    store = _open(args, verify=False)
+    store = _open(args)
     done = store.compact(args.older_than, args.to, features=args.features, signing_key=options.signing_key(args))
     payload = {"store": args.store, **done}
     lines = [
