@@ -20,9 +20,9 @@ When both sketches were made with 'streamrff sketch --columns', it adds the colu
 per input column from the sketches alone (spectral null of the column moments, Holm-adjusted).
 
 example: streamrff explain --sketches a.sketch b.sketch --source a.zarr \\
-             --top 20
+         --top 20
          streamrff explain --sketches a.sketch b.sketch --source b.zarr \\
-             --plot where.png --json
+         --plot where.png --json
 """
 
 

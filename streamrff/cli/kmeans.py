@@ -21,7 +21,7 @@ inertia, the percentage of rows that moved and the centre shift, why it stopped,
 sizes.
 
 example: streamrff kmeans data.zarr --clusters 10 --map-kind kjl \\
-             -o labels.zarr
+         -o labels.zarr
 """
 
 

@@ -16,7 +16,7 @@ kernel PCA of a zarr array; scores written to zarr
 Kernel PCA from one moment sketch (one pass), then the scores of every row.
 
 example: streamrff kpca data.zarr --components 10 -o scores.zarr \\
-             --plot scatter.png
+         --plot scatter.png
 """
 
 

@@ -17,9 +17,9 @@ bandwidth (and K-JL landmarks) come from ONE seeded row sample pooled across all
 is favoured. Writes a JSON map file (spec, fingerprint, K-JL landmarks; no pickle).
 
 example: streamrff map site_a.zarr site_b.zarr -o map.json --features 1024
-then at each site: streamrff sketch site_a.zarr --map map.json -o site_a.sketch
-a parquet dataset: streamrff map events/ -o map.json \\
-                       --select age,income,city,zip --categorical zip
+         streamrff sketch site_a.zarr --map map.json -o site_a.sketch
+         streamrff map events/ -o map.json --select age,income,city,zip \\
+         --categorical zip
 """
 
 

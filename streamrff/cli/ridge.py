@@ -31,9 +31,9 @@ example: streamrff ridge X.zarr --target y.zarr -o model.json --features 2048
          streamrff ridge X.zarr --target labels.zarr --classify -o model.json
          streamrff ridge --sketches site-a.sketch site-b.sketch -o model.json
          streamrff ridge --sketches a.sketch b.sketch --classify \\
-             --classes 0,1,2 -o model.json
+         --classes 0,1,2 -o model.json
          streamrff ridge X.zarr --target y.zarr -o model.json \\
-             --features 16384 --rank 512
+         --features 16384 --rank 512
 """
 
 

@@ -27,15 +27,15 @@ also a 1-D kernel mean and second moment of every input column, for the column t
 
 example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
          streamrff sketch events/ -o events.sketch --map map.json \\
-             --select age,income,city --categorical zip
+         --select age,income,city --categorical zip
          streamrff sketch site.zarr -o site.sketch --map map.json --moments \\
-             --columns
+         --columns
          streamrff sketch data.zarr -o data.sketch --features 1024 \\
-             --bandwidth median
+         --bandwidth median
          streamrff sketch site.zarr/X --target site.zarr/y --map map.json \\
-             -o site.sketch
+         -o site.sketch
          streamrff sketch site.zarr/X --target site.zarr/labels \\
-             --classes 0,1,2 --map map.json -o site.sketch
+         --classes 0,1,2 --map map.json -o site.sketch
 """
 
 

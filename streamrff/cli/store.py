@@ -22,7 +22,7 @@ example: streamrff store create stream.store --map map.json --bucket 100000
          streamrff store create hourly.store --map map.json --bucket 1h
          streamrff store append stream.store data.zarr
          streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
-             --json
+         --json
 """
 
 _CREATE = """\
@@ -47,7 +47,7 @@ one is given, or with --final.
 
 example: streamrff store append stream.store data.zarr --json
          streamrff store append hourly.store data.zarr/x \\
-             --time-coordinate time
+         --time-coordinate time
 """
 
 _INFO = """\
@@ -66,9 +66,9 @@ O(log n) records; with --leave-out, the sketch of the stored rows outside that r
 time buckets takes ISO 8601 times (UTC unless an offset is given).
 
 example: streamrff store range stream.store --start 0 --stop 700000 \\
-             -o reference.sketch
+         -o reference.sketch
          streamrff store range hourly.store --start 2026-01-01T00:00 \\
-             --stop 2026-01-08T00:00 -o week.sketch
+         --stop 2026-01-08T00:00 -o week.sketch
 """
 
 _TEST = """\
@@ -78,7 +78,7 @@ The unbiased MMD^2 of the two ranges' sketches, with the bucket permutation null
 relabelled between the ranges: exact under no change, needs no rows).
 
 example: streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
-             --json
+         --json
 """
 
 _SERIES = """\
@@ -88,7 +88,7 @@ Per window of --every buckets outside the reference: its MMD^2 against the refer
 bucket-permutation p-value, the null's 1-alpha quantile and whether it alarms.
 
 example: streamrff store series stream.store --reference 0:700000 --every 1 \\
-             --json
+         --json
 """
 
 _COMPACT = """\
@@ -100,7 +100,7 @@ and its fine records deleted; readers meanwhile see each bucket fine or coarse, 
 --features K keeps the first K features (a seeded sincos map: the map of K features).
 
 example: streamrff store compact hourly.store --older-than 30d --to 1d \\
-             --features 256 --json
+         --features 256 --json
 """
 
 _MERGE = """\

@@ -21,9 +21,9 @@ bandwidths at once under the same permutations and reports one p-value.
 
 example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
          streamrff test before/ after/ --select age,income,city \\
-             --categorical zip --columns
+         --categorical zip --columns
          streamrff test x.zarr y.zarr --null aggregated --bandwidths auto \\
-             --plot scales.png
+         --plot scales.png
          streamrff test --sketches x.sketch y.sketch --null spectral
          streamrff test x.zarr y.zarr --moments --columns
 """

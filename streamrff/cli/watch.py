@@ -40,15 +40,15 @@ With --method e-detector the alarm is an e-detector by betting instead (e-Shirya
 an alarm when the e-value reaches 1/--alpha, an average run length to a false alarm >= 1/--alpha by construction.
 
 example: streamrff watch live.zarr --reference train.zarr --window 200 \\
-             --ert 10000
+         --ert 10000
          streamrff watch live.zarr --state /var/lib/drift \\
-             --reference train.zarr --window 200 --ert 10000 --follow
+         --reference train.zarr --window 200 --ert 10000 --follow
          streamrff watch live.zarr --reference train.zarr --method e-detector \\
-             --alpha 0.0001 --json
+         --alpha 0.0001 --json
          streamrff watch live.zarr --reference train.sketch --window 200 \\
-             --ert 10000 --follow --poll 5
+         --ert 10000 --follow --poll 5
          streamrff watch live.zarr --reference monitor.zarr --follow --json \\
-             --save-monitor monitor.zarr --overwrite
+         --save-monitor monitor.zarr --overwrite
 exit status: 0 stopped (end of SOURCE, --max-rows, SIGINT, SIGTERM or SIGHUP, at any moment; state saved)
              1 error (unreadable data or store, a NaN/inf row with --on-invalid raise: state saved before it)
              1 state storage full or read-only (the line names the last state saved: whole, resumable)
