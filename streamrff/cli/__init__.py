@@ -159,6 +159,12 @@ def _one_line_warnings(command: str) -> Iterator[None]:
         yield
 
 
+def _names_object_storage(args: argparse.Namespace) -> bool:
+    """Whether an argument of the command line is an ``s3://`` URL (or a list holding one)."""
+    values = [item for value in vars(args).values() for item in (value if isinstance(value, list) else [value])]
+    return any(isinstance(value, str) and value.startswith(("s3://", "s3a://")) for value in values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
@@ -204,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
                 from .faults import install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
 
-                install_store_deadlines()  # every store request has a deadline, unless the user sets another
+                install_store_deadlines(_names_object_storage(args))  # every store request has a deadline
                 quiet_unclosed_sessions()
                 args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
             check_inputs_kept(args)  # before anything is read: no output destroys an input

@@ -203,22 +203,22 @@ def with_store_deadlines(storage_options: dict[str, Any] | None) -> dict[str, An
     return {**storage_options, "config_kwargs": {**STORE_DEADLINES, **storage_options["config_kwargs"]}}
 
 
-def install_store_deadlines() -> None:
+def install_store_deadlines(object_storage: bool = True) -> None:
     """Make :data:`STORE_DEADLINES` the default ``config_kwargs`` of every S3 file system this process opens.
 
     Through fsspec's configuration (``fsspec.config.conf["s3"]``): keys already
     configured there (``~/.config/fsspec/s3.json``, ``FSSPEC_S3_*``) and a
     ``config_kwargs`` passed with the storage options win. Worker processes of a
     ``--scheduler`` read their own fsspec configuration, or the storage options'
-    ``config_kwargs``. s3fs's own attempts of a request are :data:`STORE_ATTEMPTS` in this process.
+    ``config_kwargs``. With ``object_storage`` (the command names an ``s3://`` URL), s3fs's own attempts
+    of a request are :data:`STORE_ATTEMPTS` in this process.
     """
     import fsspec.config  # here, not at the top: `streamrff --help` does not need it
 
-    try:
+    if object_storage:  # a command that names an s3:// URL (importing s3fs costs a command that does not 0.15 s)
         import s3fs
-    except ImportError:  # pragma: no cover - s3fs is a dependency
-        pass
-    else:  # s3fs's own retries of a failed request (5 by default, with backoff): a class attribute, not an option
+
+        # s3fs's own retries of a failed request (5 by default, with backoff): a class attribute, not an option.
         s3fs.S3FileSystem.retries = STORE_ATTEMPTS
     defaults = fsspec.config.conf.setdefault("s3", {})
     defaults["config_kwargs"] = {**STORE_DEADLINES, **defaults.get("config_kwargs", {})}

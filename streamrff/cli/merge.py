@@ -36,9 +36,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import merge  # here, not at the top: start-up time
     from ..errors import SketchSignatureError
     from ..formats.sketch import check_writable
+    from ..sketches.base import merge  # here, not at the top: start-up time
 
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     check_writable(args.output, args.storage_options, args.overwrite)
