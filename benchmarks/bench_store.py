@@ -78,7 +78,7 @@ def _fill_direct(store: srf.SketchStore, n_buckets: int, rng: np.random.Generato
         for record in level_records:
             folder = base / str(store._root.slot(record.level, record.index))
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "0").write_bytes(encode_record(record))
+            (folder / "0").write_bytes(encode_record(record, store._root))
         level += 1
         pairs = [(level_records[i], level_records[i + 1]) for i in range(0, len(level_records) - 1, 2)]
         level_records = [store._sum_record(level, a.index // 2, [a, b]) for a, b in pairs]
