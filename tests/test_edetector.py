@@ -262,3 +262,30 @@ def test_watch_e_detector_usage_errors_are_one_line(tmp_path, capsys, extra, mes
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_watch_state_dir_fits_an_e_detector_once_and_resumes_it(tmp_path, capsys):
+    """``watch --state DIR --method e-detector``: the first start fits and publishes (nothing to calibrate), the
+    next starts resume; the state equals a monitor fitted the same way and fed the same chunks in one process."""
+    import zarr
+
+    from streamrff.cli import main
+
+    reference = np.random.default_rng(3).normal(size=(2000, 3)).astype(np.float32)
+    rows = np.random.default_rng(11).normal(size=(3000, 3)).astype(np.float32)
+    rows[1500:, 0] += 1.0
+    zarr.create_array(str(tmp_path / "ref.zarr"), data=reference, chunks=(500, 3))
+    zarr.create_array(str(tmp_path / "live.zarr"), data=rows, chunks=(250, 3))
+    argv = ["watch", str(tmp_path / "live.zarr"), "--state", str(tmp_path / "state"), "--reference",
+            str(tmp_path / "ref.zarr"), "--method", "e-detector", "--alpha", "0.001", "--features", "32",
+            "--bandwidth", "1.5", "--max-rows", "1000", "--json"]  # fmt: skip
+    for _ in range(3):
+        assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("fitting a new monitor") == 1
+    expected = srf.DriftMonitor(100, 1000.0, n_features=32, bandwidth=1.5, method="e-detector", alpha=0.001)
+    expected.fit(str(tmp_path / "ref.zarr"))
+    for start in range(0, rows.shape[0], 250):
+        expected.update(rows[start : start + 250])
+    assert expected.drift_at_ is not None
+    _assert_same_detector(srf.load_monitor(tmp_path / "state" / "monitor"), expected)

@@ -169,9 +169,10 @@ def monitor_of_state(args: argparse.Namespace) -> tuple[Any, str]:
         log(f"fitting a new monitor on {args.reference} into {args.state}" + (" (--refit)" if args.refit else ""))
         monitor, kind = monitor_of_reference(args, calibrate=False)
         write_service_record(paths, {"reference": args.reference})
-        if kind == "monitor":  # REF is a saved monitor: it becomes the state as it is
+        if kind == "monitor" or not hasattr(monitor, "calibration_inputs_"):
+            # REF is a saved monitor (it becomes the state as it is), or an e-detector (nothing to calibrate)
             monitor.save(paths.monitor, overwrite=True, signing_key=options.signing_key(args))
-            return monitor, "monitor"
+            return monitor, "monitor" if kind == "monitor" else "fitted"
         save_fit(paths.fit, monitor, signing_key=options.signing_key(args))
         log(f"saved the fit in {time.monotonic() - started:.1f} s")
     window = int(monitor.calibration_inputs_[1])
