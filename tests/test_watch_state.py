@@ -102,7 +102,8 @@ def read_until(stream, process: subprocess.Popen, accept, deadline_seconds: floa
                     return lines
     finally:
         selector.close()
-    raise AssertionError(f"no accepted line before the deadline or the end; got {lines[-3:]}")
+    ended = "" if process.poll() is None else f" (the process ended with status {process.returncode})"
+    raise AssertionError(f"no accepted line before the deadline or the end{ended}; got {lines[-3:]}")
 
 
 def chunk_end(line: str) -> int:
@@ -214,7 +215,10 @@ def test_a_start_before_the_data_waits_then_sees_every_row_once(reference, tmp_p
         status, text = _get(port, "/readyz")
         assert status == 503 and why in text
         writer = start_writer(path, total, 0.02, create=start == "not created")
-        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        try:
+            lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        except AssertionError:  # the watcher stopped: its error is the message
+            raise AssertionError(watcher.stderr.read()) from None
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=60)
     finally:
@@ -354,10 +358,11 @@ def test_health_and_readiness_while_waiting_for_the_source(reference, tmp_path):
         assert status == 503 and "does not exist yet" in text
         assert _get(port, "/nothing")[0] == 404
         watcher.send_signal(signal.SIGTERM)
-        _, err = watcher.communicate(timeout=60)
+        out, _ = watcher.communicate(timeout=60)
     finally:
         watcher.kill()
-    assert watcher.returncode == 0 and "stopped by SIGTERM while waiting" in err
+    summary = json.loads(out.splitlines()[-1])  # --json: the start-up's summary
+    assert watcher.returncode == 0 and summary["stopped_by"] == "SIGTERM" and summary["during"] == "start-up"
 
 
 def test_an_s3_path_not_created_yet_is_one_line_without_follow(reference, capsys, s3_server, s3_bucket):
@@ -379,7 +384,10 @@ def test_an_s3_path_not_created_yet_is_waited_for_then_every_row_seen_once(refer
         read_until(watcher.stderr, watcher, lambda line: "does not exist yet" in line)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options, read_only=False)
         zarr.create_array(store=store, data=stream_rows(total), chunks=(CHUNK, 3), zarr_format=3)
-        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        try:
+            lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        except AssertionError:  # the watcher stopped: its error is the message
+            raise AssertionError(watcher.stderr.read()) from None
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=60)
     finally:

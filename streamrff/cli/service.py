@@ -225,7 +225,7 @@ def _probe(args: argparse.Namespace) -> str | None:
     except SourceError:
         if not _exists(args.source, args.storage_options, "zarr.json"):
             return "does not exist yet"
-        raise
+        array = open_zarr_array(args.source, args.storage_options)  # written between the two looks: open it now
     return "has no rows yet" if array.ndim >= 1 and array.shape[0] == 0 else None
 
 
@@ -237,6 +237,7 @@ def _exists(url: str, storage_options: dict[str, Any] | None, name: str) -> bool
 
     try:
         filesystem, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        filesystem.invalidate_cache(root)  # a listing cached at an earlier poll would hide what was written since
         return bool(filesystem.exists(root.rstrip("/") + "/" + name))
     except Exception as error:  # fsspec backends raise many types
         raise SourceError(f"Cannot open {url}: {type(error).__name__}: {error}") from error

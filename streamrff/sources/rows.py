@@ -165,8 +165,10 @@ def open_zarr_array(url: str, storage_options: StorageOptions = None) -> Any:
             # metadata reads, whose abandoned coroutines print "Exception ignored ... Token was
             # created in a different Context" tracebacks at exit.
             filesystem, root = fsspec.core.url_to_fs(location, **(storage_options or {}))
+            filesystem.invalidate_cache(root)  # a listing cached before the array was written would hide it
             filesystem.exists(root)
             store = zarr.storage.FsspecStore.from_url(location, storage_options=storage_options, read_only=True)
+            store.fs.invalidate_cache(store.path)  # its own (asynchronous) file system's listings too
         else:
             # Absolute: workers run in other directories and would read a relative path
             # there, where zarr returns fill values for the chunks it cannot find.
