@@ -103,6 +103,8 @@ def read_until(stream, process: subprocess.Popen, accept, deadline_seconds: floa
     finally:
         selector.close()
     ended = "" if process.poll() is None else f" (the process ended with status {process.returncode})"
+    if ended and stream is not process.stderr:  # its error says why
+        ended += f": {process.stderr.read().strip()}"
     raise AssertionError(f"no accepted line before the deadline or the end{ended}; got {lines[-3:]}")
 
 
@@ -215,10 +217,7 @@ def test_a_start_before_the_data_waits_then_sees_every_row_once(reference, tmp_p
         status, text = _get(port, "/readyz")
         assert status == 503 and why in text
         writer = start_writer(path, total, 0.02, create=start == "not created")
-        try:
-            lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
-        except AssertionError:  # the watcher stopped: its error is the message
-            raise AssertionError(watcher.stderr.read()) from None
+        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=60)
     finally:
@@ -384,10 +383,7 @@ def test_an_s3_path_not_created_yet_is_waited_for_then_every_row_seen_once(refer
         read_until(watcher.stderr, watcher, lambda line: "does not exist yet" in line)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options, read_only=False)
         zarr.create_array(store=store, data=stream_rows(total), chunks=(CHUNK, 3), zarr_format=3)
-        try:
-            lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
-        except AssertionError:  # the watcher stopped: its error is the message
-            raise AssertionError(watcher.stderr.read()) from None
+        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=60)
     finally:
