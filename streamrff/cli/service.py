@@ -58,14 +58,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {text!r}")
-    return value
+#: ``--metrics-port``: a TCP port, 0 for one the system picks.
+_port = options.number_parser(int, lambda value: 0 <= value <= 65535, "a TCP port 0-65535")
 
 
 def usage_problems(args: argparse.Namespace) -> list[str]:
