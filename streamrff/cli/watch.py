@@ -494,6 +494,8 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
 
     from ..drift.follow import chunk_rows, missing_objects
 
+    if watch.source.zarr_array is None:
+        return _process_files(watch, follow)
     source = watch.source
     unit = chunk_rows(source)
     n_rows = source.shape[0]
@@ -524,6 +526,44 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
         watch.process(rows, objects if stop == end else None)
         if watch.rows_left() == 0 or watch.drift_exit:
             return True
+    return False
+
+
+def _open_dataset(args: argparse.Namespace) -> Any:
+    """SOURCE as a parquet dataset (sources/parquetfolder.py), with --select and --categorical."""
+    from ..sources.parquetfolder import open_folder
+
+    if getattr(args, "store", None) is not None:
+        raise options.UsageError(f"--store keeps buckets of a zarr SOURCE; {args.source} is a parquet dataset. Drop "
+                                 "--store.")  # fmt: skip
+    return open_folder(args.source, args.storage_options, args.select, args.categorical)
+
+
+def _process_files(watch: _Watch, follow: bool) -> bool:
+    """Process the ready row groups of a parquet dataset after the cursor (sources/parquetfolder.py: files in name
+    order, each once complete and settled); True when the session is done."""
+    from ..errors import SourceChangedError
+    from ..sources.parquetfolder import ready_chunks
+
+    args = watch.args
+    settle = args.settle if args.settle is not None else 2 * (5.0 if args.poll is None else args.poll)
+    watch.settling = watch.settling if isinstance(watch.settling, dict) else {}
+    chunks = ready_chunks(watch.source, watch.cursor, follow, settle, watch.settling)
+    try:
+        while watch.stop_signal is None:
+            with watch.gate.interruptible():  # store requests: a signal cuts them
+                item = next(chunks, None)
+            if item is None:
+                return False
+            left = watch.rows_left()
+            watch.cursor = {**watch.cursor, **item[0]}
+            if not len(item[1]):
+                continue
+            watch.process(item[1] if left is None else item[1][:left], None)
+            if watch.rows_left() == 0 or watch.drift_exit:
+                return True
+    except SourceChangedError as error:
+        raise _Refusal(EXIT_SOURCE_REFUSED, str(error)) from None
     return False
 
 
@@ -559,7 +599,10 @@ def _wait_for_chunk(watch: _Watch, follow: bool, start: int, stop: int, n_rows: 
 def _open(args: argparse.Namespace) -> Any:
     from ..engine import current_job_options, open_job_source  # here, not at the top: start-up time
     from ..errors import SourceError
+    from ..sources.frames import is_table
 
+    if is_table(args.source, args.storage_options):  # a parquet dataset: its files in name order
+        return _open_dataset(args)
     source = open_job_source(args.source, current_job_options(), name="SOURCE")
     if source.zarr_array is None:  # pragma: no cover - a path always opens a zarr array
         raise SourceError(f"{args.source} is not a zarr array.")
@@ -568,7 +611,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 def _starting_cursor(args: argparse.Namespace, monitor: Any, kind: str, source: Any) -> dict[str, Any]:
     """Where this session starts: a saved monitor's cursor (checked against SOURCE), or a new cursor."""
-    from ..drift.follow import new_cursor, refuse_change, source_change
+    from ..drift.follow import moved_to, new_cursor, refuse_change, source_change
     from ..errors import SourceError
 
     if args.restart and kind != "monitor":
@@ -585,7 +628,7 @@ def _starting_cursor(args: argparse.Namespace, monitor: Any, kind: str, source: 
         if what is not None:
             error = refuse_change(what, saved, source, "the state is unchanged")
             raise _Refusal(EXIT_SOURCE_REFUSED, str(error))
-        cursor = {**saved} if args.from_row is None else {**saved, "next_row": args.from_row}
+        cursor = {**saved} if args.from_row is None else moved_to(saved, source, args.from_row)
     else:
         end_now = args.follow and not args.state  # a --state service starts a new state at row 0
         start = args.from_row if args.from_row is not None else (source.shape[0] if end_now else 0)
