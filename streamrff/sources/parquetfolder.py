@@ -409,4 +409,3 @@ def ready_chunks(
             yield fields, rows
             offset += size
         settling.pop(file.name, None)
-
