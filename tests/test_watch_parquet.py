@@ -144,7 +144,8 @@ def test_a_dataset_gaining_files_killed_twice_sees_every_row_once(fitted, tmp_pa
     argv = [dataset, "--state", state, "--reference", fitted, *TABLE, "--follow", "--poll", "0.05", "--settle", "0.2",
             "--save-interval", "0", "--json"]  # fmt: skip
     total = sum(len(part) for part in frames)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "staging"), dataset, "0.3"], env=ENVIRONMENT)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "staging"), dataset, "0.3"],
+                              env=ENVIRONMENT)  # fmt: skip
     randomness, lines = random.Random(47), []
     try:
         for _ in range(2):
