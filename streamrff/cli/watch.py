@@ -18,7 +18,7 @@ from .faults import SignalGate, StopRequested, state_save_failure
 
 #: ``streamrff watch --help``: the line ``streamrff --help`` shows, the description, the example and exit statuses.
 HELP = """\
-watch a zarr array for drift against a reference, chunk by chunk, optionally as rows are appended
+watch a zarr array or a parquet dataset for drift against a reference, chunk by chunk, as it grows
 
 Slide a window of the last --window rows of SOURCE over its chunks, in order, and compare it with
 the reference after every row (unbiased MMD^2 of random Fourier features); the alarm threshold is
@@ -36,6 +36,10 @@ As a service, one command line for every start: --state DIR fits, saves and cali
 the first time (starting at row 0) and resumes it at its saved row after; --metrics-port serves Prometheus
 metrics, /healthz, /readyz and a status page. With --follow, a SOURCE that does not exist yet or has no rows is
 waited for.
+SOURCE may be a parquet dataset (a folder or s3:// prefix of *.parquet files, --select/--categorical as for
+sketch) that gains files: its files in name order, each row group a chunk, a file read once its footer is written
+and its listing stayed unchanged for --settle; the cursor records the file, its rows consumed and a digest of its
+bytes.
 With --method e-detector the alarm is an e-detector by betting instead (e-Shiryaev-Roberts): no calibration,
 an alarm when the e-value reaches 1/--alpha, an average run length to a false alarm >= 1/--alpha by construction.
 
@@ -100,7 +104,7 @@ def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "watch", HELP, run)
     parser.set_defaults(stopped_during_start_up=stopped_during_start_up)  # main installs its signal gate first
-    options.add_source(parser, "zarr array path or URL to watch (plain path, file://, s3://...)")
+    options.add_source(parser, "zarr array, or parquet dataset (folder of *.parquet), path or URL to watch")
     parser.add_argument(
         "--reference", metavar="REF", required=True,
         help="the reference: a zarr array, a sketch file with second moments ('streamrff sketch --moments'), "

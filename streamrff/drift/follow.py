@@ -20,7 +20,11 @@ is refused as a change (:func:`source_change`).
 Only stored chunks are consumed (:func:`missing_objects`): zarr reads a chunk
 that was never written as its fill value.
 
-The cursor is a JSON mapping (``"version": 2``)::
+A parquet dataset that gains files has a cursor of its own (``"kind": "parquet"``: the file in hand,
+the rows of it consumed, the digest of its stored bytes), made, moved and checked by
+:mod:`streamrff.sources.parquetfolder`; the functions here hand such a source or cursor to it.
+
+The cursor of a zarr array is a JSON mapping (``"version": 2``)::
 
     {"version": 2, "source": "/data/live.zarr", "identity": "zarr:...",
      "n_columns": 3, "dtype": "float32", "chunk_rows": 250, "next_row": 2000,
