@@ -249,15 +249,17 @@ def test_a_consumed_file_rewritten_is_refused_in_one_line_and_a_new_file_is_read
     assert "was rewritten since" in err and (Path(state) / "zarr.json").read_bytes() == before
 
 
-def test_a_file_named_before_the_consumed_ones_is_refused_as_out_of_order(tmp_path):
+def test_files_are_read_in_name_order_staging_left_out_and_one_named_before_the_consumed_refused(tmp_path):
     from streamrff.errors import SourceChangedError
     from streamrff.sources.parquetfolder import new_cursor, open_folder, ready_chunks
 
     dataset = tmp_path / "events"
     dataset.mkdir()
-    for name in ("part-1.parquet", "part-3.parquet"):
+    (dataset / "_temporary").mkdir()
+    for name in ("part-1.parquet", "part-3.parquet", "_temporary/part-0.parquet", ".part-0.parquet"):
         frame(400).to_parquet(dataset / name)
     folder = open_folder(str(dataset), columns=SELECT)
+    assert [file.name for file in folder.files] == ["part-1.parquet", "part-3.parquet"]  # a writer's staging: left
     cursor = new_cursor(folder, 4 * GROUP)  # both files consumed
     settling: dict = {}
     assert list(ready_chunks(folder, cursor, True, 0.0, settling)) == []

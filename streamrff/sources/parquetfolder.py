@@ -1,11 +1,13 @@
 """A parquet dataset that gains files, as ``streamrff watch DATASET --follow`` reads it: files in name order.
 
 A *dataset* is a folder (local, or a prefix on object storage such as ``s3://bucket/events``) of
-``*.parquet`` files, found at any depth under it. Its rows are those of its files in **name order**: the
-files sorted by their path under the folder, as Python sorts strings (code point by code point), so
-``part-00010.parquet`` comes after ``part-00009.parquet`` but ``part-10.parquet`` before ``part-9.parquet``:
-a writer names its files with a zero-padded counter or a UTC time stamp. A file that appears with a name
-before one already consumed cannot be consumed in order: a follower refuses it (:func:`ready_chunks`).
+``*.parquet`` files, found at any depth under it, less those under a name that starts with ``_`` or
+``.`` (a writer's staging, such as Spark's ``_temporary/``: pyarrow.dataset's rule). Its rows are those
+of its files in **name order**: the files sorted by their path under the folder, as Python sorts
+strings (code point by code point), so ``part-00010.parquet`` comes after ``part-00009.parquet`` but
+``part-10.parquet`` before ``part-9.parquet``: a writer names its files with a zero-padded counter or
+a UTC time stamp. A file that appears with a name before one already consumed cannot be consumed in
+order: a follower refuses it (:func:`ready_chunks`).
 
 Each row group of a file is a chunk, read with pyarrow and encoded by
 :func:`streamrff.sources.frames.encode_frame` (numeric columns as they are, the others and those named
@@ -145,7 +147,10 @@ class ParquetFolder:
     def identity(self) -> str:
         """The dataset's location and column selection (names, and which are categories): files may come and go."""
         columns, categorical = self.kinds
-        text = json.dumps({"location": self.url.rstrip("/"), "columns": columns, "categorical": categorical})
+        from .rows import _absolute_location
+
+        location = _absolute_location(self.url).rstrip("/")
+        text = json.dumps({"location": location, "columns": columns, "categorical": categorical})
         return f"{KIND}:" + hashlib.sha256(text.encode()).hexdigest()
 
     def stored(self, name: str) -> list[Any] | None:
@@ -184,6 +189,12 @@ class ParquetFolder:
 
 def _stamp(info: dict[str, Any]) -> tuple[Any, ...]:
     return (info.get("size"), info.get("ETag") or info.get("mtime") or info.get("LastModified"))
+
+
+def _hidden(name: str) -> bool:
+    """Whether a path under the dataset is left out: a part starting with "_" or "." (pyarrow.dataset's rule), as
+    a writer's staging (Spark's ``_temporary/``, ``.part.parquet.crc``)."""
+    return any(part.startswith(("_", ".")) for part in name.split("/"))
 
 
 def open_folder(
@@ -240,7 +251,8 @@ def open_folder(
     prefix = root + "/" if root else ""
     files = sorted(
         (_File(path[len(prefix) :], path, _stamp(info)) for path, info in found.items()
-         if path.endswith(".parquet") and path.startswith(prefix) and info.get("type", "file") == "file"),
+         if path.endswith(".parquet") and path.startswith(prefix) and info.get("type", "file") == "file"
+         and not _hidden(path[len(prefix) :])),
         key=lambda file: file.name,
     )  # fmt: skip
     return ParquetFolder(
