@@ -293,3 +293,30 @@ def test_watch_follows_a_parquet_dataset_on_s3_and_resumes(fitted, tmp_path, cap
     assert status == 0 and f"from row {4 * GROUP:,}" in out, err
     rows = encoded(frames)
     assert_same_state(load_monitor(state), expected_state(fitted, rows, tmp_path), rows[:7])
+
+
+def test_a_cursor_inside_a_file_reads_the_rest_in_row_groups_and_a_consumed_file_removed_is_no_change(tmp_path):
+    from streamrff.drift.follow import moved_to
+    from streamrff.sources.parquetfolder import new_cursor, open_folder, ready_chunks, source_change
+
+    dataset = tmp_path / "events"
+    dataset.mkdir()
+    frames = [frame(600), frame(601)]
+    for index, part in enumerate(frames):
+        part.to_parquet(dataset / f"part-{index}.parquet", row_group_size=GROUP)
+    folder = open_folder(str(dataset), columns=SELECT, categorical=CATEGORICAL)
+    cursor = new_cursor(folder, 100)  # inside the first row group of part-0
+    chunks = list(ready_chunks(folder, cursor, False, 0.0, {}))
+    assert [(fields["file"], fields["file_row"], len(rows)) for fields, rows in chunks] == [
+        ("part-0.parquet", 100, 50), ("part-0.parquet", 150, 150), ("part-1.parquet", 0, 150),
+        ("part-1.parquet", 150, 150)]  # fmt: skip
+    np.testing.assert_array_equal(np.concatenate([rows for _, rows in chunks]), encoded(frames)[100:])
+    moved = moved_to({**cursor, "drift_at_row": 7}, folder, 450)
+    assert (moved["file"], moved["file_row"], moved["drift_at_row"]) == ("part-1.parquet", 150, 7)
+    whole, part = new_cursor(folder, 2 * GROUP), new_cursor(folder, GROUP)
+    (dataset / "part-0.parquet").unlink()
+    later = open_folder(str(dataset), columns=SELECT, categorical=CATEGORICAL)
+    assert source_change(whole, later) is None  # removed once wholly consumed: a retention job
+    assert "its file part-0.parquet, already consumed from row 0 (150 of its rows), was removed" in source_change(
+        part, later
+    )
