@@ -36,7 +36,7 @@ As a service, one command line for every start: --state DIR fits, saves and cali
 the first time (starting at row 0) and resumes it at its saved row after; --metrics-port serves Prometheus
 metrics, /healthz, /readyz and a status page. With --follow, a SOURCE that does not exist yet or has no rows is
 waited for.
-SOURCE may be a parquet dataset (a folder or s3:// prefix of *.parquet files, --select/--categorical as for
+SOURCE may be a parquet dataset (a folder or s3:// prefix of parquet files, --select/--categorical as for
 sketch) that gains files: its files in name order, each row group a chunk, a file read once its footer is written
 and its listing stayed unchanged for --settle; the cursor records the file, its rows consumed and a digest of its
 bytes.
@@ -104,7 +104,7 @@ def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "watch", HELP, run)
     parser.set_defaults(stopped_during_start_up=stopped_during_start_up)  # main installs its signal gate first
-    options.add_source(parser, "zarr array, or parquet dataset (folder of *.parquet), path or URL to watch")
+    options.add_source(parser, "zarr array, or parquet dataset (a folder of parquet files), path or URL to watch")
     parser.add_argument(
         "--reference", metavar="REF", required=True,
         help="the reference: a zarr array, a sketch file with second moments ('streamrff sketch --moments'), "
