@@ -136,6 +136,7 @@ def staged(tmp_path: Path, n_files: int, first_seed: int = 100) -> list[pd.DataF
     return frames
 
 
+@pytest.mark.slow
 def test_a_dataset_gaining_files_killed_twice_sees_every_row_once(fitted, tmp_path):
     """Started before the dataset exists; a writer adds files (each without a footer for a while); kill -9 twice at
     random moments, restarted with the same command line, then SIGTERM: every row once, the state as in memory."""
@@ -187,6 +188,38 @@ def test_a_dataset_gaining_files_killed_twice_sees_every_row_once(fitted, tmp_pa
     assert {(start, start + GROUP) for start in range(0, total, GROUP)} <= {tuple(r) for r in chunk_rows(lines)}
 
 
+def test_a_file_without_its_footer_or_not_settled_is_not_read(tmp_path):
+    """In this process: a file with a row group written and no footer yet is not read, nor the files after it;
+    a file first seen less than --settle ago is not read; once closed and settled, it is, from its first row."""
+    import pyarrow as pa
+
+    from streamrff.sources.parquetfolder import new_cursor, open_folder, ready_chunks
+
+    frames = [frame(210), frame(211), frame(212)]
+    dataset = tmp_path / "events"
+    dataset.mkdir()
+    frames[0].to_parquet(dataset / "part-0.parquet", row_group_size=GROUP)
+    frames[2].to_parquet(dataset / "part-2.parquet", row_group_size=GROUP)
+    table = pa.Table.from_pandas(frames[1], preserve_index=False)
+    writer = pq.ParquetWriter(str(dataset / "part-1.parquet"), table.schema)
+    try:
+        writer.write_table(table.slice(0, GROUP))
+        folder = open_folder(str(dataset), columns=SELECT, categorical=CATEGORICAL)
+        cursor, settling = new_cursor(folder, 0), {}
+        assert list(ready_chunks(folder, cursor, True, 30.0, settling)) == []  # just seen: not settled
+        got = [(fields["file"], len(rows)) for fields, rows in ready_chunks(folder, cursor, True, 0.0, settling)]
+        assert got == [("part-0.parquet", GROUP), ("part-0.parquet", GROUP)]  # stops before the half-written file
+        writer.write_table(table.slice(GROUP))
+    finally:
+        writer.close()
+    cursor = new_cursor(folder, 2 * GROUP)
+    chunks = list(ready_chunks(open_folder(str(dataset), columns=SELECT, categorical=CATEGORICAL), cursor, True,
+                               0.0, settling))  # fmt: skip
+    assert [fields["file"] for fields, _ in chunks] == ["part-1.parquet"] * 2 + ["part-2.parquet"] * 2
+    np.testing.assert_array_equal(np.concatenate([rows for _, rows in chunks]), encoded(frames)[2 * GROUP :])
+
+
+@pytest.mark.slow
 def test_a_file_being_written_is_not_read_until_its_footer_is_written(fitted, tmp_path):
     frames = [frame(200), frame(201)]
     dataset = tmp_path / "events"
