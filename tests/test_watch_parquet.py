@@ -280,6 +280,8 @@ def test_a_consumed_file_rewritten_is_refused_in_one_line_and_a_new_file_is_read
     status, _, err = run_cli(argv, capsys)
     assert status == 3 and err.count("\n") == 1 and "part-2.parquet, already consumed from row 600" in err, err
     assert "was rewritten since" in err and (Path(state) / "zarr.json").read_bytes() == before
+    status, _, err = run_cli([str(dataset), "--reference", state, "--select", "x,city,zone", "--restart"], capsys)
+    assert status == 1 and err.count("\n") == 1 and "reads columns [1] of ['x', 'city', 'zone'] as categories" in err
 
 
 def test_files_are_read_in_name_order_staging_left_out_and_one_named_before_the_consumed_refused(tmp_path):

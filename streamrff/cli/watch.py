@@ -747,6 +747,10 @@ def _run(args: argparse.Namespace, gate: SignalGate) -> int:
                 f"SOURCE {args.source} has {source.shape[1]} columns but the reference has "
                 f"{monitor.n_features_in_}. Watch a source of the reference's columns."
             )
+        if source.zarr_array is None:  # a parquet dataset: its categories where the map's are
+            from ..sources.parquetfolder import check_map_columns
+
+            check_map_columns(source, monitor.feature_map_)
         watch = _Watch(args, monitor, source, cursor, gate)
         gate.raising = False  # from here a signal stops the session after the chunk in hand, or cuts a store wait
         if getattr(monitor, "method", "ert") == "e-detector" and not args.json:

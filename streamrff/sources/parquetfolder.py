@@ -48,7 +48,16 @@ import numpy as np
 from ..errors import SourceChangedError, SourceError
 from .chunkread import object_digest
 
-__all__ = ["KIND", "ParquetFolder", "open_folder", "new_cursor", "advance", "source_change", "ready_chunks"]
+__all__ = [
+    "KIND",
+    "ParquetFolder",
+    "open_folder",
+    "new_cursor",
+    "advance",
+    "source_change",
+    "ready_chunks",
+    "check_map_columns",
+]
 
 #: The ``kind`` of a dataset's cursor (a zarr cursor has none).
 KIND = "parquet"
@@ -421,3 +430,23 @@ def ready_chunks(
             yield fields, rows
             offset += size
         settling.pop(file.name, None)
+
+
+def check_map_columns(folder: ParquetFolder, feature_map: Any) -> None:
+    """Refuse a dataset whose categorical columns are not those of the monitor's map (one line, the fix).
+
+    Raises
+    ------
+    InputError
+        If the column indices read as categories differ from the map's ``categorical``.
+    """
+    from ..errors import InputError
+
+    wanted = tuple(sorted(int(column) for column in (getattr(feature_map, "categorical", None) or ())))
+    columns, have = folder.kinds
+    if tuple(have) != wanted:
+        raise InputError(
+            f"SOURCE {folder.url} reads columns {list(have)} of {list(columns)} as categories, but the monitor's map "
+            f"compares columns {list(wanted)} as categories. Give the --select and --categorical the reference was "
+            "read with."
+        )
