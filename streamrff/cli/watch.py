@@ -558,6 +558,7 @@ def _process_files(watch: _Watch, follow: bool) -> bool:
             with watch.gate.interruptible():  # store requests: a signal cuts them
                 item = next(chunks, None)
             if item is None:
+                _log_incomplete(watch, follow)
                 return False
             left = watch.rows_left()
             watch.cursor = {**watch.cursor, **item[0]}
@@ -569,6 +570,16 @@ def _process_files(watch: _Watch, follow: bool) -> bool:
     except SourceChangedError as error:
         raise _Refusal(EXIT_SOURCE_REFUSED, str(error)) from None
     return False
+
+
+def _log_incomplete(watch: _Watch, follow: bool) -> None:
+    """A log line, at most every minute, for a dataset file without its footer: it and the files after it wait."""
+    waiting = watch.source.files[len(watch.source.complete) :]
+    last = watch.settling.get(("logged",), -math.inf)
+    if waiting and time.monotonic() - last >= service.WAIT_LOG_SECONDS:
+        watch.settling[("logged",)] = time.monotonic()
+        how = "it and the files after it wait" if follow else "it and the files after it are not read (no --follow)"
+        service.log(f"{waiting[0].name} of {watch.args.source} has no parquet footer yet (being written): {how}")
 
 
 def _settled(watch: _Watch, end: int, objects: dict[str, Any]) -> bool:
