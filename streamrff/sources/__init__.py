@@ -2,8 +2,8 @@
 
 :mod:`.rows` opens a source and holds its description, chunk plan and identity; :mod:`.chunkread`
 reads whole stored zarr chunks straight into a task's rows; :mod:`.frames` reads tables (DataFrames,
-parquet); :mod:`.parquetfolder` follows a parquet dataset that gains files (``watch``'s cursor in it). Imports only the foundations: never
-the engine or anything above it.
+parquet); :mod:`.parquetfolder` follows a parquet dataset that gains files (``watch``'s cursor in it).
+Imports only the foundations: never the engine or anything above it.
 """
 
 from __future__ import annotations
