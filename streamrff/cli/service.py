@@ -212,8 +212,14 @@ class NoData(Exception):
 def _probe(args: argparse.Namespace) -> str | None:
     """Why SOURCE cannot be watched yet: "does not exist yet", "has no rows yet", or None (it can)."""
     from ..errors import SourceError
+    from ..sources.frames import is_table
     from ..sources.rows import open_zarr_array
 
+    if is_table(args.source, args.storage_options):  # a parquet dataset: once a file is complete
+        from ..sources.parquetfolder import open_folder
+
+        folder = open_folder(args.source, args.storage_options, args.select, args.categorical)
+        return None if folder.complete else "has no complete parquet file yet"
     try:
         array = open_zarr_array(args.source, args.storage_options)
     except SourceError:

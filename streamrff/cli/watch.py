@@ -18,7 +18,7 @@ from .faults import SignalGate, StopRequested, state_save_failure
 
 #: ``streamrff watch --help``: the line ``streamrff --help`` shows, the description, the example and exit statuses.
 HELP = """\
-watch a zarr array for drift against a reference, chunk by chunk, optionally as rows are appended
+watch a zarr array or a parquet dataset for drift against a reference, chunk by chunk, as it grows
 
 Slide a window of the last --window rows of SOURCE over its chunks, in order, and compare it with
 the reference after every row (unbiased MMD^2 of random Fourier features); the alarm threshold is
@@ -36,6 +36,10 @@ As a service, one command line for every start: --state DIR fits, saves and cali
 the first time (starting at row 0) and resumes it at its saved row after; --metrics-port serves Prometheus
 metrics, /healthz, /readyz and a status page. With --follow, a SOURCE that does not exist yet or has no rows is
 waited for.
+SOURCE may be a parquet dataset (a folder or s3:// prefix of parquet files, --select/--categorical as for
+sketch) that gains files: its files in name order, each row group a chunk, a file read once its footer is written
+and its listing stayed unchanged for --settle; the cursor records the file, its rows consumed and a digest of its
+bytes.
 With --method e-detector the alarm is an e-detector by betting instead (e-Shiryaev-Roberts): no calibration,
 an alarm when the e-value reaches 1/--alpha, an average run length to a false alarm >= 1/--alpha by construction.
 
@@ -100,7 +104,7 @@ def keep_recent(chunks: list[Any], companions: list[Any], limit: int) -> int:
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "watch", HELP, run)
     parser.set_defaults(stopped_during_start_up=stopped_during_start_up)  # main installs its signal gate first
-    options.add_source(parser, "zarr array path or URL to watch (plain path, file://, s3://...)")
+    options.add_source(parser, "zarr array, or parquet dataset (a folder of parquet files), path or URL to watch")
     parser.add_argument(
         "--reference", metavar="REF", required=True,
         help="the reference: a zarr array, a sketch file with second moments ('streamrff sketch --moments'), "
@@ -494,6 +498,8 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
 
     from ..drift.follow import chunk_rows, missing_objects
 
+    if watch.source.zarr_array is None:
+        return _process_files(watch, follow)
     source = watch.source
     unit = chunk_rows(source)
     n_rows = source.shape[0]
@@ -525,6 +531,55 @@ def _process_available(watch: _Watch, follow: bool) -> bool:
         if watch.rows_left() == 0 or watch.drift_exit:
             return True
     return False
+
+
+def _open_dataset(args: argparse.Namespace) -> Any:
+    """SOURCE as a parquet dataset (sources/parquetfolder.py), with --select and --categorical."""
+    from ..sources.parquetfolder import open_folder
+
+    if getattr(args, "store", None) is not None:
+        raise options.UsageError(f"--store keeps buckets of a zarr SOURCE; {args.source} is a parquet dataset. Drop "
+                                 "--store.")  # fmt: skip
+    return open_folder(args.source, args.storage_options, args.select, args.categorical)
+
+
+def _process_files(watch: _Watch, follow: bool) -> bool:
+    """Process the ready row groups of a parquet dataset after the cursor (sources/parquetfolder.py: files in name
+    order, each once complete and settled); True when the session is done."""
+    from ..errors import SourceChangedError
+    from ..sources.parquetfolder import ready_chunks
+
+    args = watch.args
+    settle = args.settle if args.settle is not None else 2 * (5.0 if args.poll is None else args.poll)
+    watch.settling = watch.settling if isinstance(watch.settling, dict) else {}
+    chunks = ready_chunks(watch.source, watch.cursor, follow, settle, watch.settling)
+    try:
+        while watch.stop_signal is None:
+            with watch.gate.interruptible():  # store requests: a signal cuts them
+                item = next(chunks, None)
+            if item is None:
+                _log_incomplete(watch, follow)
+                return False
+            left = watch.rows_left()
+            watch.cursor = {**watch.cursor, **item[0]}
+            if not len(item[1]):
+                continue
+            watch.process(item[1] if left is None else item[1][:left], None)
+            if watch.rows_left() == 0 or watch.drift_exit:
+                return True
+    except SourceChangedError as error:
+        raise _Refusal(EXIT_SOURCE_REFUSED, str(error)) from None
+    return False
+
+
+def _log_incomplete(watch: _Watch, follow: bool) -> None:
+    """A log line, at most every minute, for a dataset file without its footer: it and the files after it wait."""
+    waiting = watch.source.files[len(watch.source.complete) :]
+    last = watch.settling.get(("logged",), -math.inf)
+    if waiting and time.monotonic() - last >= service.WAIT_LOG_SECONDS:
+        watch.settling[("logged",)] = time.monotonic()
+        how = "it and the files after it wait" if follow else "it and the files after it are not read (no --follow)"
+        service.log(f"{waiting[0].name} of {watch.args.source} has no parquet footer yet (being written): {how}")
 
 
 def _settled(watch: _Watch, end: int, objects: dict[str, Any]) -> bool:
@@ -559,7 +614,10 @@ def _wait_for_chunk(watch: _Watch, follow: bool, start: int, stop: int, n_rows: 
 def _open(args: argparse.Namespace) -> Any:
     from ..engine import current_job_options, open_job_source  # here, not at the top: start-up time
     from ..errors import SourceError
+    from ..sources.frames import is_table
 
+    if is_table(args.source, args.storage_options):  # a parquet dataset: its files in name order
+        return _open_dataset(args)
     source = open_job_source(args.source, current_job_options(), name="SOURCE")
     if source.zarr_array is None:  # pragma: no cover - a path always opens a zarr array
         raise SourceError(f"{args.source} is not a zarr array.")
@@ -568,7 +626,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 def _starting_cursor(args: argparse.Namespace, monitor: Any, kind: str, source: Any) -> dict[str, Any]:
     """Where this session starts: a saved monitor's cursor (checked against SOURCE), or a new cursor."""
-    from ..drift.follow import new_cursor, refuse_change, source_change
+    from ..drift.follow import moved_to, new_cursor, refuse_change, source_change
     from ..errors import SourceError
 
     if args.restart and kind != "monitor":
@@ -585,7 +643,7 @@ def _starting_cursor(args: argparse.Namespace, monitor: Any, kind: str, source: 
         if what is not None:
             error = refuse_change(what, saved, source, "the state is unchanged")
             raise _Refusal(EXIT_SOURCE_REFUSED, str(error))
-        cursor = {**saved} if args.from_row is None else {**saved, "next_row": args.from_row}
+        cursor = {**saved} if args.from_row is None else moved_to(saved, source, args.from_row)
     else:
         end_now = args.follow and not args.state  # a --state service starts a new state at row 0
         start = args.from_row if args.from_row is not None else (source.shape[0] if end_now else 0)
@@ -700,6 +758,10 @@ def _run(args: argparse.Namespace, gate: SignalGate) -> int:
                 f"SOURCE {args.source} has {source.shape[1]} columns but the reference has "
                 f"{monitor.n_features_in_}. Watch a source of the reference's columns."
             )
+        if source.zarr_array is None:  # a parquet dataset: its categories where the map's are
+            from ..sources.parquetfolder import check_map_columns
+
+            check_map_columns(source, monitor.feature_map_)
         watch = _Watch(args, monitor, source, cursor, gate)
         gate.raising = False  # from here a signal stops the session after the chunk in hand, or cuts a store wait
         if getattr(monitor, "method", "ert") == "e-detector" and not args.json:

@@ -20,7 +20,11 @@ is refused as a change (:func:`source_change`).
 Only stored chunks are consumed (:func:`missing_objects`): zarr reads a chunk
 that was never written as its fill value.
 
-The cursor is a JSON mapping (``"version": 2``)::
+A parquet dataset that gains files has a cursor of its own (``"kind": "parquet"``: the file in hand,
+the rows of it consumed, the digest of its stored bytes), made, moved and checked by
+:mod:`streamrff.sources.parquetfolder`; the functions here hand such a source or cursor to it.
+
+The cursor of a zarr array is a JSON mapping (``"version": 2``)::
 
     {"version": 2, "source": "/data/live.zarr", "identity": "zarr:...",
      "n_columns": 3, "dtype": "float32", "chunk_rows": 250, "next_row": 2000,
@@ -33,9 +37,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SourceChangedError
+from ..sources import parquetfolder
 from ..sources.rows import RowSource
 
-__all__ = ["CURSOR_VERSION", "chunk_rows", "new_cursor", "advance", "source_change", "missing_objects"]
+__all__ = ["CURSOR_VERSION", "chunk_rows", "new_cursor", "advance", "moved_to", "source_change", "missing_objects"]
 
 CURSOR_VERSION = 2
 
@@ -59,6 +64,8 @@ def new_cursor(source: RowSource, next_row: int) -> dict[str, Any]:
     >>> cursor["next_row"], cursor["chunk_rows"], cursor["n_columns"], cursor["last_chunk"]
     (0, 4, 2, None)
     """
+    if _is_dataset(source):
+        return parquetfolder.new_cursor(source, next_row)
     return {
         "version": CURSOR_VERSION,
         "source": source.description,
@@ -77,13 +84,27 @@ def advance(cursor: dict[str, Any], stop: int, objects: dict[str, Any] | None) -
 
     The record of the last consumed chunk moves only when ``stop`` ends a stored
     chunk (a chunk read in part is rewritten when rows are appended to it); the
-    cursor is then of this version (:data:`CURSOR_VERSION`), whatever it was.
+    cursor is then of this version (:data:`CURSOR_VERSION`), whatever it was. A parquet dataset's cursor
+    moves in its file (:func:`streamrff.sources.parquetfolder.advance`).
     """
+    if cursor.get("kind") == parquetfolder.KIND:
+        return parquetfolder.advance(cursor, stop)
     moved = {**cursor, "next_row": int(stop)}
     if objects is not None and stop % int(cursor["chunk_rows"]) == 0:
         moved["last_chunk"] = {"rows": [int(stop) - int(cursor["chunk_rows"]), int(stop)], "objects": objects}
         moved["version"] = CURSOR_VERSION  # its record is this version's (a version 1 cursor without one moves on)
     return moved
+
+
+def moved_to(cursor: dict[str, Any], source: Any, next_row: int) -> dict[str, Any]:
+    """``cursor`` moved to row ``next_row`` (``--from-row``): a parquet dataset's cursor finds that row's file."""
+    if _is_dataset(source):
+        return {**new_cursor(source, next_row), "drift_at_row": cursor.get("drift_at_row")}
+    return {**cursor, "next_row": next_row}
+
+
+def _is_dataset(source: Any) -> bool:
+    return getattr(source, "kind", None) == parquetfolder.KIND
 
 
 def _layout_change(cursor: dict[str, Any], source: RowSource) -> str | None:
@@ -124,6 +145,10 @@ def source_change(cursor: dict[str, Any], source: RowSource) -> str | None:
     SourceError
         If the store cannot be asked.
     """
+    if _is_dataset(source):
+        return parquetfolder.source_change(cursor, source)
+    if cursor.get("kind") == parquetfolder.KIND:
+        return f"it is another kind of source: the state follows the parquet dataset {cursor.get('source')}"
     layout = _layout_change(cursor, source)
     if layout is not None:
         return layout
