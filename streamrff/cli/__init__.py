@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
         epilog="Sites share one map: 'streamrff map A.zarr B.zarr -o map.json', then "
         "'streamrff sketch A.zarr --map map.json -o a.sketch' at each site, 'streamrff merge' / "
-        "'streamrff test --sketches'.\nRun 'streamrff COMMAND --help' for each command's options and an example.",
+        "'streamrff test a.sketch b.sketch'.\nRun 'streamrff COMMAND --help' for each command's options and an example.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version="%(prog)s " + _version())
@@ -213,6 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 install_store_deadlines(_names_object_storage(args))  # every store request has a deadline
                 quiet_unclosed_sessions()
                 args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
+            from .inputs import resolve_sketch_inputs
+
+            deprecation = resolve_sketch_inputs(args)  # sketch files and data sources told apart by their kind
+            if deprecation:
+                print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             check_inputs_kept(args)  # before anything is read: no output destroys an input
             job = job_options_of(args)
             if job:  # a command that runs jobs: every job and source of it takes the command line's options
