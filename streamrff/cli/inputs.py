@@ -141,7 +141,7 @@ class FiniteRows:
                 shape = (size, *values.shape[1:])
                 pieces.append(da.from_delayed(dask.delayed(put)(valid, keep), shape=shape, dtype=dtype))
             done, start = done + kept, start + size
-        return da.concatenate(pieces, axis=0)
+        return da.concatenate(pieces, axis=0).rechunk({0: self.chunks})  # the source's chunks: regular for zarr
 
 
 def missing_marker(dtype: Any) -> tuple[Any, Any]:
