@@ -75,8 +75,20 @@ def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return found
 
 
-def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``argv`` names (``store append`` -> its parser), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for position, word in enumerate(argv):
+                if word in action.choices:
+                    return _command_parser(action.choices[word], argv[position + 1 :])
+    return parser
+
+
+def did_you_mean(message: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> str:
     """A "did you mean" line for the mistyped option or command an argparse error message names, or "".
+
+    With the command line ``argv``, an option is matched against those of the (sub)command it names only.
 
     Examples
     --------
@@ -85,13 +97,17 @@ def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
     'did you mean --features?'
     >>> did_you_mean("argument COMMAND: invalid choice: 'skecth' (choose from ...)", build_parser())
     'did you mean sketch?'
+    >>> did_you_mean("unrecognized arguments: --on-invalidd", build_parser(), ["store", "append", "--on-invalidd"])
+    'did you mean --on-invalid?'
+    >>> did_you_mean("unrecognized arguments: --on-invalidd", build_parser(), ["info", "--on-invalidd"])
+    ''
     """
     import difflib
     import re
 
     options = re.findall(r"(?<![\w-])(--[\w-]+)", message.split(":", 1)[-1])  # not "-separated", "1e-30"
     words = re.findall(r"invalid choice: '([^']+)'", message) or options
-    known = sorted(set(_option_strings(parser)))
+    known = sorted(set(_option_strings(parser if argv is None else _command_parser(parser, argv))))
     for word in words:
         match = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
         if match:
@@ -109,8 +125,12 @@ class Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # noqa: D102 - argparse's
+        self._argv = list(sys.argv[1:] if args is None else args)  # for error(): the command it names
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's
-        hint = did_you_mean(message, self)
+        hint = did_you_mean(message, self, getattr(self, "_argv", None))
         if hint:
             message = f"{message}\n{self.prog}: {hint}"
         super().error(message)
