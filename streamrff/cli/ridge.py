@@ -104,7 +104,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
             )
         if args.classify and args.classes is None:
             raise options.UsageError(
-                "sketch inputs with --classify need --classes: the classes every site encoded its labels with "
+                "--classify from sketch files needs --classes: the classes every site encoded its labels with "
                 "('streamrff sketch --target LABELS --classes ...'), in the same list."
             )
     else:
