@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
         epilog="Sites share one map: 'streamrff map A.zarr B.zarr -o map.json', then "
         "'streamrff sketch A.zarr --map map.json -o a.sketch' at each site, 'streamrff merge' / "
-        "'streamrff test a.sketch b.sketch'.\nRun 'streamrff COMMAND --help' for each command's options and an example.",
+        "'streamrff test a.sketch b.sketch'.\n"
+        "Run 'streamrff COMMAND --help' for each command's options and an example.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version="%(prog)s " + _version())

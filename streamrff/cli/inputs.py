@@ -35,7 +35,9 @@ def add_on_invalid(parser: argparse.ArgumentParser, aligned: bool = False, job: 
     ``job``: every job of the command takes it (:func:`streamrff.cli.options.job_options_of`)."""
     marked = (
         "; each skipped row's output row holds a missing marker (NaN, or -1 for labels), so the output stays "
-        "aligned with the rows" if aligned else ""
+        "aligned with the rows"
+        if aligned
+        else ""
     )
     parser.add_argument(
         "--on-invalid", choices=ON_INVALID, default="raise",

@@ -7,8 +7,8 @@ import math
 from typing import Any
 
 from . import options
-from .output import emit, map_line, show_progress
 from .inputs import add_on_invalid, add_sketches_alias, finite_rows, skipped_line
+from .output import emit, map_line, show_progress
 from .sketchfiles import load_checked_sketches
 
 _MAP_OPTIONS = ["features", "bandwidth", "seed"]
@@ -19,7 +19,8 @@ fit kernel ridge regression or classification; save the model file
 
 Kernel ridge regression in random-feature space, from one pass over SOURCE and TARGET (zarr arrays of
 the same rows), or from regression sketches of several sites (SKETCH ..., merged: the fit on all their
-rows; sketch files are told from data by their content). alpha is chosen by generalized cross-validation unless given. Prints alpha and the training R^2
+rows; sketch files are told from data by their content). alpha is chosen by generalized
+cross-validation unless given. Prints alpha and the training R^2
 (computed from the sketch's sums); with --classify, the training accuracy (a second, cheaper pass over
 SOURCE). From sketches, classification prints the R^2 of the +-1 scores instead: the sketches hold
 sums, not rows, so the accuracy needs the labels ('streamrff predict' at a site). The model file is the

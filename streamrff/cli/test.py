@@ -7,8 +7,8 @@ from typing import Any
 
 from .._base.formatting import p_equals
 from . import options
-from .output import emit
 from .inputs import add_on_invalid, add_sketches_alias, finite_rows, skipped_line
+from .output import emit
 from .sketchfiles import load_checked_sketches
 
 #: ``streamrff test --help``: the line ``streamrff --help`` shows, the description, the example.
