@@ -126,6 +126,8 @@ def test_sketch_inputs_by_position_the_alias_and_a_mix(cli_main, dirty, tmp_path
 
     mixed = cli_main("test", a, path)
     assert mixed.code == 2 and f"{a} is a sketch file but {path} is data" in mixed.err
+    missing = cli_main("test", a, str(tmp_path / "missing.sketch"))  # read as sketches: the load names the file
+    assert missing.code == 1 and "missing.sketch" in missing.err and missing.err.count("\n") == 1
     explained = cli_main("explain", a, path, "--source", path)
     assert explained.code == 2 and f"{path} is no sketch file" in explained.err
     both = cli_main("explain", a, "--sketches", a, b, "--source", path)

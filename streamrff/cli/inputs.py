@@ -48,7 +48,7 @@ def add_on_invalid(parser: argparse.ArgumentParser, aligned: bool = False, job: 
 
 
 def _kind_text(path: str, kind: str | None) -> str:
-    return f"{path} does not exist" if kind is None else f"{path} is {'a sketch file' if kind == 'sketch' else 'data'}"
+    return f"{path} is {'a sketch file' if kind == 'sketch' else 'data'}"
 
 
 def resolve_sketch_inputs(args: argparse.Namespace) -> str | None:
@@ -84,13 +84,13 @@ def resolve_sketch_inputs(args: argparse.Namespace) -> str | None:
         args.sketches = positional
         return None
     sketches = [kind == "sketch" for kind in kinds]
-    if positional and all(sketches):
+    if any(sketches) and all(kind in (None, "sketch") for kind in kinds):  # a missing one: its load names it
         args.sketches, args.__dict__[dest] = positional, [] if isinstance(given, list) else None
         return None
     args.sketches = None
     if any(sketches):
         first = sketches.index(True)
-        other = sketches.index(False)
+        other = next(index for index, kind in enumerate(kinds) if kind not in (None, "sketch"))
         raise UsageError(
             f"{_kind_text(positional[first], 'sketch')} but {_kind_text(positional[other], kinds[other])}: give "
             "sketch files only, or data sources only."
