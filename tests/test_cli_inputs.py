@@ -91,6 +91,7 @@ def test_two_sample_test_skip_equals_the_test_without_those_rows(cli_main, dirty
 
     refused = cli_main("test", path, y_path, *flags)
     assert refused.code == 1 and "row" in refused.err and len(refused.err.strip().splitlines()) == 1
+    assert "pass --on-invalid skip" in refused.err
 
     result = cli_main("test", path, y_path, *flags, "--on-invalid", "skip")
     assert result.code == 0, result.err

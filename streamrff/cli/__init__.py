@@ -255,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointMismatchError as error:  # a --checkpoint folder of another source: the command line is wrong
         parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
     except (StreamRFFError, FileNotFoundError) as error:
-        print(f"streamrff {args.command}: error: {error}", file=sys.stderr)
+        from .inputs import invalid_row_hint
+
+        print(f"streamrff {args.command}: error: {invalid_row_hint(str(error), args)}", file=sys.stderr)
         return EXIT_FAILED
     except StopRequested as stop:  # before the service's state was touched: its summary, and the status it documents
         return stops(args, stop)

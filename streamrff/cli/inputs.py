@@ -187,3 +187,29 @@ def skipped_line(names: Sequence[str], found: Sequence[FiniteRows]) -> str:
     """The report line of the rows ``--on-invalid skip`` left out, e.g. ``skipped 3 rows of X holding NaN or inf``."""
     parts = [f"{rows.n_invalid:,} of {name}" for name, rows in zip(names, found)]
     return f"  skipped (--on-invalid skip): rows holding NaN or inf: {', '.join(parts)}"
+
+
+#: The library's advice on a NaN/inf row, as each path words it; the CLI names its own option instead.
+_LIBRARY_HINTS = (
+    "Clean the data first: every row is needed here.",
+    "Clean the data, or pass on_invalid='skip' (CLI: --on-invalid skip) to skip such rows.",
+    "Drop or impute those rows, or pass on_invalid='skip' to streamrff.sketch to skip them.",
+)
+
+
+def invalid_row_hint(message: str, args: argparse.Namespace) -> str:
+    """``message`` with the library's advice on a NaN/inf row replaced by this command's ``--on-invalid skip``.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from streamrff.cli.inputs import invalid_row_hint
+    >>> invalid_row_hint("NaN or inf in row 3. Clean the data first: every row is needed here.",
+    ...                  argparse.Namespace(on_invalid="raise"))
+    'NaN or inf in row 3. Clean the data, or pass --on-invalid skip to leave such rows out.'
+    """
+    if getattr(args, "on_invalid", None) != "raise" or "NaN or inf" not in message:
+        return message
+    for hint in _LIBRARY_HINTS:
+        message = message.replace(hint, "Clean the data, or pass --on-invalid skip to leave such rows out.")
+    return message
