@@ -155,6 +155,8 @@ def test_every_command_refuses_abbreviations_and_suggests(cli_main):
     ]:
         result = cli_main(*argv)
         assert result.code == 2 and hint in result.err, (argv, result.err)
+    hidden = cli_main("test", "a.sketch", "b.sketch", "--sketchs")  # never a deprecated spelling
+    assert hidden.code == 2 and "did you mean --sketches" not in hidden.err
     unknown_here = cli_main("info", "x.sketch", "--on-invalidd")  # an option of other commands only: no hint
     assert unknown_here.code == 2 and "did you mean" not in unknown_here.err
 

@@ -65,8 +65,12 @@ def _version() -> str:
 
 
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    """Every long option and command name of a parser and of its subcommands' parsers."""
-    found = [option for option in parser._option_string_actions if option.startswith("--")]
+    """Every long option and command name of a parser and of its subcommands' parsers (not the hidden aliases)."""
+    found = [
+        option
+        for option, action in parser._option_string_actions.items()
+        if option.startswith("--") and action.help != argparse.SUPPRESS
+    ]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             found.extend(action.choices)
