@@ -167,3 +167,20 @@ def test_on_invalid_and_missing_chunks_on_every_command_that_reads_rows(command)
     actions = {option: action for action in parser._actions for option in action.option_strings}
     assert list(actions["--on-invalid"].choices) == ["raise", "skip"] and actions["--on-invalid"].default == "raise"
     assert "--allow-missing-chunks" in actions
+
+
+def test_ridge_skip_fits_the_finite_rows(cli_main, dirty, tmp_zarr, tmp_path):
+    path, X, keep = dirty
+    y = np.where(np.isfinite(X).all(axis=1), np.nan_to_num(X[:, 0] - 2 * X[:, 1], posinf=0, neginf=0), 0.0)
+    target = tmp_zarr(y, 32, "y.zarr")
+    out = str(tmp_path / "model.json")
+    flags = ["--features", "32", "--bandwidth", "1.0", "--seed", "0", "--alpha", "0.5", "--json"]
+    result = cli_main("ridge", path, "--target", target, "-o", out, *flags, "--on-invalid", "skip")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["n_invalid"] == 3
+    from streamrff.ridge.modelfile import load_model
+
+    expected = srf.KernelRidge(alpha=0.5, n_features=32, bandwidth=1.0, seed=0).fit(X[keep], y[keep])
+    probe = np.random.default_rng(4).normal(size=(20, 2))
+    np.testing.assert_allclose(np.asarray(load_model(out).predict(probe)), np.asarray(expected.predict(probe)),
+                               rtol=1e-6, atol=1e-5)  # fmt: skip
