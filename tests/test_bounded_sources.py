@@ -142,7 +142,7 @@ def test_cli_explain_allow_missing_chunks(cli_main, array_with_a_deleted_chunk, 
     sketches = [str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch")]
     srf.sketch_array(zeroed[:500], rff, moments=True).save(sketches[0])
     srf.sketch_array(zeroed[500:], rff, moments=True).save(sketches[1])
-    explain = ["explain", "--sketches", *sketches, "--source", path, "--top", "5", "--json"]
+    explain = ["explain", *sketches, "--source", path, "--top", "5", "--json"]
 
     code, _, err = cli_main(*explain)
     assert code == 1 and "Chunk 'c/4/0'" in err and "--allow-missing-chunks" in err

@@ -61,7 +61,7 @@ def test_cli_test_from_sketches(capsys, two_samples, tmp_path, method):
         code, _, _ = run(capsys, "sketch", path, "-o", str(tmp_path / name), "--features", "64",
                          "--bandwidth", "1.5", "--moments")  # fmt: skip
         assert code == 0
-    code, out, _ = run(capsys, "test", "--sketches", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"),
+    code, out, _ = run(capsys, "test", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"),
                        "--null", method, "--json")  # fmt: skip
     assert code == 0
     payload = json.loads(out)

@@ -39,7 +39,7 @@ def test_cli_explain_ranks_the_planted_rows_and_reports_the_interval(capsys, pla
     A, B, (a_path, b_path), (a_sketch, b_sketch) = planted
     capsys.readouterr()
     plot = tmp_path / "where.png"
-    code, out, _ = run(capsys, "explain", "--sketches", a_sketch, b_sketch, "--source", b_path, "--top", "10",
+    code, out, _ = run(capsys, "explain", a_sketch, b_sketch, "--source", b_path, "--top", "10",
                        "--json", "--plot", str(plot))  # fmt: skip
     assert code == 0
     payload = json.loads(out)
@@ -54,7 +54,7 @@ def test_cli_explain_ranks_the_planted_rows_and_reports_the_interval(capsys, pla
     assert low < payload["statistic"] < high and payload["mmd"] == pytest.approx(np.sqrt(payload["statistic"]))
     assert sum(payload["histogram"]["counts"]) == 1500
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code, out, _ = run(capsys, "explain", "--sketches", a_sketch, b_sketch, "--source", a_path, "--top", "3")
+    code, out, _ = run(capsys, "explain", a_sketch, b_sketch, "--source", a_path, "--top", "3")
     assert code == 0 and "A is most over-represented against B" in out
     assert "(range 0 to sqrt(2)), 95% interval [" in out and "(Gaussian kernel)" in out
 
@@ -63,9 +63,9 @@ def test_cli_explain_refuses_bad_column_pairs_and_sketches(capsys, planted):
     _, _, (a_path, _), (a_sketch, b_sketch) = planted
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        main(["explain", "--sketches", a_sketch, b_sketch, "--source", a_path, "--plot-columns", "1,1"])
+        main(["explain", a_sketch, b_sketch, "--source", a_path, "--plot-columns", "1,1"])
     assert exit_info.value.code == 2
-    code, _, err = run(capsys, "explain", "--sketches", a_sketch, "missing.sketch", "--source", a_path)
+    code, _, err = run(capsys, "explain", a_sketch, "missing.sketch", "--source", a_path)
     assert code != 0 and "missing.sketch" in err and "Traceback" not in err
 
 

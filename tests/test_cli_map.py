@@ -69,7 +69,7 @@ def test_cli_map_then_sketch_map_at_each_site_merges_and_tests(capsys, sites, tm
         assert json.loads(out)["fingerprint"] == fingerprint
     code, _, err = run(capsys, "merge", sa, sb, "-o", both)
     assert code == 0, err
-    code, out, err = run(capsys, "test", "--sketches", sa, sb, "--null", "spectral", "--json")
+    code, out, err = run(capsys, "test", sa, sb, "--null", "spectral", "--json")
     assert code == 0, err
 
     feature_map = srf.load_map(map_path)
@@ -154,7 +154,7 @@ def test_cli_merge_and_test_of_two_median_maps_name_the_difference_and_the_fix(c
     merge_code, _, merge_err = run(
         capsys, "merge", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"), "-o", str(tmp_path / "m")
     )
-    test_code, _, test_err = run(capsys, "test", "--sketches", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"))
+    test_code, _, test_err = run(capsys, "test", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"))
 
     difference = f"bandwidth {bandwidths[0]:.4g} vs {bandwidths[1]:.4g}"
     for code, err in ((merge_code, merge_err), (test_code, test_err)):
@@ -170,7 +170,7 @@ def test_cli_test_sketches_without_moments_names_the_cli_fix(capsys, sites, tmp_
     assert run(capsys, "sketch", a, "-o", str(tmp_path / "a.sketch"), "--features", "32", "--bandwidth", "1.0")[0] == 0
     assert run(capsys, "sketch", b, "-o", str(tmp_path / "b.sketch"), "--map", str(tmp_path / "a.sketch"))[0] == 0
 
-    code, _, err = run(capsys, "test", "--sketches", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"))
+    code, _, err = run(capsys, "test", str(tmp_path / "a.sketch"), str(tmp_path / "b.sketch"))
 
     assert code == 1  # the data lack what the test needs: exit 1 by the table of docs/cli.rst (was 2)
     assert "was sketched without second moments" in err and "--moments" in err

@@ -96,7 +96,7 @@ def test_cli_sketch_halves_then_ridge_sketches_give_the_whole_data_fit(cli_main,
         )
         assert summary["kind"] == "regression" and summary["n_targets"] == 2
     model_path = str(tmp_path / "model.json")
-    payload = run_cli("ridge", "--sketches", *parts, "-o", model_path, "--alpha", "0.01")
+    payload = run_cli("ridge", *parts, "-o", model_path, "--alpha", "0.01")
     assert payload["alpha"] == 0.01 and payload["n_samples"] == N_ROWS
 
     whole = srf.KernelRidge(alpha=0.01, feature_map=srf.load_map(map_path)).fit(X, Y)
@@ -114,7 +114,7 @@ def test_cli_sketch_target_prints_rows_target_summary_and_ridge_command(cli_main
     mean, std = Y[:HALF].mean(axis=0), Y[:HALF].std(axis=0)  # numpy's, on the same rows
     assert f"wrote {output}: {HALF:,} rows sketched" in text
     assert f"target mean (std): {mean[0]:.4g} ({std[0]:.4g}), {mean[1]:.4g} ({std[1]:.4g})" in text
-    assert f"next: streamrff ridge --sketches {output} [other sites' sketches] -o model.json" in text
+    assert f"next: streamrff ridge {output} [other sites' sketches] -o model.json" in text
     assert "explained variance" not in text  # kernel PCA's spectrum is not what a ridge user needs
     payload = run_in_process(cli_main, "sketch", arrays["X_a"], "--target", arrays["Y_a"], "--map", map_path,
                              "-o", str(tmp_path / "b.sketch"))  # fmt: skip
@@ -125,7 +125,7 @@ def test_cli_sketch_target_prints_rows_target_summary_and_ridge_command(cli_main
     code, text, err = cli_main("sketch", arrays["X_a"], "--target", arrays["labels_a"], "--classes", "0,1,2",
                                "--map", map_path, "-o", labelled)  # fmt: skip
     assert code == 0, err
-    assert f"next: streamrff ridge --sketches {labelled} [other sites' sketches] --classify --classes 0,1,2" in text
+    assert f"next: streamrff ridge {labelled} [other sites' sketches] --classify --classes 0,1,2" in text
 
 
 def test_cli_classification_at_two_sites_and_from_one_source(cli_main, arrays, tmp_path):
@@ -138,7 +138,7 @@ def test_cli_classification_at_two_sites_and_from_one_source(cli_main, arrays, t
     assert srf.load(parts[0]).classes == (0, 1, 2)
     merged_path = str(tmp_path / "merged.json")
     payload = run_in_process(
-        cli_main, "ridge", "--sketches", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path
+        cli_main, "ridge", *parts, "--classify", "--classes", "0,1,2", "-o", merged_path
     )
     assert payload["classes"] == [0, 1, 2] and "training_accuracy" not in payload
     # A site that encoded other classes (as many columns) does not merge with the others.
@@ -148,7 +148,7 @@ def test_cli_classification_at_two_sites_and_from_one_source(cli_main, arrays, t
     stored[...] = LABELS[HALF:] + 1
     run_in_process(cli_main, "sketch", arrays["X_b"], "--target", labels_path, "--classes", "1,2,3",
                    "--map", map_path, "-o", shifted)  # fmt: skip
-    code, _, error = cli_main("ridge", "--sketches", parts[0], shifted, "--classify", "--classes", "0,1,2",
+    code, _, error = cli_main("ridge", parts[0], shifted, "--classify", "--classes", "0,1,2",
                             "-o", str(tmp_path / "refused.json"))  # fmt: skip
     assert code == 1 and "different classes: classes [0, 1, 2] vs classes [1, 2, 3]" in error
 
@@ -190,7 +190,7 @@ def test_cli_ridge_errors_are_one_line_with_exit_code_1_for_bad_data(cli_main, f
     cases = [
         (("sketch", fitted["X"], "--target", fitted["Y_a"], "--map", fitted["map"], "-o", out),
          "Expected a target with one row per row"),
-        (("ridge", "--sketches", fitted["mean"], "-o", out), "'mean' sketch; ridge needs regression sketches"),
+        (("ridge", fitted["mean"], "-o", out), "'mean' sketch; ridge needs regression sketches"),
         (("predict", fitted["map"], fitted["X"], "-o", out), "It is a map file"),
         (("predict", str(tampered), fitted["X"], "-o", out), "does not match its digest"),
         (("predict", fitted["model"], fitted["labels"], "-o", out), "Expected"),
@@ -208,12 +208,12 @@ def test_cli_ridge_usage_errors_exit_2(cli_main, fitted, tmp_path):
     out = str(tmp_path / "out.json")
     cases = [
         (("ridge", "-o", out), "Got neither"),
-        (("ridge", fitted["X"], "--target", fitted["Y"], "--sketches", fitted["mean"], "-o", out), "Got both"),
+        (("ridge", fitted["X"], "--target", fitted["Y"], "--sketches", fitted["mean"], "-o", out), "by position"),
         (("ridge", fitted["X"], "-o", out), "SOURCE needs --target"),
-        (("ridge", "--sketches", fitted["mean"], "--features", "8", "-o", out), "Drop --features"),
-        (("ridge", "--sketches", fitted["mean"], "--classify", "-o", out), "needs --classes"),
+        (("ridge", fitted["mean"], "--features", "8", "-o", out), "Drop --features"),
+        (("ridge", fitted["mean"], "--classify", "-o", out), "needs --classes"),
         (("ridge", fitted["X"], "--target", fitted["Y"], "--classes", "0,1", "--classify", "-o", out),
-         "--classes is for --sketches"),
+         "--classes is for sketch inputs"),
         (("ridge", fitted["X"], "--target", fitted["Y"], "--alpha", "-1", "-o", out), "a positive number or 'auto'"),
         (("ridge", fitted["X"], "--target", fitted["Y"], "--map", fitted["map"], "--seed", "3", "-o", out),
          "Drop --seed"),

@@ -60,10 +60,10 @@ def test_cli_test_null_option_and_deprecated_method_alias_give_the_same_result(c
     second.save(tmp_path / "b.sketch")
 
     new = run_in_process(
-        cli_main, "test", "--sketches", paths["a8"], str(tmp_path / "b.sketch"), "--null", "hotelling", "--json"
+        cli_main, "test", paths["a8"], str(tmp_path / "b.sketch"), "--null", "hotelling", "--json"
     )
     old = run_in_process(
-        cli_main, "test", "--sketches", paths["a8"], str(tmp_path / "b.sketch"), "--method", "hotelling", "--json"
+        cli_main, "test", paths["a8"], str(tmp_path / "b.sketch"), "--method", "hotelling", "--json"
     )
 
     assert new.returncode == 0 and new.stderr == "", new.stderr
@@ -103,7 +103,7 @@ def test_cli_old_and_new_spelling_that_disagree_exit_2(cli_main, tmp_path):
 def test_cli_test_reports_missing_moments_and_map_mismatch_together_with_exit_1(cli_main, sketch_files):
     paths, _ = sketch_files
 
-    result = run_in_process(cli_main, "test", "--sketches", paths["a8"], paths["b8"], "--null", "spectral")
+    result = run_in_process(cli_main, "test", paths["a8"], paths["b8"], "--null", "spectral")
 
     assert result.returncode == 1  # the data are wrong, not the command line
     assert result.stderr.startswith("streamrff test: error: 2 problems with the input sketches:")
@@ -137,7 +137,7 @@ def test_cli_command_line_problems_are_reported_together_with_exit_2(cli_main, s
     paths, _ = sketch_files
 
     result = run_in_process(
-        cli_main, "test", "--sketches", paths["a8"], paths["b8"], "--null", "permutation", "--features", "64"
+        cli_main, "test", paths["a8"], paths["b8"], "--null", "permutation", "--features", "64"
     )
 
     assert result.returncode == 2

@@ -194,18 +194,18 @@ def test_cli_sketch_columns_then_explain_ranks_the_shifted_column_first(capsys, 
     assert _run(capsys, "sketch", b_path, "-o", b_sketch, "--map", a_sketch, "--columns")[0] == 0
     code, out, _ = _run(capsys, "info", a_sketch, "--json")
     assert code == 0 and json.loads(out)["columns"]["n_columns"] == 5
-    code, out, _ = _run(capsys, "explain", "--sketches", a_sketch, b_sketch, "--source", a_path, "--top", "3", "--json")
+    code, out, _ = _run(capsys, "explain", a_sketch, b_sketch, "--source", a_path, "--top", "3", "--json")
     assert code == 0
     columns = json.loads(out)["columns"]
     assert columns["columns"][0] == 3 and columns["adjusted_p_values"][0] < 0.01 and columns["n_permutations"] == 0
     assert columns["null"].startswith("spectral null from the column moments")
-    code, out, _ = _run(capsys, "explain", "--sketches", a_sketch, b_sketch, "--source", a_path, "--top", "3")
+    code, out, _ = _run(capsys, "explain", a_sketch, b_sketch, "--source", a_path, "--top", "3")
     lines = out.splitlines()
     title = next(index for index, line in enumerate(lines) if line.startswith("columns, largest MMD first"))
     assert lines[title + 2].split()[0] == "3"  # below the table's header: the shifted column
     # without column parts: one line saying how to get them
     assert _run(capsys, "sketch", b_path, "-o", plain, "--map", a_sketch)[0] == 0
-    code, out, _ = _run(capsys, "explain", "--sketches", a_sketch, plain, "--source", a_path, "--top", "3")
+    code, out, _ = _run(capsys, "explain", a_sketch, plain, "--source", a_path, "--top", "3")
     assert code == 0 and out.splitlines()[-1] == (
         "columns: no column table: sketch B with --columns (columns=True) for one test per column"
     )

@@ -169,7 +169,7 @@ COMMANDS = {
     "map": lambda i, out: ["map", i["source"], "--features", "16", "-o", f"{out}/map.json"],
     "kpca": lambda i, out: ["kpca", i["source"], "--components", "2", "--features", "16", "-o", f"{out}/s.zarr"],
     "kmeans": lambda i, out: ["kmeans", i["source"], "--clusters", "2", "--features", "16", "-o", f"{out}/l.zarr"],
-    "test --plot": lambda i, out: ["test", "--sketches", i["a"], i["b"], "--plot", f"{out}/null.png"],
+    "test --plot": lambda i, out: ["test", i["a"], i["b"], "--plot", f"{out}/null.png"],
 }
 
 

@@ -443,9 +443,9 @@ def test_with_a_key_set_test_explain_and_ridge_refuse_a_tampered_sketch(tmp_path
     srf.regression_sketch_array(ROWS, targets, feature_map).save(tampered, signing_key=KEY)
     rewrite_attrs(tampered, count=len(ROWS) + 1)
     commands = [
-        ("test", "--sketches", str(first), str(second)),
-        ("explain", "--sketches", str(first), str(second), "--source", str(tmp_path / "rows.zarr")),
-        ("ridge", "--sketches", str(regression), str(tampered), "-o", str(tmp_path / "m.model")),
+        ("test", str(first), str(second)),
+        ("explain", str(first), str(second), "--source", str(tmp_path / "rows.zarr")),
+        ("ridge", str(regression), str(tampered), "-o", str(tmp_path / "m.model")),
     ]
     for command in commands:
         result = run_in_process(cli_main, monkeypatch, *command, key_in_environment=True)

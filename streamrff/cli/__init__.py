@@ -65,8 +65,12 @@ def _version() -> str:
 
 
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    """Every long option and command name of a parser and of its subcommands' parsers."""
-    found = [option for option in parser._option_string_actions if option.startswith("--")]
+    """Every long option and command name of a parser and of its subcommands' parsers (not the hidden aliases)."""
+    found = [
+        option
+        for option, action in parser._option_string_actions.items()
+        if option.startswith("--") and action.help != argparse.SUPPRESS
+    ]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             found.extend(action.choices)
@@ -75,8 +79,20 @@ def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return found
 
 
-def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
+def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``argv`` names (``store append`` -> its parser), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for position, word in enumerate(argv):
+                if word in action.choices:
+                    return _command_parser(action.choices[word], argv[position + 1 :])
+    return parser
+
+
+def did_you_mean(message: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> str:
     """A "did you mean" line for the mistyped option or command an argparse error message names, or "".
+
+    With the command line ``argv``, an option is matched against those of the (sub)command it names only.
 
     Examples
     --------
@@ -85,13 +101,17 @@ def did_you_mean(message: str, parser: argparse.ArgumentParser) -> str:
     'did you mean --features?'
     >>> did_you_mean("argument COMMAND: invalid choice: 'skecth' (choose from ...)", build_parser())
     'did you mean sketch?'
+    >>> did_you_mean("unrecognized arguments: --on-invalidd", build_parser(), ["store", "append", "--on-invalidd"])
+    'did you mean --on-invalid?'
+    >>> did_you_mean("unrecognized arguments: --on-invalidd", build_parser(), ["info", "--on-invalidd"])
+    ''
     """
     import difflib
     import re
 
     options = re.findall(r"(?<![\w-])(--[\w-]+)", message.split(":", 1)[-1])  # not "-separated", "1e-30"
     words = re.findall(r"invalid choice: '([^']+)'", message) or options
-    known = sorted(set(_option_strings(parser)))
+    known = sorted(set(_option_strings(parser if argv is None else _command_parser(parser, argv))))
     for word in words:
         match = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
         if match:
@@ -109,8 +129,12 @@ class Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # noqa: D102 - argparse's
+        self._argv = list(sys.argv[1:] if args is None else args)  # for error(): the command it names
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's
-        hint = did_you_mean(message, self)
+        hint = did_you_mean(message, self, getattr(self, "_argv", None))
         if hint:
             message = f"{message}\n{self.prog}: {hint}"
         super().error(message)
@@ -136,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sketch out-of-core data in kernel space on Dask, merge sketches, inspect them.",
         epilog="Sites share one map: 'streamrff map A.zarr B.zarr -o map.json', then "
         "'streamrff sketch A.zarr --map map.json -o a.sketch' at each site, 'streamrff merge' / "
-        "'streamrff test --sketches'.\nRun 'streamrff COMMAND --help' for each command's options and an example.",
+        "'streamrff test a.sketch b.sketch'.\n"
+        "Run 'streamrff COMMAND --help' for each command's options and an example.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version="%(prog)s " + _version())
@@ -213,6 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 install_store_deadlines(_names_object_storage(args))  # every store request has a deadline
                 quiet_unclosed_sessions()
                 args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
+            from .inputs import resolve_sketch_inputs
+
+            deprecation = resolve_sketch_inputs(args)  # sketch files and data sources told apart by their kind
+            if deprecation:
+                print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             check_inputs_kept(args)  # before anything is read: no output destroys an input
             job = job_options_of(args)
             if job:  # a command that runs jobs: every job and source of it takes the command line's options
@@ -229,7 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointMismatchError as error:  # a --checkpoint folder of another source: the command line is wrong
         parser.exit(EXIT_USAGE, f"streamrff {args.command}: error: {error}\n")
     except (StreamRFFError, FileNotFoundError) as error:
-        print(f"streamrff {args.command}: error: {error}", file=sys.stderr)
+        from .inputs import invalid_row_hint
+
+        print(f"streamrff {args.command}: error: {invalid_row_hint(str(error), args)}", file=sys.stderr)
         return EXIT_FAILED
     except StopRequested as stop:  # before the service's state was touched: its summary, and the status it documents
         return stops(args, stop)

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from . import options
+from .inputs import add_on_invalid, add_sketches_alias
 from .output import emit
 
 #: ``streamrff explain --help``: the line ``streamrff --help`` shows, the description, the example.
@@ -19,10 +20,9 @@ where B is when it resembles B (--which chooses). One pass over the source; only
 When both sketches were made with 'streamrff sketch --columns', it adds the column table: one test
 per input column from the sketches alone (spectral null of the column moments, Holm-adjusted).
 
-example: streamrff explain --sketches a.sketch b.sketch --source a.zarr \\
-         --top 20
-         streamrff explain --sketches a.sketch b.sketch --source b.zarr \\
-         --plot where.png --json
+example: streamrff explain a.sketch b.sketch --source a.zarr --top 20
+         streamrff explain a.sketch b.sketch --source b.zarr --plot where.png \\
+         --json
 """
 
 
@@ -39,9 +39,9 @@ def _column_pair(text: str) -> tuple[int, int]:
 
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "explain", HELP, run)
-    parser.add_argument(
-        "--sketches", nargs=2, metavar=("A", "B"), required=True, help="mean sketch files of A and B (one map)"
-    )
+    parser.add_argument("sketches", nargs="*", metavar="SKETCH", help="the mean sketch files A and B (one map)")
+    add_sketches_alias(parser, 2)
+    parser.set_defaults(sketch_inputs="sketches")
     parser.add_argument("--source", required=True, help="zarr array (path or URL) whose rows are ranked")
     parser.add_argument("--top", type=options.positive_int, default=20, help="rows to print (default: 20)")
     parser.add_argument(
@@ -66,6 +66,7 @@ def add_parser(commands: Any) -> None:
         help="--plot: map the witness over these two input columns (default: the top two kernel PCs)",
     )
     options.add_overwrite(parser, "replace an existing --plot file")
+    add_on_invalid(parser, job=True)
     options.add_scheduler(parser)
     options.add_source_options(parser)
     options.add_verify_key(parser)
@@ -111,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     from ..twosample import explain  # here, not at the top: start-up time
     from .sketchfiles import load_checked_sketches
 
+    if len(args.sketches) != 2:
+        raise options.UsageError(f"expected two sketch files A B. Got {len(args.sketches)}.")
     options.check_plot_free(args)
     sketches = load_checked_sketches(
         args.sketches, args.storage_options, min_rows=1, verify_key=options.verify_key(args)

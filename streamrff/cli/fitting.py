@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import options
+from .inputs import add_on_invalid, finite_rows, skipped_line
 from .output import emit
 
 #: The options that choose the feature space of ``kmeans`` and ``kpca``; ``--map`` refuses them.
@@ -23,6 +24,7 @@ def add_feature_space_options(parser: argparse.ArgumentParser, features_help: st
     options.add_bandwidth(parser)
     options.add_structured(parser, "structured orthogonal features (SORF), O(D log d) per row (rff; for wide rows)")
     options.add_verify_key(parser)  # a key set means --map must verify (docs/security.rst)
+    add_on_invalid(parser, aligned=True)
 
 
 def resolve_feature_space(args: argparse.Namespace) -> Any:
@@ -67,11 +69,18 @@ def fit_write_report(
     storage_options = args.storage_options
     options.check_output_free(args.output, storage_options, args.overwrite)
     with options.one_connection() as client:
+        skipped = finite_rows(args.source, "SOURCE", client) if args.on_invalid == "skip" else None
+        source = args.source if skipped is None else skipped.clean  # --on-invalid skip: fitted on the finite rows
         if model.feature_map is not None and not model.feature_map.is_fitted():  # --structured
-            model.set_params(feature_map=options.fit_on_sources(model.feature_map, [args.source]))
-        model.fit(args.source, **fit_options)
-        values = per_row(model, args.source, storage_options=storage_options)
+            model.set_params(feature_map=options.fit_on_sources(model.feature_map, [source]))
+        model.fit(source, **fit_options)
+        values = per_row(model, source, storage_options=storage_options)
+        if skipped is not None:  # a missing marker in each skipped row's output row: the output stays row-aligned
+            values = skipped.restore(values)
         write_zarr(values, args.output, storage_options=storage_options, client=client, overwrite=args.overwrite)
     payload, lines = report(model)
+    if skipped is not None:
+        payload["n_invalid"] = skipped.n_invalid
+        lines.append(skipped_line(["SOURCE"], [skipped]))
     emit(args, {"output": args.output, **payload, "map": model.feature_map_.spec}, lines)
     return options.EXIT_OK

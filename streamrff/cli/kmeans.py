@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     def report(fitted: KernelKMeans) -> tuple[dict[str, Any], list[str]]:
         import dask.array as da  # here, not at the top: start-up time
 
-        sizes = da.bincount(open_output(args.output, args.storage_options), minlength=args.clusters).compute()
+        labels = open_output(args.output, args.storage_options)  # -1: a row --on-invalid skip left out
+        sizes = da.bincount(da.where(labels < 0, args.clusters, labels), minlength=args.clusters + 1)[:-1].compute()
         method = "kjl" if fitted.feature_map_.spec["kind"] == "kjl" else "rff"
         payload = {
             "n_clusters": int(args.clusters),

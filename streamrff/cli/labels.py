@@ -2,7 +2,7 @@
 text, label arrays read from zarr, and their one-vs-rest targets.
 
 A multi-site classification encodes labels at each site (``sketch --target LABELS
---classes a,b,c``) and decodes scores at the coordinator (``ridge --sketches ...
+--classes a,b,c``) and decodes scores at the coordinator (``ridge SKETCH ...
 --classify --classes a,b,c``): both ends must sort the classes the same way
 without seeing each other's data. So :func:`classes_of` reads ``--classes``
 by one rule that does not depend on the labels: integers if every label is one,

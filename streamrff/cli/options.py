@@ -441,6 +441,8 @@ def job_options_of(args: argparse.Namespace) -> dict[str, Any]:
     found = {option: getattr(args, name) for name, option in names.items() if hasattr(args, name)}
     if hasattr(args, "allow_missing_chunks"):
         found["allow_missing_chunks"] = bool(args.allow_missing_chunks)
+    if getattr(args, "on_invalid_job", False):  # cli.inputs.add_on_invalid(job=True)
+        found["on_invalid"] = args.on_invalid
     return found
 
 

@@ -117,7 +117,7 @@ def target_summary(sketch: Any) -> dict[str, list[float]]:
 def ridge_command(path: str, classes: Any) -> str:
     """The command that fits kernel ridge on a regression sketch written to ``path`` (and the other sites')."""
     classify = "" if classes is None else f" --classify --classes {','.join(map(str, classes))}"
-    return f"streamrff ridge --sketches {path} [other sites' sketches]{classify} -o model.json"
+    return f"streamrff ridge {path} [other sites' sketches]{classify} -o model.json"
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from . import options
+from .inputs import add_on_invalid, add_sketches_alias, finite_rows, skipped_line
 from .output import emit, map_line, show_progress
 from .sketchfiles import load_checked_sketches
 
@@ -17,21 +18,22 @@ HELP = """\
 fit kernel ridge regression or classification; save the model file
 
 Kernel ridge regression in random-feature space, from one pass over SOURCE and TARGET (zarr arrays of
-the same rows), or from regression sketches of several sites (--sketches, merged: the fit on all their
-rows). alpha is chosen by generalized cross-validation unless given. Prints alpha and the training R^2
+the same rows), or from regression sketches of several sites (SKETCH ..., merged: the fit on all their
+rows; sketch files are told from data by their content). alpha is chosen by generalized
+cross-validation unless given. Prints alpha and the training R^2
 (computed from the sketch's sums); with --classify, the training accuracy (a second, cheaper pass over
-SOURCE). From --sketches, classification prints the R^2 of the +-1 scores instead: the sketches hold
+SOURCE). From sketches, classification prints the R^2 of the +-1 scores instead: the sketches hold
 sums, not rows, so the accuracy needs the labels ('streamrff predict' at a site). The model file is the
 map file plus the coefficients (JSON, no pickle): 'streamrff predict MODEL SOURCE -o out.zarr'.
 For wide maps, --rank K solves on the top K eigen-directions of the feature covariance from a low-rank
-sketch (D x 2K numbers instead of D x D; 'streamrff.KernelRidge(rank=K)'); --sketches then also takes
-low-rank regression sketches.
+sketch (D x 2K numbers instead of D x D; 'streamrff.KernelRidge(rank=K)'); sketch inputs may then also
+be low-rank regression sketches.
 
 example: streamrff ridge X.zarr --target y.zarr -o model.json --features 2048
          streamrff ridge X.zarr --target labels.zarr --classify -o model.json
-         streamrff ridge --sketches site-a.sketch site-b.sketch -o model.json
-         streamrff ridge --sketches a.sketch b.sketch --classify \\
-         --classes 0,1,2 -o model.json
+         streamrff ridge site-a.sketch site-b.sketch -o model.json
+         streamrff ridge a.sketch b.sketch --classify --classes 0,1,2 \\
+         -o model.json
          streamrff ridge X.zarr --target y.zarr -o model.json \\
          --features 16384 --rank 512
 """
@@ -44,16 +46,15 @@ alpha_value = options.positive_number_or("auto")
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "ridge", HELP, run)
     parser.add_argument(
-        "source", nargs="?", default=None, metavar="SOURCE",
-        help="zarr array of rows (path or URL); or give --sketches instead",
+        "sources", nargs="*", metavar="SOURCE|SKETCH",
+        help="a zarr array of rows (path or URL), with --target; or regression sketch files ('streamrff sketch "
+        "--target') of one map, merged (told apart by their content)",
     )  # fmt: skip
+    add_sketches_alias(parser, "+")
+    parser.set_defaults(sketch_inputs="sources", source=None)
     options.add_target(
         parser, "with SOURCE: zarr array of targets, shape (n,) or (n, t), or of class labels with --classify"
     )
-    parser.add_argument(
-        "--sketches", nargs="+", metavar="SKETCH", default=None,
-        help="regression sketches ('streamrff sketch --target') of one map, merged, instead of SOURCE",
-    )  # fmt: skip
     options.add_output(parser, "where to write the model file (path or URL, e.g. model.json)")
     parser.add_argument(
         "--classify", action="store_true",
@@ -61,7 +62,7 @@ def add_parser(commands: Any) -> None:
     )  # fmt: skip
     options.add_classes(
         parser,
-        "with --sketches --classify: the comma-separated classes the sites encoded their labels with "
+        "with sketch inputs and --classify: the comma-separated classes the sites encoded their labels with "
         "('streamrff sketch --classes'), the same list",
     )
     parser.add_argument(
@@ -71,35 +72,40 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--rank", type=options.positive_int, default=None,
         help="solve on the top K eigen-directions of a low-rank sketch (for wide maps; default: the full D x D "
-        "system, or with --sketches of low-rank sketches half their sketch size)",
+        "system, or from low-rank sketch inputs half their sketch size)",
     )  # fmt: skip
-    options.add_map_file(parser, "--features, --bandwidth and --seed, and with --sketches (they fix the map)")
+    options.add_map_file(parser, "--features, --bandwidth and --seed, and with sketch inputs (they fix the map)")
     options.add_features(parser)
     options.add_bandwidth(parser)
     options.add_seed(parser, "seed of the map and of its row sample")
     options.add_sign_key(parser, "sign the model (HMAC-SHA256) with the key in FILE; inputs must verify with it")
     options.add_verify_key(parser, signs=True)
+    add_on_invalid(parser)
     options.add_job_options(parser)
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
-    """SOURCE with --target, or --sketches without map options: refuse every other combination (exit 2)."""
-    if (args.source is None) == (args.sketches is None):
+    """SOURCE with --target, or sketch files without map options: refuse every other combination (exit 2)."""
+    if args.sketches is None and len(args.sources) != 1:
         raise options.UsageError(
-            "Expected SOURCE --target TARGET, or --sketches SKETCH [SKETCH ...]. Got "
-            + ("both." if args.source is not None else "neither.")
+            "Expected SOURCE --target TARGET, or SKETCH [SKETCH ...]. Got "
+            + (f"{len(args.sources)} data sources." if args.sources else "neither.")
         )
+    if args.sketches is None:
+        args.source = args.sources[0]
     if args.sketches is not None:
         clash = options.given(args, ["target", "map", *_MAP_OPTIONS, "scheduler"])
+        if args.on_invalid != "raise":
+            clash.append("on_invalid")
         if clash:
             flags = ", ".join(options.flag(name) for name in clash)
             raise options.UsageError(
-                f"--sketches fixes the data and the map (the sketches hold both), so {flags} would be ignored. "
+                f"sketch files fix the data and the map (the sketches hold both), so {flags} would be ignored. "
                 f"Drop {flags}."
             )
         if args.classify and args.classes is None:
             raise options.UsageError(
-                "--sketches --classify needs --classes: the classes every site encoded its labels with "
+                "--classify from sketch files needs --classes: the classes every site encoded its labels with "
                 "('streamrff sketch --target LABELS --classes ...'), in the same list."
             )
     else:
@@ -107,7 +113,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
             raise options.UsageError("SOURCE needs --target TARGET: the targets (or labels) of its rows.")
         if args.classes is not None:
             raise options.UsageError(
-                "--classes is for --sketches: with SOURCE the classes are read from the labels. Drop --classes."
+                "--classes is for sketch inputs: with SOURCE the classes are read from the labels. Drop --classes."
             )
         options.resolve_map_options(args, _MAP_OPTIONS, _MAP_OPTIONS, "they define the map")
     if args.classes is not None and not args.classify:
@@ -209,26 +215,57 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
         map_options = {"feature_map": feature_map}
     with options.one_connection() as client:
         job = {"progress": show_progress(args)}
+        source, target, skipped = _finite_data(args, client)
         if args.classify:
             from .labels import open_labels
 
             model = estimator(alpha=args.alpha, rank=args.rank, **map_options)
-            model.fit(args.source, args.target, **job)
-            predicted = model.predict(args.source, storage_options=args.storage_options)
-            labels = open_labels(args.target, args.storage_options).rechunk((predicted.chunks[0],))
+            model.fit(source, target, **job)
+            predicted = model.predict(source, storage_options=args.storage_options)
+            labels = open_labels(args.target, args.storage_options)
+            labels = (labels if skipped is None else labels[skipped.keep]).rechunk((predicted.chunks[0],))
             correct = (predicted == labels).sum()
             accuracy = int(correct.compute() if client is None else client.compute(correct).result()) / model.n_samples_
             data = {"source": args.source, "target": args.target, "training_accuracy": accuracy}
-            return model, data, [f"  training accuracy: {accuracy:.4f} (a second pass over {args.source})"]
+            lines = [f"  training accuracy: {accuracy:.4f} (a second pass over {args.source})"]
+            return model, {**data, **_skipped_data(skipped)}, lines + _skipped_lines(skipped)
         # The sketch is kept for the training R^2: KernelRidge.fit's own pass (map, target, rank, engine).
         if feature_map is None:
             feature_map = RFF(**map_options)  # KernelRidge's default map
         sketcher = estimator(rank=args.rank, feature_map=feature_map, seed=feature_map.get_params().get("seed", 0))
-        regression = sketcher._sketch(args.source, args.target, job)
+        regression = sketcher._sketch(source, target, job)
     model = estimator(alpha=args.alpha, rank=args.rank).fit_from_sketch(regression)
     r2 = _training_r2(regression, model)
-    data = {"source": args.source, "target": args.target, "training_r2": _finite_or_none(r2)}
-    return model, data, [f"  training R^2{_rank_text(model)} (from the sketch's sums): {_r2_text(r2)}"]
+    data = {"source": args.source, "target": args.target, "training_r2": _finite_or_none(r2), **_skipped_data(skipped)}
+    lines = [f"  training R^2{_rank_text(model)} (from the sketch's sums): {_r2_text(r2)}"]
+    return model, data, lines + _skipped_lines(skipped)
+
+
+def _finite_data(args: argparse.Namespace, client: Any) -> tuple[Any, Any, Any]:
+    """SOURCE and TARGET as given, or with --on-invalid skip their rows where SOURCE is finite (and those rows)."""
+    if args.on_invalid != "skip":
+        return args.source, args.target, None
+    import dask.array as da  # here, not at the top: start-up time
+
+    from ..errors import InputError
+    from ..sources.rows import open_zarr_array
+
+    rows = finite_rows(args.source, "SOURCE", client)
+    target = da.from_zarr(open_zarr_array(args.target, args.storage_options))
+    if target.shape[0] != rows.keep.size:
+        raise InputError(
+            f"--target {args.target} has {target.shape[0]:,} rows but SOURCE {args.source} has {rows.keep.size:,}: "
+            "give one target row per row of SOURCE."
+        )
+    return rows.clean, target if rows.n_invalid == 0 else target[rows.keep], rows
+
+
+def _skipped_data(skipped: Any) -> dict[str, Any]:
+    return {} if skipped is None else {"n_invalid": skipped.n_invalid}
+
+
+def _skipped_lines(skipped: Any) -> list[str]:
+    return [] if skipped is None else [skipped_line(["SOURCE"], [skipped])]
 
 
 def _rank_text(model: Any) -> str:

@@ -20,10 +20,10 @@ sketch a zarr array (local or object storage) into a sketch file
 Embed every row of a zarr array with random Fourier features on Dask and save the mergeable sketch
 (count, feature sum, optional second moment). Sketches merge and test against each other only if
 made with the same map: pass --map (a map file or another site's sketch). With --target, a
-regression sketch (the second moment plus Z^T y, sum y, y^T y) for 'streamrff ridge --sketches';
+regression sketch (the second moment plus Z^T y, sum y, y^T y) for 'streamrff ridge SKETCH ...';
 with --classes, the target holds class labels, encoded one vs rest as +-1 columns. With --columns,
 also a 1-D kernel mean and second moment of every input column, for the column table of
-'streamrff explain --sketches'.
+'streamrff explain A B'.
 
 example: streamrff sketch data.zarr -o data.sketch --map map.json --moments
          streamrff sketch events/ -o events.sketch --map map.json \\
@@ -52,13 +52,13 @@ def add_parser(commands: Any) -> None:
     options.add_orthogonal(parser)
     options.add_structured(parser)
     parser.add_argument(
-        "--moments", action="store_true", help="also sketch the D x D second moment (for test --sketches, kpca)"
+        "--moments", action="store_true", help="also sketch the D x D second moment (for test A.sketch B.sketch, kpca)"
     )
     parser.add_argument(
         "--columns",
         action="store_true",
         help="also sketch every input column alone (a 1-D kernel mean and second moment per column), for the "
-        "column table of 'streamrff explain --sketches'",
+        "column table of 'streamrff explain A B'",
     )
     parser.add_argument(
         "--column-features",
@@ -80,7 +80,7 @@ def add_parser(commands: Any) -> None:
     options.add_target(
         parser,
         "zarr array of regression targets, shape (n,) or (n, t), one row per row of SOURCE: makes a regression "
-        "sketch (implies --moments) for 'streamrff ridge --sketches'",
+        "sketch (implies --moments) for 'streamrff ridge SKETCH ...'",
     )
     options.add_classes(
         parser,

@@ -1,4 +1,4 @@
-"""Sketch files named on the command line (``merge``, ``test --sketches``): load them, check them together.
+"""Sketch files named on the command line (``merge``, ``test``, ``explain``, ``ridge``): load them, check them together.
 
 Every problem of the inputs is reported at once (a file that does not load, a
 sketch of the wrong kind or without the second moments the command needs, too

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from . import options
+from .inputs import add_on_invalid
 from .output import emit, emit_sketch
 
 #: ``streamrff store --help``: the line ``streamrff --help`` shows, the description, the example.
@@ -200,6 +201,7 @@ def add_parser(commands: Any) -> None:
         help="time buckets: no more rows will come for the last row's bucket: append it too",
     )
     append.add_argument("--chunk-rows", type=options.positive_int, default=None, help="rows per task")
+    add_on_invalid(append, job=True)
     options.add_sign_key(append, "sign every record with the key in FILE; the records read (rollups) must verify")
     options.add_verify_key(append, signs=True)
     options.add_scheduler(append)

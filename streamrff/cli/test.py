@@ -7,6 +7,7 @@ from typing import Any
 
 from .._base.formatting import p_equals
 from . import options
+from .inputs import add_on_invalid, add_sketches_alias, finite_rows, skipped_line
 from .output import emit
 from .sketchfiles import load_checked_sketches
 
@@ -24,7 +25,7 @@ example: streamrff test x.zarr y.zarr --permutations 500 --plot null.png
          --categorical zip --columns
          streamrff test x.zarr y.zarr --null aggregated --bandwidths auto \\
          --plot scales.png
-         streamrff test --sketches x.sketch y.sketch --null spectral
+         streamrff test x.sketch y.sketch --null spectral
          streamrff test x.zarr y.zarr --moments --columns
 """
 
@@ -36,11 +37,13 @@ NULLS = ["permutation", "spectral", "hotelling", "aggregated"]
 def add_parser(commands: Any) -> None:
     parser = options.add_command(commands, "test", HELP, run)
     options.add_source(
-        parser, "two zarr arrays or parquet sources (file, folder of parquet files, s3:// dataset)", nargs="*"
+        parser,
+        "two zarr arrays or parquet sources (file, folder of parquet files, s3:// dataset), or two moment sketch "
+        "files of one map (told apart by their content)",
+        nargs="*",
     )
-    parser.add_argument(
-        "--sketches", nargs=2, metavar=("A", "B"), help="two moment sketch files (same map) instead of data"
-    )
+    add_sketches_alias(parser, 2)
+    parser.set_defaults(sketch_inputs="sources")
     options.add_renamed_choice(
         parser,
         "--null",
@@ -101,6 +104,7 @@ def add_parser(commands: Any) -> None:
     )
     options.add_overwrite(parser, "replace an existing --plot file")
     options.add_table_options(parser)
+    add_on_invalid(parser)
     options.add_scheduler(parser)
     options.add_source_options(parser)
     options.add_verify_key(parser)
@@ -176,15 +180,15 @@ def _column_problems(args: argparse.Namespace) -> list[str]:
     problems = []
     if (args.columns or args.components is not None) and args.sketches:
         problems.append(
-            "--columns and --components test the data column by column: give two data sources, not --sketches."
+            "--columns and --components test the data column by column: give two data sources, not sketch files."
         )
     if args.columns and args.components is not None:
         problems.append("give --columns (input columns) or --components K (kernel principal components), not both.")
     if (args.select is not None or args.categorical is not None) and args.sketches:
-        problems.append("--select and --categorical read parquet data; --sketches carry their own map: drop them.")
+        problems.append("--select and --categorical read parquet data; sketch files carry their own map: drop them.")
     if args.moments and args.sketches:
         problems.append(
-            "--moments sketches moments on data; --sketches must already hold them (streamrff sketch --moments)."
+            "--moments sketches moments on data; sketch files must already hold them (streamrff sketch --moments)."
         )
     return problems
 
@@ -200,21 +204,23 @@ def _usage_problems(args: argparse.Namespace) -> list[str]:
         problems.append(
             f"--null aggregated makes one map per bandwidth: use --bandwidths b1,b2,... or auto, not {given}."
         )
-    if args.sketches and args.sources:
-        problems.append("give either two data sources or --sketches A B, not both.")
-    elif not args.sketches and len(args.sources) != 2:
-        problems.append(f"expected two data sources X Y (or --sketches A B). Got {len(args.sources)}.")
+    count = len(args.sketches or args.sources)
+    if count != 2:
+        what = "sketch files" if args.sketches else "data sources"
+        problems.append(f"expected two data sources X Y, or two sketch files A B. Got {count} {what}.")
     if args.sketches:
+        if args.on_invalid != "raise":
+            problems.append("--on-invalid applies to data; sketch files hold no rows: drop it.")
         if args.null in ("permutation", "aggregated"):
             problems.append(
-                f"--sketches works with --null spectral or hotelling (moment sketches); the {args.null} "
+                f"sketch files work with --null spectral or hotelling (moment sketches); the {args.null} "
                 f"test needs the data: streamrff test X Y --null {args.null}."
             )
         # --seed seeds the spectral draws
         clash = options.given(args, ["features", "bandwidth", "variant", "structured", "map"])
         if clash:
             problems.append(
-                f"--sketches carry their own map, so {', '.join(map(options.flag, clash))} do not apply; drop them."
+                f"sketch files carry their own map, so {', '.join(map(options.flag, clash))} do not apply; drop them."
             )
     return problems
 
@@ -244,8 +250,14 @@ def _test_data(args: argparse.Namespace) -> Any:
         # --features and --variant checked against each other before the data are read
         unfitted = options.rff_of_options(args)
     aggregated = args.null == "aggregated"
-    with options.one_connection():
+    with options.one_connection() as client:
         args.sources = options.open_tables(args, args.sources)  # parquet sources opened with --select/--categorical
+        if args.on_invalid == "skip":  # each sample's finite rows (one pass each); the test runs on them
+            if any(not isinstance(source, str) for source in args.sources):
+                raise options.UsageError("--on-invalid skip reads zarr arrays; a parquet source has no NaN rows "
+                                         "to skip (its missing values are refused when read). Drop it.")  # fmt: skip
+            args.skipped = [finite_rows(source, name, client) for source, name in zip(args.sources, "XY")]
+            args.sources = [rows.clean for rows in args.skipped]
         if args.structured:  # fitted on the pooled rows as two_sample_test fits its own map
             feature_map = options.fit_on_sources(unfitted, args.sources)
         if _columns_ride_along(args):  # the joint test and the per-column tests in one pass
@@ -305,5 +317,8 @@ def run(args: argparse.Namespace) -> int:
         if names and columns.kind == "columns":  # a parquet source: say which column each index is
             payload["columns"]["names"] = list(names)
             lines.append("  columns: " + ", ".join(f"{index} {name}" for index, name in enumerate(names)))
+    if getattr(args, "skipped", None):
+        payload["n_invalid"] = [rows.n_invalid for rows in args.skipped]
+        lines.append(skipped_line("XY", args.skipped))
     emit(args, payload, lines + ([f"wrote {args.plot}"] if args.plot else []))
     return options.EXIT_OK
