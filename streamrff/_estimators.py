@@ -95,5 +95,16 @@ def apply_to_rows(
     return array.map_blocks(_checked_block, rows_function, dtype=dtype, chunks=(array.chunks[0], (n_columns,)))
 
 
-def _checked_block(block: np.ndarray, rows_function: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    return rows_function(check_rows(block, "X", allow_empty=True) if block.shape[0] else block.astype(np.float64))
+#: What a chunk's NaN/inf rows error says: where the first one is in the whole source, and the fix.
+_CHUNK_FIX = (
+    "Row {first} of this chunk is row {row:,} of X. Drop or impute those rows, or skip them (CLI: --on-invalid skip)."
+)
+
+
+def _checked_block(
+    block: np.ndarray, rows_function: Callable[[np.ndarray], np.ndarray], block_info: dict | None = None
+) -> np.ndarray:
+    if not block.shape[0]:
+        return rows_function(block.astype(np.float64))
+    offset = block_info[0]["array-location"][0][0] if block_info else 0  # the chunk's first row in the source
+    return rows_function(check_rows(block, "X", allow_empty=True, fix=_CHUNK_FIX, row_offset=offset))

@@ -65,6 +65,8 @@ def test_predict_skip_marks_nan_and_matches_in_memory_predictions(cli_main, dirt
 
     refused = cli_main("predict", model_path, path, "-o", out)
     assert refused.code == 1 and len(refused.err.strip().splitlines()) == 1
+    named = re.search(r"Row (\d+) of this chunk is row (\d+) of X", refused.err)  # the array's row, not the chunk's
+    assert named and int(named[2]) in BAD and int(named[1]) == int(named[2]) % 32, refused.err
 
     result = cli_main("predict", model_path, path, "-o", out, "--on-invalid", "skip")
     assert result.code == 0, result.err
