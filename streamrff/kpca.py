@@ -37,13 +37,14 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from ._base.blas import one_blas_thread, single_blas_thread
+from ._base.blas import single_blas_thread
 from ._base.validation import check_positive_int, is_in_memory, normalize_seed, store_params, validate_estimator_input
 from ._estimators import apply_to_rows, initial_feature_map, sketch_or_load
 from .engine import connect, current_job_options, fit_map_and_sample, memory_per_thread, open_job_source, run_sketch
 from .errors import InputError, NotFittedMapError
 from .maps import FeatureMap
 from .sketches.mean import MeanSketch
+from .sketches.moments import moment_eigenpairs
 from .sketches.nystrom import NystromSketch, nystrom_eigenpairs
 from .typing import PathOrURL, StorageOptions
 
@@ -60,8 +61,6 @@ _FULL_MOMENT_MEMORY_SHARE = 0.25
 #: the digits (a slowly decaying spectrum; 3% at l = 200, 0.5% at l = 400, D = 16 384), and the
 #: cost of l is small: 8 D l bytes per partial (64 MiB at D = 16 384) and 2 D l flops per row.
 _MIN_AUTO_SKETCH_SIZE = 512
-#: eigen_solver="auto" uses ARPACK above this width when n_components < D / 10.
-_ARPACK_MIN_WIDTH = 1024
 
 
 class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -347,13 +346,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
             variances, axes, total = nystrom_eigenpairs(sketch, k)
             self.moments_ = "low-rank"
         else:
-            covariance = sketch.moment / n
-            covariance -= np.outer(mean, mean)  # in place: one D x D copy, not three
-            covariance += covariance.T
-            covariance /= 2.0
-            variances, axes = _top_eigenpairs(covariance, k, self._solver(width, k), normalize_seed(self.seed))
-            total = float(max(np.trace(covariance), 0.0))
-            del covariance
+            variances, axes, total = moment_eigenpairs(sketch, k, self.eigen_solver, normalize_seed(self.seed))
             self.moments_ = "full"
         # Reproducible signs: each axis's largest-magnitude loading is positive.
         signs = np.sign(axes[np.argmax(np.abs(axes), axis=0), np.arange(k)])
@@ -370,11 +363,6 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         self.residual_ = self.residual(k)
         self._n_features_out = k
         return self
-
-    def _solver(self, width: int, k: int) -> str:
-        if self.eigen_solver != "auto":
-            return self.eigen_solver
-        return "arpack" if width > _ARPACK_MIN_WIDTH and k < width // 10 else "dense"
 
     def residual(self, k: int) -> float:
         """``R_hat_k`` for ``0 <= k <= n_components``: squared residual summed over rows after keeping k axes.
@@ -435,27 +423,3 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         tags.transformer_tags.preserves_dtype = ["float32"]
         tags.input_tags.allow_nan = False
         return tags
-
-
-def _top_eigenpairs(covariance: np.ndarray, k: int, solver: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k largest eigenvalues (decreasing, clipped at 0) and their eigenvectors (columns).
-
-    On one BLAS thread: on a busy 2-core machine OpenBLAS's spinning threads made the dense
-    ``eigh`` at D = 1024 take 11.4 s (of a 27 s fit); one thread took 0.6 s at load 11.
-    """
-    with one_blas_thread():
-        return _top_eigenpairs_serial(covariance, k, solver, seed)
-
-
-def _top_eigenpairs_serial(covariance: np.ndarray, k: int, solver: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    if solver == "arpack":
-        from scipy.sparse.linalg import eigsh
-
-        # A seeded start vector makes ARPACK deterministic (as scikit-learn's _init_arpack_v0).
-        start = np.random.default_rng(seed).uniform(-1.0, 1.0, covariance.shape[0])
-        values, vectors = eigsh(covariance, k=k, which="LA", v0=start, tol=0.0)
-    else:
-        values, vectors = np.linalg.eigh(covariance)
-    order = np.argsort(values)[::-1][:k]
-    return np.clip(values[order], 0.0, None), vectors[:, order]
-

@@ -251,6 +251,66 @@ def test_cli_merge_of_halves_equals_whole(cli_main, tmp_zarr, tmp_path):
     assert_sketches_close(merged, srf.sketch_array(X, merged.feature_map), rtol=1e-6)
 
 
+IMPORTS_AFTER = """
+import json, sys
+from streamrff.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+print(json.dumps({"codes": codes, "sklearn": "sklearn" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize(
+    "feature_map",
+    [
+        srf.RFF(n_features=32, bandwidth=1.5, seed=3),
+        srf.RFF(n_features=32, bandwidth=1.5, variant="cosphase", orthogonal=True),
+        srf.RelativeErrorRFF(n_features=32, bandwidth=1.5),
+        srf.JL(srf.RFF(n_features=64, bandwidth=1.5), n_components=16),
+    ],
+    ids=["rff", "cosphase", "relative", "jl"],
+)
+def test_info_and_merge_read_without_scikit_learn_and_write_what_the_library_writes(feature_map, tmp_path):
+    rows = X[:600, :3]
+    fitted = feature_map.fit(rows)
+    parts = [srf.sketch_array(half, fitted, moments=True) for half in (rows[:250], rows[250:])]
+    paths = [str(tmp_path / f"part{index}.sketch") for index in range(2)]
+    for part, path in zip(parts, paths):
+        part.save(path)
+    merged_path, sums_path = str(tmp_path / "merged.sketch"), str(tmp_path / "sums.sketch")
+    srf.sketch_array(rows[:250], fitted).save(sums_path)  # info of a moment sketch adds kernel PCA's spectrum
+    argvs = [["info", sums_path, "--json"], ["merge", *paths, "-o", merged_path]]
+
+    ran = subprocess.run(
+        [sys.executable, "-c", IMPORTS_AFTER, json.dumps(argvs)], capture_output=True, text=True, timeout=120
+    )
+
+    report = json.loads(ran.stdout.splitlines()[-1])
+    assert report == {"codes": [0, 0], "sklearn": False}, ran.stderr
+    described = json.loads(ran.stdout[: ran.stdout.index("\n}") + 2])
+    assert described["fingerprint"] == fitted.fingerprint and described["count"] == 250
+    merged = srf.load(merged_path)  # the whole check of the library's reader, with the estimator
+    expected = parts[0].merge(parts[1])
+    assert merged.fingerprint == fitted.fingerprint and merged.count == 600
+    np.testing.assert_array_equal(merged.feature_sum, expected.feature_sum)
+    np.testing.assert_array_equal(merged.moment, expected.moment)
+    Z = fitted.transform(rows).astype(np.float64)  # independent of any sketch: the features themselves
+    np.testing.assert_allclose(merged.feature_sum, Z.sum(axis=0), rtol=0, atol=1e-4)
+
+
+def test_info_refuses_a_sketch_whose_spec_no_longer_matches_its_fingerprint(cli_main, tmp_path):
+    path = tmp_path / "s.sketch"
+    srf.sketch_array(X[:100, :3], srf.RFF(n_features=16, bandwidth=1.0, seed=1)).save(path)
+    document = json.loads((path / "zarr.json").read_text())
+    attributes = document["attributes"]
+    spec_key = next(key for key in attributes if isinstance(attributes[key], dict) and "seed" in attributes[key])
+    attributes[spec_key]["seed"] = 2  # another map, same stored fingerprint
+    (path / "zarr.json").write_text(json.dumps(document))
+
+    code, out, err = cli_main("info", str(path))
+
+    assert code == 1 and out == "" and str(path) in err and "Traceback" not in err
+
+
 def test_cli_merge_of_different_maps_names_both(cli_main, data_zarr, tmp_path):
     for seed in ("1", "2"):
         assert (

@@ -35,7 +35,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-__all__ = ["one_blas_thread", "single_blas_thread"]
+import numpy as np
+
+__all__ = ["one_blas_thread", "single_blas_thread", "tile_column_sums"]
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -146,3 +148,40 @@ def single_blas_thread(function: _Function) -> _Function:
             return function(*args, **kwargs)
 
     return limited  # type: ignore[return-value]
+
+
+#: Rows that one float32 GEMV sums before the float64 accumulation (see tile_column_sums).
+_SUM_SEGMENT_ROWS = 256
+
+
+def tile_column_sums(features: np.ndarray) -> np.ndarray:
+    """Column sums of a feature tile of shape (..., rows, columns), in float64.
+
+    Like the second moment's rank-k update, the rows are reduced in the
+    features' precision, by GEMVs over segments of at most 256 rows, and the
+    segments are accumulated in float64. For float32 features the GEMV's
+    rounding (measured 3e-9 to 1.4e-8 norm-wise per 256 rows, d = 32,
+    D = 1024) stays below that of the float32 features themselves (up to 7e-8
+    against float64 math), at an eighth of the cost of an exact float64 sum:
+    numpy's float32 to float64 cast runs at ~0.4 ns per element.
+    """
+    rows, columns = features.shape[-2:]
+    lead = features.shape[:-2]
+    whole = rows - rows % _SUM_SEGMENT_ROWS
+    ones = _segment_ones(features.dtype.char)
+    if whole == rows == _SUM_SEGMENT_ROWS:  # the common case: one segment, one batched GEMV
+        return np.matmul(ones, features).astype(np.float64)
+    total = np.zeros((*lead, columns))
+    if whole:
+        segments = features[..., :whole, :].reshape(*lead, whole // _SUM_SEGMENT_ROWS, _SUM_SEGMENT_ROWS, columns)
+        total += np.matmul(ones, segments).sum(axis=-2, dtype=np.float64)
+    if whole < rows:
+        total += np.matmul(ones[: rows - whole], features[..., whole:, :])
+    return total
+
+
+@functools.lru_cache(maxsize=4)
+def _segment_ones(dtype_char: str) -> np.ndarray:
+    ones = np.ones(_SUM_SEGMENT_ROWS, dtype=dtype_char)
+    ones.setflags(write=False)
+    return ones

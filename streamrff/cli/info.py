@@ -30,7 +30,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..formats.map import _read_map_bytes, map_from_json
     from ..formats.sketch import is_signed
-    from ..sketches import load  # here, not at the top: start-up time
+    from ..sketches.base import load_described  # here, not at the top: start-up time
 
     key = options.verify_key(args)
     data = _read_map_bytes(args.sketch, args.storage_options)
@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
             lines.append("  signature: verified")
         emit(args, payload, lines)
         return options.EXIT_OK
-    summary = sketch_summary(args.sketch, load(args.sketch, storage_options=args.storage_options, verify_key=key))
+    sketch = load_described(args.sketch, storage_options=args.storage_options, verify_key=key)
+    summary = sketch_summary(args.sketch, sketch)
     lines = summary_lines(summary)
     if key is not None or is_signed(args.sketch, args.storage_options):  # unsigned sketches: reported as before
         summary["signature"] = "verified" if key is not None else "not verified"

@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     # A signature vouches for the whole merge, so signing verifies every input with the same key.
     verify_key = None if args.sign_unverified else key
     try:
-        sketches = load_checked_sketches(args.sketches, args.storage_options, same_moments=True, verify_key=verify_key)
+        sketches = load_checked_sketches(
+            args.sketches, args.storage_options, same_moments=True, verify_key=verify_key, described=True
+        )
     except SketchSignatureError as error:
         if args.require_signed:
             raise

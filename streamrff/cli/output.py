@@ -79,12 +79,14 @@ def sketch_summary(path: str, sketch: Any) -> dict[str, Any]:
         summary["test_seed"] = int(sketch.test_seed)
     # Kernel PCA's spectrum describes a sketch made for kpca or test; a regression sketch is for ridge.
     spectrum = getattr(sketch, "has_moments", False) or summary.get("sketch_size", 0) > 1
-    if spectrum and "n_targets" not in summary and sketch.count >= 2:
-        from ..kpca import KernelPCA  # here, not at the top: start-up time
+    if spectrum and "n_targets" not in summary and sketch.count >= 2:  # kernel PCA's, without its estimator
+        from ..sketches.moments import moment_eigenpairs  # here, not at the top: start-up time
+        from ..sketches.nystrom import nystrom_eigenpairs
 
         components = min(10, sketch.feature_sum.shape[0], summary.get("sketch_size", 11) - 1)
-        kpca = KernelPCA(n_components=components).fit_from_sketch(sketch)
-        summary["explained_variance_ratio"] = [float(v) for v in kpca.explained_variance_ratio_]
+        eigenpairs = nystrom_eigenpairs if "sketch_size" in summary else moment_eigenpairs
+        variances, _, total = eigenpairs(sketch, components)
+        summary["explained_variance_ratio"] = [float(v / total) if total > 0 else 0.0 for v in variances]
     return summary
 
 

@@ -20,6 +20,7 @@ def load_checked_sketches(
     same_moments: bool = False,
     min_rows: int = 0,
     verify_key: bytes | None = None,
+    described: bool = False,
 ) -> list[Any]:
     """Every sketch file of ``paths``, checked together; raise one error that lists every problem.
 
@@ -29,6 +30,8 @@ def load_checked_sketches(
     of different kinds or maps are always refused; the fix named fits the cause
     (different input widths are different data, not a different map). With
     ``verify_key``, each sketch must be signed with it (:func:`streamrff.load`).
+    ``described`` reads them for merging and saving only
+    (:func:`streamrff.sketches.base.load_described`: no scikit-learn import).
 
     Raises
     ------
@@ -38,14 +41,16 @@ def load_checked_sketches(
         When the only problem is a file that does not load (its own error).
     """
     from ..errors import SketchMismatchError, StreamRFFError
-    from ..sketches import load  # here, not at the top: start-up time; the sketches package registers every kind
+    from ..sketches.base import load, load_described  # here, not at the top: start-up time
+
+    read = load_described if described else load
 
     problems: list[str] = []
     loaded: list[tuple[str, Any]] = []
     load_errors: list[BaseException] = []
     for path in paths:
         try:
-            loaded.append((path, load(path, storage_options=storage_options, verify_key=verify_key)))
+            loaded.append((path, read(path, storage_options=storage_options, verify_key=verify_key)))
         except (StreamRFFError, FileNotFoundError) as error:
             if _unreachable(error):  # the environment, not this file: one line, as for any unreachable store
                 raise

@@ -53,6 +53,9 @@ def run_sketch(source: RowSource, kind: str, feature_map: FeatureMap, options: J
     rows are split into tasks by :func:`~streamrff.engine.auto_chunk_rows` (a chunked source keeps
     its chunks); the job's checkpoint partials are named by the kind's key and ``on_invalid``.
     """
+    from ..sketches import register_kinds
+
+    register_kinds()
     job = Sketch._registry[kind].chunk_job(feature_map, **params)
     width_in = source.shape[1] if not source.joined else source.joined[0].shape[1]
     memory = memory_per_thread(options.client)

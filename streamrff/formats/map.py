@@ -45,10 +45,10 @@ from .._base.validation import check_format_version
 from .._files.bounded_read import read_regular_file
 from .._files.publish import check_output_location, publish_text
 from ..errors import InputError, MapFormatError, SketchFormatError, SketchSignatureError, SourceError, StreamRFFError
-from ..maps import FeatureMap, map_from_spec
 from ..typing import PathOrURL, StorageOptions
 
-if TYPE_CHECKING:  # pragma: no cover - the reader imports zarr: loaded only when a sketch file is read
+if TYPE_CHECKING:  # pragma: no cover - zarr (the reader) and scikit-learn (the maps): loaded only when needed
+    from ..maps import FeatureMap
     from .sketch import StoredSketch
 
 __all__ = ["MAP_FORMAT_NAME", "MAP_FORMAT_VERSION", "save_map", "load_map", "map_to_json", "map_from_json"]
@@ -104,6 +104,8 @@ def map_to_json(feature_map: FeatureMap, signing_key: bytes | None = None) -> st
     InputError
         If ``feature_map`` is not a fitted streamrff FeatureMap.
     """
+    from ..maps import FeatureMap
+
     if not isinstance(feature_map, FeatureMap):
         raise InputError(
             f"feature_map must be a fitted streamrff FeatureMap (e.g. RFF().fit(X), or a sketch's "
@@ -303,6 +305,8 @@ def map_from_json(text: str | bytes, target: str = "<map>", verify_key: bytes | 
         raise MapFormatError(str(error)) from error
     decoded = {name: _decode_array(name, entry, target) for name, entry in arrays.items()}
     try:
+        from ..maps import map_from_spec
+
         feature_map = map_from_spec(spec, decoded)
     except StreamRFFError as error:
         raise MapFormatError(f"{target}: the map spec does not rebuild a map: {error}") from error
@@ -422,6 +426,8 @@ def load_map(
 
 def _rebuild_map(stored: StoredSketch) -> FeatureMap:
     """The map of a sketch file (its spec and ``map/`` arrays), which must have the stored fingerprint."""
+    from ..maps import map_from_spec
+
     feature_map = map_from_spec(stored.spec, stored.map_arrays)
     stored.check_fingerprint(feature_map.fingerprint)
     return feature_map

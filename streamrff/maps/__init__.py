@@ -15,9 +15,11 @@ pickled map (as Dask ships it) carries only the spec.
 - :mod:`~streamrff.maps.kjl`: :class:`KJL`, the landmark-fitted Kernel-JL sketch;
 - :mod:`~streamrff.maps.nufft`: a chunk's kernel-mean sums as one non-uniform FFT (d <= 3).
 
-Importing this package registers every map kind with :func:`map_from_spec`. The maps layer imports
-only the compiled kernels (:mod:`streamrff._kernels`, inside functions: numba loads on first use)
-and the foundations.
+The names are loaded on first use (PEP 562), and :func:`map_from_spec` loads every map kind, so
+:mod:`~streamrff.maps.params` (the spec's random parameters and the fingerprint, without the
+estimators) is read without importing scikit-learn. The maps layer imports only the compiled
+kernels (:mod:`streamrff._kernels`, inside functions: numba loads on first use) and the
+foundations.
 
 Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
 ``sigma = bandwidth``.
@@ -25,14 +27,28 @@ Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
 
 from __future__ import annotations
 
-from .base import FeatureMap, exact_kernel, map_from_spec, spec_bandwidth
-from .base import tile_column_sums as tile_column_sums
-from .fourier import RFF
-from .jl import JL
-from .kjl import KJL
-from .relative import RELATIVE_RFF_VARIANCE_LIMIT as RELATIVE_RFF_VARIANCE_LIMIT
-from .relative import RelativeErrorRFF as RelativeErrorRFF
+from importlib import import_module
+from typing import Any
 
-# As before the split. The names re-exported above by an alias are imported from here but stay outside
-# __all__: RelativeErrorRFF is documented as streamrff.RelativeErrorRFF, the others are internal.
+#: Each public name and the module that defines it, loaded on first use (PEP 562): the estimators import
+#: scikit-learn, which a command that only reads a sketch file does not need.
+_HOMES = {
+    "FeatureMap": "base", "exact_kernel": "base", "map_from_spec": "base", "spec_bandwidth": "base",
+    "tile_column_sums": "base", "RFF": "fourier", "JL": "jl", "KJL": "kjl", "RelativeErrorRFF": "relative",
+    "RELATIVE_RFF_VARIANCE_LIMIT": "relative",
+}  # fmt: skip
+
+# RelativeErrorRFF is documented as streamrff.RelativeErrorRFF; the other names outside __all__ are internal.
 __all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec", "spec_bandwidth"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'streamrff.maps' has no attribute {name!r}")
+    value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -20,9 +20,6 @@ Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import numbers
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator
@@ -34,11 +31,13 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import validate_data
 
 from .._base.blas import single_blas_thread
+from .._base.blas import tile_column_sums as tile_column_sums
 from .._base.registry import KindRegistry
 from .._base.sampling import bottom_k, row_keys
 from .._base.validation import check_bandwidth, check_finite_rows, check_rows, check_width
 from ..errors import InputError, NotFittedMapError
 from ..typing import ArrayLike2D, MapSpec
+from .params import cached_params, spec_fingerprint, spec_key
 
 __all__ = ["FeatureMap", "exact_kernel", "map_from_spec", "spec_bandwidth", "tile_column_sums"]
 
@@ -49,43 +48,6 @@ __all__ = ["FeatureMap", "exact_kernel", "map_from_spec", "spec_bandwidth", "til
 #: Python between numpy calls (which holds the GIL) is rare: 2 threads gave 1.57x at 512 KiB
 #: tiles and 1.76x at 1 MiB in the same run.
 _TILE_BYTES = 2**20
-#: Rows that one float32 GEMV sums before the float64 accumulation (see tile_column_sums).
-_SUM_SEGMENT_ROWS = 256
-
-
-def tile_column_sums(features: np.ndarray) -> np.ndarray:
-    """Column sums of a feature tile of shape (..., rows, columns), in float64.
-
-    Like the second moment's rank-k update, the rows are reduced in the
-    features' precision, by GEMVs over segments of at most 256 rows, and the
-    segments are accumulated in float64. For float32 features the GEMV's
-    rounding (measured 3e-9 to 1.4e-8 norm-wise per 256 rows, d = 32,
-    D = 1024) stays below that of the float32 features themselves (up to 7e-8
-    against float64 math), at an eighth of the cost of an exact float64 sum:
-    numpy's float32 to float64 cast runs at ~0.4 ns per element.
-    """
-    rows, columns = features.shape[-2:]
-    lead = features.shape[:-2]
-    whole = rows - rows % _SUM_SEGMENT_ROWS
-    ones = _segment_ones(features.dtype.char)
-    if whole == rows == _SUM_SEGMENT_ROWS:  # the common case: one segment, one batched GEMV
-        return np.matmul(ones, features).astype(np.float64)
-    total = np.zeros((*lead, columns))
-    if whole:
-        segments = features[..., :whole, :].reshape(*lead, whole // _SUM_SEGMENT_ROWS, _SUM_SEGMENT_ROWS, columns)
-        total += np.matmul(ones, segments).sum(axis=-2, dtype=np.float64)
-    if whole < rows:
-        total += np.matmul(ones[: rows - whole], features[..., whole:, :])
-    return total
-
-
-@functools.lru_cache(maxsize=4)
-def _segment_ones(dtype_char: str) -> np.ndarray:
-    ones = np.ones(_SUM_SEGMENT_ROWS, dtype=dtype_char)
-    ones.setflags(write=False)
-    return ones
-
-
 def exact_kernel(X: ArrayLike2D, Y: ArrayLike2D | None = None, bandwidth: float = 1.0) -> np.ndarray:
     """Exact Gaussian Gram matrix ``K[i, j] = exp(-||X_i - Y_j||^2 / (2 bandwidth^2))``.
 
@@ -124,23 +86,11 @@ def exact_kernel(X: ArrayLike2D, Y: ArrayLike2D | None = None, bandwidth: float 
     return np.exp(-cdist(X, Y, "sqeuclidean") / (2.0 * sigma * sigma))
 
 
-def _spec_key(spec: MapSpec) -> str:
-    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
-
-
-def _hash_arrays(digest: Any, arrays: dict[str, np.ndarray]) -> None:
-    for name in sorted(arrays):
-        array = np.ascontiguousarray(arrays[name])
-        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-        digest.update(f"{name}:{little.dtype.str}:{little.shape}".encode())
-        digest.update(little.tobytes())
-
-
 class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta):
     """Base class of streamrff's feature maps (scikit-learn transformers).
 
     Subclasses implement ``_begin_fit``, ``_finish_fit``, ``_spec_entries``,
-    ``_from_spec``, ``_make_params`` and ``_embed_tile``. Fitting happens in two
+    ``_from_spec``, a draw in :mod:`.params` and ``_embed_tile``. Fitting happens in two
     steps so that the Dask engine can supply the seeded row sample itself:
     ``_begin_fit(n_features_in)`` validates parameters and says how many sample
     rows are needed and under which seed they are keyed; ``_finish_fit(rows)``
@@ -337,12 +287,8 @@ class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin
         return X
 
     def _params(self) -> dict[str, np.ndarray]:
-        """Random parameters, regenerated from the spec and cached per process."""
-        return _cached_params(type(self).kind, _spec_key(self.spec))
-
-    @classmethod
-    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
-        return {}
+        """Random parameters, regenerated from the spec (:mod:`.params`) and cached per process."""
+        return cached_params(type(self).kind, spec_key(self.spec))
 
     def _in_memory_sample_rows(self, X: np.ndarray) -> int:
         """Rows of the seeded sample that an in-memory :meth:`fit` on ``X`` passes to ``_finish_fit``
@@ -372,36 +318,11 @@ class FeatureMap(KindRegistry, ClassNamePrefixFeaturesOutMixin, TransformerMixin
     def _from_spec(cls, spec: MapSpec, arrays: dict[str, np.ndarray]) -> FeatureMap: ...
 
 
-@functools.lru_cache(maxsize=32)
-@single_blas_thread
-def _cached_params(kind: str, spec_json: str) -> dict[str, np.ndarray]:
-    params = FeatureMap._registry[kind]._make_params(json.loads(spec_json))
-    for array in params.values():
-        array.setflags(write=False)
-    return params
-
-
-@functools.lru_cache(maxsize=32)
-def _spec_and_params_digest(kind: str, spec_json: str) -> Any:
-    """sha256 of a spec and of the random parameters it determines, hashed once per process.
-
-    Merging partial sketches compares fingerprints pairwise; for a dense map at d = 768,
-    D = 4096 (12 MB of frequencies) each fingerprint cost 7-8 ms, a merge of 8 partials 106 ms.
-    """
-    digest = hashlib.sha256(spec_json.encode())
-    _hash_arrays(digest, _cached_params(kind, spec_json))
-    return digest
-
-
 def _fingerprint(feature_map: FeatureMap) -> str:
-    spec_json = _spec_key(feature_map.spec)
     if type(feature_map)._params is FeatureMap._params:  # the parameters are a function of the spec
-        digest = _spec_and_params_digest(type(feature_map).kind, spec_json).copy()
-    else:  # parameters computed from fitted state (K-JL's landmarks)
-        digest = hashlib.sha256(spec_json.encode())
-        _hash_arrays(digest, feature_map._params())
-    _hash_arrays(digest, feature_map.state_arrays())
-    return digest.hexdigest()
+        return spec_fingerprint(feature_map.spec, feature_map.state_arrays())
+    # parameters computed from fitted state (K-JL's landmarks)
+    return spec_fingerprint(feature_map.spec, feature_map.state_arrays(), feature_map._params())
 
 
 def _fitted_bandwidth(spec: MapSpec) -> float:
@@ -465,6 +386,8 @@ def map_from_spec(spec: MapSpec, arrays: dict[str, np.ndarray] | None = None) ->
     """
     if not isinstance(spec, dict):
         raise InputError(f"spec must be a dict (a map's .spec). Got {type(spec).__name__}.")
+    from . import JL, KJL, RFF, RelativeErrorRFF  # noqa: F401  (every kind registers on import)
+
     kind = spec.get("kind")
     if kind not in FeatureMap._registry:
         raise InputError(f"Unknown feature map kind {kind!r}. Expected one of {sorted(FeatureMap._registry)}.")

@@ -9,8 +9,8 @@ and weight their features: :class:`RFF` here (frequencies from the kernel's
 spectrum, i.i.d. or orthogonal), :class:`~streamrff.maps.relative.RelativeErrorRFF`
 in :mod:`streamrff.maps.relative` (uniform frequencies, weighted).
 
-An RFF's frequencies come from one small function, ``_gaussian_frequencies``
-(i.i.d. rows, or orthogonal blocks), called by ``RFF._make_params``; the
+An RFF's frequencies come from one small function, ``params.gaussian_frequencies``
+(i.i.d. rows, or orthogonal blocks), drawn from the spec by :mod:`.params`; the
 structured variant (``structured=True``) draws SORF diagonals instead
 (:mod:`streamrff.maps.structured`). The float32 hot paths run the compiled
 kernels of :mod:`streamrff._kernels.sincos` (dense) and :mod:`streamrff._kernels.sorf`
@@ -31,9 +31,10 @@ from .._base.sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
 from .._base.validation import check_bandwidth, check_positive_int, normalize_seed
 from ..errors import InputError
 from ..typing import MapSpec, Seed
-from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
-from .categorical import category_signs, draw_category_params, median_mismatch_rate
-from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
+from .base import FeatureMap, _fitted_bandwidth, _require, tile_column_sums
+from .categorical import category_signs, median_mismatch_rate
+from .params import cached_params, spec_key
+from .structured import structured_frequency_matrix, warn_if_biased
 
 __all__ = ["FourierFeatureMap", "KERNELS", "PHASE_PRECISION_LIMIT", "RFF"]
 
@@ -57,8 +58,8 @@ class FourierFeatureMap(FeatureMap):
     Subclasses declare ``kind`` and the spec entries of their own parameters in
     ``_family_params`` (name -> JSON type, in spec order), and implement
     ``__init__`` (the full signature, which scikit-learn's ``get_params`` reads,
-    passing every argument on to this class's), ``_check_params``,
-    ``_make_params`` and ``_embed_tile``. This base gives them the fit
+    passing every argument on to this class's), ``_check_params``, a draw
+    of their parameters in :mod:`.params` and ``_embed_tile``. This base gives them the fit
     (validation, seed, the median heuristic on the seeded row sample), the spec
     and its inverse, and the output width.
 
@@ -153,7 +154,7 @@ class FourierFeatureMap(FeatureMap):
 
     def _frequencies(self) -> np.ndarray:
         """The frequency matrix W (m x d, float64, read-only) of the fitted map, formed if it is structured."""
-        return _frequency_matrix(self.kind, _spec_key(self.spec))
+        return _frequency_matrix(self.kind, spec_key(self.spec))
 
     @staticmethod
     def _cos_sin(projection: np.ndarray, out: np.ndarray) -> None:
@@ -183,53 +184,12 @@ def _check_paired_n_features(n_features: Any, reason: str, alternative: str = ""
     return checked
 
 
-def _gaussian_frequencies(rng: np.random.Generator, n_rows: int, dim: int, orthogonal: bool) -> np.ndarray:
-    """``n_rows`` frequency vectors in R^dim with N(0, I) marginals: the RFF frequencies at bandwidth 1.
-
-    I.i.d. rows by default. With ``orthogonal=True`` they come in blocks of
-    ``dim`` mutually orthogonal rows (QR of a Gaussian block, sign-corrected to
-    be Haar), each row scaled by an independent chi(dim) norm: orthogonal
-    random features (Yu et al. 2016).
-    """
-    if not orthogonal:
-        return rng.standard_normal((n_rows, dim))
-    blocks = []
-    for _ in range(-(-n_rows // dim)):
-        q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
-        q *= np.sign(np.diag(r))
-        norms = np.sqrt(rng.chisquare(dim, size=dim))
-        blocks.append(q.T * norms[:, None])
-    return np.concatenate(blocks)[:n_rows]
-
-
 #: The kernel families of RFF: Gaussian, Laplace (l1 distance) and Matern nu = 1/2, 3/2, 5/2 (l2 distance).
 KERNELS = ("gaussian", "laplace", "matern12", "matern32", "matern52")
-#: Matern smoothness nu of each Matern family: frequencies are multivariate Student-t with 2 nu degrees of freedom.
-_MATERN_NU = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}
-
-
-def _kernel_frequencies(rng: np.random.Generator, n_rows: int, dim: int, spec: MapSpec) -> np.ndarray:
-    """Frequencies at bandwidth 1 of the spec's kernel family (``kernel`` absent: Gaussian, as every older map).
-
-    Gaussian: N(0, I) rows (:func:`_gaussian_frequencies`). Laplace ``exp(-||x - y||_1)``: i.i.d.
-    standard Cauchy entries (the kernel is a product over columns of ``exp(-|t|)``, whose spectrum is
-    Cauchy). Matern nu: the Gaussian rows times ``sqrt(2 nu / g)``, g ~ chi^2(2 nu), one per row: a
-    multivariate Student-t with 2 nu degrees of freedom, the spectrum of the Matern kernel of length 1.
-    """
-    kernel = spec.get("kernel", "gaussian")
-    if kernel == "laplace":
-        return rng.standard_cauchy((n_rows, dim))
-    frequencies = _gaussian_frequencies(rng, n_rows, dim, spec["orthogonal"])
-    if kernel in _MATERN_NU:
-        nu = _MATERN_NU[kernel]
-        frequencies *= np.sqrt(2.0 * nu / rng.chisquare(2.0 * nu, size=n_rows))[:, None]
-    return frequencies
-
-
 @functools.lru_cache(maxsize=16)
 def _frequency_matrix(kind: str, spec_json: str) -> np.ndarray:
     """The frequencies W (m x d, float64) of a map: its parameter, or formed from its structured blocks."""
-    params = _cached_params(kind, spec_json)
+    params = cached_params(kind, spec_json)
     if "frequencies" in params:
         return params["frequencies"]
     frequencies = structured_frequency_matrix(params, json.loads(spec_json)["n_features_in"])
@@ -240,7 +200,7 @@ def _frequency_matrix(kind: str, spec_json: str) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def _projection_params(kind: str, spec_json: str, dtype_char: str) -> tuple[np.ndarray, np.ndarray | None]:
     """Transposed frequencies (d x m) and phases in the embedding's dtype, for the hot path."""
-    params = _cached_params(kind, spec_json)
+    params = cached_params(kind, spec_json)
     frequencies = np.ascontiguousarray(_frequency_matrix(kind, spec_json).T, dtype=dtype_char)
     phases = params["phases"].astype(dtype_char) if "phases" in params else None
     for array in (frequencies, phases):
@@ -261,7 +221,7 @@ def _project(X: np.ndarray, frequencies: np.ndarray, out: np.ndarray) -> None:
 @functools.lru_cache(maxsize=64)
 def _float32_offsets(kind: str, spec_json: str) -> np.ndarray:
     """The float32 phases of a cosphase map, or the empty offsets of a sincos one (compiled kernels)."""
-    params = _cached_params(kind, spec_json)
+    params = cached_params(kind, spec_json)
     if "phases" not in params:
         return _NO_OFFSETS
     offsets = params["phases"].astype(np.float32)
@@ -633,23 +593,6 @@ class RFF(FourierFeatureMap):
         embedder) serve only such maps; the others take :meth:`_embed_tile`."""
         return self.phase_precision_ == "float32"
 
-    @classmethod
-    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
-        # One generator for frequencies, then phases: the order fixes every map ever saved.
-        rng = np.random.default_rng(spec["seed"])
-        n_frequencies = spec["n_features"] // 2 if spec["variant"] == "sincos" else spec["n_features"]
-        if spec.get("structured", False):
-            params = draw_structured_params(rng, spec["n_features_in"], n_frequencies, spec["bandwidth"])
-        else:
-            numeric_width = spec["n_features_in"] - len(spec.get("categorical", ()))
-            frequencies = _kernel_frequencies(rng, n_frequencies, numeric_width, spec)
-            params = {"frequencies": frequencies / spec["bandwidth"]}
-        if spec["variant"] == "cosphase":
-            params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
-        if spec.get("categorical"):
-            params.update(draw_category_params(rng, n_frequencies, len(spec["categorical"]), spec["mismatch"]))
-        return params
-
     def _spec_entries(self) -> MapSpec:
         entries = super()._spec_entries()
         if self._categorical_columns:
@@ -707,7 +650,7 @@ class RFF(FourierFeatureMap):
             rows = np.ascontiguousarray(X, dtype=np.float32)
             _compiled_sincos().rff_features(rows, frequencies, offsets, scale, projection, out)
             return
-        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), out.dtype.char)
+        frequencies, phases = _projection_params(self.kind, spec_key(self.spec), out.dtype.char)
         projection = np.empty((X.shape[0], frequencies.shape[1]), dtype=out.dtype)
         _project(X, frequencies, out=projection)
         if self.variant == "sincos":
@@ -721,7 +664,7 @@ class RFF(FourierFeatureMap):
         """Float32 features from float64 phases: ``X @ W`` (plus the phases b) in float64, reduced
         to [-pi, pi] in float64 (exact to ~|phase| 2^-53), then the compiled float32 sin/cos of the
         reduced phase, whose float32 rounding is at most pi 2^-24 whatever the phase."""
-        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
+        frequencies, phases = _projection_params(self.kind, spec_key(self.spec), "d")
         projection = np.empty((X.shape[0], frequencies.shape[1]))
         _project(X.astype(np.float64, copy=False), frequencies, out=projection)
         with np.errstate(invalid="ignore"):  # a non-finite row gives NaN features, as on the float32 path
@@ -740,7 +683,7 @@ class RFF(FourierFeatureMap):
         """``(frequencies (d, m), offsets, scale)`` of :func:`streamrff._kernels.sincos.rff_features`:
         float32, with offsets of length 0 for the sincos variant. A structured map's frequencies
         are an empty (0, m) array: its kernels take :meth:`_structure_args` instead."""
-        spec_json = _spec_key(self.spec)
+        spec_json = spec_key(self.spec)
         offsets = _float32_offsets(self.kind, spec_json)
         if self.structured:
             m = self._params()["row_scales"].shape[0]
@@ -774,7 +717,7 @@ class RFF(FourierFeatureMap):
             return super()._feature_sums(X, dtype)  # tile by tile through _embed_tile
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)
-        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), dtype.char)
+        frequencies, phases = _projection_params(self.kind, spec_key(self.spec), dtype.char)
         sincos = self.variant == "sincos"
         m = frequencies.shape[1]
         scale = float(dtype.type(self._scale(m)))

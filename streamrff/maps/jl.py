@@ -18,8 +18,6 @@ from .fourier import RFF
 
 __all__ = ["JL"]
 
-#: SeedSequence spawn key of the JL projection stream (ASCII "JL-P"), distinct from the RFF stream.
-_JL_STREAM = 0x4A4C2D50
 
 
 class JL(FeatureMap):
@@ -110,15 +108,6 @@ class JL(FeatureMap):
         feature_map.inner_map_ = inner
         feature_map.n_features_in_ = inner.n_features_in_
         return feature_map
-
-    @classmethod
-    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
-        # A stream of its own: with default_rng(seed) the projection would reuse the very
-        # normals of an inner RFF with the same seed (both default to 0), making P and W
-        # dependent, whereas the JL guarantee needs P independent of the inner features.
-        rng = np.random.default_rng(np.random.SeedSequence(spec["seed"], spawn_key=(_JL_STREAM,)))
-        k = spec["n_components"]
-        return {"projection": rng.standard_normal((spec["inner_width"], k)) / np.sqrt(k)}
 
     def _output_width(self) -> int:
         return int(self.n_components)

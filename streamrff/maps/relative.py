@@ -18,14 +18,12 @@ import numpy as np
 
 from .._base.validation import check_bandwidth
 from ..errors import InputError, VarianceWarning
-from ..typing import MapSpec, Seed
+from ..typing import Seed
 from .fourier import FourierFeatureMap, _check_paired_n_features
+from .params import relative_rff_gamma
 
 __all__ = ["RelativeErrorRFF", "RELATIVE_RFF_VARIANCE_LIMIT"]
 
-#: SeedSequence spawn key of the RelativeErrorRFF frequency stream (ASCII "RERF"), so that its
-#: frequencies are independent of an RFF's with the same seed (side-by-side comparisons).
-_RELATIVE_RFF_STREAM = 0x52455246
 #: RelativeErrorRFF warns (VarianceWarning) when the per-feature second moment exceeds this many
 #: times a sincos RFF's: it then needs that many times more features for the same accuracy.
 RELATIVE_RFF_VARIANCE_LIMIT = 50.0
@@ -40,15 +38,6 @@ def _check_fraction(value: Any, name: str, upper: float, include_upper: bool) ->
     if not (0.0 < number < upper or (include_upper and number == upper)):
         raise InputError(f"{name} must be in {interval}. Got {value!r}.")
     return number
-
-
-def _relative_rff_gamma(n_features_in: int, alpha: float, eps: float) -> float:
-    """Half-width of the frequency box of :class:`RelativeErrorRFF` (Phillips & Tai 2018, sec. 2).
-
-    ``gamma = sqrt(4 ln(16 d / (sqrt(pi) eps alpha)))``, which bounds the
-    truncation bias of every kernel value by ``eps alpha / 4`` (their Lemma 13).
-    """
-    return float(np.sqrt(4.0 * np.log(16.0 * n_features_in / (np.sqrt(np.pi) * eps * alpha))))
 
 
 class RelativeErrorRFF(FourierFeatureMap):
@@ -183,7 +172,7 @@ class RelativeErrorRFF(FourierFeatureMap):
 
     def _setup(self, n_features_in: int) -> None:
         super()._setup(n_features_in)
-        self.gamma_ = _relative_rff_gamma(self.n_features_in_, float(self.alpha), float(self.eps))
+        self.gamma_ = relative_rff_gamma(self.n_features_in_, float(self.alpha), float(self.eps))
         self.variance_factor_ = float((self.gamma_ / np.sqrt(2.0 * np.pi)) ** self.n_features_in_)
 
     def _begin_fit(self, n_features_in: int) -> tuple[int, int]:
@@ -199,25 +188,6 @@ class RelativeErrorRFF(FourierFeatureMap):
                 stacklevel=3,
             )
         return sample_request
-
-    @classmethod
-    def _make_params(cls, spec: MapSpec) -> dict[str, np.ndarray]:
-        d = spec["n_features_in"]
-        m = spec["n_features"] // 2
-        gamma = _relative_rff_gamma(d, spec["alpha"], spec["eps"])
-        rng = np.random.default_rng(np.random.SeedSequence(spec["seed"], spawn_key=(_RELATIVE_RFF_STREAM,)))
-        frequencies = rng.uniform(-gamma, gamma, size=(m, d))
-        # Weights in log space: (2 gamma)^(d/2) overflows for large d while exp(-||v||^2/8) underflows.
-        log_weights = (
-            0.5 * d * np.log(2.0 * gamma)
-            - 0.25 * d * np.log(4.0 * np.pi)
-            - np.einsum("ij,ij->i", frequencies, frequencies) / 8.0
-            - 0.5 * np.log(m)
-        )
-        return {
-            "frequencies": frequencies / (spec["bandwidth"] * np.sqrt(2.0)),  # <v, x'> = <v / (sigma sqrt 2), x>
-            "weights": np.exp(log_weights),
-        }
 
     def _embed_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         params = self._params()

@@ -36,14 +36,16 @@ from __future__ import annotations
 import hashlib
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._base.validation import check_format_version
 from ..errors import InputError, SketchMismatchError
-from ..maps import RFF, FeatureMap, spec_bandwidth
 from .moments import CentredMoments, moment_tile_rows
+
+if TYPE_CHECKING:  # pragma: no cover - the maps import scikit-learn, which reading a sketch file does not need
+    from ..maps import RFF, FeatureMap
 
 __all__ = [
     "COLUMN_FORMAT_NAME",
@@ -134,6 +136,8 @@ def _column_seed(map_seed: int, column: int) -> int:
 
 def fitted_column_map(n_features: int, bandwidth: float, seed: int, phase_precision: str = "auto") -> RFF:
     """A fitted sincos RFF map of one column (no data needed: its bandwidth is given)."""
+    from ..maps import RFF
+
     column_map = RFF(n_features=n_features, bandwidth=bandwidth, seed=seed, phase_precision=phase_precision)
     column_map._begin_fit(1)
     return column_map._finish_fit(np.empty((0, 1)))
@@ -180,6 +184,8 @@ def derive_column_maps(
         )
     n_columns = int(feature_map.n_features_in_)
     if bandwidth is None:
+        from ..maps import spec_bandwidth
+
         map_bandwidth = spec_bandwidth(feature_map.spec)
         if map_bandwidth is None:
             raise InputError(

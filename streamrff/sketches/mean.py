@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.base import clone
 
 from .._base.blas import single_blas_thread
 from .._base.validation import check_feature_dtype, check_rows, check_width
 from ..errors import InputError, SketchMismatchError
-from ..maps import RFF, FeatureMap
-from ..maps.nufft import nufft_applies, nufft_available, nufft_mean_sums, nufft_supports
 from ..typing import ArrayLike2D
 from .base import ChunkJob, SumSketch, describe_spec, expect_array, expect_int, expect_squared_norm_sum, invalid_count
 from .columns import (
@@ -30,6 +27,9 @@ from .columns import (
 )
 from .columns import PREFIX as COLUMN_PREFIX
 from .moments import CentredMoments, moment_tile_rows
+
+if TYPE_CHECKING:  # pragma: no cover - the maps import scikit-learn, which reading a sketch file does not need
+    from ..maps import FeatureMap
 
 
 @dataclasses.dataclass(eq=False, repr=False)
@@ -177,10 +177,11 @@ class MeanSketch(SumSketch):
         return attrs
 
     @classmethod
-    def _from_parts(cls, spec, map_arrays, attrs, arrays) -> MeanSketch:
-        from ..maps import map_from_spec
+    def _from_parts(cls, spec, map_arrays, attrs, arrays, feature_map=None) -> MeanSketch:
+        if feature_map is None:  # else the map's identity (sketches.base.load_described)
+            from ..maps import map_from_spec
 
-        feature_map = map_from_spec(spec, map_arrays)
+            feature_map = map_from_spec(spec, map_arrays)
         width = feature_map.n_features_out_
         expect_array(arrays, "feature_sum", (width,), np.float64)
         moment = None
@@ -205,6 +206,9 @@ class MeanSketch(SumSketch):
     ) -> ChunkJob:  # fmt: skip
         """The engine's pass for mean sketches of a fitted map (arguments checked by the caller, but for the
         NUFFT's fit to the map): :func:`mean_sketch_of_chunk` on every chunk."""
+        from ..maps import RFF
+        from ..maps.nufft import nufft_supports
+
         dtype = np.dtype(dtype)
         if method == "nufft" and not nufft_supports(feature_map):
             raise InputError(
@@ -252,6 +256,8 @@ def check_sum_method(method: Any, moments: bool, dtype: np.dtype, feature_map: F
             f"method='nufft' computes float32-accurate sums without a second moment. Got moments={moments}, "
             f"dtype='{dtype}'. Use method='auto' or 'direct' for moments or float64 features."
         )
+    from ..maps.nufft import nufft_available
+
     if not nufft_available():
         raise InputError("method='nufft' needs the finufft package. Install it with: pip install 'streamrff[nufft]'.")
     if feature_map is not None:
@@ -294,6 +300,8 @@ def mean_sketch_of_chunk(
     """
     dtype = np.dtype(dtype)
     columns = None if column_maps is None else column_sketch_of_chunk(rows, column_maps, dtype)
+    from ..maps.nufft import nufft_applies, nufft_mean_sums
+
     if method == "nufft" or (
         method == "auto" and not moments and dtype == np.float32 and nufft_applies(feature_map, rows)
     ):
@@ -381,6 +389,10 @@ def sketch_array(
     >>> bool(np.allclose(s.feature_sum, Z.sum(axis=0), atol=1e-5)), bool(np.allclose(s.moment, Z.T @ Z, atol=1e-5))
     (True, True)
     """
+    from sklearn.base import clone
+
+    from ..maps import FeatureMap
+
     if not isinstance(feature_map, FeatureMap):
         raise InputError(f"feature_map must be a streamrff FeatureMap such as RFF(). Got {type(feature_map).__name__}.")
     dtype = check_feature_dtype(dtype)

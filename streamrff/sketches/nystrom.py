@@ -26,15 +26,17 @@ import functools
 import hashlib
 import json
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._base.blas import one_blas_thread, single_blas_thread
+from .._base.blas import one_blas_thread, single_blas_thread, tile_column_sums
 from .._base.validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
-from ..maps import FeatureMap, tile_column_sums
 from .base import ChunkJob, SumSketch, describe_spec, expect_array, expect_int, expect_squared_norm_sum, invalid_count
+
+if TYPE_CHECKING:  # pragma: no cover - the maps import scikit-learn, which reading a sketch file does not need
+    from ..maps import FeatureMap
 
 __all__ = ["NystromSketch", "nystrom_sketch_of_chunk", "nystrom_eigenpairs", "test_matrix"]
 
@@ -150,6 +152,7 @@ class NystromSketch(SumSketch):
             the map's, or ``sketch_size`` outside ``1..D``.
         """
         from .._base.validation import check_feature_dtype, check_rows, check_width
+        from ..maps import FeatureMap
 
         if not isinstance(feature_map, FeatureMap) or not feature_map.is_fitted():
             raise InputError(

@@ -20,8 +20,8 @@ from .._base.permutations import PERMUTATION_SCHEME, _permute, _round_keys
 from .._base.validation import check_positive_int, normalize_seed
 from ..errors import InputError, SketchMismatchError
 from ..maps import RFF, FeatureMap, map_from_spec
-from ..maps.base import _spec_key
 from ..maps.fourier import _projection_params
+from ..maps.params import spec_key
 from .base import SumSketch, describe_spec, expect_array, expect_int
 
 __all__ = [
@@ -478,13 +478,13 @@ def _shared_draw_embedder(feature_maps: Sequence[FeatureMap], tile_rows: int):
     bandwidths = [spec.pop("bandwidth") for spec in specs]
     groups: dict[str, int] = {}  # the spec without its bandwidth -> the group's index
     for spec in specs:
-        groups.setdefault(_spec_key(spec), len(groups))
+        groups.setdefault(spec_key(spec), len(groups))
     if len(groups) == len(feature_maps):
         return None  # no two maps share a draw
     from .._kernels.sincos import MAX_FAST_PHASE, cos_features, largest_phase, sincos_features  # numba: when used
 
-    group_of = [groups[_spec_key(spec)] for spec in specs]
-    bases = [_projection_params("rff", _spec_key({**json.loads(key), "bandwidth": 1.0}), "f")[0] for key in groups]
+    group_of = [groups[spec_key(spec)] for spec in specs]
+    bases = [_projection_params("rff", spec_key({**json.loads(key), "bandwidth": 1.0}), "f")[0] for key in groups]
     offsets_scales = [feature_maps[group_of.index(group)]._float32_kernel_args()[1:] for group in range(len(groups))]
     inverse_bandwidths = [np.float32(1.0 / bandwidth) for bandwidth in bandwidths]
     projections = [np.empty((tile_rows, base.shape[1]), dtype=np.float32) for base in bases]
