@@ -37,7 +37,7 @@ import numpy as np
 
 import streamrff as srf
 from streamrff.formats.store import HEADER, Record
-from streamrff.store.buckets import _blocks
+from streamrff.store.records import _blocks
 
 
 def _fill(store: srf.SketchStore, n_buckets: int, rng: np.random.Generator) -> float:
