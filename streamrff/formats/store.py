@@ -21,7 +21,17 @@ Group attributes::
     levels            L: the store holds at most 2**L buckets
     signed            whether every record carries an HMAC-SHA256 (key kept by its owners)
     created_at        ISO 8601 UTC time of creation
+    moments           optional, {"level": k}: the store keeps second moments for aligned blocks of
+                      2**k buckets (and their rollups) in ``<store>/moments``, below
+    moment_sums       optional, true: this group's records carry second moments (the ``moments``
+                      group of a store; its bucket is 2**k of the store's, its levels L - k)
     attributes_digest sha256 of the canonical JSON of every other attribute
+
+Second moments. A record of a group with ``moment_sums`` is ``HEADER`` values, the D feature
+sums, then the ``D (D + 1) / 2`` float64 values of the upper triangle of ``sum z z^T`` row by
+row (``numpy.triu_indices(D)`` order): a whole sketch with moments of its block. The store's own
+records never carry moments, so a fine bucket costs ``8 (HEADER + D) + 4`` bytes whatever ``k``;
+a moment record costs ``8 (HEADER + D + D (D + 1) / 2) + 4`` bytes per ``2**k`` buckets.
 
 Records. A record is the sum of an aligned dyadic block of buckets: level ``k``, index ``i``
 holds buckets ``[i 2**k, (i + 1) 2**k)`` (level 0: one bucket). Its slot (row of ``records``)
@@ -87,7 +97,7 @@ from .map import map_from_json, map_to_json
 
 __all__ = [
     "STORE_FORMAT_NAME", "STORE_FORMAT_VERSION", "HEADER", "StoreRoot", "Record", "RecordFiles",
-    "create_store", "read_store_root", "encode_record",
+    "create_store", "read_store_root", "encode_record", "moment_width", "pack_moment", "unpack_moment",
 ]  # fmt: skip
 
 STORE_FORMAT_NAME = "streamrff.sketch-store"
@@ -124,6 +134,10 @@ class StoreRoot:
     bucket_seconds: int = 0
     #: The time grid's duration as given ("1h"); "" for a grid of rows.
     bucket_label: str = ""
+    #: k: the store keeps second moments for blocks of 2**k buckets (its ``moments`` group); None: none.
+    moment_level: int | None = None
+    #: Whether this group's records carry the packed second moment (the ``moments`` group).
+    moment_sums: bool = False
 
     @property
     def key_width(self) -> int:
@@ -136,7 +150,7 @@ class StoreRoot:
 
     @property
     def width(self) -> int:
-        return HEADER + self.n_features
+        return HEADER + self.n_features + (moment_width(self.n_features) if self.moment_sums else 0)
 
     @property
     def capacity(self) -> int:
@@ -174,6 +188,7 @@ class Record:
     written_at: float
     source_digest: str
     signed: bool
+    #: The D feature sums; in a ``moment_sums`` group, followed by the packed second moment.
     feature_sum: np.ndarray
     sites: int = 1
 
@@ -184,6 +199,25 @@ class Record:
     @property
     def stop_bucket(self) -> int:
         return (self.index + 1) << self.level
+
+
+def moment_width(n_features: int) -> int:
+    """Values of a packed second moment of ``n_features`` features (its upper triangle)."""
+    return n_features * (n_features + 1) // 2
+
+
+def pack_moment(moment: np.ndarray) -> np.ndarray:
+    """The upper triangle of a symmetric (D, D) moment, row by row (float64)."""
+    return np.asarray(moment, dtype=np.float64)[np.triu_indices(moment.shape[0])]
+
+
+def unpack_moment(packed: np.ndarray, n_features: int) -> np.ndarray:
+    """The symmetric (D, D) float64 moment of its packed upper triangle."""
+    moment = np.zeros((n_features, n_features))
+    rows, columns = np.triu_indices(n_features)
+    moment[rows, columns] = packed
+    moment[columns, rows] = packed
+    return moment
 
 
 def _words(digest: bytes) -> np.ndarray:
@@ -484,6 +518,8 @@ def create_store(
     storage_options: StorageOptions,
     bucket_seconds: int = 0,
     bucket_label: str = "",
+    moment_level: int | None = None,
+    moment_sums: bool = False,
 ) -> None:
     """Write a new, empty store at ``target``; FileExistsError if something is there.
 
@@ -500,9 +536,16 @@ def create_store(
         "levels": int(levels), "signed": bool(signed),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
+    if moment_level is not None:
+        attrs["moments"] = {"level": int(moment_level)}
+    if moment_sums:
+        attrs["moment_sums"] = True
     attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
     group = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
-    records = _record_array_metadata(2 * (1 << levels) - 1, HEADER + int(feature_map.n_features_out_))
+    n_features = int(feature_map.n_features_out_)
+    records = _record_array_metadata(
+        2 * (1 << levels) - 1, HEADER + n_features + (moment_width(n_features) if moment_sums else 0)
+    )
     files = {
         "map.json": map_to_json(feature_map).encode("utf-8"),
         "records/zarr.json": json.dumps(records, indent=2).encode("ascii"),
@@ -622,10 +665,12 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             raise SketchFormatError(
                 f"{target}: the attribute {name!r} is {_short(attrs.get(name))}; expected a {kind.__name__} (tampered)."
             )
-    check_records_fit(StoreRoot(target, None, rows, levels, False, "", seconds, label), 1, n_features)  # type: ignore[arg-type]
+    moment_level, moment_sums = _moment_attributes(attrs, levels, target)
+    values = n_features + (moment_width(n_features) if moment_sums else 0)
+    check_records_fit(StoreRoot(target, None, rows, levels, False, "", seconds, label), 1, values)  # type: ignore[arg-type]
     _check_store_sizes_fit(n_features, attrs["map"].get("n_features_in"), target)
     records = _json_document(target, "records/zarr.json", storage_options)
-    expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + n_features)
+    expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + values)
     for key in ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "codecs"):
         if not isinstance(records, dict) or records.get(key) != expected[key]:
             raise SketchFormatError(
@@ -641,8 +686,21 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
         )
     return StoreRoot(
-        target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")), seconds, label
-    )
+        target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")), seconds, label,
+        moment_level, moment_sums,
+    )  # fmt: skip
+
+
+def _moment_attributes(attrs: dict[str, Any], levels: int, target: str) -> tuple[int | None, bool]:
+    """(k, moment_sums) of a root's optional ``moments`` and ``moment_sums`` attributes, checked."""
+    moments, sums = attrs.get("moments"), attrs.get("moment_sums", False)
+    level = moments.get("level") if isinstance(moments, dict) and len(moments) == 1 else None
+    if (moments is not None and not _is_count(level, 0, levels)) or not isinstance(sums, bool):
+        raise SketchFormatError(
+            f"{target}: malformed moments {_short(moments)} or moment_sums {_short(sums)}; expected "
+            f'{{"level": 0..{levels}}} and a bool (tampered).'
+        )
+    return level, sums
 
 
 def _time_grid(bucket: Any) -> tuple[int, str]:
@@ -690,7 +748,7 @@ def _check_declared_width(map_text: bytes, n_features: int, target: str) -> None
 def check_records_fit(root: StoreRoot, n_records: int, n_features: int | None = None) -> None:
     """Refuse, before reading, ``n_records`` rows that this process cannot hold (the shared memory check).
 
-    ``n_features``: the declared width, before the map is built (default: the root's map's).
+    ``n_features``: the declared values after the header, before the map is built (default: the root's).
     """
     width = root.width if n_features is None else HEADER + n_features
     need = 2 * n_records * (8 * width + 4)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from ..sources.rows import RowSource, open_source
 from ..typing import PathOrURL, StorageOptions
 from .compact import sketch_between
 from .digest import sketch_with_digest, source_digest
+from .moments import MomentBlocks, moment_sketch, open_moment_tier
 from .records import _EMPTY, StoreRecords, _holds_any, _runs
 from .timegrid import append_spans, format_ns, parse_bucket, source_times, time_levels, times_digest, to_ns
 
@@ -69,11 +71,15 @@ class AppendResult:
     rows_left: int
     #: Buckets given but already compacted into coarser ones (left as they are).
     compacted: tuple[int, ...] = ()
+    #: Blocks whose moment record was written (a store made with ``moments=``).
+    moment_blocks: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         found = {"appended": list(self.appended), "unchanged": list(self.unchanged), "rows_left": self.rows_left}
         if self.compacted:
             found["compacted"] = list(self.compacted)
+        if self.moment_blocks:
+            found["moment_blocks"] = list(self.moment_blocks)
         return found
 
 
@@ -130,6 +136,7 @@ class SketchStore(StoreRecords):
         levels: int | None = None,
         signed: bool = False,
         storage_options: StorageOptions = None,
+        moments: int | None = None,
     ) -> SketchStore:
         """Make a new, empty store at ``path`` (local directory or fsspec URL) and open it.
 
@@ -151,6 +158,13 @@ class SketchStore(StoreRecords):
             Every record must carry an HMAC-SHA256 under a key given to :meth:`append`.
         storage_options : dict, optional
             fsspec options. Never logged.
+        moments : int, optional
+            Keep second moments (``sum z z^T``, D x D) for aligned blocks of ``2**moments``
+            buckets (0: every bucket), in moment records of their own
+            (:mod:`streamrff.store.moments`): a range on block edges then has its moment, so
+            :func:`streamrff.mmd_test` gives confidence intervals. Bucket records never hold
+            moments, so the store grows by ``8 D (D + 1) / 2`` bytes per block, not per bucket.
+            Default: no moments.
 
         Returns
         -------
@@ -160,7 +174,7 @@ class SketchStore(StoreRecords):
         ------
         InputError
             An unfitted map, a bucket that is neither a positive number of rows nor a duration of
-            whole seconds, bad levels.
+            whole seconds, bad levels or moments.
         FileExistsError
             If something is at ``path``.
 
@@ -185,9 +199,19 @@ class SketchStore(StoreRecords):
         levels = check_positive_int(levels, "levels", minimum=0) if levels != 0 else 0
         if levels > MAX_LEVELS:
             raise InputError(f"levels must be at most {MAX_LEVELS}. Got {levels}.")
+        if moments is not None and (
+            isinstance(moments, bool) or not isinstance(moments, (int, np.integer)) or not 0 <= moments <= levels
+        ):
+            raise InputError(
+                f"moments must be a level in 0..{levels} (moments for blocks of 2**moments buckets) or None. "
+                f"Got {moments!r}; pass e.g. moments=5 for blocks of 32 buckets."
+            )
         target = os.fspath(path)
-        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label)
-        return cls.open(target, storage_options=storage_options)
+        level = None if moments is None else int(moments)
+        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, level)
+        store = cls.open(target, storage_options=storage_options)
+        open_moment_tier(store, create=True)
+        return store
 
     @classmethod
     def open(
@@ -344,6 +368,8 @@ class SketchStore(StoreRecords):
         compacted = self._compacted_buckets()
         cache: dict[tuple[int, int], Record | None] = {}
         appended, unchanged, skipped = [], [], []
+        given = [bucket for bucket, _, _ in spans if compacted is None or not compacted.holds(bucket)]
+        moments = MomentBlocks.plan(self, given, signing_key)
         with connect(job.client) as active:
             job = job.replace(client=active)
             for bucket, lo, hi in spans:
@@ -351,17 +377,28 @@ class SketchStore(StoreRecords):
                     skipped.append(bucket)
                     continue
                 first_row = 0 if ns is not None else bucket * self.bucket_rows
+                moment = moments is not None and moments.wants(bucket)
+                partial = None
                 if _holds_any(known, bucket, bucket + 1):
                     stored = self._read([(0, bucket)])[(0, bucket)]
-                    if stored is not None:  # only the rows' digest is needed
-                        digest = source_digest(opened, lo, hi, first_row, active) if hi > lo else _EMPTY(width)
-                        self._check_same_rows(stored, digest if ns is None else times_digest(digest, ns[lo:hi]))
+                    if stored is not None:  # only the rows' digest is needed, and the moment of a block to write
+                        if moment and hi > lo:
+                            partial, digest = sketch_with_digest(
+                                _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=True,
+                                dtype=dtype, method="auto",
+                            )  # fmt: skip
+                        else:
+                            digest = source_digest(opened, lo, hi, first_row, active) if hi > lo else _EMPTY(width)
+                        digest = digest if ns is None else times_digest(digest, ns[lo:hi])
+                        self._check_same_rows(stored, digest)
                         unchanged.append(bucket)
+                        if moment:
+                            moments.add(bucket, partial, digest)  # type: ignore[union-attr]
                         continue
                 if hi > lo:
                     partial, digest = sketch_with_digest(
-                        _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=False, dtype=dtype,
-                        method=method,
+                        _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=moment, dtype=dtype,
+                        method="auto" if moment else method,
                     )  # fmt: skip
                     count, n_invalid, norms = partial.count, partial.n_invalid, partial.squared_norm_sum
                     sums = np.asarray(partial.feature_sum, dtype=np.float64)
@@ -380,6 +417,8 @@ class SketchStore(StoreRecords):
                     unchanged.append(bucket)
                 else:
                     appended.append(bucket)
+                if moment:
+                    moments.add(bucket, partial, record.source_digest)  # type: ignore[union-attr]
                 if not _holds_any(known, bucket, bucket + 1):
                     bisect.insort(known, bucket)
                 cache[(0, bucket)] = published
@@ -390,7 +429,8 @@ class SketchStore(StoreRecords):
         if ns is None and not spans:
             start = 0 if start is None else int(start)
             rows_left = start + opened.shape[0] - max(-(-start // self.bucket_rows), 0) * self.bucket_rows
-        return AppendResult(tuple(appended), tuple(unchanged), int(max(rows_left, 0)), tuple(skipped))
+        written = () if moments is None else tuple(moments.written)
+        return AppendResult(tuple(appended), tuple(unchanged), int(max(rows_left, 0)), tuple(skipped), written)
 
     def repair(self, signing_key: bytes | None = None) -> int:
         """Write every missing rollup whose halves are stored (after an appender was killed); returns how many."""
@@ -445,7 +485,7 @@ class SketchStore(StoreRecords):
             )
         return int(value) // rows
 
-    def range(self, start: Any = None, stop: Any = None) -> MeanSketch:
+    def range(self, start: Any = None, stop: Any = None, moments: bool | None = None) -> MeanSketch:
         """The mean sketch of ``[start, stop)`` (rows, or times of a time grid, on bucket edges) from O(log n) records.
 
         ``None`` ends are the first and last stored bucket's. Every bucket in the range must be
@@ -453,6 +493,19 @@ class SketchStore(StoreRecords):
         an offset). A range that takes compacted buckets (:meth:`compact`) is the sketch of the
         compacted map: with fewer features, its fine part is truncated to them (the prefix of the
         features, rescaled), so the whole range has ``k`` features.
+
+        A store made with ``moments=k`` returns the sketch with its second moment when the range
+        is on blocks of ``2**k`` buckets that all have their moment record: it is then read from
+        those records alone (O(log n) of them, all D features, compacted or not). Otherwise the
+        sketch has sums only, and a one-line ``UserWarning`` says why and how to get moments.
+
+        Parameters
+        ----------
+        start, stop : int or time, optional
+            Bucket edges: rows, or times of a time grid.
+        moments : bool, optional
+            True: the sketch with its second moment, or InputError saying why there is none.
+            False: sums only (no moment record read). Default: moments when the store has them.
 
         Examples
         --------
@@ -465,6 +518,20 @@ class SketchStore(StoreRecords):
         (700, 800)
         """
         first, stop_bucket = self._bucket_span(start, stop)
+        if moments is not None and not isinstance(moments, bool):
+            raise InputError(f"moments must be True, False or None. Got {moments!r}.")
+        if moments and self._root.moment_level is None:
+            raise InputError(
+                f"{self.path} keeps no second moments. Make a store with SketchStore.create(..., moments=k) "
+                "(CLI: store create --moments K) and append the rows to it, or pass moments=None."
+            )
+        if moments is not False and self._root.moment_level is not None:
+            found, why = moment_sketch(self, first, stop_bucket)
+            if found is not None:
+                return found
+            if moments:
+                raise InputError(why)
+            warnings.warn(why, UserWarning, stacklevel=2)
         return sketch_between(self, first, stop_bucket)
 
     def complement(self, start: int, stop: int, within: tuple[int, int] | None = None) -> MeanSketch:
@@ -689,6 +756,13 @@ class SketchStore(StoreRecords):
         compacted = self._compacted_buckets()
         if compacted is not None:
             found["compacted"] = compacted.describe()
+        tier = open_moment_tier(self)
+        if tier is not None:
+            level = self._root.moment_level
+            found["moments"] = {
+                "level": level, "buckets_per_record": 1 << level, "blocks": int(tier._stored_buckets().size),
+                "records": int(tier._slots().size), "bytes_per_record": 8 * tier._root.width + 4,
+            }  # fmt: skip
         return found
 
     def merge_from(self, *others: SketchStore, signing_key: bytes | None = None) -> list[int]:
