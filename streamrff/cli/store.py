@@ -4,6 +4,8 @@ merge)."""
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
 from typing import Any
 
 from . import options
@@ -30,9 +32,12 @@ make a new, empty store
 
 A store of buckets of --bucket rows, or of a duration (1h, 15min, 1d, PT1H: a grid from
 1970-01-01 UTC; appends then take the rows' times), sketched with the map of --map (a map file or
-any sketch file).
+any sketch file). --moments K also keeps second moments (D x D) per block of 2**K buckets (0: every
+bucket), so that ranges on block edges get confidence intervals; bucket records stay D values.
 
 example: streamrff store create stream.store --map map.json --bucket 100000
+         streamrff store create hourly.store --map map.json --bucket 1h \
+         --moments 5
 """
 
 _APPEND = """\
@@ -63,7 +68,8 @@ write the sketch of a range of rows
 
 The mean sketch of rows [--start, --stop) (on bucket edges; default: every stored row), merged from
 O(log n) records; with --leave-out, the sketch of the stored rows outside that range. A store of
-time buckets takes ISO 8601 times (UTC unless an offset is given).
+time buckets takes ISO 8601 times (UTC unless an offset is given). A store made with --moments
+writes the range's second moments when it is on blocks that have them, and says why not otherwise.
 
 example: streamrff store range stream.store --start 0 --stop 700000 \\
          -o reference.sketch
@@ -168,6 +174,8 @@ def add_parser(commands: Any) -> None:
     create.add_argument("--map", metavar="FILE", required=True, help="the map: a map file or any sketch file")
     create.add_argument("--bucket", type=_bucket, required=True, metavar="ROWS|DURATION",
                         help="rows per bucket, or a duration (1h, 15min, 1d, PT1H)")  # fmt: skip
+    create.add_argument("--moments", type=_non_negative_int, default=None, metavar="K",
+                        help="also keep second moments per block of 2**K buckets (0: every bucket)")  # fmt: skip
     create.add_argument(
         "--signed", action="store_true",
         help="require every record to be signed (append needs --sign-key then; implied when a key is set)",
@@ -285,11 +293,18 @@ def run_create(args: argparse.Namespace) -> int:
     feature_map = load_map(args.map, storage_options=args.storage_options, verify_key=options.verify_key(args))
     signed = args.signed or options.signing_key(args) is not None
     store = SketchStore.create(
-        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options
-    )
+        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options,
+        moments=args.moments,
+    )  # fmt: skip
     info = store.info()
     size = info.get("bucket") or f"{args.bucket:,} rows"
-    emit(args, info, [f"created {args.store}: buckets of {size}", f"  map: {info['fingerprint'][:16]}"])
+    lines = [f"created {args.store}: buckets of {size}", f"  map: {info['fingerprint'][:16]}"]
+    if "moments" in info:
+        moments = info["moments"]
+        lines.append(
+            f"  moments: per {moments['buckets_per_record']:,} bucket(s), {moments['bytes_per_record']:,} bytes a block"
+        )
+    emit(args, info, lines)
     return options.EXIT_OK
 
 
@@ -374,6 +389,12 @@ def run_info(args: argparse.Namespace) -> int:
         f"  records: {info['records']:,} of {info['bytes_per_record']:,} bytes",
         f"  map: {info['map'].get('kind')} D={info['n_features']} fingerprint {info['fingerprint'][:16]}",
     ] + (["  signature: every stored run's records verified"] if "signature" in info else [])
+    if "moments" in info:
+        moments = info["moments"]
+        lines.append(
+            f"  moments: per {moments['buckets_per_record']:,} bucket(s); {moments['blocks']:,} block(s), "
+            f"{moments['records']:,} records of {moments['bytes_per_record']:,} bytes"
+        )
     emit(args, info, lines)
     return options.EXIT_OK
 
@@ -384,17 +405,27 @@ def run_range(args: argparse.Namespace) -> int:
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     check_writable(args.output, args.storage_options, args.overwrite)
     store = _open(args)
+    notes: list[str] = []
     if args.leave_out:
         if args.start is None or args.stop is None:
             raise options.UsageError("--leave-out needs --start and --stop (the rows to leave out).")
         sketch = store.complement(args.start, args.stop)
     else:
-        sketch = store.range(args.start, args.stop)
+        with warnings.catch_warnings(record=True) as caught:  # why the range has no moments: one line below
+            warnings.simplefilter("always", UserWarning)
+            sketch = store.range(args.start, args.stop)
+        notes = [str(warning.message) for warning in caught if issubclass(warning.category, UserWarning)]
     sketch.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite,
                 signing_key=options.signing_key(args))  # fmt: skip
     what = "outside" if args.leave_out else "of"
     title = f"wrote the sketch of the rows {what} [{args.start}, {args.stop}) of {args.store} ({sketch.count:,} rows)"
-    emit_sketch(args, args.output, sketch, title, store=args.store)
+    extra: dict[str, Any] = {"store": args.store}
+    if not args.leave_out and store.moment_level is not None:
+        title += ", with second moments" if sketch.has_moments else ", sums only"
+        if notes:
+            extra["moments_note"] = notes[0]
+            print(f"streamrff store: note: {notes[0]}", file=sys.stderr)
+    emit_sketch(args, args.output, sketch, title, **extra)
     return options.EXIT_OK
 
 

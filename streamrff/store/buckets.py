@@ -100,6 +100,8 @@ class SketchStore(StoreRecords):
         The map every bucket is sketched with.
     bucket_rows : int
         R, the rows of a bucket.
+    moment_level : int or None
+        k of a store that keeps second moments per block of ``2**k`` buckets.
 
     Examples
     --------
@@ -257,6 +259,11 @@ class SketchStore(StoreRecords):
     def bucket_seconds(self) -> int:
         """S, seconds per bucket of a time grid; 0 for a grid of rows."""
         return self._root.bucket_seconds
+
+    @property
+    def moment_level(self) -> int | None:
+        """k: second moments are kept per block of ``2**k`` buckets (``create(..., moments=k)``); None: none."""
+        return self._root.moment_level
 
     # Appending.
 
