@@ -2,8 +2,8 @@
 
 :mod:`.buckets` holds :class:`SketchStore` (create, open, append through the engine, ranges and
 complements, merging stores bucket by bucket); :mod:`.records` record I/O and the O(log n) dyadic
-layout; :mod:`.permutation`
-the bucket permutation test between two ranges and the series of windows against a reference.
+layout; :mod:`.moments` second moments per coarse block; :mod:`.permutation` the bucket permutation
+test between two ranges and the series of windows against a reference.
 The file format is :mod:`streamrff.formats.store`. An analysis room: it imports the engine, the
 sketch kinds, the formats and the layers below, never a surface.
 """

@@ -523,6 +523,14 @@ class SketchStore(StoreRecords):
         >>> _ = store.append(X)
         >>> store.range(100, 800).count, store.range().count
         (700, 800)
+
+        Second moments, kept per block of ``2**2`` buckets: a range on block edges has them.
+
+        >>> kept = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "m"), rff, bucket=100, moments=2)
+        >>> kept.append(X).moment_blocks
+        (0, 1)
+        >>> kept.range(400, 800).moment.shape, kept.range(400, 800, moments=False).has_moments
+        ((32, 32), False)
         """
         first, stop_bucket = self._bucket_span(start, stop)
         if moments is not None and not isinstance(moments, bool):
