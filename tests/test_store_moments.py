@@ -163,3 +163,38 @@ def test_store_cli_create_with_moments_and_range_output(tmp_path, tmp_zarr, cli_
                    str(tmp_path / "b.sketch"), "--json")  # fmt: skip
     assert out.code == 0 and "not on their edges" in json.loads(out.out)["moments_note"]
     assert "not on their edges" in out.err and not srf.load(tmp_path / "b.sketch").has_moments
+
+
+def test_store_moments_of_a_complement_and_of_a_merge_of_two_sites(tmp_path):
+    rff = _map()
+    X, Y = _rows(8 * ROWS, seed=6), _rows(4 * ROWS, seed=7, shift=0.5)
+    a = srf.SketchStore.create(tmp_path / "a.store", rff, bucket=ROWS, moments=1)
+    b = srf.SketchStore.create(tmp_path / "b.store", rff, bucket=ROWS, moments=1)
+    a.append(X)
+    b.append(Y[:ROWS], start=2 * ROWS)  # site b holds buckets 2 (block 1, without its moment) ...
+    b.append(Y[2 * ROWS :], start=4 * ROWS)  # ... and 4-5 (block 2, whole)
+    rest = a.complement(2 * ROWS, 6 * ROWS)
+    expected = _numpy_moment(np.vstack([X[: 2 * ROWS], X[6 * ROWS :]]), rff)[1]
+    assert rest.count == 4 * ROWS and rest.has_moments
+    np.testing.assert_allclose(rest.moment, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+    both = srf.SketchStore.create(tmp_path / "ab.store", rff, bucket=ROWS, moments=1)
+    assert both.merge_from(a, b) == list(range(8))
+    assert both.info()["moments"]["blocks"] == 3  # blocks 0, 2, 3; block 1 lacks site b's moment
+    merged = both.range(4 * ROWS, 6 * ROWS, moments=True)
+    expected = _numpy_moment(np.vstack([X[4 * ROWS : 6 * ROWS], Y[2 * ROWS :]]), rff)[1]
+    assert merged.count == 4 * ROWS
+    np.testing.assert_allclose(merged.moment, expected, rtol=0, atol=1e-6 * np.abs(expected).max())
+    with pytest.raises(InputError, match="has no moment record"):
+        both.range(2 * ROWS, 4 * ROWS, moments=True)
+
+
+def test_store_moments_on_object_storage(s3_bucket, s3_server):
+    rff = _map()
+    X = _rows(4 * ROWS, seed=8)
+    url = f"s3://{s3_bucket}/moments.store"
+    store = srf.SketchStore.create(url, rff, bucket=ROWS, moments=1, storage_options=s3_server.storage_options)
+    assert store.append(X).moment_blocks == (0, 1)
+    opened = srf.SketchStore.open(url, storage_options=s3_server.storage_options)
+    part = opened.range(0, 4 * ROWS, moments=True)
+    np.testing.assert_allclose(part.moment, _numpy_moment(X, rff)[1], rtol=1e-6, atol=1e-4)
+    assert opened.info()["moments"]["records"] == 3

@@ -552,7 +552,8 @@ class SketchStore(StoreRecords):
     def complement(self, start: int, stop: int, within: tuple[int, int] | None = None) -> MeanSketch:
         """The sketch of the rows of ``within`` (default: the stored extent) outside ``[start, stop)``.
 
-        ``range(*within) - range(start, stop)``: exact, since mean sketches are linear.
+        ``range(*within) - range(start, stop)``: exact, since mean sketches are linear. A store
+        made with ``moments=k`` subtracts the moments too when both spans have them (see :meth:`range`).
 
         Examples
         --------
@@ -573,6 +574,12 @@ class SketchStore(StoreRecords):
                 f"The left-out span [{start}, {stop}) must lie within {self._describe(*outer)}. "
                 "Pass within= that holds them."
             )
+        if self._root.moment_level is not None:  # both sides from moment records: the complement has moments
+            whole, why = moment_sketch(self, *outer)
+            part, why = moment_sketch(self, *inner) if whole is not None else (None, why)
+            if whole is not None and part is not None:
+                return whole - part
+            warnings.warn(why, UserWarning, stacklevel=2)
         whole, part = sketch_between(self, *outer), sketch_between(self, *inner)
         if whole.feature_map.fingerprint != part.feature_map.fingerprint:  # one of them takes compacted buckets
             compacted = self._compacted_buckets()
@@ -784,7 +791,9 @@ class SketchStore(StoreRecords):
         """Add the buckets of stores with the same map and grid (two sites), bucket by bucket, into this empty store.
 
         A bucket held by several stores is their sum (count and sums add; its digest is the sha256
-        of theirs in order). Returns the buckets written.
+        of theirs in order). Returns the buckets written. A store made with ``moments=k`` also merges
+        the moment records of stores with the same ``k``, block by block: a block's moment is written
+        when every store holding a bucket of it has that block's moment.
 
         Examples
         --------
@@ -799,5 +808,9 @@ class SketchStore(StoreRecords):
         ([0, 1, 2], 40)
         """
         from .compact import merge_stores
+        from .moments import merge_moments
 
-        return merge_stores(self, others, signing_key)
+        merged = merge_stores(self, others, signing_key)
+        if self._root.moment_level is not None:
+            merge_moments(self, others, signing_key)
+        return merged

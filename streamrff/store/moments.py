@@ -28,7 +28,7 @@ import numpy as np
 from ..formats.store import HEADER, Record, create_store, now, pack_moment, unpack_moment
 from ..sketches.mean import MeanSketch
 
-__all__ = ["MomentBlocks", "create_moment_tier", "moment_sketch", "open_moment_tier"]
+__all__ = ["MomentBlocks", "create_moment_tier", "merge_moments", "moment_sketch", "open_moment_tier"]
 
 _TIER = "moments"
 
@@ -187,3 +187,29 @@ def moment_sketch(store: Store, first: int, stop: int) -> tuple[MeanSketch | Non
         sum(r.n_invalid for r in records),
     )  # fmt: skip
     return sketch, ""
+
+
+def merge_moments(target: Store, others: tuple[Store, ...], signing_key: bytes | None) -> list[int]:
+    """The moment records of a merge of ``others`` into ``target`` (both made with the same ``moments=k``).
+
+    A block's merged moment is the sum of the sites' moment records for it, written only when every
+    site holding a bucket of the block has its moment record (otherwise the sum would miss rows).
+    Returns the blocks written.
+    """
+    from .compact import _merge_batch  # here: compact imports the store, which imports this module
+
+    level = target._root.moment_level
+    tier = open_moment_tier(target, create=True)
+    if tier is None:
+        return []
+    sites: dict[int, list[int]] = {}
+    for position, other in enumerate(others):
+        for block in sorted({int(bucket) >> level for bucket in other._stored_buckets()}):
+            sites.setdefault(block, []).append(position)
+    tiers = [open_moment_tier(other) if other._root.moment_level == level else None for other in others]
+    held = [set() if other is None else {int(b) for b in other._stored_buckets()} for other in tiers]
+    blocks = [block for block in sorted(sites) if all(block in held[position] for position in sites[block])]
+    for block in blocks:  # one block's records at a time: each is D (D + 1) / 2 values
+        parts = [tiers[position]._read([(0, block)])[(0, block)] for position in sites[block]]  # type: ignore[union-attr]
+        _merge_batch(tier, {block: parts}, blocks, _Recent(), signing_key)
+    return blocks
