@@ -34,6 +34,8 @@ A store of buckets of --bucket rows, or of a duration (1h, 15min, 1d, PT1H: a gr
 1970-01-01 UTC; appends then take the rows' times), sketched with the map of --map (a map file or
 any sketch file). --moments K also keeps second moments (D x D) per block of 2**K buckets (0: every
 bucket), so that ranges on block edges get confidence intervals; bucket records stay D values.
+--columns also keeps, per bucket, each input column's 1-D kernel sums (columns x N values), for the
+column table of 'store test --columns'.
 
 example: streamrff store create stream.store --map map.json --bucket 100000
          streamrff store create hourly.store --map map.json --bucket 1h \
@@ -81,7 +83,8 @@ _TEST = """\
 test two ranges against each other
 
 The unbiased MMD^2 of the two ranges' sketches, with the bucket permutation null (whole buckets
-relabelled between the ranges: exact under no change, needs no rows).
+relabelled between the ranges: exact under no change, needs no rows). --columns: the column
+table of a store made with --columns, each input column tested alone the same way (Holm-adjusted).
 
 example: streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
          --json
@@ -177,6 +180,18 @@ def add_parser(commands: Any) -> None:
     create.add_argument("--moments", type=_non_negative_int, default=None, metavar="K",
                         help="also keep second moments per block of 2**K buckets (0: every bucket)")  # fmt: skip
     create.add_argument(
+        "--columns", action="store_true",
+        help="also keep every input column's 1-D kernel sums per bucket, for 'store test --columns'",
+    )  # fmt: skip
+    create.add_argument(
+        "--column-features", default=64, metavar="N", help="--columns: features of each column's map (default: 64)",
+        type=options.number_parser(int, lambda v: 2 <= v <= 65536 and v % 2 == 0, "an even integer from 2 to 65536"),
+    )  # fmt: skip
+    create.add_argument(
+        "--column-bandwidth", type=options.column_bandwidth, default=None, metavar="WIDTH",
+        help="--columns: every column kernel's width (default: the map's bandwidth / sqrt(columns))",
+    )  # fmt: skip
+    create.add_argument(
         "--signed", action="store_true",
         help="require every record to be signed (append needs --sign-key then; implied when a key is set)",
     )  # fmt: skip
@@ -234,6 +249,11 @@ def add_parser(commands: Any) -> None:
     test.add_argument("--a", type=_rows, required=True, metavar="START:STOP", help="the first range of rows")
     test.add_argument("--b", type=_rows, required=True, metavar="START:STOP", help="the second range of rows")
     _add_permutations(test)
+    test.add_argument(
+        "--columns",
+        action="store_true",
+        help="the column table: each input column tested alone (store create --columns)",
+    )
     _add_verify(test)
     options.add_common(test)
 
@@ -294,7 +314,8 @@ def run_create(args: argparse.Namespace) -> int:
     signed = args.signed or options.signing_key(args) is not None
     store = SketchStore.create(
         args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options,
-        moments=args.moments,
+        moments=args.moments, columns=args.columns, column_features=args.column_features,
+        column_bandwidth=args.column_bandwidth,
     )  # fmt: skip
     info = store.info()
     size = info.get("bucket") or f"{args.bucket:,} rows"
@@ -430,7 +451,19 @@ def run_range(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    result = _open(args).test(args.a, args.b, n_permutations=args.permutations, seed=args.seed)
+    result = _open(args).test(args.a, args.b, n_permutations=args.permutations, seed=args.seed, columns=args.columns)
+    if args.columns:  # the column table, largest effect first; the joint test of whole rows with it
+        table, result = result, result.joint
+        payload = {"store": args.store, "a": list(args.a), "b": list(args.b), **table.to_dict()}
+        lines = [
+            f"{args.store}: rows {args.a[0]:,}..{args.a[1] - 1:,} vs {args.b[0]:,}..{args.b[1] - 1:,}",
+            f"  MMD^2 = {result.statistic:.6g}, p = {result.p_value_text} (bucket permutation, "
+            f"B = {args.permutations})",
+            f"  columns ({table.null}; p Holm-adjusted):",
+            *table.table_lines(),
+        ]
+        emit(args, payload, lines)
+        return options.EXIT_OK
     payload = {"store": args.store, "a": list(args.a), "b": list(args.b), **result.to_dict(include_null=False)}
     lines = [
         f"{args.store}: rows {args.a[0]:,}..{args.a[1] - 1:,} vs {args.b[0]:,}..{args.b[1] - 1:,}",

@@ -37,6 +37,7 @@ from ..formats.store import (
     read_store_root,
 )
 from ..maps import FeatureMap
+from ..sketches.columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, derive_column_maps
 from ..sketches.mean import MeanSketch, check_sum_method
 from ..sources.rows import RowSource, open_source
 from ..typing import PathOrURL, StorageOptions
@@ -126,6 +127,7 @@ class SketchStore(StoreRecords):
         self._verify_key = verify_key
         self._files = RecordFiles(root.target, storage_options)
         self._tier: SketchStore | None = None  # the coarse store of compacted buckets, once seen
+        self._columns: ColumnMaps | None = None
 
     # Making and opening.
 
@@ -139,6 +141,9 @@ class SketchStore(StoreRecords):
         signed: bool = False,
         storage_options: StorageOptions = None,
         moments: int | None = None,
+        columns: bool = False,
+        column_features: int = DEFAULT_COLUMN_FEATURES,
+        column_bandwidth: float | None = None,
     ) -> SketchStore:
         """Make a new, empty store at ``path`` (local directory or fsspec URL) and open it.
 
@@ -167,6 +172,14 @@ class SketchStore(StoreRecords):
             :func:`streamrff.mmd_test` gives confidence intervals. Bucket records never hold
             moments, so the store grows by ``8 D (D + 1) / 2`` bytes per block, not per bucket.
             Default: no moments.
+        columns : bool, default=False
+            Every bucket also keeps the sums of the column part (per input column, the sums of a
+            1-D map of that column: :mod:`streamrff.sketches.columns`, as ``sketch(...,
+            columns=True)``), ``d x column_features`` values a bucket, so :meth:`test` can
+            return the column table (``columns=True``).
+        column_features, column_bandwidth : optional
+            The column maps' features (even) and width (default: the map's bandwidth over
+            ``sqrt(d)``), as :func:`streamrff.sketch` takes them.
 
         Returns
         -------
@@ -210,7 +223,14 @@ class SketchStore(StoreRecords):
             )
         target = os.fspath(path)
         level = None if moments is None else int(moments)
-        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, level)
+        part = None
+        if columns:
+            maps = derive_column_maps(feature_map, column_features, column_bandwidth)
+            bandwidth = maps.bandwidth if maps.bandwidth_rule == "explicit" else None
+            part = {"n_columns": maps.n_columns, "n_features": maps.n_features, "bandwidth": bandwidth}
+        create_store(
+            target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, level, columns=part
+        )
         store = cls.open(target, storage_options=storage_options)
         open_moment_tier(store, create=True)
         return store
@@ -259,6 +279,16 @@ class SketchStore(StoreRecords):
     def bucket_seconds(self) -> int:
         """S, seconds per bucket of a time grid; 0 for a grid of rows."""
         return self._root.bucket_seconds
+
+    @property
+    def column_maps(self) -> ColumnMaps | None:
+        """The 1-D maps of the column part every bucket keeps (``create(..., columns=True)``); None: none."""
+        root = self._root
+        if not root.column_width:
+            return None
+        if self._columns is None:
+            self._columns = derive_column_maps(root.feature_map, root.column_features, root.column_bandwidth or None)
+        return self._columns
 
     @property
     def moment_level(self) -> int | None:
@@ -405,18 +435,20 @@ class SketchStore(StoreRecords):
                 if hi > lo:
                     partial, digest = sketch_with_digest(
                         _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=moment, dtype=dtype,
-                        method="auto" if moment else method,
+                        method="auto" if moment or self.column_maps else method, column_maps=self.column_maps,
                     )  # fmt: skip
                     count, n_invalid, norms = partial.count, partial.n_invalid, partial.squared_norm_sum
                     sums = np.asarray(partial.feature_sum, dtype=np.float64)
+                    parts = None if partial.columns is None else partial.columns.feature_sum.ravel().astype(np.float64)
                 else:  # a time bucket without rows: stored, so that ranges across it are whole
                     count, n_invalid, norms, sums, digest = 0, 0, 0.0, np.zeros(self._root.n_features), _EMPTY(width)
+                    parts = np.zeros(self._root.column_width) if self._root.column_width else None
                 key = self._root.key_width
                 record = Record(
                     level=0, index=bucket, count=count, n_invalid=n_invalid, squared_norm_sum=norms,
                     first_row=bucket * key, stop_row=(bucket + 1) * key, written_at=now(),
                     source_digest=digest if ns is None else times_digest(digest, ns[lo:hi]),
-                    signed=signing_key is not None, feature_sum=sums,
+                    signed=signing_key is not None, feature_sum=sums, columns=parts,
                 )  # fmt: skip
                 published = self._publish(record, signing_key)
                 if published is not record:  # another appender stored this bucket meanwhile
@@ -649,7 +681,9 @@ class SketchStore(StoreRecords):
 
     # Tests.
 
-    def test(self, a: tuple[int, int], b: tuple[int, int], n_permutations: int = 999, seed: Any = 0) -> Any:
+    def test(
+        self, a: tuple[int, int], b: tuple[int, int], n_permutations: int = 999, seed: Any = 0, columns: bool = False
+    ) -> Any:
         """Two-sample test between rows ``a = (start, stop)`` and ``b``, with the bucket permutation null.
 
         The statistic is the unbiased MMD^2 of the two range sketches (:func:`streamrff.mmd2`).
@@ -663,11 +697,16 @@ class SketchStore(StoreRecords):
             Two disjoint row ranges on bucket edges.
         n_permutations : int, default=999
         seed : int or numpy.random.Generator, default=0
+        columns : bool, default=False
+            Return the column table instead: per input column, the bucket permutation test of the
+            column part's sums (a store made with ``columns=True``), Holm-adjusted
+            (:mod:`streamrff.store.columns`).
 
         Returns
         -------
-        TwoSampleResult
-            ``method`` is ``"bucket-permutation"``; ``null`` the B relabelled statistics.
+        TwoSampleResult or MarginalTestResult
+            ``method`` is ``"bucket-permutation"``; ``null`` the B relabelled statistics. With
+            ``columns=True``, the column table, its ``joint`` that result.
 
         Raises
         ------
@@ -686,15 +725,33 @@ class SketchStore(StoreRecords):
         >>> result = store.test((0, 1_000), (1_000, 2_000))
         >>> result.method, result.p_value < 0.01
         ('bucket-permutation', True)
+
+        Which columns differ, from a store that keeps the column part:
+
+        >>> Y = X.copy(); Y[1_000:, 0] = X[:1_000, 0]  # only column 1 shifts
+        >>> kept = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "c"), rff, bucket=100, columns=True)
+        >>> _ = kept.append(Y)
+        >>> table = kept.test((0, 1_000), (1_000, 2_000), columns=True)
+        >>> table.rejected(0.05).tolist(), table.joint.method
+        ([1], 'bucket-permutation')
         """
         from .permutation import bucket_permutation_test
 
         spans = [self._bucket_span(*pair) for pair in (a, b)]
         if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
             raise InputError(f"The two ranges overlap: a={a!r}, b={b!r}. Pass disjoint ranges.")
-        return bucket_permutation_test(
-            [self._bucket_records(*span) for span in spans], self.feature_map, n_permutations, seed
-        )
+        if columns and self.column_maps is None:
+            raise InputError(
+                f"{self.path} keeps no column part: make a store with SketchStore.create(..., columns=True) (CLI: "
+                "store create --columns) and append the rows to it, or test without columns=True."
+            )
+        sides = [self._bucket_records(*span) for span in spans]
+        joint = bucket_permutation_test(sides, self.feature_map, n_permutations, seed)
+        if not columns:
+            return joint
+        from .columns import column_table
+
+        return column_table(sides, self.column_maps, joint, n_permutations, seed)  # type: ignore[arg-type]
 
     def series(
         self, reference: tuple[int, int], every: int = 1, start: int | None = None, stop: int | None = None,

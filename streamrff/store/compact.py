@@ -394,6 +394,7 @@ def _merge_batch(
             squared_norm_sum=float(sum(p.squared_norm_sum for p in parts)), feature_sum=total,
             source_digest=digest, written_at=now(), signed=signing_key is not None,
             sites=sum(p.sites for p in parts),
+            columns=None if parts[0].columns is None else np.sum([part.columns for part in parts], axis=0),
         )  # fmt: skip
         cache[(0, bucket)] = target._publish(record, signing_key)
         target._roll_up(bucket, known, cache, signing_key)

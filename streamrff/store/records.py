@@ -134,6 +134,7 @@ class StoreRecords:
             first_row=(index << level) * rows, stop_row=((index + 1) << level) * rows, written_at=now(),
             source_digest=digest, signed=False, feature_sum=halves[0].feature_sum + halves[1].feature_sum,
             sites=max(half.sites for half in halves),
+            columns=None if halves[0].columns is None else halves[0].columns + halves[1].columns,
         )  # fmt: skip
 
     def _ensure(
