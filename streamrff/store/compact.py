@@ -353,6 +353,12 @@ def merge_stores(target: Store, others: tuple[Store, ...], signing_key: bytes | 
         if not isinstance(other, type(target)):
             raise InputError(f"merge_from takes SketchStore objects. Got {type(other).__name__}.")
         same_grid = (other.bucket_rows, other.bucket_seconds) == (target.bucket_rows, target.bucket_seconds)
+        mine, theirs = target.column_maps, other.column_maps
+        if (mine is None) != (theirs is None) or (mine is not None and mine.differences(theirs)):
+            raise InputError(
+                f"{other.path} and {target.path} keep different column parts (columns=True, column_features, "
+                "column_bandwidth). Merge into a store made like the stores merged."
+            )
         if other.feature_map.fingerprint != target.feature_map.fingerprint or not same_grid:
             raise InputError(
                 f"{other.path} has map {other.feature_map.fingerprint[:12]} and buckets of {other._describe(0)}; "

@@ -1,4 +1,4 @@
-"""Second moments of a sketch store (issue #45): kept per coarse block, never per fine bucket; real zarr stores."""
+"""Second moments and column parts of a sketch store (issue #45): moments per coarse block, never per fine bucket."""
 
 from __future__ import annotations
 
@@ -198,3 +198,60 @@ def test_store_moments_on_object_storage(s3_bucket, s3_server):
     part = opened.range(0, 4 * ROWS, moments=True)
     np.testing.assert_allclose(part.moment, _numpy_moment(X, rff)[1], rtol=1e-6, atol=1e-4)
     assert opened.info()["moments"]["records"] == 3
+
+
+def _column_features(X: np.ndarray, maps, column: int) -> np.ndarray:
+    """Column ``column``'s 1-D features in float64, from its frequencies (an independent reference)."""
+    phases = np.outer(X[:, column].astype(np.float64), maps.frequencies()[column])
+    return np.hstack([np.cos(phases), np.sin(phases)]) / np.sqrt(maps.n_features / 2)
+
+
+def test_store_column_parts_equal_direct_sketches_and_give_the_column_table(tmp_path, tmp_zarr):
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(24 * ROWS, 3)).astype(np.float32)
+    X[12 * ROWS :, 2] += 1.0  # only column 2 changes
+    rff = _map()
+    store = srf.SketchStore.create(tmp_path / "c.store", rff, bucket=ROWS, columns=True, column_features=8)
+    store.append(tmp_zarr(X, ROWS))
+    maps = store.column_maps
+    assert maps.n_columns == 3 and maps.n_features == 8
+    assert store.info()["bytes_per_record"] == 8 * (HEADER + D + 3 * 8) + 4
+    records = store._records_covering(4, 20)  # the dyadic cover: sums of rollups and buckets
+    stored = np.sum([record.columns for record in records], axis=0).reshape(3, 8)
+    direct = srf.sketch(X[4 * ROWS : 20 * ROWS], rff, chunk_rows=ROWS, columns=True, column_features=8)
+    np.testing.assert_allclose(stored, direct.columns.feature_sum, rtol=1e-9, atol=1e-9)
+    for column in range(3):
+        exact = _column_features(X[4 * ROWS : 20 * ROWS], maps, column).sum(axis=0)
+        np.testing.assert_allclose(stored[column], exact, rtol=0, atol=1e-6 * len(X))
+    table = store.test((0, 12 * ROWS), (12 * ROWS, 24 * ROWS), columns=True, n_permutations=199)
+    assert table.rejected(0.05).tolist() == [2] and table.joint.method == "bucket-permutation"
+    n = 12 * ROWS
+    for column, statistic in zip(table.columns, table.statistics):  # unbiased MMD^2 of the column, from numpy
+        Za, Zb = (_column_features(part, maps, column) for part in (X[:n], X[n:]))
+        sa, sb = Za.sum(axis=0), Zb.sum(axis=0)
+        expected = (sa @ sa - n) / (n * (n - 1)) + (sb @ sb - n) / (n * (n - 1)) - 2 * (sa @ sb) / (n * n)
+        assert statistic == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    with pytest.raises(InputError, match="keeps no column part"):
+        srf.SketchStore.create(tmp_path / "p.store", rff, bucket=ROWS).test((0, ROWS), (ROWS, 2 * ROWS), columns=True)
+    plain = srf.SketchStore.create(tmp_path / "q.store", rff, bucket=ROWS)
+    with pytest.raises(InputError, match="different column parts"):
+        plain.merge_from(store)
+
+
+def test_store_cli_columns_table(tmp_path, tmp_zarr, cli_main):
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(20 * ROWS, 3)).astype(np.float32)
+    X[10 * ROWS :, 0] += 1.5
+    srf.save_map(_map(), tmp_path / "map.json")
+    path = str(tmp_path / "s.store")
+    out = cli_main("store", "create", path, "--map", str(tmp_path / "map.json"), "--bucket", str(ROWS), "--columns",
+                   "--column-features", "8")  # fmt: skip
+    assert out.code == 0
+    assert cli_main("store", "append", path, tmp_zarr(X, ROWS)).code == 0
+    out = cli_main("store", "test", path, "--a", f"0:{10 * ROWS}", "--b", f"{10 * ROWS}:{20 * ROWS}", "--columns",
+                   "--json")  # fmt: skip
+    table = json.loads(out.out)
+    assert out.code == 0 and table["columns"][0] == 0 and table["adjusted_p_values"][0] <= 0.05
+    assert table["joint"]["method"] == "bucket-permutation"
+    text = cli_main("store", "test", path, "--a", f"0:{10 * ROWS}", "--b", f"{10 * ROWS}:{20 * ROWS}", "--columns")
+    assert text.code == 0 and "p Holm" in text.out
