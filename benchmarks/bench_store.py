@@ -251,15 +251,16 @@ def table_bytes() -> None:
     rows = np.random.default_rng(1).normal(size=(64 * 64, 16)).astype(np.float32)
     for features in (1024, 4096):
         rff = srf.RFF(n_features=features, bandwidth=4.0, seed=0).fit(rows[:1])
-        # moments=0 (every bucket) is measured on few buckets: 8 D^2 / 2 bytes each.
-        for moments, n_buckets in ((None, 64), (5, 64), (0, 8 if features == 1024 else 2)):
+        # moments=0 (every bucket) is measured on few buckets: 8 D^2 / 2 bytes each; "columns": d = 16 x 64 sums.
+        for moments, n_buckets in ((None, 64), ("columns", 64), (5, 64), (0, 8 if features == 1024 else 2)):
             with tempfile.TemporaryDirectory() as folder:
-                store = srf.SketchStore.create(Path(folder) / "s.store", rff, bucket=64, moments=moments)
+                kept = {"columns": True} if moments == "columns" else {"moments": moments}
+                store = srf.SketchStore.create(Path(folder) / "s.store", rff, bucket=64, **kept)
                 store.append(rows[: 64 * n_buckets])
                 info = store.info()
                 per = _disk_bytes(Path(folder) / "s.store") / n_buckets
                 moment = info["moments"]["bytes_per_record"] if "moments" in info else 0
-                label = "none" if moments is None else f"{moments} (per {1 << moments} buckets)"
+                label = {None: "none", "columns": "none; columns 16 x 64"}.get(moments, f"{moments} (per 2**{moments})")
                 print(f"   {features:<6} {label:<23} {n_buckets:>7}  {info['bytes_per_record']:>13,}  "
                       f"{moment:>13,}  {per:>21,.0f}")  # fmt: skip
 
