@@ -255,3 +255,23 @@ def test_store_cli_columns_table(tmp_path, tmp_zarr, cli_main):
     assert table["joint"]["method"] == "bucket-permutation"
     text = cli_main("store", "test", path, "--a", f"0:{10 * ROWS}", "--b", f"{10 * ROWS}:{20 * ROWS}", "--columns")
     assert text.code == 0 and "p Holm" in text.out
+
+
+def test_store_cli_info_with_a_key_verifies_moment_records(tmp_path, tmp_zarr, cli_main):
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"k" * 32)
+    key_file.chmod(0o600)
+    rff = _map()
+    store = srf.SketchStore.create(tmp_path / "s.store", rff, bucket=ROWS, moments=1, signed=True, columns=True)
+    store.append(_rows(4 * ROWS, seed=11), signing_key=b"k" * 32)
+    out = cli_main("store", "info", str(tmp_path / "s.store"), "--sign-key", str(key_file), "--json")
+    info = json.loads(out.out)
+    assert out.code == 0 and info["signature"] == "verified" and info["columns"]["n_columns"] == 3
+    path = _moment_record(store, 1, 0)  # the rollup of the two blocks: edited, so its signature fails
+    data = bytearray(path.read_bytes())
+    data[8 * HEADER + 16 : 8 * HEADER + 24] = np.float64(1.0).tobytes()
+    import google_crc32c
+
+    path.write_bytes(bytes(data[:-4]) + np.uint32(google_crc32c.value(bytes(data[:-4]))).astype("<u4").tobytes())
+    bad = cli_main("store", "info", str(tmp_path / "s.store"), "--sign-key", str(key_file))
+    assert bad.code == 1 and "not signed with the verify key" in bad.err and "Traceback" not in bad.err

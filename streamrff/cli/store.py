@@ -395,8 +395,11 @@ def run_info(args: argparse.Namespace) -> int:
     store = _open(args)
     info = store.info()
     if options.verify_key(args) is not None:  # the records of every stored run (O(log n) each) must verify
+        from ..store.moments import check_moment_records
+
         for lo, hi in info["runs"]:
-            store.range(lo, hi)
+            store.range(lo, hi, moments=False)
+        check_moment_records(store)  # and every moment record, one at a time
         info["signature"] = "verified"
     if info.get("bucket_seconds"):
         runs = ", ".join(f"{lo}..{hi}" for lo, hi in info["runs"]) or "none"
@@ -410,6 +413,9 @@ def run_info(args: argparse.Namespace) -> int:
         f"  records: {info['records']:,} of {info['bytes_per_record']:,} bytes",
         f"  map: {info['map'].get('kind')} D={info['n_features']} fingerprint {info['fingerprint'][:16]}",
     ] + (["  signature: every stored run's records verified"] if "signature" in info else [])
+    if "columns" in info:
+        columns = info["columns"]
+        lines.append(f"  columns: {columns['n_columns']} x {columns['n_features']} sums a record (test --columns)")
     if "moments" in info:
         moments = info["moments"]
         lines.append(

@@ -835,6 +835,9 @@ class SketchStore(StoreRecords):
         compacted = self._compacted_buckets()
         if compacted is not None:
             found["compacted"] = compacted.describe()
+        if self.column_maps is not None:
+            maps = self.column_maps
+            found["columns"] = {"n_columns": maps.n_columns, "n_features": maps.n_features, "bandwidth": maps.bandwidth}
         tier = open_moment_tier(self)
         if tier is not None:
             level = self._root.moment_level
