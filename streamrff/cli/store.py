@@ -38,7 +38,7 @@ bucket), so that ranges on block edges get confidence intervals; bucket records 
 column table of 'store test --columns'.
 
 example: streamrff store create stream.store --map map.json --bucket 100000
-         streamrff store create hourly.store --map map.json --bucket 1h \
+         streamrff store create hourly.store --map map.json --bucket 1h \\
          --moments 5
 """
 
