@@ -40,7 +40,8 @@ a moment record costs ``8 (HEADER + D + D (D + 1) / 2) + 4`` bytes per ``2**k`` 
 Records. A record is the sum of an aligned dyadic block of buckets: level ``k``, index ``i``
 holds buckets ``[i 2**k, (i + 1) 2**k)`` (level 0: one bucket). Its slot (row of ``records``)
 is ``offset(k) + i`` with ``offset(k) = sum_{j < k} 2**(L - j)``. A row is
-``HEADER`` float64 header values, then the D float64 feature sums::
+``HEADER`` float64 header values, then the D float64 feature sums (then, with ``columns``, the
+column part's d x D_c sums; in a ``moment_sums`` group, the packed moment instead)::
 
     0 level  1 index  2 count  3 n_invalid  4 squared_norm_sum  5 first row  6 stop row
     (5-6 of a time grid: the block's first and stop time, seconds since the epoch)
