@@ -10,7 +10,8 @@ Tables (the issue's Targets):
    ``SketchStore.open`` (once per process);
 3. appending one bucket of 100 000 rows (d = 16, D = 1 024) against sketching those rows alone
    with ``streamrff.sketch``, side by side in this process (target: <= 1.1x);
-4. bytes per bucket record at D = 1 024 and 4 096 (and the rollups: about two records per bucket);
+4. bytes per bucket at D = 1 024 and 4 096, measured on disk, without moments and with moments per
+   block of 32 buckets or per bucket (``SketchStore.create(..., moments=k)``);
 5. client memory for a store of 100 000 buckets (target: < 500 MB): the peak of Python's allocations
    (tracemalloc, numpy arrays included) and the process's peak RSS while opening the store,
    describing it, reading ranges, appending a bucket and testing two ranges of 1 000 buckets.
@@ -37,7 +38,7 @@ import numpy as np
 
 import streamrff as srf
 from streamrff.formats.store import HEADER, Record
-from streamrff.store.buckets import _blocks
+from streamrff.store.records import _blocks
 
 
 def _fill(store: srf.SketchStore, n_buckets: int, rng: np.random.Generator) -> float:
@@ -239,12 +240,29 @@ def memory_client(path: str, n_buckets: int) -> None:
           "   (target < 500 MB)")  # fmt: skip
 
 
+def _disk_bytes(path: Path) -> int:
+    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file() and "records/c" in str(item))
+
+
 def table_bytes() -> None:
-    print("\n4. bytes per record (one chunk object: header + D float64 sums + crc32c)")
+    """Bytes per bucket on disk (every record chunk: buckets, rollups, moment records), measured."""
+    print("\n4. bytes per bucket, measured on disk (records of buckets, rollups and moments; 64 rows a bucket)")
+    print("   D      moments                 buckets  bucket record  moment record  disk bytes per bucket")
+    rows = np.random.default_rng(1).normal(size=(64 * 64, 16)).astype(np.float32)
     for features in (1024, 4096):
-        record = 8 * (HEADER + features) + 4
-        print(f"   D = {features}: {record:,} bytes per bucket record; with rollups about {2 * record:,} per bucket")
-        print(f"      (a second moment would add {8 * features * features:,} bytes: not kept per bucket)")
+        rff = srf.RFF(n_features=features, bandwidth=4.0, seed=0).fit(rows[:1])
+        # moments=0 (every bucket) is measured on few buckets: 8 D^2 / 2 bytes each; "columns": d = 16 x 64 sums.
+        for moments, n_buckets in ((None, 64), ("columns", 64), (5, 64), (0, 8 if features == 1024 else 2)):
+            with tempfile.TemporaryDirectory() as folder:
+                kept = {"columns": True} if moments == "columns" else {"moments": moments}
+                store = srf.SketchStore.create(Path(folder) / "s.store", rff, bucket=64, **kept)
+                store.append(rows[: 64 * n_buckets])
+                info = store.info()
+                per = _disk_bytes(Path(folder) / "s.store") / n_buckets
+                moment = info["moments"]["bytes_per_record"] if "moments" in info else 0
+                label = {None: "none", "columns": "none; columns 16 x 64"}.get(moments, f"{moments} (per 2**{moments})")
+                print(f"   {features:<6} {label:<23} {n_buckets:>7}  {info['bytes_per_record']:>13,}  "
+                      f"{moment:>13,}  {per:>21,.0f}")  # fmt: skip
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import pytest
 import streamrff as srf
 from streamrff.errors import InputError, SketchFormatError, SketchSignatureError, SourceChangedError
 from streamrff.formats.store import HEADER
-from streamrff.store.buckets import _blocks
+from streamrff.store.records import _blocks
 
 ROWS = 50  # rows per bucket
 

@@ -4,6 +4,8 @@ merge)."""
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
 from typing import Any
 
 from . import options
@@ -31,9 +33,14 @@ make a new, empty store
 
 A store of buckets of --bucket rows, or of a duration (1h, 15min, 1d, PT1H: a grid from
 1970-01-01 UTC; appends then take the rows' times), sketched with the map of --map (a map file or
-any sketch file).
+any sketch file). --moments K also keeps second moments (D x D) per block of 2**K buckets (0: every
+bucket), so that ranges on block edges get confidence intervals; bucket records stay D values.
+--columns also keeps, per bucket, each input column's 1-D kernel sums (columns x N values), for the
+column table of 'store test --columns'.
 
 example: streamrff store create stream.store --map map.json --bucket 100000
+         streamrff store create hourly.store --map map.json --bucket 1h \\
+         --moments 5
 """
 
 _APPEND = """\
@@ -64,7 +71,8 @@ write the sketch of a range of rows
 
 The mean sketch of rows [--start, --stop) (on bucket edges; default: every stored row), merged from
 O(log n) records; with --leave-out, the sketch of the stored rows outside that range. A store of
-time buckets takes ISO 8601 times (UTC unless an offset is given).
+time buckets takes ISO 8601 times (UTC unless an offset is given). A store made with --moments
+writes the range's second moments when it is on blocks that have them, and says why not otherwise.
 
 example: streamrff store range stream.store --start 0 --stop 700000 \\
          -o reference.sketch
@@ -76,7 +84,8 @@ _TEST = """\
 test two ranges against each other
 
 The unbiased MMD^2 of the two ranges' sketches, with the bucket permutation null (whole buckets
-relabelled between the ranges: exact under no change, needs no rows).
+relabelled between the ranges: exact under no change, needs no rows). --columns: the column
+table of a store made with --columns, each input column tested alone the same way (Holm-adjusted).
 
 example: streamrff store test stream.store --a 0:700000 --b 700000:800000 \\
          --json
@@ -169,6 +178,20 @@ def add_parser(commands: Any) -> None:
     create.add_argument("--map", metavar="FILE", required=True, help="the map: a map file or any sketch file")
     create.add_argument("--bucket", type=_bucket, required=True, metavar="ROWS|DURATION",
                         help="rows per bucket, or a duration (1h, 15min, 1d, PT1H)")  # fmt: skip
+    create.add_argument("--moments", type=_non_negative_int, default=None, metavar="K",
+                        help="also keep second moments per block of 2**K buckets (0: every bucket)")  # fmt: skip
+    create.add_argument(
+        "--columns", action="store_true",
+        help="also keep every input column's 1-D kernel sums per bucket, for 'store test --columns'",
+    )  # fmt: skip
+    create.add_argument(
+        "--column-features", default=64, metavar="N", help="--columns: features of each column's map (default: 64)",
+        type=options.number_parser(int, lambda v: 2 <= v <= 65536 and v % 2 == 0, "an even integer from 2 to 65536"),
+    )  # fmt: skip
+    create.add_argument(
+        "--column-bandwidth", type=options.column_bandwidth, default=None, metavar="WIDTH",
+        help="--columns: every column kernel's width (default: the map's bandwidth / sqrt(columns))",
+    )  # fmt: skip
     create.add_argument(
         "--signed", action="store_true",
         help="require every record to be signed (append needs --sign-key then; implied when a key is set)",
@@ -228,6 +251,11 @@ def add_parser(commands: Any) -> None:
     test.add_argument("--a", type=_rows, required=True, metavar="START:STOP", help="the first range of rows")
     test.add_argument("--b", type=_rows, required=True, metavar="START:STOP", help="the second range of rows")
     _add_permutations(test)
+    test.add_argument(
+        "--columns",
+        action="store_true",
+        help="the column table: each input column tested alone (store create --columns)",
+    )
     _add_verify(test)
     options.add_common(test)
 
@@ -287,11 +315,19 @@ def run_create(args: argparse.Namespace) -> int:
     feature_map = load_map(args.map, storage_options=args.storage_options, verify_key=options.verify_key(args))
     signed = args.signed or options.signing_key(args) is not None
     store = SketchStore.create(
-        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options
-    )
+        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options,
+        moments=args.moments, columns=args.columns, column_features=args.column_features,
+        column_bandwidth=args.column_bandwidth,
+    )  # fmt: skip
     info = store.info()
     size = info.get("bucket") or f"{args.bucket:,} rows"
-    emit(args, info, [f"created {args.store}: buckets of {size}", f"  map: {info['fingerprint'][:16]}"])
+    lines = [f"created {args.store}: buckets of {size}", f"  map: {info['fingerprint'][:16]}"]
+    if "moments" in info:
+        moments = info["moments"]
+        lines.append(
+            f"  moments: per {moments['buckets_per_record']:,} bucket(s), {moments['bytes_per_record']:,} bytes a block"
+        )
+    emit(args, info, lines)
     return options.EXIT_OK
 
 
@@ -361,8 +397,11 @@ def run_info(args: argparse.Namespace) -> int:
     store = _open(args)
     info = store.info()
     if options.verify_key(args) is not None:  # the records of every stored run (O(log n) each) must verify
+        from ..store.moments import check_moment_records
+
         for lo, hi in info["runs"]:
-            store.range(lo, hi)
+            store.range(lo, hi, moments=False)
+        check_moment_records(store)  # and every moment record, one at a time
         info["signature"] = "verified"
     if info.get("bucket_seconds"):
         runs = ", ".join(f"{lo}..{hi}" for lo, hi in info["runs"]) or "none"
@@ -376,6 +415,15 @@ def run_info(args: argparse.Namespace) -> int:
         f"  records: {info['records']:,} of {info['bytes_per_record']:,} bytes",
         f"  map: {info['map'].get('kind')} D={info['n_features']} fingerprint {info['fingerprint'][:16]}",
     ] + (["  signature: every stored run's records verified"] if "signature" in info else [])
+    if "columns" in info:
+        columns = info["columns"]
+        lines.append(f"  columns: {columns['n_columns']} x {columns['n_features']} sums a record (test --columns)")
+    if "moments" in info:
+        moments = info["moments"]
+        lines.append(
+            f"  moments: per {moments['buckets_per_record']:,} bucket(s); {moments['blocks']:,} block(s), "
+            f"{moments['records']:,} records of {moments['bytes_per_record']:,} bytes"
+        )
     emit(args, info, lines)
     return options.EXIT_OK
 
@@ -386,22 +434,44 @@ def run_range(args: argparse.Namespace) -> int:
     options.check_output_free(args.output, args.storage_options, args.overwrite)
     check_writable(args.output, args.storage_options, args.overwrite)
     store = _open(args)
+    notes: list[str] = []
     if args.leave_out:
         if args.start is None or args.stop is None:
             raise options.UsageError("--leave-out needs --start and --stop (the rows to leave out).")
         sketch = store.complement(args.start, args.stop)
     else:
-        sketch = store.range(args.start, args.stop)
+        with warnings.catch_warnings(record=True) as caught:  # why the range has no moments: one line below
+            warnings.simplefilter("always", UserWarning)
+            sketch = store.range(args.start, args.stop)
+        notes = [str(warning.message) for warning in caught if issubclass(warning.category, UserWarning)]
     sketch.save(args.output, storage_options=args.storage_options, overwrite=args.overwrite,
                 signing_key=options.signing_key(args))  # fmt: skip
     what = "outside" if args.leave_out else "of"
     title = f"wrote the sketch of the rows {what} [{args.start}, {args.stop}) of {args.store} ({sketch.count:,} rows)"
-    emit_sketch(args, args.output, sketch, title, store=args.store)
+    extra: dict[str, Any] = {"store": args.store}
+    if not args.leave_out and store.moment_level is not None:
+        title += ", with second moments" if sketch.has_moments else ", sums only"
+        if notes:
+            extra["moments_note"] = notes[0]
+            print(f"streamrff store: note: {notes[0]}", file=sys.stderr)
+    emit_sketch(args, args.output, sketch, title, **extra)
     return options.EXIT_OK
 
 
 def run_test(args: argparse.Namespace) -> int:
-    result = _open(args).test(args.a, args.b, n_permutations=args.permutations, seed=args.seed)
+    result = _open(args).test(args.a, args.b, n_permutations=args.permutations, seed=args.seed, columns=args.columns)
+    if args.columns:  # the column table, largest effect first; the joint test of whole rows with it
+        table, result = result, result.joint
+        payload = {"store": args.store, "a": list(args.a), "b": list(args.b), **table.to_dict()}
+        lines = [
+            f"{args.store}: rows {args.a[0]:,}..{args.a[1] - 1:,} vs {args.b[0]:,}..{args.b[1] - 1:,}",
+            f"  MMD^2 = {result.statistic:.6g}, p = {result.p_value_text} (bucket permutation, "
+            f"B = {args.permutations})",
+            f"  columns ({table.null}; p Holm-adjusted):",
+            *table.table_lines(),
+        ]
+        emit(args, payload, lines)
+        return options.EXIT_OK
     payload = {"store": args.store, "a": list(args.a), "b": list(args.b), **result.to_dict(include_null=False)}
     lines = [
         f"{args.store}: rows {args.a[0]:,}..{args.a[1] - 1:,} vs {args.b[0]:,}..{args.b[1] - 1:,}",

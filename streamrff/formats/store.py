@@ -21,12 +21,27 @@ Group attributes::
     levels            L: the store holds at most 2**L buckets
     signed            whether every record carries an HMAC-SHA256 (key kept by its owners)
     created_at        ISO 8601 UTC time of creation
+    moments           optional, {"level": k}: the store keeps second moments for aligned blocks of
+                      2**k buckets (and their rollups) in ``<store>/moments``, below
+    moment_sums       optional, true: this group's records carry second moments (the ``moments``
+                      group of a store; its bucket is 2**k of the store's, its levels L - k)
+    columns           optional, {"n_columns": d, "n_features": D_c, "bandwidth": s_c or null}: every
+                      record also holds the column part's sums, d x D_c float64 after the feature
+                      sums (the 1-D maps of :func:`streamrff.sketches.columns.derive_column_maps`:
+                      D_c features a column, bandwidth s_c, or null for the map's s / sqrt(d))
     attributes_digest sha256 of the canonical JSON of every other attribute
+
+Second moments. A record of a group with ``moment_sums`` is ``HEADER`` values, the D feature
+sums, then the ``D (D + 1) / 2`` float64 values of the upper triangle of ``sum z z^T`` row by
+row (``numpy.triu_indices(D)`` order): a whole sketch with moments of its block. The store's own
+records never carry moments, so a fine bucket costs ``8 (HEADER + D) + 4`` bytes whatever ``k``;
+a moment record costs ``8 (HEADER + D + D (D + 1) / 2) + 4`` bytes per ``2**k`` buckets.
 
 Records. A record is the sum of an aligned dyadic block of buckets: level ``k``, index ``i``
 holds buckets ``[i 2**k, (i + 1) 2**k)`` (level 0: one bucket). Its slot (row of ``records``)
 is ``offset(k) + i`` with ``offset(k) = sum_{j < k} 2**(L - j)``. A row is
-``HEADER`` float64 header values, then the D float64 feature sums::
+``HEADER`` float64 header values, then the D float64 feature sums (then, with ``columns``, the
+column part's d x D_c sums; in a ``moment_sums`` group, the packed moment instead)::
 
     0 level  1 index  2 count  3 n_invalid  4 squared_norm_sum  5 first row  6 stop row
     (5-6 of a time grid: the block's first and stop time, seconds since the epoch)
@@ -87,7 +102,7 @@ from .map import map_from_json, map_to_json
 
 __all__ = [
     "STORE_FORMAT_NAME", "STORE_FORMAT_VERSION", "HEADER", "StoreRoot", "Record", "RecordFiles",
-    "create_store", "read_store_root", "encode_record",
+    "create_store", "read_store_root", "encode_record", "moment_width", "pack_moment", "unpack_moment",
 ]  # fmt: skip
 
 STORE_FORMAT_NAME = "streamrff.sketch-store"
@@ -124,6 +139,14 @@ class StoreRoot:
     bucket_seconds: int = 0
     #: The time grid's duration as given ("1h"); "" for a grid of rows.
     bucket_label: str = ""
+    #: k: the store keeps second moments for blocks of 2**k buckets (its ``moments`` group); None: none.
+    moment_level: int | None = None
+    #: Whether this group's records carry the packed second moment (the ``moments`` group).
+    moment_sums: bool = False
+    #: d and D_c of the column part's sums every record holds (0, 0: none), and its explicit bandwidth (0: the map's).
+    n_columns: int = 0
+    column_features: int = 0
+    column_bandwidth: float = 0.0
 
     @property
     def key_width(self) -> int:
@@ -135,8 +158,14 @@ class StoreRoot:
         return int(self.feature_map.n_features_out_)
 
     @property
+    def column_width(self) -> int:
+        """Values of the column part's sums in a record (d x D_c; 0 without columns)."""
+        return self.n_columns * self.column_features
+
+    @property
     def width(self) -> int:
-        return HEADER + self.n_features
+        moments = moment_width(self.n_features) if self.moment_sums else 0
+        return HEADER + self.n_features + moments + self.column_width
 
     @property
     def capacity(self) -> int:
@@ -174,8 +203,11 @@ class Record:
     written_at: float
     source_digest: str
     signed: bool
+    #: The D feature sums; in a ``moment_sums`` group, followed by the packed second moment.
     feature_sum: np.ndarray
     sites: int = 1
+    #: The column part's sums (d x D_c, flattened row by row) of a store made with columns; None otherwise.
+    columns: np.ndarray | None = None
 
     @property
     def first_bucket(self) -> int:
@@ -184,6 +216,25 @@ class Record:
     @property
     def stop_bucket(self) -> int:
         return (self.index + 1) << self.level
+
+
+def moment_width(n_features: int) -> int:
+    """Values of a packed second moment of ``n_features`` features (its upper triangle)."""
+    return n_features * (n_features + 1) // 2
+
+
+def pack_moment(moment: np.ndarray) -> np.ndarray:
+    """The upper triangle of a symmetric (D, D) moment, row by row (float64)."""
+    return np.asarray(moment, dtype=np.float64)[np.triu_indices(moment.shape[0])]
+
+
+def unpack_moment(packed: np.ndarray, n_features: int) -> np.ndarray:
+    """The symmetric (D, D) float64 moment of its packed upper triangle."""
+    moment = np.zeros((n_features, n_features))
+    rows, columns = np.triu_indices(n_features)
+    moment[rows, columns] = packed
+    moment[columns, rows] = packed
+    return moment
 
 
 def _words(digest: bytes) -> np.ndarray:
@@ -206,15 +257,23 @@ def encode_record(record: Record, root: StoreRoot, signing_key: bytes | None = N
     """The chunk bytes of a record: the little-endian row and its crc32c (zarr's ``bytes`` + ``crc32c`` codecs)."""
     import google_crc32c
 
-    row = np.zeros(HEADER + record.feature_sum.shape[0], dtype="<f8")
+    extra = 0 if record.columns is None else record.columns.shape[0]
+    row = np.zeros(HEADER + record.feature_sum.shape[0] + extra, dtype="<f8")
     row[:8] = (
         record.level, record.index, record.count, record.n_invalid, record.squared_norm_sum, record.first_row,
         record.stop_row, record.written_at,
     )  # fmt: skip
+    if row.shape[0] != root.width:  # e.g. a record of a store with columns merged into one without
+        raise SketchFormatError(
+            f"{record_place(root, root.slot(record.level, record.index))}: a record of {row.shape[0] - HEADER} values; "
+            f"this store's records hold {root.width - HEADER}. Merge or copy between stores made alike."
+        )
     row[_DIGEST_COLUMNS] = _words(bytes.fromhex(record.source_digest))
     row[_SIGNED_COLUMN] = 1.0 if signing_key is not None else 0.0
     row[_SITES_COLUMN] = record.sites
-    row[HEADER:] = record.feature_sum
+    row[HEADER : HEADER + record.feature_sum.shape[0]] = record.feature_sum
+    if record.columns is not None:
+        row[HEADER + record.feature_sum.shape[0] :] = record.columns
     if signing_key is not None:
         row[_SIGNATURE_COLUMNS] = _words(record_signature(row, signing_key, root))
     payload = row.tobytes()
@@ -243,7 +302,8 @@ def decode_record(data: bytes, root: StoreRoot, slot: int, verify_key: bytes | N
         level=int(header[0]), index=int(header[1]), count=int(header[2]), n_invalid=int(header[3]),
         squared_norm_sum=float(header[4]), first_row=int(header[5]), stop_row=int(header[6]),
         written_at=float(header[7]), source_digest=_digest_of(row[_DIGEST_COLUMNS]).hex(),
-        signed=bool(row[_SIGNED_COLUMN]), feature_sum=row[HEADER:], sites=int(row[_SITES_COLUMN]),
+        signed=bool(row[_SIGNED_COLUMN]), feature_sum=row[HEADER : row.shape[0] - root.column_width],
+        sites=int(row[_SITES_COLUMN]), columns=row[row.shape[0] - root.column_width :] if root.column_width else None,
     )  # fmt: skip
     rows = root.key_width
     if (record.level, record.index) != (level, index):
@@ -484,6 +544,9 @@ def create_store(
     storage_options: StorageOptions,
     bucket_seconds: int = 0,
     bucket_label: str = "",
+    moment_level: int | None = None,
+    moment_sums: bool = False,
+    columns: dict[str, Any] | None = None,
 ) -> None:
     """Write a new, empty store at ``target``; FileExistsError if something is there.
 
@@ -500,9 +563,19 @@ def create_store(
         "levels": int(levels), "signed": bool(signed),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
+    if moment_level is not None:
+        attrs["moments"] = {"level": int(moment_level)}
+    if moment_sums:
+        attrs["moment_sums"] = True
+    if columns is not None:
+        attrs["columns"] = dict(columns)
     attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
     group = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
-    records = _record_array_metadata(2 * (1 << levels) - 1, HEADER + int(feature_map.n_features_out_))
+    n_features = int(feature_map.n_features_out_)
+    column_width = 0 if columns is None else int(columns["n_columns"]) * int(columns["n_features"])
+    records = _record_array_metadata(
+        2 * (1 << levels) - 1, HEADER + n_features + (moment_width(n_features) if moment_sums else 0) + column_width
+    )
     files = {
         "map.json": map_to_json(feature_map).encode("utf-8"),
         "records/zarr.json": json.dumps(records, indent=2).encode("ascii"),
@@ -622,10 +695,13 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             raise SketchFormatError(
                 f"{target}: the attribute {name!r} is {_short(attrs.get(name))}; expected a {kind.__name__} (tampered)."
             )
-    check_records_fit(StoreRoot(target, None, rows, levels, False, "", seconds, label), 1, n_features)  # type: ignore[arg-type]
+    moment_level, moment_sums = _moment_attributes(attrs, levels, target)
+    n_columns, column_features, column_bandwidth = _column_attributes(attrs, target)
+    values = n_features + (moment_width(n_features) if moment_sums else 0) + n_columns * column_features
+    check_records_fit(StoreRoot(target, None, rows, levels, False, "", seconds, label), 1, values)  # type: ignore[arg-type]
     _check_store_sizes_fit(n_features, attrs["map"].get("n_features_in"), target)
     records = _json_document(target, "records/zarr.json", storage_options)
-    expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + n_features)
+    expected = _record_array_metadata(2 * (1 << levels) - 1, HEADER + values)
     for key in ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "codecs"):
         if not isinstance(records, dict) or records.get(key) != expected[key]:
             raise SketchFormatError(
@@ -635,14 +711,52 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
     map_text = _read_small(target, "map.json", storage_options, _MAX_MAP_BYTES)
     _check_declared_width(map_text, n_features, target)
     feature_map = map_from_json(map_text, f"{target}/map.json")
+    if n_columns and feature_map.n_features_in_ != n_columns:
+        raise SketchFormatError(
+            f"{target}: the column part declares {n_columns} columns; the map takes {feature_map.n_features_in_} "
+            "(tampered)."
+        )
     if feature_map.fingerprint != attrs.get("fingerprint") or feature_map.n_features_out_ != n_features:
         raise SketchFormatError(
             f"{target}: the map in map.json (fingerprint {feature_map.fingerprint[:12]}) is not the store's "
             f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
         )
     return StoreRoot(
-        target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")), seconds, label
+        target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")), seconds, label,
+        moment_level, moment_sums, n_columns, column_features, column_bandwidth,
+    )  # fmt: skip
+
+
+def _column_attributes(attrs: dict[str, Any], target: str) -> tuple[int, int, float]:
+    """(d, D_c, explicit bandwidth or 0) of a root's optional ``columns`` attribute, checked."""
+    columns = attrs.get("columns")
+    if columns is None:
+        return 0, 0, 0.0
+    fields = columns if isinstance(columns, dict) and set(columns) == {"n_columns", "n_features", "bandwidth"} else {}
+    n_columns, width, bandwidth = fields.get("n_columns"), fields.get("n_features"), fields.get("bandwidth")
+    explicit = bandwidth is None or (
+        isinstance(bandwidth, float) and np.isfinite(bandwidth) and bandwidth > 0  # a JSON number with a point
     )
+    if not (_is_count(n_columns, 1, 2**20) and _is_count(width, 2, 2**16) and width % 2 == 0 and explicit):
+        raise SketchFormatError(
+            f"{target}: malformed columns {_short(columns)}; expected n_columns >= 1, an even n_features and a "
+            "bandwidth > 0 or null (tampered)."
+        )
+    if n_columns * width > MAX_FEATURES:
+        raise SketchFormatError(f"{target}: the column part declares {n_columns * width:,} sums (tampered).")
+    return n_columns, width, 0.0 if bandwidth is None else float(bandwidth)
+
+
+def _moment_attributes(attrs: dict[str, Any], levels: int, target: str) -> tuple[int | None, bool]:
+    """(k, moment_sums) of a root's optional ``moments`` and ``moment_sums`` attributes, checked."""
+    moments, sums = attrs.get("moments"), attrs.get("moment_sums", False)
+    level = moments.get("level") if isinstance(moments, dict) and len(moments) == 1 else None
+    if (moments is not None and not _is_count(level, 0, levels)) or not isinstance(sums, bool):
+        raise SketchFormatError(
+            f"{target}: malformed moments {_short(moments)} or moment_sums {_short(sums)}; expected "
+            f'{{"level": 0..{levels}}} and a bool (tampered).'
+        )
+    return level, sums
 
 
 def _time_grid(bucket: Any) -> tuple[int, str]:
@@ -690,7 +804,7 @@ def _check_declared_width(map_text: bytes, n_features: int, target: str) -> None
 def check_records_fit(root: StoreRoot, n_records: int, n_features: int | None = None) -> None:
     """Refuse, before reading, ``n_records`` rows that this process cannot hold (the shared memory check).
 
-    ``n_features``: the declared width, before the map is built (default: the root's map's).
+    ``n_features``: the declared values after the header, before the map is built (default: the root's).
     """
     width = root.width if n_features is None else HEADER + n_features
     need = 2 * n_records * (8 * width + 4)

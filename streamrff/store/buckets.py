@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import hashlib
 import os
-from collections.abc import Iterator
+import warnings
 from typing import Any
 
 import numpy as np
@@ -27,27 +26,25 @@ from .._files.signed import check_signing_key
 from ..engine.connection import connect
 from ..engine.jobs import open_job_source
 from ..engine.options import current_job_options
-from ..errors import InputError, SourceChangedError
+from ..errors import InputError
 from ..formats.store import (
     MAX_LEVELS,
     Record,
     RecordFiles,
     StoreRoot,
-    check_records_fit,
-    check_slots,
     create_store,
-    decode_record,
-    encode_record,
     now,
     read_store_root,
-    record_place,
 )
 from ..maps import FeatureMap
+from ..sketches.columns import DEFAULT_COLUMN_FEATURES, ColumnMaps, derive_column_maps
 from ..sketches.mean import MeanSketch, check_sum_method
 from ..sources.rows import RowSource, open_source
 from ..typing import PathOrURL, StorageOptions
 from .compact import sketch_between
-from .digest import rows_digest, sketch_with_digest, source_digest
+from .digest import sketch_with_digest, source_digest
+from .moments import MomentBlocks, moment_sketch, open_moment_tier
+from .records import _EMPTY, StoreRecords, _holds_any, _runs
 from .timegrid import append_spans, format_ns, parse_bucket, source_times, time_levels, times_digest, to_ns
 
 __all__ = ["SketchStore"]
@@ -66,23 +63,6 @@ def _rows_between(source: RowSource, start: int, stop: int) -> RowSource:
     )  # fmt: skip
 
 
-def _EMPTY(width: int) -> str:  # noqa: N802 - a constant of the width
-    """The digest of a bucket without rows."""
-    return rows_digest(np.zeros((0, width)))
-
-
-def _blocks(first: int, stop: int) -> list[tuple[int, int]]:
-    """The greedy dyadic cover of buckets ``[first, stop)``: (level, index) of aligned blocks, in order."""
-    blocks = []
-    while first < stop:
-        level = (first & -first).bit_length() - 1 if first else MAX_LEVELS
-        while (1 << level) > stop - first:
-            level -= 1
-        blocks.append((level, first >> level))
-        first += 1 << level
-    return blocks
-
-
 @dataclasses.dataclass(frozen=True)
 class AppendResult:
     """What :meth:`SketchStore.append` did: the buckets written, and those already stored with the same rows."""
@@ -92,15 +72,19 @@ class AppendResult:
     rows_left: int
     #: Buckets given but already compacted into coarser ones (left as they are).
     compacted: tuple[int, ...] = ()
+    #: Blocks whose moment record was written (a store made with ``moments=``).
+    moment_blocks: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         found = {"appended": list(self.appended), "unchanged": list(self.unchanged), "rows_left": self.rows_left}
         if self.compacted:
             found["compacted"] = list(self.compacted)
+        if self.moment_blocks:
+            found["moment_blocks"] = list(self.moment_blocks)
         return found
 
 
-class SketchStore:
+class SketchStore(StoreRecords):
     """A stream kept as buckets of mean sketches (a versioned zarr group, local or on object storage).
 
     Make one with :meth:`create`, open one with :meth:`open`. Buckets are by row count: bucket
@@ -117,6 +101,8 @@ class SketchStore:
         The map every bucket is sketched with.
     bucket_rows : int
         R, the rows of a bucket.
+    moment_level : int or None
+        k of a store that keeps second moments per block of ``2**k`` buckets.
 
     Examples
     --------
@@ -141,6 +127,7 @@ class SketchStore:
         self._verify_key = verify_key
         self._files = RecordFiles(root.target, storage_options)
         self._tier: SketchStore | None = None  # the coarse store of compacted buckets, once seen
+        self._columns: ColumnMaps | None = None
 
     # Making and opening.
 
@@ -153,6 +140,10 @@ class SketchStore:
         levels: int | None = None,
         signed: bool = False,
         storage_options: StorageOptions = None,
+        moments: int | None = None,
+        columns: bool = False,
+        column_features: int = DEFAULT_COLUMN_FEATURES,
+        column_bandwidth: float | None = None,
     ) -> SketchStore:
         """Make a new, empty store at ``path`` (local directory or fsspec URL) and open it.
 
@@ -174,6 +165,21 @@ class SketchStore:
             Every record must carry an HMAC-SHA256 under a key given to :meth:`append`.
         storage_options : dict, optional
             fsspec options. Never logged.
+        moments : int, optional
+            Keep second moments (``sum z z^T``, D x D) for aligned blocks of ``2**moments``
+            buckets (0: every bucket), in moment records of their own
+            (:mod:`streamrff.store.moments`): a range on block edges then has its moment, so
+            :func:`streamrff.mmd_test` gives confidence intervals. Bucket records never hold
+            moments, so the store grows by ``8 D (D + 1) / 2`` bytes per block, not per bucket.
+            Default: no moments.
+        columns : bool, default=False
+            Every bucket also keeps the sums of the column part (per input column, the sums of a
+            1-D map of that column: :mod:`streamrff.sketches.columns`, as ``sketch(...,
+            columns=True)``), ``d x column_features`` values a bucket, so :meth:`test` can
+            return the column table (``columns=True``).
+        column_features, column_bandwidth : optional
+            The column maps' features (even) and width (default: the map's bandwidth over
+            ``sqrt(d)``), as :func:`streamrff.sketch` takes them.
 
         Returns
         -------
@@ -183,7 +189,7 @@ class SketchStore:
         ------
         InputError
             An unfitted map, a bucket that is neither a positive number of rows nor a duration of
-            whole seconds, bad levels.
+            whole seconds, bad levels or moments.
         FileExistsError
             If something is at ``path``.
 
@@ -208,9 +214,26 @@ class SketchStore:
         levels = check_positive_int(levels, "levels", minimum=0) if levels != 0 else 0
         if levels > MAX_LEVELS:
             raise InputError(f"levels must be at most {MAX_LEVELS}. Got {levels}.")
+        if moments is not None and (
+            isinstance(moments, bool) or not isinstance(moments, (int, np.integer)) or not 0 <= moments <= levels
+        ):
+            raise InputError(
+                f"moments must be a level in 0..{levels} (moments for blocks of 2**moments buckets) or None. "
+                f"Got {moments!r}; pass e.g. moments=5 for blocks of 32 buckets."
+            )
         target = os.fspath(path)
-        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label)
-        return cls.open(target, storage_options=storage_options)
+        level = None if moments is None else int(moments)
+        part = None
+        if columns:
+            maps = derive_column_maps(feature_map, column_features, column_bandwidth)
+            bandwidth = maps.bandwidth if maps.bandwidth_rule == "explicit" else None
+            part = {"n_columns": maps.n_columns, "n_features": maps.n_features, "bandwidth": bandwidth}
+        create_store(
+            target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, level, columns=part
+        )
+        store = cls.open(target, storage_options=storage_options)
+        open_moment_tier(store, create=True)
+        return store
 
     @classmethod
     def open(
@@ -257,93 +280,20 @@ class SketchStore:
         """S, seconds per bucket of a time grid; 0 for a grid of rows."""
         return self._root.bucket_seconds
 
-    def _describe(self, first: int, stop: int | None = None) -> str:
-        """Buckets ``[first, stop)`` as a reader knows them: their rows, or their times."""
-        stop = first + 1 if stop is None else stop
-        if self.bucket_seconds:
-            width = self.bucket_seconds * 10**9
-            return f"{format_ns(first * width)}..{format_ns(stop * width)}"
-        return f"rows {first * self.bucket_rows}..{stop * self.bucket_rows - 1}"
+    @property
+    def column_maps(self) -> ColumnMaps | None:
+        """The 1-D maps of the column part every bucket keeps (``create(..., columns=True)``); None: none."""
+        root = self._root
+        if not root.column_width:
+            return None
+        if self._columns is None:
+            self._columns = derive_column_maps(root.feature_map, root.column_features, root.column_bandwidth or None)
+        return self._columns
 
-    # Records.
-
-    def _read(self, blocks: list[tuple[int, int]]) -> dict[tuple[int, int], Record | None]:
-        check_records_fit(self._root, len(blocks))
-        slots = {self._root.slot(level, index): (level, index) for level, index in blocks}
-        found = self._files.read(list(slots), 8 * self._root.width + 4, lambda slot: record_place(self._root, slot))
-        return {
-            slots[slot]: None if data is None else decode_record(data, self._root, slot, self._verify_key)
-            for slot, data in found.items()
-        }
-
-    def _compacted_buckets(self) -> Any:
-        """The compacted part (:class:`~streamrff.store.compact.Compacted`), or None if never compacted."""
-        from .compact import read_compacted  # here: compact imports this module
-        return read_compacted(self)
-
-    def _stored_buckets(self) -> np.ndarray:
-        """The stored buckets (level 0), sorted: one listing of the records."""
-        return (slots := self._slots())[slots < self._root.capacity]
-
-    def _slots(self) -> np.ndarray:
-        """The slots that hold a record (one listing), refusing one outside the layout."""
-        return check_slots(self._root, self._files.slots())
-
-    def _publish(self, record: Record, signing_key: bytes | None) -> Record:
-        """Write ``record`` once; the record already there if another appender was first."""
-        slot = self._root.slot(record.level, record.index)
-        if self._files.publish(slot, encode_record(record, self._root, signing_key)):
-            return record
-        existing = self._read([(record.level, record.index)])[(record.level, record.index)]
-        assert existing is not None  # published by someone else: it is there
-        return existing
-
-    def _sum_record(self, level: int, index: int, halves: list[Record]) -> Record:
-        rows = self._root.key_width
-        digest = hashlib.sha256(b"".join(bytes.fromhex(half.source_digest) for half in halves)).hexdigest()
-        return Record(
-            level=level, index=index, count=sum(h.count for h in halves), n_invalid=sum(h.n_invalid for h in halves),
-            squared_norm_sum=float(halves[0].squared_norm_sum + halves[1].squared_norm_sum),
-            first_row=(index << level) * rows, stop_row=((index + 1) << level) * rows, written_at=now(),
-            source_digest=digest, signed=False, feature_sum=halves[0].feature_sum + halves[1].feature_sum,
-            sites=max(half.sites for half in halves),
-        )  # fmt: skip
-
-    def _ensure(
-        self, level: int, index: int, known: list[int], cache: dict[tuple[int, int], Record | None],
-        signing_key: bytes | None,
-    ) -> Record | None:  # fmt: skip
-        """The record of block (level, index), writing the rollup when both halves are (or can be made) stored.
-
-        Recurses only into blocks that hold a bucket known to be stored, so a block of the future
-        costs one read.
-        """
-        if (level, index) not in cache:
-            cache.update(self._read([(level, index)]))
-        record = cache[(level, index)]
-        if record is not None or level == 0:
-            return record
-        halves = []
-        for half in (2 * index, 2 * index + 1):
-            lo, hi = half << (level - 1), (half + 1) << (level - 1)
-            if not _holds_any(known, lo, hi) and (level - 1, half) not in cache:
-                cache.update(self._read([(level - 1, half)]))
-                if cache[(level - 1, half)] is None:
-                    return None
-            found = self._ensure(level - 1, half, known, cache, signing_key)
-            if found is None:
-                return None
-            halves.append(found)
-        record = self._publish(self._sum_record(level, index, halves), signing_key)
-        cache[(level, index)] = record
-        return record
-
-    def _roll_up(
-        self, bucket: int, known: list[int], cache: dict[tuple[int, int], Record | None], key: bytes | None
-    ) -> None:
-        for level in range(1, self._root.levels + 1):
-            if self._ensure(level, bucket >> level, known, cache, key) is None:
-                return
+    @property
+    def moment_level(self) -> int | None:
+        """k: second moments are kept per block of ``2**k`` buckets (``create(..., moments=k)``); None: none."""
+        return self._root.moment_level
 
     # Appending.
 
@@ -455,6 +405,8 @@ class SketchStore:
         compacted = self._compacted_buckets()
         cache: dict[tuple[int, int], Record | None] = {}
         appended, unchanged, skipped = [], [], []
+        given = [bucket for bucket, _, _ in spans if compacted is None or not compacted.holds(bucket)]
+        moments = MomentBlocks.plan(self, given, signing_key)
         with connect(job.client) as active:
             job = job.replace(client=active)
             for bucket, lo, hi in spans:
@@ -462,28 +414,41 @@ class SketchStore:
                     skipped.append(bucket)
                     continue
                 first_row = 0 if ns is not None else bucket * self.bucket_rows
+                moment = moments is not None and moments.wants(bucket)
+                partial = None
                 if _holds_any(known, bucket, bucket + 1):
                     stored = self._read([(0, bucket)])[(0, bucket)]
-                    if stored is not None:  # only the rows' digest is needed
-                        digest = source_digest(opened, lo, hi, first_row, active) if hi > lo else _EMPTY(width)
-                        self._check_same_rows(stored, digest if ns is None else times_digest(digest, ns[lo:hi]))
+                    if stored is not None:  # only the rows' digest is needed, and the moment of a block to write
+                        if moment and hi > lo:
+                            partial, digest = sketch_with_digest(
+                                _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=True,
+                                dtype=dtype, method="auto",
+                            )  # fmt: skip
+                        else:
+                            digest = source_digest(opened, lo, hi, first_row, active) if hi > lo else _EMPTY(width)
+                        digest = digest if ns is None else times_digest(digest, ns[lo:hi])
+                        self._check_same_rows(stored, digest)
                         unchanged.append(bucket)
+                        if moment:
+                            moments.add(bucket, partial, digest)  # type: ignore[union-attr]
                         continue
                 if hi > lo:
                     partial, digest = sketch_with_digest(
-                        _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=False, dtype=dtype,
-                        method=method,
+                        _rows_between(opened, lo, hi), self.feature_map, job, first_row, moments=moment, dtype=dtype,
+                        method="auto" if moment or self.column_maps else method, column_maps=self.column_maps,
                     )  # fmt: skip
                     count, n_invalid, norms = partial.count, partial.n_invalid, partial.squared_norm_sum
                     sums = np.asarray(partial.feature_sum, dtype=np.float64)
+                    parts = None if partial.columns is None else partial.columns.feature_sum.ravel().astype(np.float64)
                 else:  # a time bucket without rows: stored, so that ranges across it are whole
                     count, n_invalid, norms, sums, digest = 0, 0, 0.0, np.zeros(self._root.n_features), _EMPTY(width)
+                    parts = np.zeros(self._root.column_width) if self._root.column_width else None
                 key = self._root.key_width
                 record = Record(
                     level=0, index=bucket, count=count, n_invalid=n_invalid, squared_norm_sum=norms,
                     first_row=bucket * key, stop_row=(bucket + 1) * key, written_at=now(),
                     source_digest=digest if ns is None else times_digest(digest, ns[lo:hi]),
-                    signed=signing_key is not None, feature_sum=sums,
+                    signed=signing_key is not None, feature_sum=sums, columns=parts,
                 )  # fmt: skip
                 published = self._publish(record, signing_key)
                 if published is not record:  # another appender stored this bucket meanwhile
@@ -491,6 +456,8 @@ class SketchStore:
                     unchanged.append(bucket)
                 else:
                     appended.append(bucket)
+                if moment:
+                    moments.add(bucket, partial, record.source_digest)  # type: ignore[union-attr]
                 if not _holds_any(known, bucket, bucket + 1):
                     bisect.insort(known, bucket)
                 cache[(0, bucket)] = published
@@ -501,15 +468,8 @@ class SketchStore:
         if ns is None and not spans:
             start = 0 if start is None else int(start)
             rows_left = start + opened.shape[0] - max(-(-start // self.bucket_rows), 0) * self.bucket_rows
-        return AppendResult(tuple(appended), tuple(unchanged), int(max(rows_left, 0)), tuple(skipped))
-
-    def _check_same_rows(self, stored: Record, digest: str) -> None:
-        if stored.source_digest != digest:
-            raise SourceChangedError(
-                f"Bucket {stored.index} ({self._describe(stored.index)}) of {self.path} is stored "
-                f"with other rows (digest {stored.source_digest[:12]}, given {digest[:12]}). A stored bucket is never "
-                "rewritten: pass the stream's rows from their true start (start=), or use a new store."
-            )
+        written = () if moments is None else tuple(moments.written)
+        return AppendResult(tuple(appended), tuple(unchanged), int(max(rows_left, 0)), tuple(skipped), written)
 
     def repair(self, signing_key: bytes | None = None) -> int:
         """Write every missing rollup whose halves are stored (after an appender was killed); returns how many."""
@@ -564,37 +524,7 @@ class SketchStore:
             )
         return int(value) // rows
 
-    def _records_covering(self, first: int, stop: int) -> list[Record]:
-        """Records whose blocks tile buckets [first, stop): the dyadic cover, halves where a rollup is missing."""
-        wanted = _blocks(first, stop)
-        found: list[Record] = []
-        while wanted:
-            read = self._read(wanted)
-            missing = []
-            for level, index in wanted:
-                record = read[(level, index)]
-                if record is not None:
-                    found.append(record)
-                elif level == 0:
-                    raise InputError(
-                        f"Bucket {index} ({self._describe(index)}) of "
-                        f"{self.path} is not stored. Ask for a range of stored buckets (store.info()), or append it."
-                    )
-                else:
-                    missing += [(level - 1, 2 * index), (level - 1, 2 * index + 1)]
-            wanted = missing
-        return sorted(found, key=lambda record: record.first_bucket)
-
-    def _sketch_of(self, records: list[Record]) -> MeanSketch:
-        total = np.zeros(self._root.n_features)
-        for record in records:
-            total += record.feature_sum
-        return MeanSketch(
-            self.feature_map, sum(r.count for r in records), total, float(sum(r.squared_norm_sum for r in records)),
-            None, sum(r.n_invalid for r in records),
-        )  # fmt: skip
-
-    def range(self, start: Any = None, stop: Any = None) -> MeanSketch:
+    def range(self, start: Any = None, stop: Any = None, moments: bool | None = None) -> MeanSketch:
         """The mean sketch of ``[start, stop)`` (rows, or times of a time grid, on bucket edges) from O(log n) records.
 
         ``None`` ends are the first and last stored bucket's. Every bucket in the range must be
@@ -602,6 +532,19 @@ class SketchStore:
         an offset). A range that takes compacted buckets (:meth:`compact`) is the sketch of the
         compacted map: with fewer features, its fine part is truncated to them (the prefix of the
         features, rescaled), so the whole range has ``k`` features.
+
+        A store made with ``moments=k`` returns the sketch with its second moment when the range
+        is on blocks of ``2**k`` buckets that all have their moment record: it is then read from
+        those records alone (O(log n) of them, all D features, compacted or not). Otherwise the
+        sketch has sums only, and a one-line ``UserWarning`` says why and how to get moments.
+
+        Parameters
+        ----------
+        start, stop : int or time, optional
+            Bucket edges: rows, or times of a time grid.
+        moments : bool, optional
+            True: the sketch with its second moment, or InputError saying why there is none.
+            False: sums only (no moment record read). Default: moments when the store has them.
 
         Examples
         --------
@@ -612,14 +555,37 @@ class SketchStore:
         >>> _ = store.append(X)
         >>> store.range(100, 800).count, store.range().count
         (700, 800)
+
+        Second moments, kept per block of ``2**2`` buckets: a range on block edges has them.
+
+        >>> kept = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "m"), rff, bucket=100, moments=2)
+        >>> kept.append(X).moment_blocks
+        (0, 1)
+        >>> kept.range(400, 800).moment.shape, kept.range(400, 800, moments=False).has_moments
+        ((32, 32), False)
         """
         first, stop_bucket = self._bucket_span(start, stop)
+        if moments is not None and not isinstance(moments, bool):
+            raise InputError(f"moments must be True, False or None. Got {moments!r}.")
+        if moments and self._root.moment_level is None:
+            raise InputError(
+                f"{self.path} keeps no second moments. Make a store with SketchStore.create(..., moments=k) "
+                "(CLI: store create --moments K) and append the rows to it, or pass moments=None."
+            )
+        if moments is not False and self._root.moment_level is not None:
+            found, why = moment_sketch(self, first, stop_bucket)
+            if found is not None:
+                return found
+            if moments:
+                raise InputError(why)
+            warnings.warn(why, UserWarning, stacklevel=2)
         return sketch_between(self, first, stop_bucket)
 
     def complement(self, start: int, stop: int, within: tuple[int, int] | None = None) -> MeanSketch:
         """The sketch of the rows of ``within`` (default: the stored extent) outside ``[start, stop)``.
 
-        ``range(*within) - range(start, stop)``: exact, since mean sketches are linear.
+        ``range(*within) - range(start, stop)``: exact, since mean sketches are linear. A store
+        made with ``moments=k`` subtracts the moments too when both spans have them (see :meth:`range`).
 
         Examples
         --------
@@ -640,6 +606,12 @@ class SketchStore:
                 f"The left-out span [{start}, {stop}) must lie within {self._describe(*outer)}. "
                 "Pass within= that holds them."
             )
+        if self._root.moment_level is not None:  # both sides from moment records: the complement has moments
+            whole, why = moment_sketch(self, *outer)
+            part, why = moment_sketch(self, *inner) if whole is not None else (None, why)
+            if whole is not None and part is not None:
+                return whole - part
+            warnings.warn(why, UserWarning, stacklevel=2)
         whole, part = sketch_between(self, *outer), sketch_between(self, *inner)
         if whole.feature_map.fingerprint != part.feature_map.fingerprint:  # one of them takes compacted buckets
             compacted = self._compacted_buckets()
@@ -707,19 +679,11 @@ class SketchStore:
         first, stop_bucket = self._bucket_span(start, stop)
         return [self._sketch_of([record]) for record in self._bucket_records(first, stop_bucket)]
 
-    def _bucket_records(self, first: int, stop: int) -> list[Record]:
-        read = self._read([(0, bucket) for bucket in range(first, stop)])
-        missing = [bucket for bucket in range(first, stop) if read[(0, bucket)] is None]
-        if missing:
-            raise InputError(
-                f"Bucket {missing[0]} ({self._describe(missing[0])}) of {self.path} is not stored. Ask for stored "
-                "buckets (store.info()), or append it."
-            )
-        return [read[(0, bucket)] for bucket in range(first, stop)]  # type: ignore[misc]
-
     # Tests.
 
-    def test(self, a: tuple[int, int], b: tuple[int, int], n_permutations: int = 999, seed: Any = 0) -> Any:
+    def test(
+        self, a: tuple[int, int], b: tuple[int, int], n_permutations: int = 999, seed: Any = 0, columns: bool = False
+    ) -> Any:
         """Two-sample test between rows ``a = (start, stop)`` and ``b``, with the bucket permutation null.
 
         The statistic is the unbiased MMD^2 of the two range sketches (:func:`streamrff.mmd2`).
@@ -733,11 +697,16 @@ class SketchStore:
             Two disjoint row ranges on bucket edges.
         n_permutations : int, default=999
         seed : int or numpy.random.Generator, default=0
+        columns : bool, default=False
+            Return the column table instead: per input column, the bucket permutation test of the
+            column part's sums (a store made with ``columns=True``), Holm-adjusted
+            (:mod:`streamrff.store.columns`).
 
         Returns
         -------
-        TwoSampleResult
-            ``method`` is ``"bucket-permutation"``; ``null`` the B relabelled statistics.
+        TwoSampleResult or MarginalTestResult
+            ``method`` is ``"bucket-permutation"``; ``null`` the B relabelled statistics. With
+            ``columns=True``, the column table, its ``joint`` that result.
 
         Raises
         ------
@@ -756,15 +725,33 @@ class SketchStore:
         >>> result = store.test((0, 1_000), (1_000, 2_000))
         >>> result.method, result.p_value < 0.01
         ('bucket-permutation', True)
+
+        Which columns differ, from a store that keeps the column part:
+
+        >>> Y = X.copy(); Y[1_000:, 0] = X[:1_000, 0]  # only column 1 shifts
+        >>> kept = srf.SketchStore.create(os.path.join(tempfile.mkdtemp(), "c"), rff, bucket=100, columns=True)
+        >>> _ = kept.append(Y)
+        >>> table = kept.test((0, 1_000), (1_000, 2_000), columns=True)
+        >>> table.rejected(0.05).tolist(), table.joint.method
+        ([1], 'bucket-permutation')
         """
         from .permutation import bucket_permutation_test
 
         spans = [self._bucket_span(*pair) for pair in (a, b)]
         if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
             raise InputError(f"The two ranges overlap: a={a!r}, b={b!r}. Pass disjoint ranges.")
-        return bucket_permutation_test(
-            [self._bucket_records(*span) for span in spans], self.feature_map, n_permutations, seed
-        )
+        if columns and self.column_maps is None:
+            raise InputError(
+                f"{self.path} keeps no column part: make a store with SketchStore.create(..., columns=True) (CLI: "
+                "store create --columns) and append the rows to it, or test without columns=True."
+            )
+        sides = [self._bucket_records(*span) for span in spans]
+        joint = bucket_permutation_test(sides, self.feature_map, n_permutations, seed)
+        if not columns:
+            return joint
+        from .columns import column_table
+
+        return column_table(sides, self.column_maps, joint, n_permutations, seed)  # type: ignore[arg-type]
 
     def series(
         self, reference: tuple[int, int], every: int = 1, start: int | None = None, stop: int | None = None,
@@ -813,12 +800,6 @@ class SketchStore:
             self._bucket_records(*reference_span), window_records, self.feature_map, n_permutations, seed, alpha
         )
 
-    def _read_buckets(self, buckets: list[int]) -> list[Record]:
-        records: list[Record] = []
-        for run_start, run_stop in _runs(buckets):
-            records += self._bucket_records(run_start, run_stop)
-        return records
-
     # Describing and merging.
 
     def info(self) -> dict[str, Any]:
@@ -854,13 +835,25 @@ class SketchStore:
         compacted = self._compacted_buckets()
         if compacted is not None:
             found["compacted"] = compacted.describe()
+        if self.column_maps is not None:
+            maps = self.column_maps
+            found["columns"] = {"n_columns": maps.n_columns, "n_features": maps.n_features, "bandwidth": maps.bandwidth}
+        tier = open_moment_tier(self)
+        if tier is not None:
+            level = self._root.moment_level
+            found["moments"] = {
+                "level": level, "buckets_per_record": 1 << level, "blocks": int(tier._stored_buckets().size),
+                "records": int(tier._slots().size), "bytes_per_record": 8 * tier._root.width + 4,
+            }  # fmt: skip
         return found
 
     def merge_from(self, *others: SketchStore, signing_key: bytes | None = None) -> list[int]:
         """Add the buckets of stores with the same map and grid (two sites), bucket by bucket, into this empty store.
 
         A bucket held by several stores is their sum (count and sums add; its digest is the sha256
-        of theirs in order). Returns the buckets written.
+        of theirs in order). Returns the buckets written. A store made with ``moments=k`` also merges
+        the moment records of stores with the same ``k``, block by block: a block's moment is written
+        when every store holding a bucket of it has that block's moment.
 
         Examples
         --------
@@ -875,26 +868,9 @@ class SketchStore:
         ([0, 1, 2], 40)
         """
         from .compact import merge_stores
+        from .moments import merge_moments
 
-        return merge_stores(self, others, signing_key)
-
-
-def _holds_any(known: list[int], first: int, stop: int) -> bool:
-    """Whether the sorted bucket list ``known`` holds a bucket in ``[first, stop)``."""
-    position = bisect.bisect_left(known, first)
-    return position < len(known) and known[position] < stop
-
-
-def _runs(buckets: list[int]) -> Iterator[tuple[int, int]]:
-    """Consecutive runs ``[first, stop)`` of sorted bucket numbers."""
-    run_start = previous = None
-    for bucket in buckets:
-        if run_start is None:
-            run_start = previous = bucket
-        elif bucket == previous + 1:
-            previous = bucket
-        else:
-            yield run_start, previous + 1
-            run_start = previous = bucket
-    if run_start is not None:
-        yield run_start, previous + 1
+        merged = merge_stores(self, others, signing_key)
+        if self._root.moment_level is not None:
+            merge_moments(self, others, signing_key)
+        return merged

@@ -353,6 +353,12 @@ def merge_stores(target: Store, others: tuple[Store, ...], signing_key: bytes | 
         if not isinstance(other, type(target)):
             raise InputError(f"merge_from takes SketchStore objects. Got {type(other).__name__}.")
         same_grid = (other.bucket_rows, other.bucket_seconds) == (target.bucket_rows, target.bucket_seconds)
+        mine, theirs = target.column_maps, other.column_maps
+        if (mine is None) != (theirs is None) or (mine is not None and mine.differences(theirs)):
+            raise InputError(
+                f"{other.path} and {target.path} keep different column parts (columns=True, column_features, "
+                "column_bandwidth). Merge into a store made like the stores merged."
+            )
         if other.feature_map.fingerprint != target.feature_map.fingerprint or not same_grid:
             raise InputError(
                 f"{other.path} has map {other.feature_map.fingerprint[:12]} and buckets of {other._describe(0)}; "
@@ -394,6 +400,7 @@ def _merge_batch(
             squared_norm_sum=float(sum(p.squared_norm_sum for p in parts)), feature_sum=total,
             source_digest=digest, written_at=now(), signed=signing_key is not None,
             sites=sum(p.sites for p in parts),
+            columns=None if parts[0].columns is None else np.sum([part.columns for part in parts], axis=0),
         )  # fmt: skip
         cache[(0, bucket)] = target._publish(record, signing_key)
         target._roll_up(bucket, known, cache, signing_key)
