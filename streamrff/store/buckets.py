@@ -661,8 +661,9 @@ class SketchStore:
         the first ``k`` features (the sums of the map of ``k`` features with the same seed: an
         unbiased sketch, kernel-estimate variance ``D / k`` times the full map's, at most
         ``2 / k``); a range that takes compacted buckets is truncated to ``k`` features.
-        Appends of compacted buckets are skipped; :meth:`test`, :meth:`series` and
-        :meth:`buckets` read fine buckets only.
+        Appends of compacted buckets are skipped; :meth:`buckets` reads fine buckets only;
+        :meth:`test` and :meth:`series` permute compacted buckets as units of their span
+        (:mod:`streamrff.store.permutation`).
 
         Parameters
         ----------
@@ -757,14 +758,9 @@ class SketchStore:
         >>> result.method, result.p_value < 0.01
         ('bucket-permutation', True)
         """
-        from .permutation import bucket_permutation_test
+        from .permutation import store_test
 
-        spans = [self._bucket_span(*pair) for pair in (a, b)]
-        if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
-            raise InputError(f"The two ranges overlap: a={a!r}, b={b!r}. Pass disjoint ranges.")
-        return bucket_permutation_test(
-            [self._bucket_records(*span) for span in spans], self.feature_map, n_permutations, seed
-        )
+        return store_test(self, a, b, n_permutations, seed)
 
     def series(
         self, reference: tuple[int, int], every: int = 1, start: int | None = None, stop: int | None = None,
@@ -794,24 +790,9 @@ class SketchStore:
         >>> [int(row) for row in series.first_row[series.alarm]]
         [2000, 2100]
         """
-        from .permutation import bucket_series
+        from .permutation import store_series
 
-        every = check_positive_int(every, "every")
-        reference_span = self._bucket_span(*reference)
-        first, stop_bucket = self._bucket_span(start, stop)
-        windows = [
-            (lo, lo + every) for lo in range(first, stop_bucket - every + 1, every)
-            if lo + every <= reference_span[0] or lo >= reference_span[1]
-        ]  # fmt: skip
-        if not windows:
-            raise InputError(
-                f"No window of {every} bucket(s) outside the reference {reference!r} in the range asked. Pass a "
-                "shorter reference or a smaller every=."
-            )
-        window_records = (self._bucket_records(lo, hi) for lo, hi in windows)  # read one window at a time
-        return bucket_series(
-            self._bucket_records(*reference_span), window_records, self.feature_map, n_permutations, seed, alpha
-        )
+        return store_series(self, reference, every, start, stop, n_permutations, seed, alpha)
 
     def _read_buckets(self, buckets: list[int]) -> list[Record]:
         records: list[Record] = []
