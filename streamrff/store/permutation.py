@@ -45,7 +45,12 @@ from ..sketches.mean import MeanSketch
 from ..twosample.result import TwoSampleResult, _result
 
 __all__ = [
-    "bucket_permutation_test", "bucket_series", "exchangeable_units", "store_series", "store_test", "StoreSeries",
+    "bucket_permutation_test",
+    "bucket_series",
+    "exchangeable_units",
+    "store_series",
+    "store_test",
+    "StoreSeries",
 ]
 
 #: Fewest distinct labellings of the buckets for a test (a p-value can then reach 1/20).
