@@ -34,7 +34,7 @@ from test_store_watch import stream
 group = zarr.open_group(sys.argv[1], mode="r+")
 rows, seconds = stream()
 x, t = group["x"], group["time"]
-chunk, pause = int(sys.argv[2]), 0.15
+chunk, pause = int(sys.argv[2]), 0.3
 for index in range(x.shape[0] // chunk, rows.shape[0] // chunk):
     part = slice(index * chunk, (index + 1) * chunk)
     t.resize((t.shape[0] + chunk,))  # each row's time first, then the row
@@ -95,7 +95,9 @@ def _read_until(process: subprocess.Popen, accept, seconds: float = 180) -> list
                     return lines
     finally:
         selector.close()
-    raise AssertionError(f"no accepted line; got {lines[-3:]}; stderr: {process.stderr.read() if process.poll() else ''}")
+    raise AssertionError(
+        f"no accepted line; got {lines[-3:]}; stderr: {process.stderr.read() if process.poll() else ''}"
+    )
 
 
 def _files(path: str) -> dict[str, bytes]:
@@ -110,19 +112,20 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
     argv = [source, "--reference", state, "--save-monitor", state, "--overwrite", "--follow", "--poll", "0.05",
             "--settle", "0.1", "--save-interval", "0", "--json", "--store", store.path, "--time-coordinate", "time"]  # fmt: skip
     tests = os.path.dirname(os.path.abspath(__file__))
-    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(WRITER), str(tmp_path / "live.zarr"), str(CHUNK),
-                               tests], env=ENVIRONMENT)  # fmt: skip
-    total = N_CHUNKS * CHUNK
+    total, writer = N_CHUNKS * CHUNK, None
     try:
-        first = _watcher(argv)
+        first = _watcher([*argv, "--from-row", "0"])
         try:
-            stored = [0]
+            _read_until(first, lambda line: json.loads(line)["event"] == "store")
+            writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(WRITER), str(tmp_path / "live.zarr"),
+                                       str(CHUNK), tests], env=ENVIRONMENT)  # fmt: skip
+            stored = [1]
 
-            def two_stores(line: str) -> bool:
+            def three_stores(line: str) -> bool:
                 stored[0] += json.loads(line)["event"] == "store"
-                return stored[0] >= 2
+                return stored[0] >= 3
 
-            _read_until(first, two_stores)
+            _read_until(first, three_stores)
             time.sleep(random.Random(3).uniform(0.0, 0.3))  # a random moment: reading, appending, saving
         finally:
             first.kill()  # SIGKILL: no handler runs
@@ -134,7 +137,8 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
         _, err = second.communicate(timeout=60)
         assert second.returncode == 0, err
     finally:
-        writer.wait(timeout=240)
+        if writer is not None:
+            writer.wait(timeout=240)
     rows, seconds = stream()
     ns = T0.astype(np.int64) + seconds * 10**9
     width = BUCKET_SECONDS * 10**9
@@ -162,7 +166,9 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
         capture_output=True, text=True, env=ENVIRONMENT, timeout=240,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
-    seen = [b for line in again.stdout.splitlines() if (e := json.loads(line))["event"] == "store" for b in e["buckets"]]
+    seen = [
+        b for line in again.stdout.splitlines() if (e := json.loads(line))["event"] == "store" for b in e["buckets"]
+    ]
     assert seen == complete
     assert _files(store.path) == before
 

@@ -258,7 +258,12 @@ class TimeBucketFeed:
 
 
 def watch_feed(
-    path: str, source: Any, source_path: str, storage_options: Any, times: str | None, time_coordinate: str | None,
+    path: str,
+    source: Any,
+    source_path: str,
+    storage_options: Any,
+    times: str | None,
+    time_coordinate: str | None,
     **options: Any,
 ) -> BucketFeed | TimeBucketFeed:
     """The feed of ``watch --store PATH`` on ``source`` (SOURCE opened): rows, or time buckets with the times of
