@@ -110,7 +110,8 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
     store = srf.SketchStore.create(tmp_path / "t.store", rff, bucket=f"{BUCKET_SECONDS}s")
     state = _monitor(tmp_path / "state")
     argv = [source, "--reference", state, "--save-monitor", state, "--overwrite", "--follow", "--poll", "0.05",
-            "--settle", "0.1", "--save-interval", "0", "--json", "--store", store.path, "--time-coordinate", "time"]  # fmt: skip
+            "--settle", "0.1", "--save-interval", "0", "--json",
+            "--store", store.path, "--time-coordinate", "time"]  # fmt: skip
     tests = os.path.dirname(os.path.abspath(__file__))
     total, writer = N_CHUNKS * CHUNK, None
     try:
@@ -146,8 +147,8 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
     complete = list(range(int(buckets[0]), int(buckets[-1])))  # the last bucket waits for a later row
     assert [int(b) for b in store._stored_buckets()] == complete
     empty = 0
-    for bucket, sketch in zip(complete, store.buckets(T0 + (complete[0] * width - T0.astype(np.int64)),
-                                                      T0 + ((complete[-1] + 1) * width - T0.astype(np.int64)))):  # fmt: skip
+    edges = (np.datetime64(complete[0] * width, "ns"), np.datetime64((complete[-1] + 1) * width, "ns"))
+    for bucket, sketch in zip(complete, store.buckets(*edges)):
         mine = rows[buckets == bucket]
         assert sketch.count == mine.shape[0]  # exact: no row lost or counted twice
         if not mine.shape[0]:
@@ -185,7 +186,7 @@ def test_watch_store_refuses_unsorted_times_naming_the_row_and_times_without_a_t
     assert result.code == 1
     assert "Row 70 of the stream" in result.err and "comes before row 69" in result.err
     assert "Traceback" not in result.err
-    expected = sorted(set(((times[:CHUNK].astype("datetime64[ns]").astype(np.int64)) // (BUCKET_SECONDS * 10**9))))
+    expected = sorted(set(times[:CHUNK].astype("datetime64[ns]").astype(np.int64) // (BUCKET_SECONDS * 10**9)))
     assert [int(b) for b in store._stored_buckets()] == expected[:-1]  # the first chunk's complete buckets
     missing = cli_main(*watch)
     assert missing.code != 0 and "--times PATH" in missing.err and "--time-coordinate NAME" in missing.err
