@@ -5,6 +5,7 @@ of the common prefix, over every relabelling of the units."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -127,3 +128,16 @@ def test_mixed_permutation_test_rejects_near_five_percent_under_no_change(compac
     p_values = np.array(p_values)
     assert np.mean(p_values <= 0.05) <= 3 / REPS  # P(more than 3 of 20 at 5%) < 2%
     assert 0.25 < np.mean(p_values) < 0.75  # uniform p-values: mean 1/2
+
+
+def test_store_cli_test_over_a_mixed_range_reports_the_common_prefix(compacted, cli_main):
+    store, X = compacted
+    lo = FINE * ROWS
+    result = cli_main("store", "test", store.path, "--a", "0:80", "--b", f"{lo}:{lo + 80}", "--json")
+    assert result.code == 0, result.err
+    found = json.loads(result.out)
+    assert found["n_features"] == 16 and (found["n_x"], found["n_y"]) == (80, 80)
+    F = _features(X, 16)
+    assert found["statistic"] == pytest.approx(_mmd2_u(F[:80], F[lo : lo + 80]), rel=1e-5, abs=1e-7)
+    text = cli_main("store", "test", store.path, "--a", "0:80", "--b", f"{lo}:{lo + 90}")
+    assert text.code == 1 and "do not fill one" in text.err and "Traceback" not in text.err
