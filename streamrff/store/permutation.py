@@ -282,7 +282,15 @@ def exchangeable_units(store: Any, spans: Sequence[tuple[int, int]]) -> tuple[li
     and one map; a range whose fine part does not fill whole compacted spans is refused.
     """
     compacted = store._compacted_buckets()
-    parts = [_side_parts(store, compacted, first, stop) for first, stop in spans]
+    for attempt in range(3):  # a compactor may move buckets from fine to coarse while we read: read again
+        try:
+            parts = [_side_parts(store, compacted, first, stop) for first, stop in spans]
+            break
+        except InputError:
+            again = store._compacted_buckets()
+            if attempt == 2 or again is None or (compacted is not None and again.buckets == compacted.buckets):
+                raise
+            compacted = again
     has_fine = any(fine for fine, _ in parts)
     has_coarse = any(coarse for _, coarse in parts)
     if not has_coarse:
