@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zarr
 
 import streamrff as srf
@@ -104,6 +105,7 @@ def _files(path: str) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(Path(path).rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # three watcher processes and a writer: about 40 s on a loaded machine
 def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(tmp_path):
     source = _source(tmp_path / "live.zarr", 2 * CHUNK)
     rff = _map()
