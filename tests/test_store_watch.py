@@ -77,28 +77,35 @@ def _source(path: Path, n_rows: int) -> str:
 def _watcher(argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "streamrff.cli", "watch", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENVIRONMENT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENVIRONMENT,
     )  # fmt: skip
 
 
 def _read_until(process: subprocess.Popen, accept, seconds: float = 180) -> list[str]:
-    lines, deadline = [], time.monotonic() + seconds
+    """Lines of ``process``'s stdout up to the first accepted one (read from the pipe unbuffered: a line the
+    process printed is never left waiting in a reader's buffer)."""
+    lines, pending, deadline = [], b"", time.monotonic() + seconds
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
     try:
         while time.monotonic() < deadline:
-            if selector.select(timeout=0.5) or process.poll() is not None:
-                line = process.stdout.readline()
-                if not line:
+            if not selector.select(timeout=0.5):
+                if process.poll() is not None:
                     break
-                lines.append(line)
-                if accept(line):
+                continue
+            data = os.read(process.stdout.fileno(), 65536)
+            if not data:
+                break
+            pending += data
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                lines.append(line.decode())
+                if accept(lines[-1]):
                     return lines
     finally:
         selector.close()
-    raise AssertionError(
-        f"no accepted line; got {lines[-3:]}; stderr: {process.stderr.read() if process.poll() else ''}"
-    )
+    error = process.stderr.read().decode() if process.poll() is not None else ""
+    raise AssertionError(f"no accepted line; got {lines[-3:]}; stderr: {error}")
 
 
 def _files(path: str) -> dict[str, bytes]:
@@ -138,7 +145,7 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
         _read_until(second, lambda line: json.loads(line).get("rows", [0, 0])[1] == total, seconds=240)
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=60)
-        assert second.returncode == 0, err
+        assert second.returncode == 0, err.decode()
     finally:
         if writer is not None:
             writer.wait(timeout=240)
