@@ -197,6 +197,8 @@ def test_watch_store_refuses_unsorted_times_naming_the_row_and_times_without_a_t
     assert "Traceback" not in result.err
     expected = sorted(set(times[:CHUNK].astype("datetime64[ns]").astype(np.int64) // (BUCKET_SECONDS * 10**9)))
     assert [int(b) for b in store._stored_buckets()] == expected[:-1]  # the first chunk's complete buckets
+    absent = cli_main(*watch, "--time-coordinate", "nope")
+    assert absent.code == 1 and "nope" in absent.err and "Traceback" not in absent.err
     missing = cli_main(*watch)
     assert missing.code != 0 and "--times PATH" in missing.err and "--time-coordinate NAME" in missing.err
     rows_store = srf.SketchStore.create(tmp_path / "r.store", _map(), bucket=50)

@@ -727,6 +727,8 @@ class SketchStore:
         Under no change the buckets are exchangeable, so relabelling whole buckets between the
         two ranges gives an exact permutation null from the bucket sums alone (no rows, no
         second moments): ``p = (1 + #{null >= statistic}) / (1 + B)``. Reads one record per bucket.
+        Ranges holding compacted buckets are permuted in units of one span, at the common feature
+        prefix (:func:`streamrff.store.permutation.exchangeable_units`).
 
         Parameters
         ----------

@@ -128,7 +128,9 @@ class TimeColumn:
     def read(self, start: int, stop: int) -> np.ndarray:
         """The times of rows ``start..stop-1`` that are written, as int64 UTC nanoseconds (maybe fewer rows)."""
         array = self._open()
-        values = np.asarray(array[start : min(stop, array.shape[0])]) if start < array.shape[0] else np.zeros(0)
+        values = np.asarray(array[start : min(stop, array.shape[0])]) if start < array.shape[0] else None
+        if values is None or not values.size:
+            return np.zeros(0, dtype=np.int64)
         if values.dtype.kind != "M":
             units = dict(getattr(array, "attrs", {})).get("units")
             if values.dtype.kind not in "iuf" or not isinstance(units, str) or " since " not in units:
@@ -290,4 +292,6 @@ def watch_feed(
     if time_coordinate is not None:
         group = str(source_path).rstrip("/").rsplit("/", 1)[0]
         times = f"{group}/{time_coordinate}"
-    return TimeBucketFeed(store, read_rows, TimeColumn(times, storage_options), **options)
+    column = TimeColumn(times, storage_options)
+    column.read(0, 0)  # a missing or unreadable times array fails at start, not at the first bucket
+    return TimeBucketFeed(store, read_rows, column, **options)
