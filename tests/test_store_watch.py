@@ -141,6 +141,8 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
             first.kill()  # SIGKILL: no handler runs
             first.wait(timeout=60)
         assert first.returncode == -signal.SIGKILL
+        resumed = srf.load_monitor(state).source_cursor_["next_row"]
+        assert 0 < resumed < total  # killed mid-stream: the next watcher resumes there, inside a bucket
         second = _watcher(argv)
         _read_until(second, lambda line: json.loads(line).get("rows", [0, 0])[1] == total, seconds=240)
         second.send_signal(signal.SIGTERM)
