@@ -475,7 +475,8 @@ def run_test(args: argparse.Namespace) -> int:
     payload = {"store": args.store, "a": list(args.a), "b": list(args.b), **result.to_dict(include_null=False)}
     lines = [
         f"{args.store}: rows {args.a[0]:,}..{args.a[1] - 1:,} vs {args.b[0]:,}..{args.b[1] - 1:,}",
-        f"  MMD^2 = {result.statistic:.6g}, p = {result.p_value_text} (bucket permutation, B = {args.permutations})",
+        f"  MMD^2 = {result.statistic:.6g}, p = {result.p_value_text} (bucket permutation, B = {args.permutations}, "
+        f"{result.n_features} features)",
     ]
     emit(args, payload, lines)
     return options.EXIT_OK

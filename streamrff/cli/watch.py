@@ -465,20 +465,29 @@ def _number(value: Any) -> float | None:
 def add_store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store", metavar="PATH", default=None,
-        help="also keep the stream in this sketch store of row buckets (streamrff store create): each bucket is "
-        "appended as soon as its last row is read, so the monitor's history is queryable",
+        help="also keep the stream in this sketch store (streamrff store create): each bucket is appended as soon "
+        "as it is complete, so the monitor's history is queryable; a store of time buckets needs --times or "
+        "--time-coordinate",
     )  # fmt: skip
+    parser.add_argument("--times", metavar="PATH", default=None,
+                        help="with a --store of time buckets: the rows' times, a zarr array or .npy file of datetime64")
+    parser.add_argument("--time-coordinate", metavar="NAME", default=None,
+                        help="with a --store of time buckets: the rows' times, array NAME of SOURCE's zarr group "
+                        "(a time coordinate as xarray writes it)")  # fmt: skip
 
 
 def store_feed(args: argparse.Namespace, source: Any) -> Any:
     """The --store feed of a watch session (None without --store)."""
     if getattr(args, "store", None) is None:
+        if getattr(args, "times", None) is not None or getattr(args, "time_coordinate", None) is not None:
+            raise options.UsageError("--times and --time-coordinate go with --store (a store of time buckets).")
         return None
-    from ..store import SketchStore  # here, not at the top: start-up time
-    from ..store.feed import BucketFeed
+    from ..store.feed import watch_feed  # here, not at the top: start-up time
 
-    store = SketchStore.open(args.store, storage_options=args.storage_options)
-    return BucketFeed(store, lambda start, stop: source.zarr_array[start:stop], on_invalid=args.on_invalid)
+    return watch_feed(
+        args.store, source, args.source, args.storage_options, args.times, args.time_coordinate,
+        on_invalid=args.on_invalid,
+    )  # fmt: skip
 
 
 def _print(line: str) -> None:

@@ -633,8 +633,9 @@ class SketchStore(StoreRecords):
         the first ``k`` features (the sums of the map of ``k`` features with the same seed: an
         unbiased sketch, kernel-estimate variance ``D / k`` times the full map's, at most
         ``2 / k``); a range that takes compacted buckets is truncated to ``k`` features.
-        Appends of compacted buckets are skipped; :meth:`test`, :meth:`series` and
-        :meth:`buckets` read fine buckets only.
+        Appends of compacted buckets are skipped; :meth:`buckets` reads fine buckets only;
+        :meth:`test` and :meth:`series` permute compacted buckets as units of their span
+        (:mod:`streamrff.store.permutation`).
 
         Parameters
         ----------
@@ -690,6 +691,8 @@ class SketchStore(StoreRecords):
         Under no change the buckets are exchangeable, so relabelling whole buckets between the
         two ranges gives an exact permutation null from the bucket sums alone (no rows, no
         second moments): ``p = (1 + #{null >= statistic}) / (1 + B)``. Reads one record per bucket.
+        Ranges holding compacted buckets are permuted in units of one span, at the common feature
+        prefix (:func:`streamrff.store.permutation.exchangeable_units`).
 
         Parameters
         ----------
@@ -735,23 +738,9 @@ class SketchStore(StoreRecords):
         >>> table.rejected(0.05).tolist(), table.joint.method
         ([1], 'bucket-permutation')
         """
-        from .permutation import bucket_permutation_test
+        from .permutation import store_test
 
-        spans = [self._bucket_span(*pair) for pair in (a, b)]
-        if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
-            raise InputError(f"The two ranges overlap: a={a!r}, b={b!r}. Pass disjoint ranges.")
-        if columns and self.column_maps is None:
-            raise InputError(
-                f"{self.path} keeps no column part: make a store with SketchStore.create(..., columns=True) (CLI: "
-                "store create --columns) and append the rows to it, or test without columns=True."
-            )
-        sides = [self._bucket_records(*span) for span in spans]
-        joint = bucket_permutation_test(sides, self.feature_map, n_permutations, seed)
-        if not columns:
-            return joint
-        from .columns import column_table
-
-        return column_table(sides, self.column_maps, joint, n_permutations, seed)  # type: ignore[arg-type]
+        return store_test(self, a, b, n_permutations, seed, columns)
 
     def series(
         self, reference: tuple[int, int], every: int = 1, start: int | None = None, stop: int | None = None,
@@ -781,24 +770,9 @@ class SketchStore(StoreRecords):
         >>> [int(row) for row in series.first_row[series.alarm]]
         [2000, 2100]
         """
-        from .permutation import bucket_series
+        from .permutation import store_series
 
-        every = check_positive_int(every, "every")
-        reference_span = self._bucket_span(*reference)
-        first, stop_bucket = self._bucket_span(start, stop)
-        windows = [
-            (lo, lo + every) for lo in range(first, stop_bucket - every + 1, every)
-            if lo + every <= reference_span[0] or lo >= reference_span[1]
-        ]  # fmt: skip
-        if not windows:
-            raise InputError(
-                f"No window of {every} bucket(s) outside the reference {reference!r} in the range asked. Pass a "
-                "shorter reference or a smaller every=."
-            )
-        window_records = (self._bucket_records(lo, hi) for lo, hi in windows)  # read one window at a time
-        return bucket_series(
-            self._bucket_records(*reference_span), window_records, self.feature_map, n_permutations, seed, alpha
-        )
+        return store_series(self, reference, every, start, stop, n_permutations, seed, alpha)
 
     # Describing and merging.
 

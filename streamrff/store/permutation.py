@@ -15,6 +15,16 @@ used and ``p = #{labellings : T_l >= T} / C(k_X + k_Y, k_X)`` (the observed one 
 It needs only the bucket sums: no rows and no second
 moments. The resolution is limited by the number of distinct labellings,
 ``C(k_X + k_Y, k_X)``: at least 20 are required for a p-value below 0.05.
+
+Compacted ranges. Buckets are exchangeable when they span equal times (or rows), so a range is
+permuted in units of one span (:func:`exchangeable_units`): the store's buckets if the two
+ranges hold fine buckets only, the compacted (coarse) buckets if they hold compacted buckets
+only, and, when they hold both, units of the compacted span: the fine buckets of each compacted
+bucket's span summed into one unit. The units then share one map: with compacted buckets kept
+at ``k < D`` features, every unit (and so the statistic) uses the common prefix, the first
+``k`` features (fine sums truncated and rescaled as :meth:`~streamrff.SketchStore.range` does:
+the sums of the ``k``-feature map of the same seed). A range whose fine part does not fill whole
+compacted spans is refused, naming the span: ask for ranges on the compacted buckets' edges.
 """
 
 from __future__ import annotations
@@ -31,9 +41,17 @@ from .._base.validation import check_positive_int, normalize_seed
 from ..errors import InputError
 from ..formats.store import Record
 from ..maps import FeatureMap
+from ..sketches.mean import MeanSketch
 from ..twosample.result import TwoSampleResult, _result
 
-__all__ = ["bucket_permutation_test", "bucket_series", "StoreSeries"]
+__all__ = [
+    "bucket_permutation_test",
+    "bucket_series",
+    "exchangeable_units",
+    "store_series",
+    "store_test",
+    "StoreSeries",
+]
 
 #: Fewest distinct labellings of the buckets for a test (a p-value can then reach 1/20).
 MIN_LABELLINGS = 20
@@ -167,21 +185,23 @@ class StoreSeries:
 
 
 def bucket_series(
-    reference: Sequence[Record], windows: Iterable[Sequence[Record]], feature_map: FeatureMap,
-    n_permutations: int = 999, seed: Any = 0, alpha: float = 0.05,
+    pairs: Iterable[tuple[Sequence[Sequence[Record]], FeatureMap]], n_permutations: int = 999, seed: Any = 0,
+    alpha: float = 0.05,
 ) -> StoreSeries:  # fmt: skip
-    """The series of :meth:`streamrff.SketchStore.series` from the bucket records.
+    """The series of :meth:`streamrff.SketchStore.series` from the units of each (window, reference) pair.
 
-    ``windows`` may be an iterator (each window's records read when its turn comes): the series
-    holds the reference's records and one window's at a time.
+    ``pairs`` may be an iterator of ``([window_units, reference_units], feature_map)`` (each read
+    when its turn comes): the series holds one pair's records at a time.
     """
     n_permutations = check_positive_int(n_permutations, "n_permutations")
     if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise InputError(f"alpha must be in (0, 1). Got {alpha!r}.")
     statistics, p_values, bands, firsts, stops = [], [], [], [], []
-    for window in windows:
+    reference_rows = (0, 0)
+    for (window, reference), feature_map in pairs:
         if not firsts:
             _check_sides([window, reference])
+        reference_rows = (reference[0].first_row, reference[-1].stop_row)
         firsts.append(window[0].first_row)
         stops.append(window[-1].stop_row)
         result = bucket_permutation_test([window, reference], feature_map, n_permutations, seed)
@@ -189,9 +209,147 @@ def bucket_series(
         p_values.append(result.p_value)
         bands.append(float(np.quantile(result.null, 1 - alpha)))
     p_value = np.array(p_values)
-    reference_rows = (reference[0].first_row, reference[-1].stop_row)
     return StoreSeries(
         first_row=np.array(firsts, dtype=np.int64), stop_row=np.array(stops, dtype=np.int64),
         statistic=np.array(statistics), p_value=p_value, band=np.array(bands), alarm=p_value <= alpha,
         reference=reference_rows, alpha=float(alpha), n_permutations=n_permutations,
     )  # fmt: skip
+
+
+# Ranges of a store: the exchangeable units of a pair of ranges, compacted parts included.
+
+
+def _side_parts(store: Any, compacted: Any, first: int, stop: int) -> tuple[list[Record], list[Record]]:
+    """The fine records and the coarse (compacted) records of fine buckets ``[first, stop)``, in order."""
+    if compacted is None or not compacted.buckets:
+        return store._bucket_records(first, stop), []
+    ratio = compacted.ratio
+    inside = [c for c in compacted.buckets if c * ratio < stop and (c + 1) * ratio > first]
+    for coarse in inside[:1] + inside[-1:]:
+        if coarse * ratio < first or (coarse + 1) * ratio > stop:
+            lo, hi = coarse * ratio, (coarse + 1) * ratio
+            raise InputError(
+                f"The range {store._describe(first, stop)} cuts compacted bucket {coarse} ({store._describe(lo, hi)}) "
+                f"of {store.path}. Pass ranges on the compacted buckets' edges in the compacted part."
+            )
+    fine: list[Record] = []
+    cursor = first
+    for coarse in inside + [None]:
+        end = stop if coarse is None else coarse * ratio
+        if cursor < end:
+            fine += store._bucket_records(cursor, end)
+        if coarse is not None:
+            cursor = (coarse + 1) * ratio
+    coarse_records = [] if not inside else compacted.tier._read_buckets(inside)
+    return fine, coarse_records
+
+
+def _coarsened(store: Any, compacted: Any, fine: list[Record], name: str) -> list[Record]:
+    """Fine records summed into units of one compacted bucket's span, at the compacted map's features."""
+    ratio = compacted.ratio
+    groups: dict[int, list[Record]] = {}
+    for record in fine:
+        groups.setdefault(record.index // ratio, []).append(record)
+    units = []
+    for coarse, group in sorted(groups.items()):
+        if len(group) != ratio:
+            lo, hi = coarse * ratio, (coarse + 1) * ratio
+            raise InputError(
+                f"Range {name} mixes compacted buckets of {store._describe(0, ratio)} with fine buckets that do not "
+                f"fill one ({store._describe(lo, hi)} holds {len(group)} of {ratio} in the range): buckets are "
+                "exchangeable only at one span. Pass ranges on the compacted buckets' edges, or ranges of fine "
+                "buckets only."
+            )
+        total = np.sum([record.feature_sum for record in group], axis=0)
+        count = sum(record.count for record in group)
+        norms = float(sum(record.squared_norm_sum for record in group))
+        sketch = compacted.truncate(MeanSketch(store.feature_map, count, total, norms, None, 0))
+        units.append(dataclasses.replace(
+            group[0], level=0, index=coarse, count=count, n_invalid=sum(r.n_invalid for r in group),
+            squared_norm_sum=float(sketch.squared_norm_sum), stop_row=group[-1].stop_row,
+            feature_sum=np.asarray(sketch.feature_sum, dtype=np.float64),
+        ))  # fmt: skip
+    return units
+
+
+def exchangeable_units(store: Any, spans: Sequence[tuple[int, int]]) -> tuple[list[list[Record]], FeatureMap]:
+    """The units each range is permuted in, and their map: fine buckets, or compacted buckets, or both made coarse.
+
+    Ranges of fine buckets only are permuted bucket by bucket; ranges of compacted buckets only,
+    compacted bucket by compacted bucket (all of one span). When the ranges together hold both,
+    the fine buckets of each compacted bucket's span are summed into one unit of that span and
+    truncated to the compacted map's features (the common prefix), so every unit has one span
+    and one map; a range whose fine part does not fill whole compacted spans is refused.
+    """
+    compacted = store._compacted_buckets()
+    for attempt in range(3):  # a compactor may move buckets from fine to coarse while we read: read again
+        try:
+            parts = [_side_parts(store, compacted, first, stop) for first, stop in spans]
+            break
+        except InputError:
+            again = store._compacted_buckets()
+            if attempt == 2 or again is None or (compacted is not None and again.buckets == compacted.buckets):
+                raise
+            compacted = again
+    has_fine = any(fine for fine, _ in parts)
+    has_coarse = any(coarse for _, coarse in parts)
+    if not has_coarse:
+        return [fine for fine, _ in parts], store.feature_map
+    if not has_fine:
+        return [coarse for _, coarse in parts], compacted.tier.feature_map
+    units = []
+    for name, (fine, coarse) in zip("ab", parts):
+        merged = sorted(_coarsened(store, compacted, fine, name) + coarse, key=lambda record: record.first_row)
+        units.append(merged)
+    return units, compacted.tier.feature_map
+
+
+def store_test(
+    store: Any, a: tuple[Any, Any], b: tuple[Any, Any], n_permutations: int, seed: Any, columns: bool = False
+) -> Any:
+    """:meth:`SketchStore.test`: the two ranges' exchangeable units, then the bucket permutation test.
+
+    With ``columns``, the column table of the same units (:func:`streamrff.store.columns.column_table`):
+    fine buckets only, since a compacted bucket keeps the whole rows' sums, not the column part.
+    """
+    spans = [store._bucket_span(*pair) for pair in (a, b)]
+    if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
+        raise InputError(f"The two ranges overlap: a={a!r}, b={b!r}. Pass disjoint ranges.")
+    if columns and store.column_maps is None:
+        raise InputError(
+            f"{store.path} keeps no column part: make a store with SketchStore.create(..., columns=True) (CLI: "
+            "store create --columns) and append the rows to it, or test without columns=True."
+        )
+    sides, feature_map = exchangeable_units(store, spans)
+    joint = bucket_permutation_test(sides, feature_map, n_permutations, seed)
+    if not columns:
+        return joint
+    if feature_map is not store.feature_map:
+        raise InputError(
+            f"The ranges {a!r} and {b!r} hold compacted buckets, which keep no column part: test the column "
+            "table on ranges of buckets newer than the compaction horizon, or test without columns=True."
+        )
+    from .columns import column_table
+
+    return column_table(sides, store.column_maps, joint, n_permutations, seed)
+
+
+def store_series(
+    store: Any, reference: tuple[Any, Any], every: int, start: Any, stop: Any, n_permutations: int, seed: Any,
+    alpha: float,
+) -> StoreSeries:  # fmt: skip
+    """:meth:`SketchStore.series`: windows of ``every`` buckets, each tested against the reference in common units."""
+    every = check_positive_int(every, "every")
+    reference_span = store._bucket_span(*reference)
+    first, stop_bucket = store._bucket_span(start, stop)
+    windows = [
+        (lo, lo + every) for lo in range(first, stop_bucket - every + 1, every)
+        if lo + every <= reference_span[0] or lo >= reference_span[1]
+    ]  # fmt: skip
+    if not windows:
+        raise InputError(
+            f"No window of {every} bucket(s) outside the reference {reference!r} in the range asked. Pass a "
+            "shorter reference or a smaller every=."
+        )
+    pairs = (exchangeable_units(store, [window, reference_span]) for window in windows)  # one window at a time
+    return bucket_series(pairs, n_permutations, seed, alpha)
