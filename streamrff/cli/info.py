@@ -30,7 +30,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..formats.map import _read_map_bytes, map_from_json
     from ..formats.sketch import is_signed
-    from ..sketches.base import load_described  # here, not at the top: start-up time
+    from ..sketches.mean import load_described  # here, not at the top: start-up time
 
     key = options.verify_key(args)
     data = _read_map_bytes(args.sketch, args.storage_options)

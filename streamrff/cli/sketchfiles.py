@@ -31,7 +31,7 @@ def load_checked_sketches(
     (different input widths are different data, not a different map). With
     ``verify_key``, each sketch must be signed with it (:func:`streamrff.load`).
     ``described`` reads them for merging and saving only
-    (:func:`streamrff.sketches.base.load_described`: no scikit-learn import).
+    (:func:`streamrff.sketches.mean.load_described`: no scikit-learn import).
 
     Raises
     ------
@@ -41,7 +41,8 @@ def load_checked_sketches(
         When the only problem is a file that does not load (its own error).
     """
     from ..errors import SketchMismatchError, StreamRFFError
-    from ..sketches.base import load, load_described  # here, not at the top: start-up time
+    from ..sketches.base import load
+    from ..sketches.mean import load_described  # here, not at the top: start-up time
 
     read = load_described if described else load
 

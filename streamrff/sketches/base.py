@@ -528,7 +528,7 @@ def load(
     register_kinds()
     return read_sketch_file(
         path_or_url,
-        _rebuild_sketch,
+        rebuild_sketch,
         Sketch._registry,
         storage_options=storage_options,
         require_digest=require_digest,
@@ -536,54 +536,7 @@ def load(
     )
 
 
-def load_described(
-    path_or_url: PathOrURL, storage_options: StorageOptions = None, verify_key: bytes | None = None
-) -> Sketch:
-    """:func:`load` for a reader that only describes, compares, merges and saves sketches.
-
-    A mean sketch of an oblivious map (``rff``, ``relative_rff``, ``jl``) without
-    a column part holds its map's identity (:class:`streamrff.maps.params.MapIdentity`:
-    the spec, state arrays and fingerprint, checked as :func:`load` checks them)
-    in place of the estimator, so reading it never imports scikit-learn (0.5 s of
-    a command's start); its merges and saves write the same files. Any other
-    sketch is loaded as by :func:`load`. ``streamrff info`` and ``merge`` read
-    their inputs with it.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, os, streamrff as srf
-    >>> from streamrff.sketches.base import load_described
-    >>> s = srf.sketch_array(np.ones((3, 2)), srf.RFF(n_features=8, bandwidth=1.0))
-    >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
-    >>> s.save(path)
-    >>> described = load_described(path)
-    >>> type(described.feature_map).__name__, described == s, described.merge(s).count
-    ('MapIdentity', True, 6)
-    """
-    from . import KIND_NAMES
-
-    return read_sketch_file(
-        path_or_url, _rebuild_described, KIND_NAMES, storage_options=storage_options, verify_key=verify_key
-    )
-
-
-def _rebuild_described(stored: StoredSketch) -> Sketch:
-    from ..maps.params import MapIdentity, has_identity
-
-    if stored.kind != "mean" or not has_identity(stored.spec) or "columns" in stored.attrs:
-        from . import register_kinds
-
-        register_kinds()
-        return _rebuild_sketch(stored)
-    from .mean import MeanSketch
-
-    identity = MapIdentity(stored.spec, stored.map_arrays)
-    sketch = MeanSketch._from_parts(stored.spec, stored.map_arrays, stored.attrs, stored.arrays, identity)
-    stored.check_written(sketch._file_parts())
-    return sketch
-
-
-def _rebuild_sketch(stored: StoredSketch) -> Sketch:
+def rebuild_sketch(stored: StoredSketch) -> Sketch:
     """The sketch of a file's kind, built from its checked contents, which it must write back exactly."""
     sketch = Sketch._registry[stored.kind]._from_parts(stored.spec, stored.map_arrays, stored.attrs, stored.arrays)
     stored.check_written(sketch._file_parts())

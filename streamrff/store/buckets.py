@@ -738,9 +738,13 @@ class SketchStore(StoreRecords):
         >>> table.rejected(0.05).tolist(), table.joint.method
         ([1], 'bucket-permutation')
         """
+        if columns:
+            from .columns import store_column_test
+
+            return store_column_test(self, a, b, n_permutations, seed)
         from .permutation import store_test
 
-        return store_test(self, a, b, n_permutations, seed, columns)
+        return store_test(self, a, b, n_permutations, seed)
 
     def series(
         self, reference: tuple[int, int], every: int = 1, start: int | None = None, stop: int | None = None,

@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..formats.store import Record
 from ..sketches.columns import ColumnMaps
 from ..twosample.marginal import MarginalTestResult
 from ..twosample.result import TwoSampleResult
-from .permutation import bucket_permutation_test
+from .permutation import bucket_permutation_test, disjoint_spans, exchangeable_units
 
 __all__ = ["column_table"]
 
@@ -59,3 +60,23 @@ def column_table(
         n_permutations=n_permutations, n_features=width, joint=joint,
         null=f"{n_permutations} relabellings of whole buckets, the same for every column",
     )  # fmt: skip
+
+
+def store_column_test(store: Any, a: tuple[Any, Any], b: tuple[Any, Any], n_permutations: int, seed: Any) -> Any:
+    """:meth:`SketchStore.test` with ``columns=True``: the column table of the two ranges' buckets.
+
+    Fine buckets only: a compacted bucket keeps the whole rows' sums, not the column part.
+    """
+    if store.column_maps is None:
+        raise InputError(
+            f"{store.path} keeps no column part: make a store with SketchStore.create(..., columns=True) (CLI: "
+            "store create --columns) and append the rows to it, or test without columns=True."
+        )
+    sides, feature_map = exchangeable_units(store, disjoint_spans(store, a, b))
+    if feature_map is not store.feature_map:
+        raise InputError(
+            f"The ranges {a!r} and {b!r} hold compacted buckets, which keep no column part: test the column "
+            "table on ranges of buckets newer than the compaction horizon, or test without columns=True."
+        )
+    joint = bucket_permutation_test(sides, feature_map, n_permutations, seed)
+    return column_table(sides, store.column_maps, joint, n_permutations, seed)

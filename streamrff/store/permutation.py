@@ -304,34 +304,18 @@ def exchangeable_units(store: Any, spans: Sequence[tuple[int, int]]) -> tuple[li
     return units, compacted.tier.feature_map
 
 
-def store_test(
-    store: Any, a: tuple[Any, Any], b: tuple[Any, Any], n_permutations: int, seed: Any, columns: bool = False
-) -> Any:
-    """:meth:`SketchStore.test`: the two ranges' exchangeable units, then the bucket permutation test.
-
-    With ``columns``, the column table of the same units (:func:`streamrff.store.columns.column_table`):
-    fine buckets only, since a compacted bucket keeps the whole rows' sums, not the column part.
-    """
+def disjoint_spans(store: Any, a: tuple[Any, Any], b: tuple[Any, Any]) -> list[tuple[int, int]]:
+    """The bucket spans of two disjoint ranges of :meth:`SketchStore.test`, or InputError if they overlap."""
     spans = [store._bucket_span(*pair) for pair in (a, b)]
     if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
         raise InputError(f"The two ranges overlap: a={a!r}, b={b!r}. Pass disjoint ranges.")
-    if columns and store.column_maps is None:
-        raise InputError(
-            f"{store.path} keeps no column part: make a store with SketchStore.create(..., columns=True) (CLI: "
-            "store create --columns) and append the rows to it, or test without columns=True."
-        )
-    sides, feature_map = exchangeable_units(store, spans)
-    joint = bucket_permutation_test(sides, feature_map, n_permutations, seed)
-    if not columns:
-        return joint
-    if feature_map is not store.feature_map:
-        raise InputError(
-            f"The ranges {a!r} and {b!r} hold compacted buckets, which keep no column part: test the column "
-            "table on ranges of buckets newer than the compaction horizon, or test without columns=True."
-        )
-    from .columns import column_table
+    return spans
 
-    return column_table(sides, store.column_maps, joint, n_permutations, seed)
+
+def store_test(store: Any, a: tuple[Any, Any], b: tuple[Any, Any], n_permutations: int, seed: Any) -> TwoSampleResult:
+    """:meth:`SketchStore.test`: the two ranges' exchangeable units, then the bucket permutation test."""
+    sides, feature_map = exchangeable_units(store, disjoint_spans(store, a, b))
+    return bucket_permutation_test(sides, feature_map, n_permutations, seed)
 
 
 def store_series(
