@@ -159,10 +159,10 @@ def _one_line_warnings(command: str) -> Iterator[None]:
         yield
 
 
-def _names_object_storage(args: argparse.Namespace) -> bool:
-    """Whether an argument of the command line is an ``s3://`` URL (or a list holding one)."""
+def _object_urls(args: argparse.Namespace) -> list[str]:
+    """The arguments of the command line that are ``s3://`` URLs (alone or in a list)."""
     values = [item for value in vars(args).values() for item in (value if isinstance(value, list) else [value])]
-    return any(isinstance(value, str) and value.startswith(("s3://", "s3a://")) for value in values)
+    return [value for value in values if isinstance(value, str) and value.startswith(("s3://", "s3a://"))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -208,11 +208,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if deprecation:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
-                from .faults import install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
+                from .faults import first_contact, install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
 
-                install_store_deadlines(_names_object_storage(args))  # every store request has a deadline
+                urls = _object_urls(args)
+                install_store_deadlines(bool(urls))  # every store request has a deadline
                 quiet_unclosed_sessions()
-                args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
+                given = parse_storage_options(args.storage_options)
+                first_contact(urls, given)  # a silent endpoint: one line within one deadline, before any work
+                args.storage_options = with_store_deadlines(given)
             check_inputs_kept(args)  # before anything is read: no output destroys an input
             job = job_options_of(args)
             if job:  # a command that runs jobs: every job and source of it takes the command line's options
