@@ -32,7 +32,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from .faults import SignalGate, StopRequested
+from .faults import (
+    SignalGate,
+    StopRequested,
+    first_contact,
+    install_store_deadlines,
+    quiet_unclosed_sessions,
+    with_store_deadlines,
+)
 from .options import (
     EXISTS,
     EXIT_FAILED,
@@ -208,8 +215,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if deprecation:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
-                from .faults import first_contact, install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
-
                 urls = _object_urls(args)
                 install_store_deadlines(bool(urls))  # every store request has a deadline
                 quiet_unclosed_sessions()
