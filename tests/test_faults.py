@@ -575,6 +575,52 @@ def test_sigterm_during_start_up_prints_the_summary(tmp_path: Path) -> None:
     assert out.startswith("stopped by SIGTERM"), out
 
 
+@pytest.mark.slow  # several CLI processes (5-10 s on a loaded machine)
+def test_a_signal_before_the_parser_is_built_gives_the_summary_and_status(tmp_path: Path) -> None:
+    """From the moment the CLI module that holds the gate is imported (``-X importtime`` reports it on stderr as it
+    happens), a stop signal at any delay ends ``watch`` with its start-up summary and status 0."""
+    import signal
+
+    source, reference = _write_array(tmp_path / "live.zarr", 200, 0), _write_array(tmp_path / "ref.zarr", 400, 1)
+    cases = [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.0), (signal.SIGTERM, 0.01), (signal.SIGINT, 0.05)]
+    cases += [(signal.SIGTERM, 0.2)]
+    for number, delay in cases:
+        state = tmp_path / f"monitor-{number.name}-{delay}.zarr"
+        command = [sys.executable, "-X", "importtime", "-m", "streamrff.cli", "watch", source, "--reference", reference]
+        command += ["--window", "20", "--ert", "1000000", "--save-monitor", str(state)]
+        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in watcher.stderr:  # the import of streamrff.cli.faults has ended: the gate is in place
+                if line.rsplit("|", 1)[-1].strip() == "streamrff.cli.faults":
+                    break
+            time.sleep(delay)
+            watcher.send_signal(number)
+            out, err = watcher.communicate(timeout=60)
+        finally:
+            watcher.kill()
+            watcher.wait()
+        err = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
+        assert watcher.returncode == 0, (number, delay, err)
+        assert "Traceback" not in err and not errors_of(err), (number, delay, err)
+        assert out.strip() == (
+            f"stopped by {number.name} during start-up, before any row of {source}; the state in {state} is unchanged"
+        ), (number, delay, out)
+        assert not state.exists()
+
+
+def test_a_command_that_is_not_a_service_meets_a_signal_recorded_while_parsing_as_before() -> None:
+    import signal
+
+    from streamrff.cli.faults import SignalGate
+
+    gate = SignalGate(raising=False).__enter__()
+    signal.raise_signal(signal.SIGINT)  # recorded, not acted on, while the gate holds
+    assert gate.number == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):  # handed back: Python's own SIGINT handler, as without the gate
+        gate.hand_back()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow
 def test_sketch_whose_scheduler_is_killed_mid_job_ends_in_one_line(tmp_path: Path) -> None:
     import signal

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from .faults import (
-    SignalGate,
     StopRequested,
+    entry_gate,
     first_contact,
     install_store_deadlines,
     quiet_unclosed_sessions,
@@ -198,19 +198,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> status, errors.getvalue().startswith("streamrff info: error: No map file at")
     (1, True)
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    gate = entry_gate()  # first of all (or as the command's process imported the CLI): a signal is recorded
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except BaseException:  # --help, --version, a usage error: the handlers as they were
+        gate.__exit__()
+        raise
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     handler: Callable[[argparse.Namespace], int] = args.handler
     stops = getattr(args, "stopped_during_start_up", None)  # a service (watch): a signal stops it cleanly from here
-    gate = SignalGate() if stops else None
-    if gate is not None:
-        args.signal_gate = gate
     from ..errors import CheckpointMismatchError, StreamRFFError  # here, not at the top: start-up time (sklearn)
 
     try:
-        with gate or contextlib.nullcontext(), _one_line_warnings(args.command):
+        with contextlib.ExitStack() as held, _one_line_warnings(args.command):
+            if stops:
+                args.signal_gate = gate
+                held.callback(gate.__exit__)
+                gate.raising = True  # start-up: a signal raises StopRequested at once, one already recorded here
+                if gate.number is not None:
+                    raise StopRequested(gate.number)
+            else:
+                gate.hand_back()  # not a service: a signal meets the handlers it would have met
             deprecation = resolve_deprecated_alias(args)
             if deprecation:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)

@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "StopRequested",
     "SignalGate",
+    "entry_gate",
     "state_save_failure",
     "quiet_unclosed_sessions",
     "STORE_DEADLINES",
@@ -112,6 +113,16 @@ class SignalGate:
             signal.signal(number, handler)
         self._previous = {}
 
+    def hand_back(self) -> None:
+        """Restore the previous handlers, then deliver under them a signal recorded meanwhile.
+
+        For a command that is not a service: :func:`streamrff.cli.main` installs a gate before it builds its
+        parser, and a command that turns out not to stop cleanly meets the signal as it would have.
+        """
+        self.__exit__()
+        if self.number is not None:
+            signal.raise_signal(self.number)
+
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
         """A wait (a store request) a signal may cut: raises :class:`StopRequested` at once inside it."""
@@ -133,6 +144,35 @@ class SignalGate:
             self.raising = before and self.number is None
         if before and self.number is not None:
             raise StopRequested(self.number)  # arrived while shielded, during start-up: acted on now
+
+
+def _started_as_the_command() -> bool:
+    """Whether this process is the ``streamrff`` command starting (``python -m streamrff.cli`` or the console
+    script ``streamrff``), not a program that imports the CLI."""
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", ()))
+    if sys.argv[:1] == ["-m"]:  # `python -m X`: X's package is imported before sys.argv[0] names X
+        return "-m" in argv and argv[argv.index("-m") + 1 : argv.index("-m") + 2] == ["streamrff.cli"]
+    main = sys.modules.get("__main__")
+    script = sys.argv[0] if sys.argv else ""
+    return os.path.basename(script) in ("streamrff", "streamrff.exe") and getattr(main, "__file__", None) == script
+
+
+#: The gate of a ``streamrff`` process, installed (recording only) as the CLI is imported, before anything else
+#: of it: a stop signal while the parser is built is kept for :func:`streamrff.cli.main` (:func:`entry_gate`).
+_ENTRY_GATE = SignalGate(raising=False).__enter__() if _started_as_the_command() else None
+
+
+def entry_gate() -> SignalGate:
+    """The gate installed when the command's process imported the CLI, once; else a new one, installed now.
+
+    Recording only: :func:`streamrff.cli.main` makes it raise for a service, or hands the signals back
+    (:meth:`SignalGate.hand_back`) for any other command.
+    """
+    global _ENTRY_GATE
+    gate, _ENTRY_GATE = _ENTRY_GATE, None
+    return gate if gate is not None else SignalGate(raising=False).__enter__()
 
 
 def state_save_failure(path: str, error: OSError, kept: str) -> str:
