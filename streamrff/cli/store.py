@@ -285,7 +285,8 @@ def run_create(args: argparse.Namespace) -> int:
     feature_map = load_map(args.map, storage_options=args.storage_options, verify_key=options.verify_key(args))
     signed = args.signed or options.signing_key(args) is not None
     store = SketchStore.create(
-        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options
+        args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options,
+        signing_key=options.signing_key(args),  # the root signed: an empty store's map and grid verify at open
     )
     info = store.info()
     size = info.get("bucket") or f"{args.bucket:,} rows"
@@ -456,6 +457,7 @@ def run_merge(args: argparse.Namespace) -> int:
     merged = SketchStore.create(
         args.output, first.feature_map, bucket=first.bucket_seconds and first._root.bucket_label or first.bucket_rows,
         signed=options.signing_key(args) is not None, storage_options=args.storage_options,
+        signing_key=options.signing_key(args),
     )  # fmt: skip
     try:
         buckets = merged.merge_from(*inputs, signing_key=options.signing_key(args))

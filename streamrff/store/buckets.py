@@ -153,6 +153,7 @@ class SketchStore:
         levels: int | None = None,
         signed: bool = False,
         storage_options: StorageOptions = None,
+        signing_key: bytes | None = None,
     ) -> SketchStore:
         """Make a new, empty store at ``path`` (local directory or fsspec URL) and open it.
 
@@ -174,6 +175,8 @@ class SketchStore:
             Every record must carry an HMAC-SHA256 under a key given to :meth:`append`.
         storage_options : dict, optional
             fsspec options. Never logged.
+        signing_key : bytes, optional
+            Sign the store's root (its map and bucket grid), which :meth:`open` with the key then verifies.
 
         Returns
         -------
@@ -209,7 +212,8 @@ class SketchStore:
         if levels > MAX_LEVELS:
             raise InputError(f"levels must be at most {MAX_LEVELS}. Got {levels}.")
         target = os.fspath(path)
-        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label)
+        key = None if signing_key is None else check_signing_key(signing_key, "signing_key")
+        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, key)
         return cls.open(target, storage_options=storage_options)
 
     @classmethod
@@ -237,7 +241,7 @@ class SketchStore:
         """
         if verify_key is not None:
             verify_key = check_signing_key(verify_key, "verify_key")
-        return cls(read_store_root(os.fspath(path), storage_options), storage_options, verify_key)
+        return cls(read_store_root(os.fspath(path), storage_options, verify_key), storage_options, verify_key)
 
     @property
     def path(self) -> str:
