@@ -442,7 +442,8 @@ def test_first_contact_with_a_silent_endpoint_is_one_request_under_one_deadline(
             first_contact(["s3://bucket/live.zarr", "local.zarr"], {**options, "config_kwargs": {"read_timeout": 0.5}})
     finally:
         endpoint.close()
-    assert endpoint.requests_while_silent == 1  # tried once: no retry of a silent first request
+    assert endpoint.requests_while_silent == 1  # tried once: no retry of a silent first request (the client is made
+    # before the deadline starts, so the request is always sent)
     assert str(refused.value).startswith(
         f"the S3 endpoint {endpoint.endpoint_url} did not answer within 0.5 s (the first request, for "
         "s3://bucket/live.zarr); nothing was read or written."
@@ -613,12 +614,16 @@ def test_a_command_that_is_not_a_service_meets_a_signal_recorded_while_parsing_a
 
     from streamrff.cli.faults import SignalGate
 
-    gate = SignalGate(raising=False).__enter__()
-    signal.raise_signal(signal.SIGINT)  # recorded, not acted on, while the gate holds
-    assert gate.number == signal.SIGINT
-    with pytest.raises(KeyboardInterrupt):  # handed back: Python's own SIGINT handler, as without the gate
-        gate.hand_back()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    try:
+        gate = SignalGate(raising=False).__enter__()
+        signal.raise_signal(signal.SIGINT)  # recorded, not acted on, while the gate holds
+        assert gate.number == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):  # handed back: Python's own SIGINT handler, as without the gate
+            gate.hand_back()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.slow

@@ -287,8 +287,10 @@ def first_contact(urls: list[str], storage_options: dict[str, Any] | None) -> No
     """One request to the endpoint of each bucket the ``s3://`` URLs name, each under one overall deadline.
 
     The deadline is :data:`FIRST_CONTACT_SECONDS`, or the larger of the
-    ``connect_timeout`` and ``read_timeout`` the user's ``config_kwargs`` set; the
-    request is tried once (s3fs and botocore retry nothing here). Any answer, an
+    ``connect_timeout`` and ``read_timeout`` the user's ``config_kwargs`` set: both
+    timeouts of the request, backed by an overall limit of twice the deadline; the
+    request is tried once (s3fs and botocore retry nothing here). Making the
+    client (which sends nothing) is not timed. Any answer, an
     error status included, shows the endpoint is there: what the answer means
     (a missing bucket, refused credentials) is for the command's own requests
     to report, with their retries. Only silence is refused, as one
@@ -321,6 +323,10 @@ def first_contact(urls: list[str], storage_options: dict[str, Any] | None) -> No
         return
     filesystem.retries = 1
     try:
+        try:  # the client first, outside the deadline: no request (credentials have botocore's own timeouts)
+            fsspec.asyn.sync(filesystem.loop, filesystem.set_session)
+        except Exception:  # no credentials, a bad option: the command's own opening reports it, in its words
+            return
         for bucket, key in buckets.items():
             _answers(filesystem, bucket, key, deadline)
     finally:  # its session: one request's, closed before the command opens its own (or ends)
@@ -334,10 +340,10 @@ def _answers(filesystem: Any, bucket: str, key: str, deadline: float) -> None:
 
     from ..errors import SourceError
 
-    try:
+    try:  # botocore's timeouts end a silent request at the deadline; the overall one only backs them up
         fsspec.asyn.sync(
             filesystem.loop, filesystem._call_s3, "list_objects_v2", Bucket=bucket, Prefix=key, MaxKeys=1,
-            timeout=deadline,
+            timeout=2 * deadline,
         )  # fmt: skip
     except Exception as error:  # an answer (any status) or another failure: the command's requests report it
         if not _timed_out(error):
