@@ -505,6 +505,7 @@ def create_store(
     storage_options: StorageOptions,
     bucket_seconds: int = 0,
     bucket_label: str = "",
+    *,
     signing_key: bytes | None = None,
 ) -> None:
     """Write a new, empty store at ``target``; FileExistsError if something is there.

@@ -213,7 +213,7 @@ class SketchStore:
             raise InputError(f"levels must be at most {MAX_LEVELS}. Got {levels}.")
         target = os.fspath(path)
         key = None if signing_key is None else check_signing_key(signing_key, "signing_key")
-        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, key)
+        create_store(target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, signing_key=key)
         return cls.open(target, storage_options=storage_options)
 
     @classmethod

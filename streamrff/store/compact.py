@@ -265,7 +265,7 @@ def _create_tier(store: Store, to: Any, features: int | None, signing_key: bytes
         try:
             create_store(
                 f"{store.path.rstrip('/')}/{_TIER}", feature_map, rows, levels, store._root.signed,
-                store._storage_options, seconds, label, signing_key,  # its root signed: it verifies while empty
+                store._storage_options, seconds, label, signing_key=signing_key,  # its root verifies while empty
             )  # fmt: skip
         except FileExistsError:
             pass  # another compactor made it first: checked below like any existing one
