@@ -664,3 +664,38 @@ def test_client_credentials_travel_to_workers_without_them(s3_server, s3_bucket,
     assert len(refused.err.strip().splitlines()) == 1, refused.err
     assert "credentials" in refused.err and "--storage-options" in refused.err
     assert not (tmp_path / "y.sketch").exists()
+
+
+def _worker_s3_configs() -> list[dict]:
+    """The ``config_kwargs`` of every S3 file system this worker made (run on the worker)."""
+    import s3fs
+
+    return [filesystem.config_kwargs for filesystem in s3fs.S3FileSystem._cache.values()]
+
+
+@pytest.mark.slow  # a worker process and two sketches through it (20-60 s on a loaded machine)
+def test_client_store_deadlines_travel_to_workers(s3_server, s3_bucket, tmp_path, cli_main):
+    # The CLI's deadlines are its process's fsspec defaults; a worker has its own configuration (none here), so
+    # without them in the shipped options its reads would wait botocore's 60 s per attempt on a silent store.
+    import s3fs
+
+    from streamrff.cli.faults import STORE_DEADLINES
+    from streamrff.testing import LocalProcessCluster
+
+    url = f"s3://{s3_bucket}/x.zarr"
+    write_s3_zarr(url, X, 5_000, s3_server.storage_options)
+    given = {"read_timeout": 42, "connect_timeout": 7}
+    cases = [(s3_server.storage_options, STORE_DEADLINES)]  # the user set none: the client's deadlines
+    cases += [({**s3_server.storage_options, "config_kwargs": given}, {**STORE_DEADLINES, **given})]  # theirs win
+    with LocalProcessCluster(n_workers=1) as cluster, cluster.client() as client:
+        for number, (options, expected) in enumerate(cases):
+            client.run(s3fs.S3FileSystem.clear_instance_cache)
+            result = cli_main(
+                "sketch", url, "-o", str(tmp_path / f"x{number}.sketch"), "--features", "16", "--bandwidth", "2",
+                "--scheduler", cluster.address, "--storage-options", json.dumps(options),
+                "--checkpoint", f"s3://{s3_bucket}/checkpoint-{number}",  # written by the worker from the options
+            )  # fmt: skip
+            assert result.code == 0, result.err
+            configs = [config for found in client.run(_worker_s3_configs).values() for config in found]
+            assert configs, "the worker read no S3 chunk"
+            assert all(config == expected for config in configs), (configs, expected)

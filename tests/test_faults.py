@@ -431,28 +431,62 @@ def test_store_requests_have_deadlines_that_storage_options_override(monkeypatch
     assert filesystem.config_kwargs == {**STORE_DEADLINES, "read_timeout": 60, "region_name": "eu-west-1"}
 
 
-@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
-@pytest.mark.parametrize("command", ["watch", "sketch"])
-def test_an_endpoint_that_never_answers_fails_after_the_deadline_in_one_line(tmp_path: Path, command: str) -> None:
-    import json
+def test_first_contact_with_a_silent_endpoint_is_one_request_under_one_deadline() -> None:
+    from streamrff.cli.faults import first_contact
+    from streamrff.errors import SourceError
 
     endpoint = _SilentEndpoint()
     try:
         options = {"key": "k", "secret": "s", "endpoint_url": endpoint.endpoint_url}
-        options = json.dumps({**options, "config_kwargs": {"read_timeout": 1}})  # the user's deadline wins over 5 s
+        with pytest.raises(SourceError) as refused:  # the user's read_timeout is the deadline (4 s by default)
+            first_contact(["s3://bucket/live.zarr", "local.zarr"], {**options, "config_kwargs": {"read_timeout": 0.5}})
+    finally:
+        endpoint.close()
+    assert endpoint.requests_while_silent == 1  # tried once: no retry of a silent first request (the client is made
+    # before the deadline starts, so the request is always sent)
+    assert str(refused.value).startswith(
+        f"the S3 endpoint {endpoint.endpoint_url} did not answer within 0.5 s (the first request, for "
+        "s3://bucket/live.zarr); nothing was read or written."
+    )
+
+
+def test_first_contact_lets_an_answering_endpoint_through(s3_server) -> None:
+    from streamrff.cli.faults import first_contact
+
+    first_contact(["s3://no-such-bucket/x.zarr"], s3_server.storage_options)  # an error status is an answer
+
+
+@pytest.mark.slow  # several CLI processes (10-30 s on a loaded machine)
+@pytest.mark.parametrize("command", ["watch", "sketch", "test"])
+def test_an_endpoint_that_never_answers_fails_after_the_deadline_in_one_line(tmp_path: Path, command: str) -> None:
+    import json
+
+    endpoint = _SilentEndpoint()
+    url = "s3://bucket/live.zarr"
+    try:
+        options = {"key": "k", "secret": "s", "endpoint_url": endpoint.endpoint_url}
+        options = json.dumps({**options, "config_kwargs": {"read_timeout": 1}})  # the user's deadline wins over 4 s
+        reference = _write_array(tmp_path / "ref.zarr", 400, 1)
         if command == "watch":
-            reference = _write_array(tmp_path / "ref.zarr", 400, 1)
-            line = _watch_command("s3://bucket/live.zarr", reference, "--storage-options", options)
-        else:
-            line = [sys.executable, "-m", "streamrff.cli", "sketch", "s3://bucket/live.zarr", "--features", "8"]
+            line = _watch_command(url, reference, "--storage-options", options)
+        elif command == "sketch":
+            line = [sys.executable, "-m", "streamrff.cli", "sketch", url, "--features", "8"]
             line += ["-o", str(tmp_path / "s.sketch"), "--storage-options", options]
+        else:
+            line = [sys.executable, "-m", "streamrff.cli", "test", url, reference, "--features", "8"]
+            line += ["--storage-options", options]
         result = subprocess.run(line, capture_output=True, text=True, timeout=120, check=False)
     finally:
         endpoint.close()
-    assert endpoint.requests_while_silent >= 1
+    assert endpoint.requests_while_silent == 1  # the first contact, tried once
     assert result.returncode == 1
     line = one_line(result)
-    assert "Cannot open s3://bucket/live.zarr" in line and "Read timeout" in line, line
+    assert line == (
+        f"streamrff {command}: error: the S3 endpoint {endpoint.endpoint_url} did not answer within 1 s (the first "
+        f"request, for {url}); nothing was read or written. Check the endpoint and the network, or give it longer "
+        """with --storage-options '{"config_kwargs": {"read_timeout": SECONDS}}'."""
+    ), line
+    assert not (tmp_path / "s.sketch").exists()
 
 
 def test_sigterm_cuts_a_hung_store_request_during_start_up(tmp_path: Path) -> None:
@@ -540,6 +574,56 @@ def test_sigterm_during_start_up_prints_the_summary(tmp_path: Path) -> None:
     assert watcher.returncode == 0, err
     assert "Traceback" not in err and not errors_of(err), err
     assert out.startswith("stopped by SIGTERM"), out
+
+
+@pytest.mark.slow  # several CLI processes (5-10 s on a loaded machine)
+def test_a_signal_before_the_parser_is_built_gives_the_summary_and_status(tmp_path: Path) -> None:
+    """From the moment the CLI module that holds the gate is imported (``-X importtime`` reports it on stderr as it
+    happens), a stop signal at any delay ends ``watch`` with its start-up summary and status 0."""
+    import signal
+
+    source, reference = _write_array(tmp_path / "live.zarr", 200, 0), _write_array(tmp_path / "ref.zarr", 400, 1)
+    cases = [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.0), (signal.SIGTERM, 0.01), (signal.SIGINT, 0.05)]
+    cases += [(signal.SIGTERM, 0.2)]
+    for number, delay in cases:
+        state = tmp_path / f"monitor-{number.name}-{delay}.zarr"
+        command = [sys.executable, "-X", "importtime", "-m", "streamrff.cli", "watch", source, "--reference", reference]
+        command += ["--window", "20", "--ert", "1000000", "--save-monitor", str(state)]
+        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in watcher.stderr:  # the import of streamrff.cli.faults has ended: the gate is in place
+                if line.rsplit("|", 1)[-1].strip() == "streamrff.cli.faults":
+                    break
+            time.sleep(delay)
+            watcher.send_signal(number)
+            out, err = watcher.communicate(timeout=60)
+        finally:
+            watcher.kill()
+            watcher.wait()
+        err = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
+        assert watcher.returncode == 0, (number, delay, err)
+        assert "Traceback" not in err and not errors_of(err), (number, delay, err)
+        assert out.strip() == (
+            f"stopped by {number.name} during start-up, before any row of {source}; the state in {state} is unchanged"
+        ), (number, delay, out)
+        assert not state.exists()
+
+
+def test_a_command_that_is_not_a_service_meets_a_signal_recorded_while_parsing_as_before() -> None:
+    import signal
+
+    from streamrff.cli.faults import SignalGate
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    try:
+        gate = SignalGate(raising=False).__enter__()
+        signal.raise_signal(signal.SIGINT)  # recorded, not acted on, while the gate holds
+        assert gate.number == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):  # handed back: Python's own SIGINT handler, as without the gate
+            gate.hand_back()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.slow

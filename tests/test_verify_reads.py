@@ -438,3 +438,63 @@ def test_store_listing_and_record_files_from_a_stranger_are_bounded(tmp_path, fe
         (Path(store.path) / "map.json").write_text(json.dumps(document))
         with pytest.raises(SketchFormatError, match=fragment):
             srf.SketchStore.open(store.path)
+
+
+# -- the store's root: an empty store has no record to bind it -------------------------------------------------
+
+
+def forge_root(path: Path, new_map) -> None:
+    """Replace a store's map (map.json and the root's spec and fingerprint), the digest recomputed: consistent."""
+    from streamrff.formats.map import map_to_json
+
+    document = json.loads((path / "zarr.json").read_text())
+    attrs = document["attributes"]
+    attrs["map"], attrs["fingerprint"] = json.loads(canonical(new_map.spec)), new_map.fingerprint
+    covered = {name: value for name, value in attrs.items() if name != "attributes_digest"}
+    attrs["attributes_digest"] = hashlib.sha256(canonical(covered).encode()).hexdigest()
+    (path / "zarr.json").write_text(json.dumps(document))
+    (path / "map.json").write_text(map_to_json(new_map))
+
+
+def test_an_empty_store_root_is_signed_and_verified_at_open(tmp_path, feature_map, cli_main, monkeypatch):
+    path = tmp_path / "empty.store"
+    srf.SketchStore.create(path, feature_map, bucket=BUCKET, signed=True, signing_key=KEY)
+    attrs = json.loads((path / "zarr.json").read_text())["attributes"]
+    covered = {name: value for name, value in attrs.items() if name not in ("attributes_digest", "root_signature")}
+    message = b"streamrff.sketch-store root v1\n" + hashlib.sha256(canonical(covered).encode()).hexdigest().encode()
+    expected = hmac.new(KEY, message, "sha256").hexdigest()
+    assert attrs["root_signature"] == {"algorithm": "hmac-sha256", "value": expected}
+    assert srf.SketchStore.open(path, verify_key=KEY).feature_map.fingerprint == feature_map.fingerprint
+    with pytest.raises(SketchSignatureError, match="root signature does not match"):
+        srf.SketchStore.open(path, verify_key=OTHER_KEY)
+    forge_root(path, srf.RFF(n_features=16, bandwidth=7.0, seed=3).fit(ROWS))  # no record to notice it
+    srf.SketchStore.open(path)  # without a key the forgery is self-consistent: only the key can tell
+    with pytest.raises(SketchSignatureError, match="root signature does not match"):
+        srf.SketchStore.open(path, verify_key=KEY)
+    assert_refused(run(cli_main, monkeypatch, "store", "info", str(path)), f"{path}/zarr.json", "root signature")
+
+
+def test_an_empty_store_with_an_unsigned_root_is_refused_with_a_key(tmp_path, feature_map, cli_main, monkeypatch):
+    path = tmp_path / "empty.store"
+    srf.SketchStore.create(path, feature_map, bucket=BUCKET, signed=True)  # no key at creation
+    with pytest.raises(SketchSignatureError, match="the store is empty and its root is not signed"):
+        srf.SketchStore.open(path, verify_key=KEY)
+    assert_refused(run(cli_main, monkeypatch, "store", "info", str(path)), f"{path}/zarr.json", "--allow-unsigned")
+    code, _, err = run(cli_main, monkeypatch, "store", "info", str(path), "--allow-unsigned")
+    assert code == 0, err
+    # Records bind the root they were signed under: an unsigned root with records opens, and its records verify.
+    filled = store_with_records(tmp_path, feature_map, "filled.store", KEY)
+    assert srf.SketchStore.open(filled.path, verify_key=KEY).range(0, 2 * BUCKET).count == 2 * BUCKET
+
+
+def test_a_root_whose_map_spec_is_not_its_map_file_is_refused_without_a_key(tmp_path, feature_map):
+    path = tmp_path / "empty.store"
+    srf.SketchStore.create(path, feature_map, bucket=BUCKET)
+    document = json.loads((path / "zarr.json").read_text())
+    attrs = document["attributes"]
+    attrs["map"]["bandwidth"] = 99.0  # the root's spec edited, map.json (whose fingerprint is the root's) kept
+    covered = {name: value for name, value in attrs.items() if name != "attributes_digest"}
+    attrs["attributes_digest"] = hashlib.sha256(canonical(covered).encode()).hexdigest()
+    (path / "zarr.json").write_text(json.dumps(document))
+    with pytest.raises(SketchFormatError, match=r"zarr.json: the map spec of the store's attributes is not the one"):
+        srf.SketchStore.open(path)

@@ -32,7 +32,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from .faults import SignalGate, StopRequested
+from .faults import (
+    StopRequested,
+    entry_gate,
+    first_contact,
+    install_store_deadlines,
+    quiet_unclosed_sessions,
+    with_store_deadlines,
+)
 from .options import (
     EXISTS,
     EXIT_FAILED,
@@ -184,10 +191,10 @@ def _one_line_warnings(command: str) -> Iterator[None]:
         yield
 
 
-def _names_object_storage(args: argparse.Namespace) -> bool:
-    """Whether an argument of the command line is an ``s3://`` URL (or a list holding one)."""
+def _object_urls(args: argparse.Namespace) -> list[str]:
+    """The arguments of the command line that are ``s3://`` URLs (alone or in a list)."""
     values = [item for value in vars(args).values() for item in (value if isinstance(value, list) else [value])]
-    return any(isinstance(value, str) and value.startswith(("s3://", "s3a://")) for value in values)
+    return [value for value in values if isinstance(value, str) and value.startswith(("s3://", "s3a://"))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -216,28 +223,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> status, errors.getvalue().startswith("streamrff info: error: No map file at")
     (1, True)
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    gate = entry_gate()  # first of all (or as the command's process imported the CLI): a signal is recorded
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except BaseException:  # --help, --version, a usage error: the handlers as they were
+        gate.__exit__()
+        raise
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     handler: Callable[[argparse.Namespace], int] = args.handler
     stops = getattr(args, "stopped_during_start_up", None)  # a service (watch): a signal stops it cleanly from here
-    gate = SignalGate() if stops else None
-    if gate is not None:
-        args.signal_gate = gate
     from ..errors import CheckpointMismatchError, StreamRFFError  # here, not at the top: start-up time (sklearn)
 
     try:
-        with gate or contextlib.nullcontext(), _one_line_warnings(args.command):
+        with contextlib.ExitStack() as held, _one_line_warnings(args.command):
+            if stops:
+                args.signal_gate = gate
+                held.callback(gate.__exit__)
+                gate.raising = True  # start-up: a signal raises StopRequested at once, one already recorded here
+                if gate.number is not None:
+                    raise StopRequested(gate.number)
+            else:
+                gate.hand_back()  # not a service: a signal meets the handlers it would have met
             deprecation = resolve_deprecated_alias(args)
             if deprecation:
                 print(f"streamrff {args.command}: warning: {deprecation}", file=sys.stderr)
             if hasattr(args, "storage_options"):  # the JSON text (or @FILE) becomes a dict before the command runs
-                from .faults import install_store_deadlines, quiet_unclosed_sessions, with_store_deadlines
-
-                install_store_deadlines(_names_object_storage(args))  # every store request has a deadline
+                urls = _object_urls(args)
+                install_store_deadlines(bool(urls))  # every store request has a deadline
                 quiet_unclosed_sessions()
-                args.storage_options = with_store_deadlines(parse_storage_options(args.storage_options))
+                given = parse_storage_options(args.storage_options)
+                first_contact(urls, given)  # a silent endpoint: one line within one deadline, before any work
+                args.storage_options = with_store_deadlines(given)
             from .inputs import resolve_sketch_inputs
 
             deprecation = resolve_sketch_inputs(args)  # sketch files and data sources told apart by their kind

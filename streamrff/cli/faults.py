@@ -17,7 +17,11 @@ resumable.
 Every command's object-store requests have deadlines (:data:`STORE_DEADLINES`,
 installed by :func:`streamrff.cli.main`), and a store that fails leaves one line,
 not aiohttp's reports of the sessions it could not close
-(:func:`quiet_unclosed_sessions`).
+(:func:`quiet_unclosed_sessions`). The first contact with an S3 endpoint is one
+request under one overall deadline (:func:`first_contact`): an endpoint that
+accepts connections and never answers is refused in one line within
+:data:`FIRST_CONTACT_SECONDS`, while later requests keep their retries, so a
+job survives one transient error.
 """
 
 from __future__ import annotations
@@ -32,11 +36,14 @@ from typing import Any
 __all__ = [
     "StopRequested",
     "SignalGate",
+    "entry_gate",
     "state_save_failure",
     "quiet_unclosed_sessions",
     "STORE_DEADLINES",
     "install_store_deadlines",
     "with_store_deadlines",
+    "FIRST_CONTACT_SECONDS",
+    "first_contact",
     "STOP_SIGNALS",
 ]
 
@@ -106,6 +113,16 @@ class SignalGate:
             signal.signal(number, handler)
         self._previous = {}
 
+    def hand_back(self) -> None:
+        """Restore the previous handlers, then deliver under them a signal recorded meanwhile.
+
+        For a command that is not a service: :func:`streamrff.cli.main` installs a gate before it builds its
+        parser, and a command that turns out not to stop cleanly meets the signal as it would have.
+        """
+        self.__exit__()
+        if self.number is not None:
+            signal.raise_signal(self.number)
+
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
         """A wait (a store request) a signal may cut: raises :class:`StopRequested` at once inside it."""
@@ -127,6 +144,35 @@ class SignalGate:
             self.raising = before and self.number is None
         if before and self.number is not None:
             raise StopRequested(self.number)  # arrived while shielded, during start-up: acted on now
+
+
+def _started_as_the_command() -> bool:
+    """Whether this process is the ``streamrff`` command starting (``python -m streamrff.cli`` or the console
+    script ``streamrff``), not a program that imports the CLI."""
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", ()))
+    if sys.argv[:1] == ["-m"]:  # `python -m X`: X's package is imported before sys.argv[0] names X
+        return "-m" in argv and argv[argv.index("-m") + 1 : argv.index("-m") + 2] == ["streamrff.cli"]
+    main = sys.modules.get("__main__")
+    script = sys.argv[0] if sys.argv else ""
+    return os.path.basename(script) in ("streamrff", "streamrff.exe") and getattr(main, "__file__", None) == script
+
+
+#: The gate of a ``streamrff`` process, installed (recording only) as the CLI is imported, before anything else
+#: of it: a stop signal while the parser is built is kept for :func:`streamrff.cli.main` (:func:`entry_gate`).
+_ENTRY_GATE = SignalGate(raising=False).__enter__() if _started_as_the_command() else None
+
+
+def entry_gate() -> SignalGate:
+    """The gate installed when the command's process imported the CLI, once; else a new one, installed now.
+
+    Recording only: :func:`streamrff.cli.main` makes it raise for a service, or hands the signals back
+    (:meth:`SignalGate.hand_back`) for any other command.
+    """
+    global _ENTRY_GATE
+    gate, _ENTRY_GATE = _ENTRY_GATE, None
+    return gate if gate is not None else SignalGate(raising=False).__enter__()
 
 
 def state_save_failure(path: str, error: OSError, kept: str) -> str:
@@ -222,3 +268,90 @@ def install_store_deadlines(object_storage: bool = True) -> None:
         s3fs.S3FileSystem.retries = STORE_ATTEMPTS
     defaults = fsspec.config.conf.setdefault("s3", {})
     defaults["config_kwargs"] = {**STORE_DEADLINES, **defaults.get("config_kwargs", {})}
+
+
+#: The overall deadline, in seconds, of a command's first request to an S3 endpoint (:func:`first_contact`).
+FIRST_CONTACT_SECONDS = 4.0
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an exception it was raised from) is a timeout: asyncio's, fsspec's or botocore's."""
+    while error is not None:
+        if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def first_contact(urls: list[str], storage_options: dict[str, Any] | None) -> None:
+    """One request to the endpoint of each bucket the ``s3://`` URLs name, each under one overall deadline.
+
+    The deadline is :data:`FIRST_CONTACT_SECONDS`, or the larger of the
+    ``connect_timeout`` and ``read_timeout`` the user's ``config_kwargs`` set: both
+    timeouts of the request, backed by an overall limit of twice the deadline; the
+    request is tried once (s3fs and botocore retry nothing here). Making the
+    client (which sends nothing) is not timed. Any answer, an
+    error status included, shows the endpoint is there: what the answer means
+    (a missing bucket, refused credentials) is for the command's own requests
+    to report, with their retries. Only silence is refused, as one
+    :class:`~streamrff.errors.SourceError` line naming the endpoint, the URL
+    and the deadline, before the command reads or writes anything.
+
+    Examples
+    --------
+    >>> first_contact(["data.zarr", "out.sketch"], None)  # no s3:// URL: nothing to contact
+    """
+    buckets: dict[str, str] = {}
+    for url in urls:
+        if url.startswith(("s3://", "s3a://")):
+            bucket, _, key = url.split("://", 1)[1].partition("/")
+            buckets.setdefault(bucket, key)
+    if not buckets:
+        return
+    import fsspec.asyn
+    import s3fs
+
+    options = dict(storage_options or {})
+    given = options.get("config_kwargs") if isinstance(options.get("config_kwargs"), dict) else {}
+    timeouts = [given[name] for name in ("connect_timeout", "read_timeout") if isinstance(given.get(name), int | float)]
+    deadline = float(max(timeouts)) if timeouts else FIRST_CONTACT_SECONDS
+    once = {"connect_timeout": deadline, "read_timeout": deadline, "retries": {"total_max_attempts": 1}}
+    options["config_kwargs"] = {**given, **once}
+    try:
+        filesystem = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    except Exception:  # options s3fs refuses: the command's own opening reports them, in its words
+        return
+    filesystem.retries = 1
+    try:
+        try:  # the client first, outside the deadline: no request (credentials have botocore's own timeouts)
+            fsspec.asyn.sync(filesystem.loop, filesystem.set_session)
+        except Exception:  # no credentials, a bad option: the command's own opening reports it, in its words
+            return
+        for bucket, key in buckets.items():
+            _answers(filesystem, bucket, key, deadline)
+    finally:  # its session: one request's, closed before the command opens its own (or ends)
+        with contextlib.suppress(Exception):
+            fsspec.asyn.sync(filesystem.loop, filesystem._s3.close, timeout=1)
+
+
+def _answers(filesystem: Any, bucket: str, key: str, deadline: float) -> None:
+    """One request to ``bucket`` (:func:`first_contact`); a :class:`~streamrff.errors.SourceError` if it times out."""
+    import fsspec.asyn
+
+    from ..errors import SourceError
+
+    try:  # botocore's timeouts end a silent request at the deadline; the overall one only backs them up
+        fsspec.asyn.sync(
+            filesystem.loop, filesystem._call_s3, "list_objects_v2", Bucket=bucket, Prefix=key, MaxKeys=1,
+            timeout=2 * deadline,
+        )  # fmt: skip
+    except Exception as error:  # an answer (any status) or another failure: the command's requests report it
+        if not _timed_out(error):
+            return
+        endpoint = getattr(getattr(filesystem._s3, "meta", None), "endpoint_url", None)
+        where = f"the S3 endpoint {endpoint}" if endpoint else f"the S3 endpoint of bucket {bucket}"
+        raise SourceError(
+            f"{where} did not answer within {deadline:g} s (the first request, for s3://{bucket}/{key}); "
+            "nothing was read or written. Check the endpoint and the network, or give it longer with "
+            '--storage-options \'{"config_kwargs": {"read_timeout": SECONDS}}\'.'
+        ) from None

@@ -318,6 +318,7 @@ def run_create(args: argparse.Namespace) -> int:
         args.store, feature_map, bucket=args.bucket, signed=signed, storage_options=args.storage_options,
         moments=args.moments, columns=args.columns, column_features=args.column_features,
         column_bandwidth=args.column_bandwidth,
+        signing_key=options.signing_key(args),  # the root signed: an empty store's map and grid verify at open
     )  # fmt: skip
     info = store.info()
     size = info.get("bucket") or f"{args.bucket:,} rows"
@@ -529,6 +530,7 @@ def run_merge(args: argparse.Namespace) -> int:
     merged = SketchStore.create(
         args.output, first.feature_map, bucket=first.bucket_seconds and first._root.bucket_label or first.bucket_rows,
         signed=options.signing_key(args) is not None, storage_options=args.storage_options,
+        signing_key=options.signing_key(args),
     )  # fmt: skip
     try:
         buckets = merged.merge_from(*inputs, signing_key=options.signing_key(args))

@@ -195,39 +195,62 @@ def job_options(**options: Any) -> Iterator[JobOptions]:
 _CREDENTIAL_OPTIONS = ("key", "secret", "token", "anon", "username", "password")
 
 
+def _with_client_deadlines(options: StorageOptions) -> StorageOptions:
+    """``options`` whose ``config_kwargs`` are completed with the client process's S3 defaults (its deadlines).
+
+    fsspec's configuration of this process (``fsspec.config.conf["s3"]``: what ``streamrff`` installs, a
+    ``~/.config/fsspec/s3.json``, ``FSSPEC_S3_*``) gives every S3 request of the client its timeouts and
+    attempts; a worker reads its own configuration, so they travel in the options. The user's keys win.
+    """
+    import fsspec.config
+
+    defaults = fsspec.config.conf.get("s3", {}).get("config_kwargs")
+    given = (options or {}).get("config_kwargs")
+    if not isinstance(defaults, dict) or not defaults or (given is not None and not isinstance(given, dict)):
+        return options
+    return {**(options or {}), "config_kwargs": {**defaults, **(given or {})}}
+
+
 def worker_storage_options(url: Any, storage_options: StorageOptions, client: Any) -> StorageOptions:
-    """``storage_options`` for ``url`` as cluster workers need them: with the client's resolved S3 credentials.
+    """``storage_options`` for ``url`` as cluster workers need them: the client's S3 deadlines and credentials.
 
     Workers are other processes, often on other machines, and do not share
-    the client's environment or profile. When ``client`` is a cluster and
-    ``url`` is an ``s3://`` URL whose options name no credentials, the
+    the client's environment, profile or fsspec configuration. When
+    ``client`` is a cluster and ``url`` is an ``s3://`` URL, the
+    ``config_kwargs`` the client's own requests use by default (the
+    deadlines ``streamrff`` installs: connect and read timeouts, attempts)
+    are written into the options the tasks carry, under the user's own
+    ``config_kwargs``, so a worker's request to a store that never answers
+    ends as the client's does. When the options name no credentials, the
     credentials the client resolves (environment, profile or config file,
     as botocore finds them), its region and an endpoint set in the
-    environment are written into the options the tasks carry. They are
-    never logged: the sources and checkpoints that hold them keep them out
-    of their ``repr``. Anything else is returned unchanged; so are options
-    when the client finds no credentials (its own first read then fails in
-    one line saying how to pass them).
+    environment are written there too. They are never logged: the sources
+    and checkpoints that hold them keep them out of their ``repr``. Anything
+    else is returned unchanged; so are the credentials when the client
+    finds none (its own first read then fails in one line saying how to
+    pass them).
 
     Examples
     --------
     >>> from streamrff.engine import worker_storage_options
-    >>> worker_storage_options("s3://bucket/x.zarr", {"anon": True}, "tcp://127.0.0.1:8786")
-    {'anon': True}
+    >>> options = {"anon": True, "config_kwargs": {"read_timeout": 60}}
+    >>> worker_storage_options("s3://bucket/x.zarr", options, "tcp://127.0.0.1:8786")["config_kwargs"]["read_timeout"]
+    60
     >>> worker_storage_options("data.zarr", None, "tcp://127.0.0.1:8786") is None
     True
     """
     if client is None or not isinstance(url, (str, os.PathLike)) or not os.fspath(url).startswith(("s3://", "s3a://")):
         return storage_options
-    options = dict(storage_options or {})
+    shipped = _with_client_deadlines(storage_options)
+    options = dict(shipped or {})
     if any(options.get(name) for name in _CREDENTIAL_OPTIONS):
-        return storage_options
+        return shipped
     import botocore.session  # s3fs's own dependency (through aiobotocore)
 
     session = botocore.session.Session(profile=options.pop("profile", None))
     credentials = session.get_credentials()
     if credentials is None:
-        return storage_options
+        return shipped
     frozen = credentials.get_frozen_credentials()
     options.update(key=frozen.access_key, secret=frozen.secret_key)
     if frozen.token:

@@ -29,6 +29,8 @@ Group attributes::
                       record also holds the column part's sums, d x D_c float64 after the feature
                       sums (the 1-D maps of :func:`streamrff.sketches.columns.derive_column_maps`:
                       D_c features a column, bandwidth s_c, or null for the map's s / sqrt(d))
+    root_signature    (a store created with a key) {"algorithm": "hmac-sha256", "value": hex}: the HMAC of
+                      the canonical JSON of every attribute but itself and the digest
     attributes_digest sha256 of the canonical JSON of every other attribute
 
 Second moments. A record of a group with ``moment_sums`` is ``HEADER`` values, the D feature
@@ -54,7 +56,10 @@ then ``"<fingerprint> <bucket rows> <levels>\\n"`` of the store's root, then the
 little-endian bytes. A signed record is thus valid only under the map and bucket grid it was
 written for: a root whose map or grid was replaced (digest recomputed) fails at its first
 record, and so does a signed record copied from another store. With a key set, every record
-read must verify (docs/security.rst).
+read must verify (docs/security.rst), and so must the root, at open: a store created with the key
+carries ``root_signature``, and a root without one is accepted only when it holds records (which
+bind it); an empty store whose root is unsigned has nothing that vouches for its map and grid.
+Without a key, the root's map spec must be the one in map.json, whose fingerprint is the root's.
 
 Every integer in the header is exact in float64 (at most 2**53, checked on read with every
 field's type and range: a header that disagrees with its slot or the grid is refused naming the
@@ -94,7 +99,7 @@ from .._base.memory import memory_available
 from .._base.validation import check_format_version
 from .._files.bounded_read import MAX_JSON_BYTES, _read_inside, check_json_depth
 from .._files.publish import publish, remove_path, staging_path
-from .._files.signed import DIGEST_ATTRIBUTE, _attributes_digest, _is_url, _local_path
+from .._files.signed import DIGEST_ATTRIBUTE, SIGNATURE_ALGORITHM, _attributes_digest, _is_url, _local_path
 from ..errors import SketchFormatError, SketchSignatureError, SourceError
 from ..maps import FeatureMap
 from ..typing import StorageOptions
@@ -103,6 +108,7 @@ from .map import map_from_json, map_to_json
 __all__ = [
     "STORE_FORMAT_NAME", "STORE_FORMAT_VERSION", "HEADER", "StoreRoot", "Record", "RecordFiles",
     "create_store", "read_store_root", "encode_record", "moment_width", "pack_moment", "unpack_moment",
+    "root_signature",
 ]  # fmt: skip
 
 STORE_FORMAT_NAME = "streamrff.sketch-store"
@@ -123,6 +129,22 @@ _EXACT = 2**53
 #: Largest map file a store's map.json may be (as :data:`streamrff.formats.map.MAX_MAP_FILE_BYTES`).
 _MAX_MAP_BYTES = 2**28
 _RECORD_CONTEXT = b"streamrff.sketch-store record v1\n"
+_ROOT_CONTEXT = b"streamrff.sketch-store root v1\n"
+#: The attribute holding the HMAC of a store's other attributes (a store created with a key).
+ROOT_SIGNATURE_ATTRIBUTE = "root_signature"
+
+
+def root_signature(attrs: dict[str, Any], key: bytes) -> dict[str, str]:
+    """The ``root_signature`` record of a store's group attributes: HMAC-SHA256 of every other one under ``key``.
+
+    Examples
+    --------
+    >>> root_signature({"format": "streamrff.sketch-store", "levels": 3}, b"k" * 32)["algorithm"]
+    'hmac-sha256'
+    """
+    covered = {name: value for name, value in attrs.items() if name not in (DIGEST_ATTRIBUTE, ROOT_SIGNATURE_ATTRIBUTE)}
+    message = _ROOT_CONTEXT + _attributes_digest(covered).encode("ascii")
+    return {"algorithm": SIGNATURE_ALGORITHM, "value": hmac.new(key, message, hashlib.sha256).hexdigest()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -547,12 +569,14 @@ def create_store(
     moment_level: int | None = None,
     moment_sums: bool = False,
     columns: dict[str, Any] | None = None,
+    *,
+    signing_key: bytes | None = None,
 ) -> None:
     """Write a new, empty store at ``target``; FileExistsError if something is there.
 
     Local: the group is written under a temporary name and published in one step. Object
     storage: the map and the records' metadata first, the group's ``zarr.json`` (which
-    readers require) last.
+    readers require) last. With ``signing_key`` the root carries ``root_signature``.
     """
     attrs: dict[str, Any] = {
         "format": STORE_FORMAT_NAME, "version": STORE_FORMAT_VERSION, "map": feature_map.spec,
@@ -569,6 +593,8 @@ def create_store(
         attrs["moment_sums"] = True
     if columns is not None:
         attrs["columns"] = dict(columns)
+    if signing_key is not None:
+        attrs[ROOT_SIGNATURE_ATTRIBUTE] = root_signature(attrs, signing_key)
     attrs[DIGEST_ATTRIBUTE] = _attributes_digest(attrs)
     group = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
     n_features = int(feature_map.n_features_out_)
@@ -657,12 +683,13 @@ def _is_count(value: Any, least: int = 0, most: int = _EXACT) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
 
 
-def read_store_root(target: str, storage_options: StorageOptions = None) -> StoreRoot:
+def read_store_root(target: str, storage_options: StorageOptions = None, verify_key: bytes | None = None) -> StoreRoot:
     """Read and check a store's group attributes, its records' metadata and its map.
 
     Refuses another format or version, attributes that fail their digest, a records array whose
     declared shape, chunks, dtype or codecs are not the ones the map and bucket grid give (before
-    anything is read from it), and a map whose fingerprint is not the stored one.
+    anything is read from it), a map whose fingerprint or spec is not the stored one, and, with
+    ``verify_key``, a root whose signature does not verify or an unsigned root of an empty store.
     """
     group = _json_document(target, "zarr.json", storage_options)
     attrs = group.get("attributes") if isinstance(group, dict) else None
@@ -721,10 +748,47 @@ def read_store_root(target: str, storage_options: StorageOptions = None) -> Stor
             f"{target}: the map in map.json (fingerprint {feature_map.fingerprint[:12]}) is not the store's "
             f"({str(attrs.get('fingerprint'))[:12]}); the store was tampered with."
         )
-    return StoreRoot(
+    if _canonical(feature_map.spec) != _canonical(attrs["map"]):
+        raise SketchFormatError(
+            f"{target}/zarr.json: the map spec of the store's attributes is not the one of its map.json (fingerprint "
+            f"{feature_map.fingerprint[:12]}); the store was tampered with. Restore it from a copy."
+        )
+    root = StoreRoot(
         target, feature_map, rows, levels, bool(attrs.get("signed")), str(attrs.get("created_at")), seconds, label,
         moment_level, moment_sums, n_columns, column_features, column_bandwidth,
     )  # fmt: skip
+    if verify_key is not None:
+        _verify_root(root, attrs, storage_options, verify_key)
+    return root
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def _verify_root(root: StoreRoot, attrs: dict[str, Any], storage_options: StorageOptions, key: bytes) -> None:
+    """With a key: the root's signature must verify; an unsigned root only passes if records (which bind it) exist."""
+    where = f"{root.target}/zarr.json"
+    stored = attrs.get(ROOT_SIGNATURE_ATTRIBUTE)
+    if stored is None:
+        if len(RecordFiles(root.target, storage_options).slots()):
+            return  # its records are verified as read, and each names this root's map and grid
+        raise SketchSignatureError(
+            f"{where}: the store is empty and its root is not signed, so nothing vouches for its map and bucket grid "
+            "under the verify key. Create the store with the key (streamrff store create --sign-key FILE), or pass "
+            "--allow-unsigned (verify_key=None) to open it on purpose."
+        )
+    value = stored.get("value") if isinstance(stored, dict) else None
+    expected = root_signature(attrs, key)
+    if (
+        not isinstance(value, str)
+        or stored.get("algorithm") != SIGNATURE_ALGORITHM
+        or not hmac.compare_digest(value.encode("utf-8"), expected["value"].encode("ascii"))
+    ):
+        raise SketchSignatureError(
+            f"{where}: the store's root signature does not match the verify key (signed with another key, or its "
+            "map or bucket grid replaced). Check that both sites use the same key file, or restore the store."
+        )
 
 
 def _column_attributes(attrs: dict[str, Any], target: str) -> tuple[int, int, float]:
@@ -757,7 +821,6 @@ def _moment_attributes(attrs: dict[str, Any], levels: int, target: str) -> tuple
             f'{{"level": 0..{levels}}} and a bool (tampered).'
         )
     return level, sums
-
 
 def _time_grid(bucket: Any) -> tuple[int, str]:
     """(S, duration) of a time grid's bucket attribute; (0, "") for a grid of rows."""

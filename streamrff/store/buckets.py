@@ -144,6 +144,7 @@ class SketchStore(StoreRecords):
         columns: bool = False,
         column_features: int = DEFAULT_COLUMN_FEATURES,
         column_bandwidth: float | None = None,
+        signing_key: bytes | None = None,
     ) -> SketchStore:
         """Make a new, empty store at ``path`` (local directory or fsspec URL) and open it.
 
@@ -180,6 +181,8 @@ class SketchStore(StoreRecords):
         column_features, column_bandwidth : optional
             The column maps' features (even) and width (default: the map's bandwidth over
             ``sqrt(d)``), as :func:`streamrff.sketch` takes them.
+        signing_key : bytes, optional
+            Sign the store's root (its map and bucket grid), which :meth:`open` with the key then verifies.
 
         Returns
         -------
@@ -222,6 +225,7 @@ class SketchStore(StoreRecords):
                 f"Got {moments!r}; pass e.g. moments=5 for blocks of 32 buckets."
             )
         target = os.fspath(path)
+        key = None if signing_key is None else check_signing_key(signing_key, "signing_key")
         level = None if moments is None else int(moments)
         part = None
         if columns:
@@ -229,10 +233,11 @@ class SketchStore(StoreRecords):
             bandwidth = maps.bandwidth if maps.bandwidth_rule == "explicit" else None
             part = {"n_columns": maps.n_columns, "n_features": maps.n_features, "bandwidth": bandwidth}
         create_store(
-            target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, level, columns=part
-        )
+            target, feature_map, rows, levels, bool(signed), storage_options, seconds, label, level, columns=part,
+            signing_key=key,
+        )  # fmt: skip
         store = cls.open(target, storage_options=storage_options)
-        open_moment_tier(store, create=True)
+        open_moment_tier(store, create=True, signing_key=key)
         return store
 
     @classmethod
@@ -260,7 +265,7 @@ class SketchStore(StoreRecords):
         """
         if verify_key is not None:
             verify_key = check_signing_key(verify_key, "verify_key")
-        return cls(read_store_root(os.fspath(path), storage_options), storage_options, verify_key)
+        return cls(read_store_root(os.fspath(path), storage_options, verify_key), storage_options, verify_key)
 
     @property
     def path(self) -> str:

@@ -246,7 +246,7 @@ def _horizon(store: Store, older_than: Any) -> int:
     return max(ns, 0) // (store.bucket_seconds * 10**9)
 
 
-def _create_tier(store: Store, to: Any, features: int | None) -> Store:
+def _create_tier(store: Store, to: Any, features: int | None, signing_key: bytes | None = None) -> Store:
     """Open the coarse store, making it on the first compaction; refuse another grid or feature count."""
     rows, seconds, label = parse_bucket(to)
     fine = store._root.key_width
@@ -265,7 +265,7 @@ def _create_tier(store: Store, to: Any, features: int | None) -> Store:
         try:
             create_store(
                 f"{store.path.rstrip('/')}/{_TIER}", feature_map, rows, levels, store._root.signed,
-                store._storage_options, seconds, label,
+                store._storage_options, seconds, label, signing_key=signing_key,  # its root verifies while empty
             )  # fmt: skip
         except FileExistsError:
             pass  # another compactor made it first: checked below like any existing one
@@ -292,7 +292,7 @@ def compact(
     if store._root.signed and signing_key is None:
         raise InputError(f"{store.path} is a signed store: pass signing_key= (CLI: --sign-key FILE) to compact.")
     horizon = _horizon(store, older_than)
-    tier = _create_tier(store, to, features)
+    tier = _create_tier(store, to, features, signing_key)
     compacted = read_compacted(store)
     assert compacted is not None
     ratio = compacted.ratio

@@ -42,22 +42,24 @@ def _tier_path(store: Store) -> str:
     return f"{store.path.rstrip('/')}/{_TIER}"
 
 
-def create_moment_tier(store: Store) -> None:
-    """Make ``<store>/moments`` for a store made with ``moments=k`` (nothing if another process made it)."""
+def create_moment_tier(store: Store, signing_key: bytes | None = None) -> None:
+    """Make ``<store>/moments`` for a store made with ``moments=k`` (nothing if another process made it);
+    ``signing_key`` signs its root, as the store's (so it verifies while empty)."""
     root, level = store._root, store._root.moment_level
     seconds = root.bucket_seconds << level
     try:
         create_store(
             _tier_path(store), root.feature_map, root.bucket_rows << level, root.levels - level, root.signed,
             store._storage_options, seconds, f"{seconds}s" if seconds else "", moment_sums=True,
+            signing_key=signing_key,
         )  # fmt: skip
     except FileExistsError:
         pass
 
 
-def open_moment_tier(store: Store, create: bool = False) -> Any:
+def open_moment_tier(store: Store, create: bool = False, signing_key: bytes | None = None) -> Any:
     """The moment store of ``store`` (cached on it), or None: the store keeps no moments, or (not ``create``)
-    their group was never made."""
+    their group was never made. ``create`` makes it, its root signed with ``signing_key``."""
     if store._root.moment_level is None:
         return None
     tier = getattr(store, "_moments", None)
@@ -65,7 +67,7 @@ def open_moment_tier(store: Store, create: bool = False) -> Any:
         from ..errors import SketchFormatError
 
         if create:
-            create_moment_tier(store)
+            create_moment_tier(store, signing_key)
         try:
             tier = type(store).open(_tier_path(store), storage_options=store._storage_options,
                                     verify_key=store._verify_key)  # fmt: skip
@@ -114,7 +116,7 @@ class MomentBlocks:
         level = store._root.moment_level
         if level is None:
             return None
-        tier = open_moment_tier(store, create=True)
+        tier = open_moment_tier(store, create=True, signing_key=signing_key)
         held: dict[int, int] = {}
         for bucket in buckets:
             held[bucket >> level] = held.get(bucket >> level, 0) + 1
@@ -201,7 +203,7 @@ def merge_moments(target: Store, others: tuple[Store, ...], signing_key: bytes |
     from .compact import _merge_batch  # here: compact imports the store, which imports this module
 
     level = target._root.moment_level
-    tier = open_moment_tier(target, create=True)
+    tier = open_moment_tier(target, create=True, signing_key=signing_key)
     if tier is None:
         return []
     sites: dict[int, list[int]] = {}
