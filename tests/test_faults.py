@@ -439,13 +439,13 @@ def test_first_contact_with_a_silent_endpoint_is_one_request_under_one_deadline(
     try:
         options = {"key": "k", "secret": "s", "endpoint_url": endpoint.endpoint_url}
         with pytest.raises(SourceError) as refused:  # the user's read_timeout is the deadline (4 s by default)
-            first_contact(["s3://bucket/live.zarr", "local.zarr"], {**options, "config_kwargs": {"read_timeout": 0.5}})
+            first_contact(["s3://bucket/live.zarr", "local.zarr"], {**options, "config_kwargs": {"read_timeout": 2.0}})
     finally:
         endpoint.close()
     assert endpoint.requests_while_silent == 1  # tried once: no retry of a silent first request (the client is made
     # before the deadline starts, so the request is always sent)
     assert str(refused.value).startswith(
-        f"the S3 endpoint {endpoint.endpoint_url} did not answer within 0.5 s (the first request, for "
+        f"the S3 endpoint {endpoint.endpoint_url} did not answer within 2 s (the first request, for "
         "s3://bucket/live.zarr); nothing was read or written."
     )
 
