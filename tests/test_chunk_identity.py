@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import s3fs
 import zarr
+from watching import ENVIRONMENT, assert_same_state, communicate, watch_process
 
 import streamrff as srf
 from streamrff.cli import main
@@ -30,8 +31,6 @@ ROWS = np.random.default_rng(0).normal(size=(4_000, 4)).astype(np.float32)
 NEW = np.random.default_rng(1).normal(loc=1.0, size=(4_000, 4)).astype(np.float32)
 FEATURE_MAP = srf.RFF(n_features=32, bandwidth=1.5, seed=2).fit(ROWS[:1])
 WINDOW, CHUNK = 50, 250
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def uncompressed(path: Path, rows: np.ndarray, chunk_rows: int) -> str:
@@ -96,12 +95,6 @@ def fed(fitted, tmp_path: Path, rows: np.ndarray):
     monitor = load_monitor(saved(fitted, tmp_path / "reference-copy"))
     monitor.update(rows)
     return monitor
-
-
-def assert_same_state(state, expected) -> None:
-    assert state.n_rows_seen_ == expected.n_rows_seen_ and state.drift_at_ == expected.drift_at_
-    np.testing.assert_array_equal(state.window_features_, expected.window_features_)
-    np.testing.assert_allclose(state.window_sum_, expected.window_sum_, rtol=1e-9, atol=1e-12)
 
 
 def run_watch(argv, capsys):
@@ -182,12 +175,9 @@ def watch_two_write_chunks(fitted, tmp_path, n_chunks: int, gap: float, pause: f
     writer = subprocess.Popen(
         [sys.executable, "-c", script, path, str(n_chunks), str(CHUNK), str(gap), str(pause)], env=ENVIRONMENT
     )
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "streamrff.cli", "watch", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENVIRONMENT,
-    )  # fmt: skip
+    watcher = watch_process(argv)
     try:
-        out, err = watcher.communicate(timeout=300)
+        out, err = communicate(watcher, timeout=300)
     finally:
         watcher.kill()
         writer.kill()
@@ -206,7 +196,8 @@ def test_a_chunk_filled_in_two_writes_is_consumed_only_once_settled(fitted, tmp_
     chunks, state, rows = watch_two_write_chunks(fitted, tmp_path, n_chunks, 0.5, 0.1, *timing)
 
     assert chunks == [[start, start + CHUNK] for start in range(0, n_chunks * CHUNK, CHUNK)]
-    assert_same_state(state, fed(fitted, tmp_path, rows))  # the window holds the last chunk's second half
+    # the window holds the last chunk's second half
+    assert_same_state(state, fed(fitted, tmp_path, rows), probe=rows[:7])
 
 
 @pytest.mark.slow
@@ -216,7 +207,7 @@ def test_the_issue_scenario_two_writes_12_s_apart_polled_every_5_s(fitted, tmp_p
     chunks, state, rows = watch_two_write_chunks(fitted, tmp_path, 1, 12.0, 0.0, "--poll", "5", "--settle", "15")
 
     assert chunks == [[0, CHUNK]]
-    assert_same_state(state, fed(fitted, tmp_path, rows))
+    assert_same_state(state, fed(fitted, tmp_path, rows), probe=rows[:7])
 
 
 def test_settle_goes_with_follow(tmp_path, cli_main):

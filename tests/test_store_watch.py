@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import selectors
 import signal
 import subprocess
 import sys
@@ -18,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from watching import ENVIRONMENT, communicate, read_until, watch_process
 
 import streamrff as srf
 
 CHUNK, N_CHUNKS, BUCKET_SECONDS = 60, 10, 300
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 UNITS = "seconds since 2026-03-01 00:00:00"
 T0 = np.datetime64("2026-03-01T00:00:00", "ns")
 
@@ -74,40 +72,6 @@ def _source(path: Path, n_rows: int) -> str:
     return f"{path}/x"
 
 
-def _watcher(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamrff.cli", "watch", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENVIRONMENT,
-    )  # fmt: skip
-
-
-def _read_until(process: subprocess.Popen, accept, seconds: float = 180) -> list[str]:
-    """Lines of ``process``'s stdout up to the first accepted one (read from the pipe unbuffered: a line the
-    process printed is never left waiting in a reader's buffer)."""
-    lines, pending, deadline = [], b"", time.monotonic() + seconds
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    try:
-        while time.monotonic() < deadline:
-            if not selector.select(timeout=0.5):
-                if process.poll() is not None:
-                    break
-                continue
-            data = os.read(process.stdout.fileno(), 65536)
-            if not data:
-                break
-            pending += data
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                lines.append(line.decode())
-                if accept(lines[-1]):
-                    return lines
-    finally:
-        selector.close()
-    error = process.stderr.read().decode() if process.poll() is not None else ""
-    raise AssertionError(f"no accepted line; got {lines[-3:]}; stderr: {error}")
-
-
 def _files(path: str) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(Path(path).rglob("*")) if p.is_file()}
 
@@ -124,9 +88,9 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
     tests = os.path.dirname(os.path.abspath(__file__))
     total, writer = N_CHUNKS * CHUNK, None
     try:
-        first = _watcher([*argv, "--from-row", "0"])
+        first = watch_process([*argv, "--from-row", "0"])
         try:
-            _read_until(first, lambda line: json.loads(line)["event"] == "store")
+            read_until(first, lambda line: json.loads(line)["event"] == "store")
             writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(WRITER), str(tmp_path / "live.zarr"),
                                        str(CHUNK), tests], env=ENVIRONMENT)  # fmt: skip
             stored = [1]
@@ -135,7 +99,7 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
                 stored[0] += json.loads(line)["event"] == "store"
                 return stored[0] >= 3
 
-            _read_until(first, three_stores)
+            read_until(first, three_stores)
             time.sleep(random.Random(3).uniform(0.0, 0.3))  # a random moment: reading, appending, saving
         finally:
             first.kill()  # SIGKILL: no handler runs
@@ -143,11 +107,11 @@ def test_watch_store_of_time_buckets_survives_kill_9_and_equals_direct_sketches(
         assert first.returncode == -signal.SIGKILL
         resumed = srf.load_monitor(state).source_cursor_["next_row"]
         assert 0 < resumed < total  # killed mid-stream: the next watcher resumes there, inside a bucket
-        second = _watcher(argv)
-        _read_until(second, lambda line: json.loads(line).get("rows", [0, 0])[1] == total, seconds=240)
+        second = watch_process(argv)
+        read_until(second, lambda line: json.loads(line).get("rows", [0, 0])[1] == total, seconds=240)
         second.send_signal(signal.SIGTERM)
-        _, err = second.communicate(timeout=60)
-        assert second.returncode == 0, err.decode()
+        _, err = communicate(second, timeout=60)
+        assert second.returncode == 0, err
     finally:
         if writer is not None:
             writer.wait(timeout=240)

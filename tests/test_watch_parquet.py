@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import selectors
 import shutil
 import signal
 import subprocess
@@ -20,6 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from watching import (
+    ENVIRONMENT,
+    assert_same_state,
+    communicate,
+    expected_state,
+    read_lines,
+    remaining_lines,
+    watch_process,
+)
 
 import streamrff as srf
 from streamrff.cli import main
@@ -31,8 +39,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 WINDOW, FEATURES, STREAMS, ERT, GROUP = 50, 64, 300, 100_000, 150
 SELECT, CATEGORICAL = ["x", "city", "zone"], ["zone"]
 TABLE = ["--select", ",".join(SELECT), "--categorical", ",".join(CATEGORICAL)]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def frame(seed: int, rows: int = 2 * GROUP) -> pd.DataFrame:
@@ -61,51 +67,6 @@ def fitted(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("fitted") / "monitor")
     monitor.save(path)
     return path
-
-
-def expected_state(fitted: str, rows: np.ndarray, folder: Path):
-    copy = str(folder / "expected-copy")
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(fitted, copy)
-    monitor = load_monitor(copy)
-    monitor.update(rows)
-    return monitor
-
-
-def assert_same_state(saved, expected, probe: np.ndarray, rtol=1e-9):
-    assert saved.n_rows_seen_ == expected.n_rows_seen_
-    assert saved.run_length_ == expected.run_length_ and saved.drift_at_ == expected.drift_at_
-    np.testing.assert_allclose(saved.window_sum_, expected.window_sum_, rtol=rtol, atol=1e-12)
-    np.testing.assert_allclose(saved.window_squared_norm_sum_, expected.window_squared_norm_sum_, rtol=rtol)
-    np.testing.assert_array_equal(saved.window_features_, expected.window_features_)
-    np.testing.assert_allclose(saved.update(probe).statistic, expected.update(probe).statistic, rtol=rtol)
-
-
-def watch_process(argv) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamrff.cli", "watch", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENVIRONMENT,
-    )  # fmt: skip
-
-
-def read_lines(process: subprocess.Popen, accept, seconds: float) -> tuple[list[str], bool]:
-    """stdout lines of ``process`` up to the first ``accept`` takes (True), or all read within ``seconds`` (False)."""
-    lines = []
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.2) or process.poll() is not None:
-                line = process.stdout.readline()
-                if not line:
-                    break
-                lines.append(line)
-                if accept(line):
-                    return lines, True
-    finally:
-        selector.close()
-    return lines, False
 
 
 def chunk_rows(lines) -> list[list[int]]:
@@ -160,19 +121,19 @@ def test_a_dataset_gaining_files_killed_twice_sees_every_row_once(fitted, tmp_pa
 
                 got, accepted = read_lines(watcher, enough, 180)
                 lines += got
-                assert accepted, watcher.stderr.read() if watcher.poll() is not None else got[-3:]
+                assert accepted, communicate(watcher, timeout=10)[1] if watcher.poll() is not None else got[-3:]
                 time.sleep(randomness.uniform(0.0, 0.15))  # reading, updating, saving or polling
             finally:
                 watcher.kill()
                 watcher.wait(timeout=60)
-                lines += watcher.stdout.read().splitlines(keepends=True)
+                lines += remaining_lines(watcher)
             assert watcher.returncode == -signal.SIGKILL
         watcher = watch_process(argv)
         got, accepted = read_lines(watcher, lambda line: line.startswith('{"event": "chunk"') and
                                    json.loads(line)["rows"][1] == total, 180)  # fmt: skip
         lines += got
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         writer.wait(timeout=180)
     assert accepted and watcher.returncode == 0, err
@@ -183,7 +144,7 @@ def test_a_dataset_gaining_files_killed_twice_sees_every_row_once(fitted, tmp_pa
     cursor = saved.source_cursor_
     assert cursor["kind"] == "parquet" and cursor["file"] == "part-0005.parquet" and cursor["file_row"] == 2 * GROUP
     rows = encoded(frames)
-    assert_same_state(saved, expected_state(fitted, rows, tmp_path), rows[:7])
+    assert_same_state(saved, expected_state(fitted, rows, tmp_path), probe=rows[:7])
     # every row group was printed (some twice: read again after a kill), in row groups of the files
     assert {(start, start + GROUP) for start in range(0, total, GROUP)} <= {tuple(r) for r in chunk_rows(lines)}
 
@@ -239,7 +200,7 @@ def test_a_file_being_written_is_not_read_until_its_footer_is_written(fitted, tm
         assert chunk_rows(more) == []  # the half-written file is not read
         writer.write_table(table.slice(GROUP))
         writer.close()
-        out, err = watcher.communicate(timeout=120)
+        out, err = communicate(watcher, timeout=120)
     finally:
         watcher.kill()
         writer.close()
@@ -247,7 +208,8 @@ def test_a_file_being_written_is_not_read_until_its_footer_is_written(fitted, tm
     lines = first + more + out.splitlines(keepends=True)
     assert chunk_rows(lines) == [[start, start + GROUP] for start in range(0, total, GROUP)]  # each row once
     rows = encoded(frames)
-    assert_same_state(load_monitor(os.path.join(state, "monitor")), expected_state(fitted, rows, tmp_path), rows[:7])
+    expected = expected_state(fitted, rows, tmp_path)
+    assert_same_state(load_monitor(os.path.join(state, "monitor")), expected, probe=rows[:7])
 
 
 def run_cli(argv, capsys):
@@ -271,7 +233,7 @@ def test_a_consumed_file_rewritten_is_refused_in_one_line_and_a_new_file_is_read
     status, out, err = run_cli(argv, capsys)
     assert status == 0 and f"from row {4 * GROUP:,}" in out, err
     rows = encoded(frames)
-    assert_same_state(load_monitor(state), expected_state(fitted, rows, tmp_path), rows[:7])
+    assert_same_state(load_monitor(state), expected_state(fitted, rows, tmp_path), probe=rows[:7])
     before = (Path(state) / "zarr.json").read_bytes()
     shifted = frames[2].assign(x=frames[2]["x"] + 5.0)
     stamp = os.stat(dataset / "part-2.parquet")
@@ -327,7 +289,7 @@ def test_watch_follows_a_parquet_dataset_on_s3_and_resumes(fitted, tmp_path, cap
     status, out, err = run_cli(argv, capsys)
     assert status == 0 and f"from row {4 * GROUP:,}" in out, err
     rows = encoded(frames)
-    assert_same_state(load_monitor(state), expected_state(fitted, rows, tmp_path), rows[:7])
+    assert_same_state(load_monitor(state), expected_state(fitted, rows, tmp_path), probe=rows[:7])
 
 
 def test_a_cursor_inside_a_file_reads_the_rest_in_row_groups_and_a_consumed_file_removed_is_no_change(tmp_path):

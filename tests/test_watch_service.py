@@ -7,9 +7,7 @@ The reference of every exact check is a DriftMonitor fed the whole array in one 
 from __future__ import annotations
 
 import json
-import os
 import random
-import selectors
 import shutil
 import signal
 import subprocess
@@ -21,14 +19,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from watching import (
+    ENVIRONMENT,
+    assert_same_state,
+    communicate,
+    expected_state,
+    read_line,
+    read_until,
+    remaining_lines,
+    watch_process,
+)
 
 import streamrff as srf
 from streamrff.cli import main
 from streamrff.drift import load_monitor
 
 WINDOW, FEATURES, CHUNK = 50, 64, 250
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 @pytest.fixture(scope="module")
@@ -50,67 +56,6 @@ def stream_rows(n_rows: int, seed: int = 11, shift_from: int | None = None) -> n
     if shift_from is not None:
         rows[shift_from:, 0] += 2.0
     return rows
-
-
-def expected_state(fitted, rows: np.ndarray):
-    """The reference: a copy of the fitted monitor fed every row at once, in memory."""
-    monitor = srf.load_monitor(_saved_copy(fitted))
-    monitor.update(rows)
-    return monitor
-
-
-def _saved_copy(fitted) -> str:
-    import tempfile
-
-    path = os.path.join(tempfile.mkdtemp(), "copy")
-    fitted.save(path)
-    return path
-
-
-def assert_same_state(saved, expected, rtol=1e-9):
-    assert saved.n_rows_seen_ == expected.n_rows_seen_
-    assert saved.run_length_ == expected.run_length_ and saved.drift_at_ == expected.drift_at_
-    np.testing.assert_allclose(saved.window_sum_, expected.window_sum_, rtol=rtol, atol=1e-12)
-    np.testing.assert_allclose(saved.window_squared_norm_sum_, expected.window_squared_norm_sum_, rtol=rtol)
-    np.testing.assert_array_equal(saved.window_features_, expected.window_features_)
-    probe = np.random.default_rng(99).normal(size=(7, 3)).astype(np.float32)
-    np.testing.assert_allclose(saved.update(probe).statistic, expected.update(probe).statistic, rtol=rtol)
-
-
-def watch_process(argv, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamrff.cli", "watch", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENVIRONMENT, **kwargs,
-    )  # fmt: skip
-
-
-def read_line(process: subprocess.Popen, deadline_seconds: float = 120) -> str:
-    """The next stdout line of ``process``, or "" if it ends or the deadline passes first."""
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + deadline_seconds
-    try:
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                return process.stdout.readline()
-            if process.poll() is not None:
-                return process.stdout.readline()
-        return ""
-    finally:
-        selector.close()
-
-
-def read_until(process: subprocess.Popen, accept, deadline_seconds: float = 120) -> list[str]:
-    lines = []
-    deadline = time.monotonic() + deadline_seconds
-    while time.monotonic() < deadline:
-        line = read_line(process, deadline - time.monotonic())
-        if not line:
-            break
-        lines.append(line)
-        if accept(line):
-            return lines
-    raise AssertionError(f"no accepted line before the deadline; got {lines[-3:]}")
 
 
 WRITER = """
@@ -169,14 +114,14 @@ def kill_and_restart(fitted, tmp_path, n_kills: int, n_chunks: int, pause: float
             finally:
                 watcher.kill()  # SIGKILL: no handler runs
                 watcher.wait(timeout=60)
-                lines += watcher.stdout.read().splitlines(keepends=True)  # printed before the kill
+                lines += remaining_lines(watcher)  # printed before the kill
             assert watcher.returncode == -signal.SIGKILL
             assert (tmp_path / ".state.lock").exists()  # left behind: the next watcher takes it over
         watcher = watch_process(follow_argv(path, state))
         total = n_chunks * CHUNK
-        lines += read_until(watcher, lambda line: chunk_end(line) == total, deadline_seconds=180)
+        lines += read_until(watcher, lambda line: chunk_end(line) == total, seconds=180)
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         writer.wait(timeout=180)
     assert watcher.returncode == 0, err
@@ -210,7 +155,7 @@ def test_a_writer_that_resizes_waits_then_writes_is_never_read_as_zeros(fitted, 
     writer = start_writer(path, n_chunks, pause=0.02, wait_chunk=3)
     watcher = watch_process(follow_argv(path, state, "--from-row", "0", "--max-rows", str(n_chunks * CHUNK)))
     try:
-        out, err = watcher.communicate(timeout=180)
+        out, err = communicate(watcher, timeout=180)
     finally:
         watcher.kill()
         writer.wait(timeout=60)
@@ -230,7 +175,7 @@ def test_a_second_watcher_is_refused_with_one_line_naming_the_holder(fitted, tmp
         read_until(first, lambda line: line.startswith('{"event": "chunk"'))
         started = time.monotonic()
         second = watch_process(follow_argv(path, state))
-        out, err = second.communicate(timeout=60)
+        out, err = communicate(second, timeout=60)
         assert time.monotonic() - started < 60  # refused at once (start-up included), not after a wait
         assert second.returncode == 4 and out == ""
         assert err.count("\n") == 1 and f"process {first.pid} on " in err and "one watcher per state" in err
@@ -242,10 +187,10 @@ def test_a_second_watcher_is_refused_with_one_line_naming_the_holder(fitted, tmp
             if how == "lock file deleted":
                 lock_file.unlink()
             second = watch_process(follow_argv(path, str(alias) if how == "alias" else state))
-            out, err = second.communicate(timeout=60)
+            out, err = communicate(second, timeout=60)
             assert second.returncode == 4 and err.count("\n") == 1 and "one watcher per state" in err, (how, err)
         first.send_signal(signal.SIGTERM)
-        out, err = first.communicate(timeout=60)
+        out, err = communicate(first, timeout=60)
     finally:
         first.kill()
     assert first.returncode == 0, err
@@ -268,7 +213,7 @@ def test_every_stop_signal_saves_and_prints_the_summary(fitted, tmp_path, how):
     try:
         assert read_line(watcher).startswith("rows 0-249 (250 seen)")
         watcher.send_signal(getattr(signal, how.split()[0]))
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         watcher.kill()
     assert watcher.returncode == 0, err

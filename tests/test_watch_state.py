@@ -7,10 +7,8 @@ same options and fed the whole array in one in-memory call."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import selectors
 import shutil
 import signal
 import subprocess
@@ -23,14 +21,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from watching import (
+    ENVIRONMENT,
+    assert_same_state,
+    communicate,
+    expected_state,
+    read_until,
+    remaining_lines,
+    watch_process,
+)
 
 import streamrff as srf
 from streamrff.cli import main
 from streamrff.drift import load_monitor
 
 WINDOW, FEATURES, CHUNK, STREAMS, ERT = 50, 64, 250, 300, 100_000
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVIRONMENT = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 FIT = ["--window", str(WINDOW), "--ert", str(ERT), "--features", str(FEATURES), "--bandwidth", "1.5",
        "--streams", str(STREAMS)]  # fmt: skip
 
@@ -52,60 +57,10 @@ def stream_rows(n_rows: int, shift_from: int | None = None) -> np.ndarray:
     return rows
 
 
-def expected_state(fitted, rows: np.ndarray, folder: Path):
-    copy = str(folder / "expected-copy")
-    shutil.rmtree(copy, ignore_errors=True)
-    fitted.save(copy)
-    monitor = load_monitor(copy)
-    monitor.update(rows)
-    return monitor
-
-
-def assert_same_state(saved, expected, rtol=1e-9):
-    assert saved.n_rows_seen_ == expected.n_rows_seen_
-    np.testing.assert_array_equal(saved.thresholds_, expected.thresholds_)
-    assert saved.run_length_ == expected.run_length_ and saved.drift_at_ == expected.drift_at_
-    np.testing.assert_allclose(saved.window_sum_, expected.window_sum_, rtol=rtol, atol=1e-12)
-    np.testing.assert_allclose(saved.window_squared_norm_sum_, expected.window_squared_norm_sum_, rtol=rtol)
-    np.testing.assert_array_equal(saved.window_features_, expected.window_features_)
-    probe = np.random.default_rng(99).normal(size=(7, 3)).astype(np.float32)
-    np.testing.assert_allclose(saved.update(probe).statistic, expected.update(probe).statistic, rtol=rtol)
-
-
 def service_argv(source: str, state: str, reference: str, *extra: str) -> list[str]:
     """The one command line of the unit: the same for every start."""
     return [source, "--state", state, "--reference", reference, *FIT, "--follow", "--poll", "0.05",
             "--save-interval", "0", "--json", *extra]  # fmt: skip
-
-
-def watch_process(argv) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamrff.cli", "watch", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENVIRONMENT,
-    )  # fmt: skip
-
-
-def read_until(stream, process: subprocess.Popen, accept, deadline_seconds: float = 180) -> list[str]:
-    """Lines of ``stream`` (the process's stdout or stderr) up to the first that ``accept`` takes."""
-    lines = []
-    selector = selectors.DefaultSelector()
-    selector.register(stream, selectors.EVENT_READ)
-    deadline = time.monotonic() + deadline_seconds
-    try:
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.2) or process.poll() is not None:
-                line = stream.readline()
-                if not line:
-                    break
-                lines.append(line)
-                if accept(line):
-                    return lines
-    finally:
-        selector.close()
-    ended = "" if process.poll() is None else f" (the process ended with status {process.returncode})"
-    if ended and stream is not process.stderr:  # its error says why
-        ended += f": {process.stderr.read().strip()}"
-    raise AssertionError(f"no accepted line before the deadline or the end{ended}; got {lines[-3:]}")
 
 
 def chunk_end(line: str) -> int:
@@ -164,17 +119,17 @@ def kill_restart(reference, tmp_path, n_kills: int, n_chunks: int, pause: float)
                     seen[0] += line.startswith('{"event": "chunk"')
                     return seen[0] >= target
 
-                lines += read_until(watcher.stdout, watcher, enough)
+                lines += read_until(watcher, enough)
                 time.sleep(randomness.uniform(0.0, 0.15))  # reading, updating, saving or polling
             finally:
                 watcher.kill()
                 watcher.wait(timeout=60)
-                lines += watcher.stdout.read().splitlines(keepends=True)
+                lines += remaining_lines(watcher)
             assert watcher.returncode == -signal.SIGKILL
         watcher = watch_process(argv)
-        lines += read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        lines += read_until(watcher, lambda line: chunk_end(line) == total)
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         if writer is not None:
             writer.wait(timeout=180)
@@ -211,15 +166,15 @@ def test_a_start_before_the_data_waits_then_sees_every_row_once(reference, tmp_p
     try:
         port = _served_port(watcher)
         why = "does not exist yet" if start == "not created" else "has no rows yet"
-        read_until(watcher.stderr, watcher, lambda line: why in line)  # logged while waiting
+        read_until(watcher, stream=watcher.stderr, accept=lambda line: why in line)  # logged while waiting
         assert (Path(state) / "monitor").is_dir()  # the state is published before the data exists
         assert _get(port, "/healthz")[0] == 200  # alive while waiting: the loop turns
         status, text = _get(port, "/readyz")
         assert status == 503 and why in text
         writer = start_writer(path, total, 0.02, create=start == "not created")
-        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        lines = read_until(watcher, lambda line: chunk_end(line) == total)
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         watcher.kill()
         if writer is not None:
@@ -261,7 +216,7 @@ def test_a_restart_resumes_without_recalibrating_and_refit_reuses_the_cached_cal
 
 
 def _served_port(watcher) -> int:
-    line = read_until(watcher.stderr, watcher, lambda line: "serving metrics on" in line)[-1]
+    line = read_until(watcher, stream=watcher.stderr, accept=lambda line: "serving metrics on" in line)[-1]
     return int(re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line).group(1))
 
 
@@ -301,7 +256,7 @@ def test_metrics_health_and_the_status_page_in_a_headless_browser_match_the_json
     watcher = watch_process(service_argv(path, state, ref_path, "--metrics-port", "0"))
     try:
         port = _served_port(watcher)
-        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == 6 * CHUNK)
+        lines = read_until(watcher, lambda line: chunk_end(line) == 6 * CHUNK)
         last = json.loads(lines[-1])
         alarm = next(json.loads(line) for line in lines if '"event": "alarm"' in line)
         assert _get(port, "/healthz")[0] == 200 and _get(port, "/readyz")[0] == 200
@@ -331,7 +286,7 @@ def test_metrics_health_and_the_status_page_in_a_headless_browser_match_the_json
         subprocess.run([*browser, f"--screenshot={screenshot}", "--window-size=900,1000", url], capture_output=True,
                        timeout=120)  # fmt: skip
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         watcher.kill()
     assert watcher.returncode == 0, err
@@ -351,13 +306,13 @@ def test_health_and_readiness_while_waiting_for_the_source(reference, tmp_path):
                                          "--metrics-port", "0"))  # fmt: skip
     try:
         port = _served_port(watcher)
-        read_until(watcher.stderr, watcher, lambda line: "does not exist yet" in line)
+        read_until(watcher, stream=watcher.stderr, accept=lambda line: "does not exist yet" in line)
         assert _get(port, "/healthz")[0] == 200  # alive: the loop turns
         status, text = _get(port, "/readyz")
         assert status == 503 and "does not exist yet" in text
         assert _get(port, "/nothing")[0] == 404
         watcher.send_signal(signal.SIGTERM)
-        out, _ = watcher.communicate(timeout=60)
+        out, _ = communicate(watcher, timeout=60)
     finally:
         watcher.kill()
     summary = json.loads(out.splitlines()[-1])  # --json: the start-up's summary
@@ -380,12 +335,12 @@ def test_an_s3_path_not_created_yet_is_waited_for_then_every_row_seen_once(refer
     storage = json.dumps(s3_server.storage_options)
     watcher = watch_process(service_argv(url, state, ref_path, "--storage-options", storage))
     try:
-        read_until(watcher.stderr, watcher, lambda line: "does not exist yet" in line)
+        read_until(watcher, stream=watcher.stderr, accept=lambda line: "does not exist yet" in line)
         store = zarr.storage.FsspecStore.from_url(url, storage_options=s3_server.storage_options, read_only=False)
         zarr.create_array(store=store, data=stream_rows(total), chunks=(CHUNK, 3), zarr_format=3)
-        lines = read_until(watcher.stdout, watcher, lambda line: chunk_end(line) == total)
+        lines = read_until(watcher, lambda line: chunk_end(line) == total)
         watcher.send_signal(signal.SIGTERM)
-        out, err = watcher.communicate(timeout=60)
+        out, err = communicate(watcher, timeout=60)
     finally:
         watcher.kill()
     assert watcher.returncode == 0, err
