@@ -22,17 +22,18 @@ from __future__ import annotations
 import functools
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from .._base.blas import single_blas_thread
 from .._base.sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
 from .._base.validation import check_bandwidth, check_positive_int, normalize_seed
 from ..errors import InputError
 from ..typing import MapSpec, Seed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
-from .categorical import category_signs, draw_category_params, median_mismatch_rate
+from .categorical import category_flip_words, draw_category_params, flip_category_signs, median_mismatch_rate
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
 __all__ = ["FourierFeatureMap", "KERNELS", "PHASE_PRECISION_LIMIT", "RFF"]
@@ -678,13 +679,50 @@ class RFF(FourierFeatureMap):
         if not self._categorical_columns:
             self._embed_numeric_tile(X, out)
             return
+        self._embed_mixed_tile(X, out, self._category_words(X), self._numeric_columns())
+
+    def _category_words(self, X: np.ndarray) -> np.ndarray:
+        """The categorical factor's signs of rows ``X`` as bits (:func:`category_flip_words`): one hash
+        per distinct code, so a chunk's words are computed once, before its tiles."""
         params = self._params()
-        self._embed_numeric_tile(np.ascontiguousarray(X[:, self._numeric_columns()]), out)
-        signs = category_signs(X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"])
-        m = signs.shape[1]
-        out[:, :m] *= signs
-        if self.variant == "sincos":
-            out[:, m:] *= signs
+        return category_flip_words(
+            X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"]
+        )
+
+    def _embed_mixed_tile(self, X: np.ndarray, out: np.ndarray, words: np.ndarray, numeric: np.ndarray) -> None:
+        """A mixed map's features: the ``numeric`` columns' features, negated where ``words`` has a bit set."""
+        self._embed_numeric_tile(np.ascontiguousarray(X[:, numeric]), out)
+        flip_category_signs(words, out, self._params()["category_keys"].shape[0])
+
+    @single_blas_thread
+    def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+        if not self._categorical_columns:
+            return super()._embed(X, dtype)
+        out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
+        words, numeric = self._category_words(X), self._numeric_columns()
+        step = self._tile_rows(self._output_width())
+        for start in range(0, X.shape[0], step):
+            stop = start + step
+            self._embed_mixed_tile(X[start:stop], out[start:stop], words[start:stop], numeric)
+        return out
+
+    def embed_tiles(
+        self, X: np.ndarray, tile_rows: int | None = None, dtype: Any = np.float32
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start_row, features)`` for row tiles of trusted ``X``, reusing one buffer
+        (:meth:`streamrff.maps.base.FeatureMap.embed_tiles`); a mixed map hashes each distinct
+        category of ``X`` once, before the first tile."""
+        if not self._categorical_columns:
+            yield from super().embed_tiles(X, tile_rows, dtype)
+            return
+        words, numeric = self._category_words(X), self._numeric_columns()
+        step = int(tile_rows) if tile_rows else self._tile_rows(self._output_width())
+        buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype)
+        for start in range(0, X.shape[0], step):
+            tile = X[start : start + step]
+            features = buffer[: tile.shape[0]]
+            self._embed_mixed_tile(tile, features, words[start : start + tile.shape[0]], numeric)
+            yield start, features
 
     def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         # The projection runs in the output's precision. For float32 nothing is lost by
