@@ -81,16 +81,15 @@ def category_words(
 
 
 @jit(nogil=True)
-def flip_signs(words: np.ndarray, out: np.ndarray, m: int, top) -> None:  # pragma: no cover - compiled
-    """Negate ``out[i, j]`` (and ``out[i, m + j]`` when ``out`` has 2m columns) where bit ``j`` of ``words[i]`` is set.
-
-    ``out``: (rows, m or 2m) float32 or float64 viewed as uint32 or uint64; ``top``: its sign bit, of
-    that type (a negation is exact: only the sign bit changes).
-    """
+def flip_signs(words: np.ndarray, out: np.ndarray, m: int, signs: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Multiply ``out[i, j]`` (and ``out[i, m + j]`` when ``out`` has 2m columns) by -1 where bit ``j`` of
+    ``words[i]`` is set. ``signs``: ``[1, -1]`` in ``out``'s dtype (a product by +/-1 is exact)."""
     halves = out.shape[1] // m
-    zero = top ^ top
+    row = np.empty(m, dtype=out.dtype)
     for i in range(out.shape[0]):
         for j in range(m):
-            sign = top if (words[i, j >> 6] >> np.uint64(j & 63)) & _ONE else zero
-            for half in range(halves):
-                out[i, half * m + j] ^= sign
+            row[j] = signs[(words[i, j >> 6] >> np.uint64(j & 63)) & _ONE]
+        for half in range(halves):
+            block = out[i, half * m : (half + 1) * m]
+            for j in range(m):
+                block[j] *= row[j]

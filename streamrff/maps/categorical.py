@@ -98,8 +98,7 @@ def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
     has 2m columns, sines beside cosines) whose bit ``j`` is set in ``words`` (:func:`category_flip_words`)."""
     from .._kernels.categorical import flip_signs
 
-    bits = np.uint32 if out.dtype == np.float32 else np.uint64
-    flip_signs(words, out.view(bits), m, bits(1) << bits(8 * out.itemsize - 1))
+    flip_signs(words, out, m, np.array([1.0, -1.0], dtype=out.dtype))
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:
