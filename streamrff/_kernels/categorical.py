@@ -93,3 +93,26 @@ def flip_signs(words: np.ndarray, out: np.ndarray, m: int, signs: np.ndarray) ->
             block = out[i, half * m : (half + 1) * m]
             for j in range(m):
                 block[j] *= row[j]
+
+
+_INVERSE_TURN = 1.0 / (2.0 * np.pi)
+_TURN = 2.0 * np.pi
+
+
+@jit(nogil=True)
+def reduce_phases(projection: np.ndarray, phases: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out = float32(p - rint(p / 2 pi) * 2 pi)`` with ``p = projection (+ phases)``, float64 until the cast.
+
+    The mixed map's phases (float64, as :meth:`streamrff.RFF._embed_float64_phases` reduces them with
+    NumPy, operation for operation, so bit for bit: no fused multiply-add without fastmath) in one
+    pass; ``phases`` of length 0 for the sincos variant.
+    """
+    rows, m = projection.shape
+    offsets = phases.shape[0] > 0
+    for i in range(rows):
+        for j in range(m):
+            p = projection[i, j]
+            if offsets:
+                p = p + phases[j]
+            turns = np.rint(p * _INVERSE_TURN)
+            out[i, j] = np.float32(p - turns * _TURN)

@@ -250,6 +250,11 @@ def _projection_params(kind: str, spec_json: str, dtype_char: str) -> tuple[np.n
     return frequencies, phases
 
 
+#: The phases argument of :func:`streamrff._kernels.categorical.reduce_phases` for the sincos variant.
+_NO_PHASES = np.zeros(0)
+_NO_PHASES.setflags(write=False)
+
+
 def _project(X: np.ndarray, frequencies: np.ndarray, out: np.ndarray) -> None:
     """``out = X @ frequencies``. With one input column numpy's matmul does not call BLAS and
     runs ~3x slower than the equal outer product."""
@@ -679,7 +684,7 @@ class RFF(FourierFeatureMap):
         if not self._categorical_columns:
             self._embed_numeric_tile(X, out)
             return
-        self._embed_mixed_tile(X, out, self._category_words(X), self._numeric_columns())
+        self._mixed_tile_embedder(X, out.dtype)(0, X.shape[0], out)
 
     def _category_words(self, X: np.ndarray) -> np.ndarray:
         """The categorical factor's signs of rows ``X`` as bits (:func:`category_flip_words`): one hash
@@ -689,21 +694,47 @@ class RFF(FourierFeatureMap):
             X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"]
         )
 
-    def _embed_mixed_tile(self, X: np.ndarray, out: np.ndarray, words: np.ndarray, numeric: np.ndarray) -> None:
-        """A mixed map's features: the ``numeric`` columns' features, negated where ``words`` has a bit set."""
-        self._embed_numeric_tile(np.ascontiguousarray(X[:, numeric]), out)
-        flip_category_signs(words, out, self._params()["category_keys"].shape[0])
+    def _mixed_tile_embedder(self, X: np.ndarray, dtype: Any) -> Any:
+        """``embed(start, stop, out)``: the features of rows ``X[start:stop]`` of a mixed map, the
+        categorical signs of all of ``X`` computed first (:meth:`_category_words`), the parameters once.
+
+        float32 features take float64 phases (as :meth:`_embed_float64_phases`, bit for bit) reduced
+        by one compiled pass (:func:`streamrff._kernels.categorical.reduce_phases`)."""
+        from .._kernels.categorical import reduce_phases
+
+        words, numeric = self._category_words(X), self._numeric_columns()
+        m = self._params()["category_keys"].shape[0]
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
+        offsets = _NO_PHASES if phases is None else phases
+        scale = np.float32(self._scale(frequencies.shape[1]))
+        sincos = _compiled_sincos()
+
+        def embed(start: int, stop: int, out: np.ndarray) -> None:
+            rows = np.ascontiguousarray(X[start:stop, numeric])
+            if np.dtype(dtype) != np.float32:
+                self._embed_numeric_tile(rows, out)
+            else:
+                projection = np.empty((rows.shape[0], m))
+                _project(rows.astype(np.float64, copy=False), frequencies, out=projection)
+                reduced = np.empty(projection.shape, dtype=np.float32)
+                reduce_phases(projection, offsets, reduced)
+                if self.variant == "sincos":
+                    sincos.sincos_features(reduced, scale, out)
+                else:
+                    sincos.cos_features(reduced, _zero_offsets(m), scale, out)
+            flip_category_signs(words[start:stop], out, m)
+
+        return embed
 
     @single_blas_thread
     def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
         if not self._categorical_columns:
             return super()._embed(X, dtype)
         out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
-        words, numeric = self._category_words(X), self._numeric_columns()
+        embed = self._mixed_tile_embedder(X, dtype)
         step = self._tile_rows(self._output_width())
         for start in range(0, X.shape[0], step):
-            stop = start + step
-            self._embed_mixed_tile(X[start:stop], out[start:stop], words[start:stop], numeric)
+            embed(start, min(start + step, X.shape[0]), out[start : start + step])
         return out
 
     def embed_tiles(
@@ -715,13 +746,13 @@ class RFF(FourierFeatureMap):
         if not self._categorical_columns:
             yield from super().embed_tiles(X, tile_rows, dtype)
             return
-        words, numeric = self._category_words(X), self._numeric_columns()
+        embed = self._mixed_tile_embedder(X, dtype)
         step = int(tile_rows) if tile_rows else self._tile_rows(self._output_width())
         buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype)
         for start in range(0, X.shape[0], step):
-            tile = X[start : start + step]
-            features = buffer[: tile.shape[0]]
-            self._embed_mixed_tile(tile, features, words[start : start + tile.shape[0]], numeric)
+            stop = min(start + step, X.shape[0])
+            features = buffer[: stop - start]
+            embed(start, stop, features)
             yield start, features
 
     def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
