@@ -81,14 +81,22 @@ def category_words(
 
 
 @jit(nogil=True)
-def flip_signs(words: np.ndarray, out: np.ndarray, m: int, signs: np.ndarray) -> None:  # pragma: no cover - compiled
+def flip_signs(words, out, m, row_bits, row, one_bits, sign_shift):  # pragma: no cover - compiled
     """Multiply ``out[i, j]`` (and ``out[i, m + j]`` when ``out`` has 2m columns) by -1 where bit ``j`` of
-    ``words[i]`` is set. ``signs``: ``[1, -1]`` in ``out``'s dtype (a product by +/-1 is exact)."""
+    ``words[i]`` is set, else by 1 (a product by +/-1 is exact).
+
+    ``row``: (m,) scratch of ``out``'s dtype and ``row_bits`` the same memory as unsigned integers;
+    ``one_bits``: the bits of 1.0 in that dtype and ``sign_shift`` the sign bit's position (uint64
+    scalars): a row's +/-1 are written as bits, a loop with no branch and no lookup.
+    """
     halves = out.shape[1] // m
-    row = np.empty(m, dtype=out.dtype)
+    n_words = words.shape[1]
     for i in range(out.shape[0]):
-        for j in range(m):
-            row[j] = signs[(words[i, j >> 6] >> np.uint64(j & 63)) & _ONE]
+        for word in range(n_words):
+            bits = words[i, word]
+            base = word * 64
+            for b in range(min(64, m - base)):
+                row_bits[base + b] = one_bits | (((bits >> np.uint64(b)) & _ONE) << sign_shift)
         for half in range(halves):
             block = out[i, half * m : (half + 1) * m]
             for j in range(m):

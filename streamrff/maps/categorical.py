@@ -98,7 +98,10 @@ def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
     has 2m columns, sines beside cosines) whose bit ``j`` is set in ``words`` (:func:`category_flip_words`)."""
     from .._kernels.categorical import flip_signs
 
-    flip_signs(words, out, m, np.array([1.0, -1.0], dtype=out.dtype))
+    unsigned = np.uint32 if out.dtype == np.float32 else np.uint64
+    row = np.empty(m, dtype=out.dtype)
+    one_bits = np.uint64(np.ones(1, out.dtype).view(unsigned)[0])
+    flip_signs(words, out, m, row.view(unsigned), row, one_bits, np.uint64(8 * out.itemsize - 1))
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:
