@@ -684,57 +684,44 @@ class RFF(FourierFeatureMap):
         if not self._categorical_columns:
             self._embed_numeric_tile(X, out)
             return
-        self._mixed_tile_embedder(X, out.dtype)(0, X.shape[0], out)
+        for _ in self._mixed_tiles(X, out.dtype, X.shape[0], out):
+            pass
 
-    def _category_words(self, X: np.ndarray) -> np.ndarray:
-        """The categorical factor's signs of rows ``X`` as bits (:func:`category_flip_words`): one hash
-        per distinct code, so a chunk's words are computed once, before its tiles."""
-        params = self._params()
-        return category_flip_words(
-            X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"]
-        )
-
-    def _mixed_tile_embedder(self, X: np.ndarray, dtype: Any) -> Any:
-        """``embed(start, stop, out)``: the features of rows ``X[start:stop]`` of a mixed map, the
-        categorical signs of all of ``X`` computed first (:meth:`_category_words`), the parameters once.
-
-        float32 features take float64 phases (as :meth:`_embed_float64_phases`, bit for bit) reduced
-        by one compiled pass (:func:`streamrff._kernels.categorical.reduce_phases`)."""
+    def _mixed_tiles(self, X: np.ndarray, dtype: Any, step: int, out: np.ndarray | None = None) -> Iterator:
+        """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out``'s rows
+        or in one reused buffer. The categorical signs of all of ``X`` come first, as bits: each distinct
+        code hashed once (:func:`category_flip_words`). float32 features take float64 phases (as
+        :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
         from .._kernels.categorical import reduce_phases
 
-        words, numeric = self._category_words(X), self._numeric_columns()
-        m = self._params()["category_keys"].shape[0]
+        params, numeric = self._params(), self._numeric_columns()
+        words = category_flip_words(X[:, self._categorical_columns], params["category_mask"], params["category_keys"])
         frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
-        offsets = _NO_PHASES if phases is None else phases
-        scale = np.float32(self._scale(frequencies.shape[1]))
-        sincos = _compiled_sincos()
-
-        def embed(start: int, stop: int, out: np.ndarray) -> None:
-            rows = np.ascontiguousarray(X[start:stop, numeric])
+        m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
+        buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
+        for start in range(0, X.shape[0], step):
+            rows = np.ascontiguousarray(X[start : start + step, numeric], dtype=np.float64)
+            tile = buffer[: rows.shape[0]] if out is None else out[start : start + rows.shape[0]]
             if np.dtype(dtype) != np.float32:
-                self._embed_numeric_tile(rows, out)
+                self._embed_numeric_tile(rows, tile)
             else:
-                projection = np.empty((rows.shape[0], m))
-                _project(rows.astype(np.float64, copy=False), frequencies, out=projection)
-                reduced = np.empty(projection.shape, dtype=np.float32)
-                reduce_phases(projection, offsets, reduced)
+                projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
+                _project(rows, frequencies, out=projection)
+                reduce_phases(projection, _NO_PHASES if phases is None else phases, reduced)
                 if self.variant == "sincos":
-                    sincos.sincos_features(reduced, scale, out)
+                    kernels.sincos_features(reduced, scale, tile)
                 else:
-                    sincos.cos_features(reduced, _zero_offsets(m), scale, out)
-            flip_category_signs(words[start:stop], out, m)
-
-        return embed
+                    kernels.cos_features(reduced, _zero_offsets(m), scale, tile)
+            flip_category_signs(words[start : start + rows.shape[0]], tile, m)
+            yield start, tile
 
     @single_blas_thread
     def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
         if not self._categorical_columns:
             return super()._embed(X, dtype)
         out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
-        embed = self._mixed_tile_embedder(X, dtype)
-        step = self._tile_rows(self._output_width())
-        for start in range(0, X.shape[0], step):
-            embed(start, min(start + step, X.shape[0]), out[start : start + step])
+        for _ in self._mixed_tiles(X, dtype, self._tile_rows(self._output_width()), out):
+            pass
         return out
 
     def embed_tiles(
@@ -746,14 +733,17 @@ class RFF(FourierFeatureMap):
         if not self._categorical_columns:
             yield from super().embed_tiles(X, tile_rows, dtype)
             return
-        embed = self._mixed_tile_embedder(X, dtype)
-        step = int(tile_rows) if tile_rows else self._tile_rows(self._output_width())
-        buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype)
-        for start in range(0, X.shape[0], step):
-            stop = min(start + step, X.shape[0])
-            features = buffer[: stop - start]
-            embed(start, stop, features)
-            yield start, features
+        yield from self._mixed_tiles(X, dtype, int(tile_rows) if tile_rows else self._tile_rows(self._output_width()))
+
+    def _mixed_feature_sums(self, X: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, float]:
+        """A mixed map's tiles summed by :func:`tile_column_sums`; with sines and cosines every row's
+        squared norm is m * scale^2 (signs and cos^2 + sin^2 = 1 keep it), else summed."""
+        sums, squares, sincos = np.zeros(self._output_width()), 0.0, self.variant == "sincos"
+        for _, features in self.embed_tiles(X, dtype=dtype):
+            sums += tile_column_sums(features)
+            squares += 0.0 if sincos else float(np.einsum("ij,ij->i", features, features).sum(dtype=np.float64))
+        m = self._output_width() // 2
+        return sums, X.shape[0] * m * float(dtype.type(self._scale(m))) ** 2 if sincos else squares
 
     def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         # The projection runs in the output's precision. For float32 nothing is lost by
@@ -839,7 +829,9 @@ class RFF(FourierFeatureMap):
         # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
         # The sums agree with those of transform's features to float32 rounding.
         dtype = np.dtype(dtype)
-        if self._categorical_columns or (dtype == np.float32 and not self._float32_phases()):
+        if self._categorical_columns:
+            return self._mixed_feature_sums(X, dtype)
+        if dtype == np.float32 and not self._float32_phases():
             return super()._feature_sums(X, dtype)  # tile by tile through _embed_tile
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)
