@@ -694,13 +694,13 @@ class RFF(FourierFeatureMap):
         :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
         from .._kernels.categorical import reduce_phases
 
-        params, numeric = self._params(), self._numeric_columns()
+        params, numeric = self._params(), np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
         words = category_flip_words(X[:, self._categorical_columns], params["category_mask"], params["category_keys"])
         frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
         m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
         buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
         for start in range(0, X.shape[0], step):
-            rows = np.ascontiguousarray(X[start : start + step, numeric], dtype=np.float64)
+            rows = numeric[start : start + step]
             tile = buffer[: rows.shape[0]] if out is None else out[start : start + rows.shape[0]]
             if np.dtype(dtype) != np.float32:
                 self._embed_numeric_tile(rows, tile)
