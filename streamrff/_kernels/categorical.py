@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import jit
+from .sincos import _sincos
 
 __all__ = ["category_words", "flip_signs"]
 
@@ -124,3 +125,42 @@ def reduce_phases(projection: np.ndarray, phases: np.ndarray, out: np.ndarray) -
                 p = p + phases[j]
             turns = np.rint(p * _INVERSE_TURN)
             out[i, j] = np.float32(p - turns * _TURN)
+
+
+@jit(nogil=True)
+def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - compiled
+    """Add to ``sums`` (float64, (2, m)) the column sums of a mixed map's unscaled features of one tile.
+
+    The features are ``sign * cos`` and ``sign * sin`` (or, with ``phases``, ``sign * cos`` and its
+    square) of the phases :func:`reduce_phases` gives, signs from ``words`` (:func:`category_words`),
+    sines and cosines from :func:`streamrff._kernels.sincos._sincos`, so they agree with
+    :func:`flip_signs` of ``sincos_features`` to float32 rounding. Summed in float32 over segments of
+    256 rows, the segments in float64 (as :func:`streamrff.maps.base.tile_column_sums`), with no
+    feature written.
+    """
+    rows, m = projection.shape
+    offsets = phases.shape[0] > 0
+    first = np.zeros(m, dtype=np.float32)
+    second = np.zeros(m, dtype=np.float32)
+    signs = np.empty(m, dtype=np.float32)
+    one, two = np.float32(1.0), np.float32(2.0)
+    for start in range(0, rows, 256):
+        first[:] = 0.0
+        second[:] = 0.0
+        for i in range(start, min(rows, start + 256)):
+            for word in range(words.shape[1]):
+                bits = words[i, word]
+                for b in range(min(64, m - 64 * word)):
+                    signs[64 * word + b] = one - two * np.float32((bits >> np.uint64(b)) & _ONE)
+            for j in range(m):
+                p = projection[i, j]
+                if offsets:
+                    p = p + phases[j]
+                turns = np.rint(p * _INVERSE_TURN)
+                s, c = _sincos(np.float32(p - turns * _TURN))
+                c = signs[j] * c
+                first[j] += c
+                second[j] += c * c if offsets else signs[j] * s
+        for j in range(m):
+            sums[0, j] += first[j]
+            sums[1, j] += second[j]

@@ -25,6 +25,7 @@ __all__ = [
     "draw_category_params",
     "flip_category_signs",
     "median_mismatch_rate",
+    "signed_sums",
 ]
 
 
@@ -102,6 +103,23 @@ def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
     row = np.empty(m, dtype=out.dtype)
     one_bits = np.uint64(np.ones(1, out.dtype).view(unsigned)[0])
     flip_signs(words, out, m, row.view(unsigned), row, one_bits, np.uint64(8 * out.itemsize - 1))
+
+
+def signed_sums(
+    numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int
+) -> np.ndarray:
+    """Float64 (2, m) unscaled column sums of a mixed map's float32 features (cosines, then sines or the
+    cosines' squares): per tile of ``step`` rows the float64 projection ``numeric @ frequencies``, then
+    one compiled pass (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
+    from .._kernels.categorical import signed_feature_sums
+
+    sums = np.zeros((2, frequencies.shape[1]))
+    projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))
+    for start in range(0, numeric.shape[0], step):
+        tile = projection[: min(step, numeric.shape[0] - start)]
+        np.matmul(numeric[start : start + tile.shape[0]], frequencies, out=tile)
+        signed_feature_sums(tile, phases, words[start : start + tile.shape[0]], sums)
+    return sums
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:

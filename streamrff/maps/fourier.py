@@ -32,8 +32,8 @@ from .._base.sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
 from .._base.validation import check_bandwidth, check_positive_int, normalize_seed
 from ..errors import InputError
 from ..typing import MapSpec, Seed
+from . import categorical as mixed
 from .base import FeatureMap, _cached_params, _fitted_bandwidth, _require, _spec_key, tile_column_sums
-from .categorical import category_flip_words, draw_category_params, flip_category_signs, median_mismatch_rate
 from .structured import draw_structured_params, structured_frequency_matrix, warn_if_biased
 
 __all__ = ["FourierFeatureMap", "KERNELS", "PHASE_PRECISION_LIMIT", "RFF"]
@@ -248,11 +248,6 @@ def _projection_params(kind: str, spec_json: str, dtype_char: str) -> tuple[np.n
         if array is not None:
             array.setflags(write=False)
     return frequencies, phases
-
-
-#: The phases argument of :func:`streamrff._kernels.categorical.reduce_phases` for the sincos variant.
-_NO_PHASES = np.zeros(0)
-_NO_PHASES.setflags(write=False)
 
 
 def _project(X: np.ndarray, frequencies: np.ndarray, out: np.ndarray) -> None:
@@ -621,7 +616,7 @@ class RFF(FourierFeatureMap):
                 (median_heuristic(numeric) if numeric.shape[1] else 1.0) if median else float(self.bandwidth)
             )
             codes = sample[:, list(self._categorical_columns)]
-            self.mismatch_ = median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
+            self.mismatch_ = mixed.median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
             self.phase_precision_ = "float64"  # the numpy path; the compiled float32 kernels know no categories
             return self
         self.mismatch_ = 0.0
@@ -653,7 +648,7 @@ class RFF(FourierFeatureMap):
         if spec["variant"] == "cosphase":
             params["phases"] = rng.uniform(0.0, 2.0 * np.pi, size=spec["n_features"])
         if spec.get("categorical"):
-            params.update(draw_category_params(rng, n_frequencies, len(spec["categorical"]), spec["mismatch"]))
+            params.update(mixed.draw_category_params(rng, n_frequencies, len(spec["categorical"]), spec["mismatch"]))
         return params
 
     def _spec_entries(self) -> MapSpec:
@@ -687,16 +682,22 @@ class RFF(FourierFeatureMap):
         for _ in self._mixed_tiles(X, out.dtype, X.shape[0], out):
             pass
 
+    def _mixed_setup(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Signs of ``X`` as bits (:func:`category_flip_words`), numeric columns, float64 frequencies, phases."""
+        params, numeric = self._params(), np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
+        words = mixed.category_flip_words(
+            X[:, self._categorical_columns], params["category_mask"], params["category_keys"]
+        )
+        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
+        return words, numeric, frequencies, np.zeros(0) if phases is None else phases
+
     def _mixed_tiles(self, X: np.ndarray, dtype: Any, step: int, out: np.ndarray | None = None) -> Iterator:
-        """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out``'s rows
-        or in one reused buffer. The categorical signs of all of ``X`` come first, as bits: each distinct
-        code hashed once (:func:`category_flip_words`). float32 features take float64 phases (as
-        :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
+        """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out`` or one
+        buffer, after the signs of all of ``X`` (:meth:`_mixed_setup`); float32 features take float64 phases
+        (as :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
         from .._kernels.categorical import reduce_phases
 
-        params, numeric = self._params(), np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
-        words = category_flip_words(X[:, self._categorical_columns], params["category_mask"], params["category_keys"])
-        frequencies, phases = _projection_params(self.kind, _spec_key(self.spec), "d")
+        words, numeric, frequencies, phases = self._mixed_setup(X)
         m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
         buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
         for start in range(0, X.shape[0], step):
@@ -707,12 +708,12 @@ class RFF(FourierFeatureMap):
             else:
                 projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
                 _project(rows, frequencies, out=projection)
-                reduce_phases(projection, _NO_PHASES if phases is None else phases, reduced)
+                reduce_phases(projection, phases, reduced)
                 if self.variant == "sincos":
                     kernels.sincos_features(reduced, scale, tile)
                 else:
                     kernels.cos_features(reduced, _zero_offsets(m), scale, tile)
-            flip_category_signs(words[start : start + rows.shape[0]], tile, m)
+            mixed.flip_category_signs(words[start : start + rows.shape[0]], tile, m)
             yield start, tile
 
     @single_blas_thread
@@ -727,23 +728,22 @@ class RFF(FourierFeatureMap):
     def embed_tiles(
         self, X: np.ndarray, tile_rows: int | None = None, dtype: Any = np.float32
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(start_row, features)`` for row tiles of trusted ``X``, reusing one buffer
-        (:meth:`streamrff.maps.base.FeatureMap.embed_tiles`); a mixed map hashes each distinct
-        category of ``X`` once, before the first tile."""
+        """:meth:`streamrff.maps.base.FeatureMap.embed_tiles`; a mixed map hashes each distinct category once."""
         if not self._categorical_columns:
             yield from super().embed_tiles(X, tile_rows, dtype)
             return
         yield from self._mixed_tiles(X, dtype, int(tile_rows) if tile_rows else self._tile_rows(self._output_width()))
 
     def _mixed_feature_sums(self, X: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, float]:
-        """A mixed map's tiles summed by :func:`tile_column_sums`; with sines and cosines every row's
-        squared norm is m * scale^2 (signs and cos^2 + sin^2 = 1 keep it), else summed."""
-        sums, squares, sincos = np.zeros(self._output_width()), 0.0, self.variant == "sincos"
-        for _, features in self.embed_tiles(X, dtype=dtype):
-            sums += tile_column_sums(features)
-            squares += 0.0 if sincos else float(np.einsum("ij,ij->i", features, features).sum(dtype=np.float64))
-        m = self._output_width() // 2
-        return sums, X.shape[0] * m * float(dtype.type(self._scale(m))) ** 2 if sincos else squares
+        """float32: a compiled pass per tile writing no feature (``signed_sums``; sincos norms m scale^2)."""
+        if dtype != np.float32:
+            return super()._feature_sums(X, dtype)
+        words, numeric, frequencies, phases = self._mixed_setup(X)
+        m, scale = frequencies.shape[1], float(np.float32(self._scale(frequencies.shape[1])))
+        totals = mixed.signed_sums(numeric, frequencies, phases, words, self._tile_rows(self._output_width()))
+        if self.variant == "sincos":
+            return totals.reshape(-1) * scale, X.shape[0] * m * scale * scale
+        return totals[0] * scale, float(totals[1].sum()) * scale * scale
 
     def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         # The projection runs in the output's precision. For float32 nothing is lost by
