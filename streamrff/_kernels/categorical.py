@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import jit
-from .sincos import _sincos
+from .sincos import WIDE_VECTORS, _sincos, _wide_lanes
 
 __all__ = ["category_words", "flip_signs"]
 
@@ -133,16 +133,16 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
 
     The features are ``sign * cos`` and ``sign * sin`` (or, with ``phases``, ``sign * cos`` and its
     square) of the phases :func:`reduce_phases` gives, signs from ``words`` (:func:`category_words`),
-    sines and cosines from :func:`streamrff._kernels.sincos._sincos`, so they agree with
-    :func:`flip_signs` of ``sincos_features`` to float32 rounding. Summed in float32 over segments of
-    256 rows, the segments in float64 (as :func:`streamrff.maps.base.tile_column_sums`), with no
-    feature written.
+    sines and cosines from the kernels of :mod:`streamrff._kernels.sincos` (16 lanes at a time where
+    the CPU has them), so they agree with :func:`flip_signs` of ``sincos_features`` to float32
+    rounding. Summed in float32 over segments of 256 rows, the segments in float64 (as
+    :func:`streamrff.maps.base.tile_column_sums`), with no feature written.
     """
     rows, m = projection.shape
     offsets = phases.shape[0] > 0
-    first = np.zeros(m, dtype=np.float32)
-    second = np.zeros(m, dtype=np.float32)
-    signs = np.empty(m, dtype=np.float32)
+    first, second = np.zeros(m, dtype=np.float32), np.zeros(m, dtype=np.float32)
+    signs, reduced = np.empty(m, dtype=np.float32), np.empty(m, dtype=np.float32)
+    cosines, sines, zeros = np.empty(m, dtype=np.float32), np.empty(m, dtype=np.float32), np.zeros(m, np.float32)
     one, two = np.float32(1.0), np.float32(2.0)
     for start in range(0, rows, 256):
         first[:] = 0.0
@@ -151,16 +151,29 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
             for word in range(words.shape[1]):
                 bits = words[i, word]
                 for b in range(min(64, m - 64 * word)):
-                    signs[64 * word + b] = one - two * np.float32((bits >> np.uint64(b)) & _ONE)
+                    signs[64 * word + b] = one - two * np.float32(np.int32((bits >> np.uint64(b)) & _ONE))
             for j in range(m):
                 p = projection[i, j]
                 if offsets:
                     p = p + phases[j]
-                turns = np.rint(p * _INVERSE_TURN)
-                s, c = _sincos(np.float32(p - turns * _TURN))
-                c = signs[j] * c
-                first[j] += c
-                second[j] += c * c if offsets else signs[j] * s
+                reduced[j] = np.float32(p - np.rint(p * _INVERSE_TURN) * _TURN)
+            low = 0
+            if WIDE_VECTORS:
+                if offsets:
+                    low = _wide_lanes(reduced, zeros, one, cosines, cosines, reduced, 2)
+                else:
+                    low = _wide_lanes(reduced, reduced, one, cosines, sines, reduced, 0)
+            for j in range(low, m):
+                sines[j], cosines[j] = _sincos(reduced[j])
+            if offsets:
+                for j in range(m):
+                    c = signs[j] * cosines[j]
+                    first[j] += c
+                    second[j] += c * c
+            else:
+                for j in range(m):
+                    first[j] += signs[j] * cosines[j]
+                    second[j] += signs[j] * sines[j]
         for j in range(m):
             sums[0, j] += first[j]
             sums[1, j] += second[j]
