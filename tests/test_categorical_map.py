@@ -170,3 +170,31 @@ def test_category_signs_compiled_equal_the_documented_hash():
     np.testing.assert_array_equal(got, numpy_signs(codes, params["category_mask"], params["category_keys"]))
     mask, keys = params["category_mask"], params["category_keys"]
     assert np.array_equal(category_signs(np.zeros((2, 3)), mask, keys), category_signs(-np.zeros((2, 3)), mask, keys))
+
+
+@pytest.mark.parametrize("variant, n_features", [("sincos", 130), ("cosphase", 70)])
+def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
+    # Codes hashed once per distinct value must give every row the per-row hash: many repeated
+    # codes, codes never seen at fit, the missing label's code; 65 or 70 frequencies span two words.
+    from streamrff.sources.frames import MISSING_CODE
+
+    rng = np.random.default_rng(12)
+    rows = 600
+    numbers = rng.normal(size=(rows, 2))
+    pool = rng.integers(0, 2**52, 6).astype(float)
+    codes = np.column_stack([rng.choice(pool[:3], rows), rng.choice(np.append(pool, MISSING_CODE), rows)])
+    X = np.column_stack([numbers[:, 0], codes[:, 0], numbers[:, 1], codes[:, 1]])
+    fit_rows = X[codes[:, 1] != pool[5]]  # pool[5] is unseen at fit
+    feature_map = srf.RFF(n_features=n_features, variant=variant, seed=4, categorical=[1, 3], mismatch=0.8)
+    feature_map.fit(fit_rows)
+    params = feature_map._params()
+    signs = numpy_signs(codes, params["category_mask"], params["category_keys"]).astype(np.float64)
+    phases = numbers @ params["frequencies"].T
+    if variant == "sincos":
+        m = phases.shape[1]
+        expected = np.hstack([np.cos(phases) * signs, np.sin(phases) * signs]) / np.sqrt(m)
+    else:
+        expected = np.cos(phases + params["phases"]) * signs * np.sqrt(2.0 / n_features)
+    np.testing.assert_allclose(feature_map.transform(X), expected, rtol=1e-5, atol=2e-6)
+    sketch = srf.sketch_array(X, feature_map)
+    np.testing.assert_allclose(sketch.feature_sum, expected.sum(axis=0), rtol=1e-5, atol=1e-4)

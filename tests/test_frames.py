@@ -162,3 +162,36 @@ def test_a_table_test_uses_the_mixed_kernel_and_finds_a_change_in_category_frequ
     assert result.map_spec["categorical"] == [1]  # the table's category column, compared by equality
     with pytest.raises(InputError, match=r"categorical columns \['shop'\], which a JL map would read as numbers"):
         srf.sketch(A, srf.JL(srf.RFF(n_features=32), n_components=8))
+
+
+def test_parquet_labels_read_through_dictionaries_get_the_documented_codes(tmp_path):
+    # Row groups of 50 rows: each chunk has its own dictionary; text, a pandas category, floats and
+    # integers named categorical (with and without nulls), booleans with a missing value.
+    rng = np.random.default_rng(8)
+    rows = 230
+    frame = pd.DataFrame(
+        {
+            "word": rng.choice(["a", "b", "é", "", None], rows).astype(object),
+            "kind": pd.Categorical(rng.choice(["u", "v", None], rows)),
+            "level": rng.choice([0.0, -0.0, 2.5, np.nan, 3.0], rows),
+            "n": rng.integers(-3, 3, rows),
+            "m": pd.array(rng.choice([1, 2, None], rows), dtype="Int64"),
+            "ok": pd.array(rng.choice([True, False, None], rows), dtype="boolean"),
+        }
+    )
+    path = tmp_path / "labels.parquet"
+    frame.to_parquet(path, index=False, row_group_size=50)
+
+    def code(value):
+        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+            return documented_code("missing")
+        if isinstance(value, (bool, np.bool_)):
+            return documented_code(f"b:{bool(value)}")
+        if isinstance(value, str):
+            return documented_code(f"s:{value}")
+        return documented_code(f"i:{int(value)}" if float(value).is_integer() else f"f:{float(value)!r}")
+
+    expected = np.array([[code(value) for value in frame[name].astype(object)] for name in frame.columns]).T
+    source = srf.open_source(str(path), categorical=["level", "n", "m"])
+    assert source.categorical_columns == (0, 1, 2, 3, 4, 5)
+    np.testing.assert_array_equal(source.array.compute(), expected)

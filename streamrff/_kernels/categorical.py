@@ -1,12 +1,15 @@
-"""Compiled +/-1 category hashes of the mixed map (:mod:`streamrff.maps.categorical`), one row at a time.
+"""Compiled +/-1 category hashes of the mixed map (:mod:`streamrff.maps.categorical`), once per distinct code.
 
 For row ``i`` and frequency ``j`` the sign is the parity of the top bits of splitmix64's finaliser
 applied to ``bits[i, c] ^ keys[j, c] + golden`` over the categorical columns ``c`` that frequency
-``j`` hashes (``mask[j, c]``). NumPy would hold a (rows x hashed frequencies) uint64 array per column
-and pass over it ten times; here each hash lives in registers, so a table's categorical columns cost
-about what its numeric projection does (``benchmarks/bench_tables_sketch.py``). The arithmetic is
-uint64 throughout (constants and shift counts typed as such: numba would promote a uint64 mixed with
-an int64 to float64), so the result is bit for bit that of the formula.
+``j`` hashes (``mask[j, c]``). A column's hash depends on the row only through its code, so
+:func:`category_words` hashes each distinct code of a chunk once: an open-addressing table (in the
+kernel, no sort) finds a code's first row, its flips under every frequency are packed into
+``ceil(m / 64)`` uint64 words, and a row's words are the XOR of its columns' words (a few dozen
+XORs per row instead of one hash per row and hashed frequency). :func:`flip_signs` then negates the
+features whose bit is set. The arithmetic is uint64 throughout (constants and shift counts typed as
+such: numba would promote a uint64 mixed with an int64 to float64), so the result is bit for bit
+that of the formula; a sign flip is exactly a product by -1.
 """
 
 from __future__ import annotations
@@ -14,34 +17,163 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import jit
+from .sincos import WIDE_VECTORS, _sincos, _wide_lanes
 
-__all__ = ["category_flips"]
+__all__ = ["category_words", "flip_signs"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S63 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(63)
+_ONE, _LOW6, _S6 = np.uint64(1), np.uint64(63), np.uint64(6)
+
+
+@jit(nogil=True, inline="always")
+def _finalise(z):  # pragma: no cover - compiled
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
 
 
 @jit(nogil=True)
-def category_flips(
-    bits: np.ndarray, starts: np.ndarray, columns: np.ndarray, keys: np.ndarray, out: np.ndarray
+def category_words(
+    bits: np.ndarray, starts: np.ndarray, frequencies: np.ndarray, keys: np.ndarray, words: np.ndarray
 ) -> None:  # pragma: no cover - compiled
-    """``out[i, j] = 1 - 2 * parity`` (float32) of the hashed bits of row ``i`` under frequency ``j``.
+    """``words[i, j // 64]`` bit ``j % 64``: the parity of row ``i``'s hashes under frequency ``j``.
 
-    ``bits``: (rows, columns) uint64, the codes' float64 bit patterns. Frequency ``j`` hashes the
-    columns ``columns[starts[j]:starts[j + 1]]`` with the keys ``keys[starts[j]:starts[j + 1]]`` (the
-    mask in compressed rows: no branch in the inner loop). ``out``: (rows, frequencies) float32.
+    ``bits``: (rows, columns) uint64, the codes' float64 bit patterns. Column ``c`` is hashed by the
+    frequencies ``frequencies[starts[c]:starts[c + 1]]`` with the keys ``keys[starts[c]:starts[c + 1]]``
+    (the mask in compressed columns). ``words``: (rows, ceil(m / 64)) uint64, zeroed here.
     """
-    n_rows = bits.shape[0]
-    n_frequencies = starts.shape[0] - 1
-    for i in range(n_rows):
-        for j in range(n_frequencies):
-            flip = np.uint64(0)
-            for position in range(starts[j], starts[j + 1]):
-                z = (bits[i, columns[position]] ^ keys[position]) + _GOLDEN
-                z = (z ^ (z >> _S30)) * _MIX1
-                z = (z ^ (z >> _S27)) * _MIX2
-                z = z ^ (z >> _S31)
-                flip ^= z >> _S63
-            out[i, j] = np.float32(1.0) - np.float32(2.0) * np.float32(flip)
+    n_rows, n_columns = bits.shape
+    n_words = words.shape[1]
+    words[:] = 0
+    size = 16
+    while size < 2 * n_rows:
+        size *= 2
+    slot_mask = np.uint64(size - 1)
+    slot_codes = np.empty(size, dtype=np.uint64)
+    slot_ids = np.empty(size, dtype=np.int64)
+    values = np.empty((min(n_rows, size), n_words), dtype=np.uint64)
+    for column in range(n_columns):
+        first, last = starts[column], starts[column + 1]
+        if first == last:
+            continue
+        slot_ids[:] = -1
+        count = 0
+        for i in range(n_rows):
+            code = bits[i, column]
+            slot = _finalise(code + _GOLDEN) & slot_mask
+            while slot_ids[slot] >= 0 and slot_codes[slot] != code:
+                slot = (slot + _ONE) & slot_mask
+            value = slot_ids[slot]
+            if value < 0:  # a code first seen here: its flips under every frequency that hashes the column
+                value = count
+                count += 1
+                slot_ids[slot] = value
+                slot_codes[slot] = code
+                values[value, :] = 0
+                for position in range(first, last):
+                    z = _finalise((code ^ keys[position]) + _GOLDEN)
+                    j = np.uint64(frequencies[position])
+                    values[value, j >> _S6] |= (z >> _S63) << (j & _LOW6)
+            for word in range(n_words):
+                words[i, word] ^= values[value, word]
+
+
+@jit(nogil=True)
+def flip_signs(words, out, m, row_bits, row, one_bits, sign_shift):  # pragma: no cover - compiled
+    """Multiply ``out[i, j]`` (and ``out[i, m + j]`` when ``out`` has 2m columns) by -1 where bit ``j`` of
+    ``words[i]`` is set, else by 1 (a product by +/-1 is exact).
+
+    ``row``: (m,) scratch of ``out``'s dtype and ``row_bits`` the same memory as unsigned integers;
+    ``one_bits``: the bits of 1.0 in that dtype and ``sign_shift`` the sign bit's position (uint64
+    scalars): a row's +/-1 are written as bits, a loop with no branch and no lookup.
+    """
+    halves = out.shape[1] // m
+    n_words = words.shape[1]
+    for i in range(out.shape[0]):
+        for word in range(n_words):
+            bits = words[i, word]
+            base = word * 64
+            for b in range(min(64, m - base)):
+                row_bits[base + b] = one_bits | (((bits >> np.uint64(b)) & _ONE) << sign_shift)
+        for half in range(halves):
+            block = out[i, half * m : (half + 1) * m]
+            for j in range(m):
+                block[j] *= row[j]
+
+
+_INVERSE_TURN = 1.0 / (2.0 * np.pi)
+_TURN = 2.0 * np.pi
+
+
+@jit(nogil=True)
+def reduce_phases(projection: np.ndarray, phases: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out = float32(p - rint(p / 2 pi) * 2 pi)`` with ``p = projection (+ phases)``, float64 until the cast.
+
+    The mixed map's phases (float64, as :meth:`streamrff.RFF._embed_float64_phases` reduces them with
+    NumPy, operation for operation, so bit for bit: no fused multiply-add without fastmath) in one
+    pass; ``phases`` of length 0 for the sincos variant.
+    """
+    rows, m = projection.shape
+    offsets = phases.shape[0] > 0
+    for i in range(rows):
+        for j in range(m):
+            p = projection[i, j]
+            if offsets:
+                p = p + phases[j]
+            turns = np.rint(p * _INVERSE_TURN)
+            out[i, j] = np.float32(p - turns * _TURN)
+
+
+@jit(nogil=True)
+def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - compiled
+    """Add to ``sums`` (float64, (2, m)) the column sums of a mixed map's unscaled features of one tile.
+
+    The features are ``sign * cos`` and ``sign * sin`` (or, with ``phases``, ``sign * cos`` and its
+    square) of the phases :func:`reduce_phases` gives, signs from ``words`` (:func:`category_words`),
+    sines and cosines from the kernels of :mod:`streamrff._kernels.sincos` (16 lanes at a time where
+    the CPU has them), so they agree with :func:`flip_signs` of ``sincos_features`` to float32
+    rounding. Summed in float32 over segments of 256 rows, the segments in float64 (as
+    :func:`streamrff.maps.base.tile_column_sums`), with no feature written.
+    """
+    rows, m = projection.shape
+    offsets = phases.shape[0] > 0
+    first, second = np.zeros(m, dtype=np.float32), np.zeros(m, dtype=np.float32)
+    signs, reduced = np.empty(m, dtype=np.float32), np.empty(m, dtype=np.float32)
+    cosines, sines, zeros = np.empty(m, dtype=np.float32), np.empty(m, dtype=np.float32), np.zeros(m, np.float32)
+    one, two = np.float32(1.0), np.float32(2.0)
+    for start in range(0, rows, 256):
+        first[:] = 0.0
+        second[:] = 0.0
+        for i in range(start, min(rows, start + 256)):
+            for word in range(words.shape[1]):
+                bits = words[i, word]
+                for b in range(min(64, m - 64 * word)):
+                    signs[64 * word + b] = one - two * np.float32(np.int32((bits >> np.uint64(b)) & _ONE))
+            for j in range(m):
+                p = projection[i, j]
+                if offsets:
+                    p = p + phases[j]
+                reduced[j] = np.float32(p - np.rint(p * _INVERSE_TURN) * _TURN)
+            low = 0
+            if WIDE_VECTORS:
+                if offsets:
+                    low = _wide_lanes(reduced, zeros, one, cosines, cosines, reduced, 2)
+                else:
+                    low = _wide_lanes(reduced, reduced, one, cosines, sines, reduced, 0)
+            for j in range(low, m):
+                sines[j], cosines[j] = _sincos(reduced[j])
+            if offsets:
+                for j in range(m):
+                    c = signs[j] * cosines[j]
+                    first[j] += c
+                    second[j] += c * c
+            else:
+                for j in range(m):
+                    first[j] += signs[j] * cosines[j]
+                    second[j] += signs[j] * sines[j]
+        for j in range(m):
+            sums[0, j] += first[j]
+            sums[1, j] += second[j]

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["category_signs", "draw_category_params", "median_mismatch_rate"]
+__all__ = [
+    "category_flip_words",
+    "category_signs",
+    "draw_category_params",
+    "flip_category_signs",
+    "median_mismatch_rate",
+    "signed_sums",
+]
 
 
 def draw_category_params(rng: np.random.Generator, n_frequencies: int, n_categorical: int, mismatch: float) -> dict:
@@ -35,7 +42,8 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     """``F`` of shape (rows, frequencies), float32 +/-1: the product over columns of each masked hash.
 
     Compiled (:mod:`streamrff._kernels.categorical`): splitmix64's finaliser of the code's bits
-    xor the key, plus the golden ratio constant; the sign is its top bit.
+    xor the key, plus the golden ratio constant; the sign is its top bit. Each distinct code of a
+    column is hashed once (:func:`category_flip_words`).
 
     Parameters
     ----------
@@ -54,17 +62,64 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     >>> bool((signs[0] == signs[1]).all()), set(np.unique(signs).tolist()) <= {-1.0, 1.0}
     (True, True)
     """
-    from .._kernels.categorical import category_flips  # here, not at the top: numba's import
+    signs = np.ones((np.shape(codes)[0], keys.shape[0]), dtype=np.float32)
+    flip_category_signs(category_flip_words(codes, mask, keys), signs, keys.shape[0])
+    return signs
+
+
+def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The signs of :func:`category_signs` packed as bits: (rows, ceil(frequencies / 64)) uint64, bit set = -1.
+
+    One hash per distinct code of each column and hashing frequency (a chunk's codes repeat), then
+    per row the XOR of its columns' words: a chunk's flips are computed once, before its tiles.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrff.maps.categorical import category_flip_words, draw_category_params
+    >>> params = draw_category_params(np.random.default_rng(0), 100, 1, mismatch=50.0)
+    >>> words = category_flip_words(np.array([[7.0], [7.0]]), params["category_mask"], params["category_keys"])
+    >>> words.shape, words.dtype, bool((words[0] == words[1]).all())
+    ((2, 2), dtype('uint64'), True)
+    """
+    from .._kernels.categorical import category_words  # here, not at the top: numba's import
 
     codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one category
     bits = np.ascontiguousarray(codes).view(np.uint64)
-    signs = np.empty((codes.shape[0], keys.shape[0]), dtype=np.float32)
-    frequencies, columns = np.nonzero(mask)  # row-major: grouped by frequency
-    starts = np.searchsorted(frequencies, np.arange(mask.shape[0] + 1)).astype(np.int64)
-    category_flips(
-        bits, starts, columns.astype(np.int64), np.asarray(keys, dtype=np.uint64)[frequencies, columns], signs
-    )
-    return signs
+    columns, frequencies = np.nonzero(np.asarray(mask).T)  # row-major: grouped by column
+    starts = np.searchsorted(columns, np.arange(mask.shape[1] + 1)).astype(np.int64)
+    words = np.empty((codes.shape[0], -(-mask.shape[0] // 64)), dtype=np.uint64)
+    hashed = np.asarray(keys, dtype=np.uint64)[frequencies, columns]
+    category_words(bits, starts, frequencies.astype(np.int64), np.ascontiguousarray(hashed), words)
+    return words
+
+
+def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
+    """Negate, in place, the float32 or float64 features ``out[:, j]`` (and ``out[:, m + j]`` when ``out``
+    has 2m columns, sines beside cosines) whose bit ``j`` is set in ``words`` (:func:`category_flip_words`)."""
+    from .._kernels.categorical import flip_signs
+
+    unsigned = np.uint32 if out.dtype == np.float32 else np.uint64
+    row = np.empty(m, dtype=out.dtype)
+    one_bits = np.uint64(np.ones(1, out.dtype).view(unsigned)[0])
+    flip_signs(words, out, m, row.view(unsigned), row, one_bits, np.uint64(8 * out.itemsize - 1))
+
+
+def signed_sums(
+    numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int
+) -> np.ndarray:
+    """Float64 (2, m) unscaled column sums of a mixed map's float32 features (cosines, then sines or the
+    cosines' squares): per tile of ``step`` rows the float64 projection ``numeric @ frequencies``, then
+    one compiled pass (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
+    from .._kernels.categorical import signed_feature_sums
+
+    sums = np.zeros((2, frequencies.shape[1]))
+    projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))
+    for start in range(0, numeric.shape[0], step):
+        tile = projection[: min(step, numeric.shape[0] - start)]
+        np.matmul(numeric[start : start + tile.shape[0]], frequencies, out=tile)
+        signed_feature_sums(tile, phases, words[start : start + tile.shape[0]], sums)
+    return sums
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:

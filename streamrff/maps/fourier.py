@@ -22,17 +22,18 @@ from __future__ import annotations
 import functools
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from .._base.blas import single_blas_thread
 from .._base.sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
 from .._base.validation import check_bandwidth, check_positive_int, normalize_seed
 from ..errors import InputError
 from ..typing import MapSpec, Seed
+from . import categorical as mixed
 from .base import FeatureMap, _fitted_bandwidth, _require, tile_column_sums
-from .categorical import category_signs, median_mismatch_rate
 from .params import cached_params, spec_key
 from .structured import structured_frequency_matrix, warn_if_biased
 
@@ -575,7 +576,7 @@ class RFF(FourierFeatureMap):
                 (median_heuristic(numeric) if numeric.shape[1] else 1.0) if median else float(self.bandwidth)
             )
             codes = sample[:, list(self._categorical_columns)]
-            self.mismatch_ = median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
+            self.mismatch_ = mixed.median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
             self.phase_precision_ = "float64"  # the numpy path; the compiled float32 kernels know no categories
             return self
         self.mismatch_ = 0.0
@@ -621,13 +622,71 @@ class RFF(FourierFeatureMap):
         if not self._categorical_columns:
             self._embed_numeric_tile(X, out)
             return
-        params = self._params()
-        self._embed_numeric_tile(np.ascontiguousarray(X[:, self._numeric_columns()]), out)
-        signs = category_signs(X[:, list(self._categorical_columns)], params["category_mask"], params["category_keys"])
-        m = signs.shape[1]
-        out[:, :m] *= signs
+        for _ in self._mixed_tiles(X, out.dtype, X.shape[0], out):
+            pass
+
+    def _mixed_setup(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Signs of ``X`` as bits (:func:`category_flip_words`), numeric columns, float64 frequencies, phases."""
+        params, numeric = self._params(), np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
+        words = mixed.category_flip_words(
+            X[:, self._categorical_columns], params["category_mask"], params["category_keys"]
+        )
+        frequencies, phases = _projection_params(self.kind, spec_key(self.spec), "d")
+        return words, numeric, frequencies, np.zeros(0) if phases is None else phases
+
+    def _mixed_tiles(self, X: np.ndarray, dtype: Any, step: int, out: np.ndarray | None = None) -> Iterator:
+        """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out`` or one
+        buffer, after the signs of all of ``X`` (:meth:`_mixed_setup`); float32 features take float64 phases
+        (as :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
+        from .._kernels.categorical import reduce_phases
+
+        words, numeric, frequencies, phases = self._mixed_setup(X)
+        m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
+        buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
+        for start in range(0, X.shape[0], step):
+            rows = numeric[start : start + step]
+            tile = buffer[: rows.shape[0]] if out is None else out[start : start + rows.shape[0]]
+            if np.dtype(dtype) != np.float32:
+                self._embed_numeric_tile(rows, tile)
+            else:
+                projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
+                _project(rows, frequencies, out=projection)
+                reduce_phases(projection, phases, reduced)
+                if self.variant == "sincos":
+                    kernels.sincos_features(reduced, scale, tile)
+                else:
+                    kernels.cos_features(reduced, _zero_offsets(m), scale, tile)
+            mixed.flip_category_signs(words[start : start + rows.shape[0]], tile, m)
+            yield start, tile
+
+    @single_blas_thread
+    def _embed(self, X: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+        if not self._categorical_columns:
+            return super()._embed(X, dtype)
+        out = np.empty((X.shape[0], self._output_width()), dtype=dtype)
+        for _ in self._mixed_tiles(X, dtype, self._tile_rows(self._output_width()), out):
+            pass
+        return out
+
+    def embed_tiles(
+        self, X: np.ndarray, tile_rows: int | None = None, dtype: Any = np.float32
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """:meth:`streamrff.maps.base.FeatureMap.embed_tiles`; a mixed map hashes each distinct category once."""
+        if not self._categorical_columns:
+            yield from super().embed_tiles(X, tile_rows, dtype)
+            return
+        yield from self._mixed_tiles(X, dtype, int(tile_rows) if tile_rows else self._tile_rows(self._output_width()))
+
+    def _mixed_feature_sums(self, X: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, float]:
+        """float32: a compiled pass per tile writing no feature (``signed_sums``; sincos norms m scale^2)."""
+        if dtype != np.float32:
+            return super()._feature_sums(X, dtype)
+        words, numeric, frequencies, phases = self._mixed_setup(X)
+        m, scale = frequencies.shape[1], float(np.float32(self._scale(frequencies.shape[1])))
+        totals = mixed.signed_sums(numeric, frequencies, phases, words, self._tile_rows(self._output_width()))
         if self.variant == "sincos":
-            out[:, m:] *= signs
+            return totals.reshape(-1) * scale, X.shape[0] * m * scale * scale
+        return totals[0] * scale, float(totals[1].sum()) * scale * scale
 
     def _embed_numeric_tile(self, X: np.ndarray, out: np.ndarray) -> None:
         # The projection runs in the output's precision. For float32 nothing is lost by
@@ -713,7 +772,9 @@ class RFF(FourierFeatureMap):
         # - with sines and cosines, every row's squared norm is m * scale^2 (cos^2 + sin^2 = 1).
         # The sums agree with those of transform's features to float32 rounding.
         dtype = np.dtype(dtype)
-        if self._categorical_columns or (dtype == np.float32 and not self._float32_phases()):
+        if self._categorical_columns:
+            return self._mixed_feature_sums(X, dtype)
+        if dtype == np.float32 and not self._float32_phases():
             return super()._feature_sums(X, dtype)  # tile by tile through _embed_tile
         if dtype == np.float32 and self.structured:
             return self._structured_feature_sums(X)

@@ -240,14 +240,89 @@ def encode_frame(frame: Any, columns: Sequence[str], categorical_columns: Sequen
 def _read_parquet_file(
     path: str, storage_options: dict | None, columns: tuple[str, ...], categorical: tuple[int, ...]
 ) -> np.ndarray:
-    """One task: a parquet file's rows, encoded."""
+    """One task: a parquet file's rows, encoded; its text columns read dictionary-encoded (each distinct
+    label decoded and coded once, :func:`encode_table`)."""
     import fsspec
     import pyarrow.parquet as pq
 
     filesystem, _ = fsspec.core.url_to_fs(path, **(storage_options or {}))
     with filesystem.open(path, "rb") as handle:
-        frame = pq.read_table(handle, columns=list(columns)).to_pandas()
-    return encode_frame(frame, columns, categorical)
+        schema = pq.ParquetFile(handle).schema_arrow
+        text = [columns[index] for index in categorical if _is_text(schema.field(columns[index]).type)]
+        handle.seek(0)
+        table = pq.ParquetFile(handle, read_dictionary=text).read(columns=list(columns))
+    return encode_table(table, columns, categorical)
+
+
+def encode_table(table: Any, columns: Sequence[str], categorical_columns: Sequence[int]) -> np.ndarray:
+    """A pyarrow Table's ``columns`` as float64 rows, as :func:`encode_frame` encodes its pandas frame.
+
+    A categorical column of text, booleans, floats or integers without nulls is coded through a
+    dictionary (its own, or one :func:`pyarrow.compute.dictionary_encode` builds): one code per
+    distinct label (cached across calls), then gathered by the indices. Others go through pandas.
+    """
+    out = np.empty((table.num_rows, len(columns)), dtype=np.float64)
+    for index, name in enumerate(columns):
+        column = table.column(name)
+        if index in categorical_columns:
+            out[:, index] = _arrow_codes(column)
+        else:
+            out[:, index] = column.to_pandas().to_numpy(dtype=np.float64, na_value=np.nan)
+    return out
+
+
+def _dictionary_codable(kind: Any, null_count: int) -> bool:
+    """Whether an arrow type's values become the same Python labels as pandas gives (so, the same codes)."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(kind):  # pandas reads integers with nulls as floats, rounding those above 2^53
+        return null_count == 0
+    return _is_text(kind) or pa.types.is_boolean(kind) or pa.types.is_floating(kind)
+
+
+def _is_text(kind: Any) -> bool:
+    """Whether an arrow type is text or bytes (the columns parquet can read dictionary-encoded)."""
+    import pyarrow as pa
+
+    return any(
+        check(kind)
+        for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    )
+
+
+#: Codes of labels met in earlier dictionaries, keyed by (type, label); cleared when it grows past 2^20.
+_LABEL_CODES: dict[tuple[type, Any], float] = {}
+
+
+def _label_code(label: Any) -> float:
+    key = (type(label), label)
+    code = _LABEL_CODES.get(key)
+    if code is None:
+        if len(_LABEL_CODES) >= 1 << 20:
+            _LABEL_CODES.clear()
+        code = _LABEL_CODES[key] = category_code(label)
+    return code
+
+
+def _arrow_codes(column: Any) -> np.ndarray:
+    """The codes of a pyarrow ChunkedArray of labels, one code per distinct label of each chunk's dictionary."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not _dictionary_codable(kind, column.null_count):
+        return category_codes(column.to_pandas())
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    out = np.empty(len(column), dtype=np.float64)
+    start = 0
+    for chunk in column.chunks:
+        labels = chunk.dictionary.to_pylist()
+        table = np.array([_label_code(label) for label in labels] + [MISSING_CODE], dtype=np.float64)
+        indices = chunk.indices.fill_null(len(labels)).to_numpy(zero_copy_only=False)
+        out[start : start + len(chunk)] = table[indices]
+        start += len(chunk)
+    return out
 
 
 def _parquet_rows(
