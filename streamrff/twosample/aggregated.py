@@ -309,25 +309,28 @@ def table_maps(
     n_features: int,
     seed: int,
     variant: str = "sincos",
-) -> tuple[list[Any], list[int | None]]:
-    """The aggregated test's maps on a table with categorical columns, and the column each one reads.
+) -> tuple[list[Any], list[tuple[int, ...] | None]]:
+    """The aggregated test's maps on a table with categorical columns, and the columns each one reads.
 
     Two kinds of kernel, tested under the same permutations:
 
     - joint: for every (kernel family, bandwidth) and every lambda of ``mismatches``, the mixed map
-      ``RFF(categorical=categorical, mismatch=lambda)`` of the whole row (column None).
+      ``RFF(categorical=categorical, mismatch=lambda)`` of the whole row (columns None).
       ``mismatches="auto"`` is ``(lambda_auto, 10)``: the median rule of ``RFF(mismatch="auto")`` on
       ``sample``'s categorical columns, and :data:`LARGE_MISMATCH`, where the categorical factor is
       close to the equality of whole category tuples (one value if ``lambda_auto >= 10``). With
       ``bandwidths="auto"`` each (family, lambda) gets ``ceil(10 / (families x lambdas))`` widths of
       :func:`auto_bandwidths` of the numeric columns, so the joint maps number about 10;
-    - per column: for every categorical column c, the map of column c alone with lambda
-      :data:`COLUMN_MISMATCH`, whose kernel is the column's delta kernel ``[a_c == b_c]`` (its MMD^2 is
-      ``sum_k (p_k - q_k)^2`` over c's category frequencies). A change in one column's frequencies
-      is not diluted by the other columns (docs/guide/tables.rst, "Why one column's shift is hard").
+    - per column: for every categorical column c, the mixed kernel restricted to c, the first
+      family's kernel on the numeric columns (the median bandwidth of the grid) times c's delta
+      kernel ``[a_c == b_c]`` (lambda :data:`COLUMN_MISMATCH`), reading the numeric columns and c.
+      A shift in c's frequencies alone has MMD^2 ``E[k_numeric] * sum_k (p_k - q_k)^2``, not
+      diluted by the other categorical columns' factors; the numeric factor spreads the null over
+      many eigenvalues, so a column of few levels does not give the ``max`` a skewed statistic
+      (docs/guide/tables.rst, "Why one column's shift is hard").
 
-    Returns ``(maps, columns)``: the fitted maps, and per map None (the whole row) or the index of
-    the one input column it reads (:func:`streamrff.twosample.two_sample_sketches_of_chunk`'s ``columns``).
+    Returns ``(maps, columns)``: the fitted maps, and per map None (the whole row) or the sorted
+    input columns it reads.
 
     Examples
     --------
@@ -336,37 +339,39 @@ def table_maps(
     >>> rows = np.column_stack([rng.normal(size=300), rng.integers(0, 3, 300), rng.integers(0, 5, 300)])
     >>> maps, columns = table_maps(("gaussian",), "auto", "auto", (1, 2), rows, 3, 64, seed=0)
     >>> len(maps), columns[-2:], sorted({m.mismatch_ for m in maps[:-2]}) == [0.5, 10.0]
-    (12, [1, 2], True)
+    (12, [(0, 1), (0, 2)], True)
     """
     from ..maps import RFF
     from ..maps.categorical import median_mismatch_rate
 
-    numeric = np.setdiff1d(np.arange(n_features_in), categorical)
+    numeric = tuple(int(column) for column in np.setdiff1d(np.arange(n_features_in), categorical))
     if mismatches == "auto":
         automatic = median_mismatch_rate(sample[:, list(categorical)])
         mismatches = (automatic, LARGE_MISMATCH) if automatic < LARGE_MISMATCH else (automatic,)
     if bandwidths == "auto":
         per_kernel = kernel_grid_size(kernels, "auto", len(mismatches)) // (len(kernels) * len(mismatches))
-        numeric_rows = sample[:, numeric]
-        pairs = _auto_kernel_grid(kernels, per_kernel, numeric_rows) if numeric.size else [(k, 1.0) for k in kernels]
+        numeric_rows = sample[:, list(numeric)]
+        pairs = _auto_kernel_grid(kernels, per_kernel, numeric_rows) if numeric else [(k, 1.0) for k in kernels]
     else:
         pairs = kernel_grid(kernels, bandwidths, None)
+    family, middle = pairs[len(pairs) // (2 * len(kernels))]  # the first family's middle bandwidth
     map_seed = shared_map_seed(seed)
     specs = [
         (dict(kernel=kernel, bandwidth=bandwidth, categorical=list(categorical), mismatch=mismatch, seed=map_seed),
-         n_features_in, None)
+         None)
         for kernel, bandwidth in pairs for mismatch in mismatches
-    ] + [
-        (dict(bandwidth=1.0, categorical=[0], mismatch=COLUMN_MISMATCH, seed=(map_seed + 1 + column) % 2**63), 1,
-         column)
-        for column in categorical
     ]  # fmt: skip
+    for column in categorical:  # the columns it reads, sorted: the categorical one is at its rank among them
+        reads = tuple(sorted(numeric + (column,)))
+        specs.append((dict(kernel=family, bandwidth=middle, categorical=[reads.index(column)], mismatch=COLUMN_MISMATCH,
+                           seed=(map_seed + 1 + column) % 2**63), reads))  # fmt: skip
     maps = []
-    for params, width, _ in specs:
+    for params, columns in specs:
+        width = n_features_in if columns is None else len(columns)
         feature_map = RFF(n_features=n_features, variant=variant, **params)
         feature_map._begin_fit(width)
         maps.append(feature_map._finish_fit(np.empty((0, width))))
-    return maps, [column for _, _, column in specs]
+    return maps, [columns for _, columns in specs]
 
 
 def check_aggregated_accumulator_size(

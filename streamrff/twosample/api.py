@@ -469,12 +469,22 @@ def _aggregated_kernel(
     n_y: int,
     n_permutations: int,
     seed: int,
-    columns: tuple[int | None, ...] | None = None,
+    columns: tuple[tuple[int, ...] | None, ...] | None = None,
 ) -> AggregatedTwoSampleSketch:
     # As _two_sample_kernel: on_invalid="require", so the chunk's global row indices are exact.
-    return AggregatedTwoSampleSketch(
-        two_sample_sketches_of_chunk(rows, feature_maps, row_offset, n_x, n_y, n_permutations, seed, columns)
-    )
+    # Maps that read the same columns (None: the whole row) share one call; the permutations are keyed
+    # by (seed, global row index), so every call draws the same ones.
+    columns = (None,) * len(feature_maps) if columns is None else columns
+    parts: list[Any] = [None] * len(feature_maps)
+    for selection in dict.fromkeys(columns):
+        indices = [index for index, own in enumerate(columns) if own == selection]
+        selected = rows if selection is None else np.ascontiguousarray(rows[:, list(selection)])
+        group = [feature_maps[index] for index in indices]
+        for index, part in zip(indices, two_sample_sketches_of_chunk(
+            selected, group, row_offset, n_x, n_y, n_permutations, seed
+        )):  # fmt: skip
+            parts[index] = part
+    return AggregatedTwoSampleSketch(parts)
 
 
 def _check_aggregated_fits(
@@ -603,7 +613,7 @@ def _run_test_pass(
     n_x: int,
     moments: bool,
     job: JobOptions,
-    columns: list[int | None] | None = None,
+    columns: list[tuple[int, ...] | None] | None = None,
 ) -> Any:
     """One pass of a permutation kernel; with ``moments``, ``(sketch, [(moments_x, moments_y) per map])``."""
     if not moments:
