@@ -1,8 +1,8 @@
-"""The aggregated two-sample test on tables (issue 47): the mixed kernel over bandwidths x lambdas and the
-mixed kernel restricted to each categorical column, under one set of permutations.
+"""The aggregated two-sample test on tables (issue 47): the mixed kernel over bandwidths x lambdas and each
+categorical column's delta kernel, under one set of permutations.
 
-References: the exact mixed kernel ``Gaussian * exp(-lambda * #mismatches)`` and the restricted kernel
-``Gaussian * [a_c == b_c]`` summed with NumPy (the unbiased MMD^2 of each map's statistic), and the exact level of a
+References: the exact mixed kernel ``Gaussian * exp(-lambda * #mismatches)`` and the delta kernel
+``[a_c == b_c]`` summed with NumPy (the unbiased MMD^2 of each map's statistic), and the exact level of a
 permutation test under H0 (slow).
 """
 
@@ -48,11 +48,10 @@ def test_each_map_estimates_the_mmd2_of_its_exact_kernel():
     gaussian = np.exp(-cdist(pooled[:, :2], pooled[:, :2], "sqeuclidean") / (2 * 1.5**2))
     mismatching = sum((pooled[:, None, c] != pooled[None, :, c]).astype(float) for c in (2, 3))
     exact = [unbiased_mmd2(gaussian * np.exp(-lam * mismatching), 200) for lam in (0.5, 10.0)]
-    exact += [unbiased_mmd2(gaussian * (pooled[:, None, c] == pooled[None, :, c]), 200) for c in (2, 3)]
+    exact += [unbiased_mmd2((pooled[:, None, c] == pooled[None, :, c]).astype(float), 200) for c in (2, 3)]
     specs = result.map_specs
     assert [spec["mismatch"] for spec in specs] == [0.5, 10.0, 30.0, 30.0]
-    assert [spec["n_features_in"] for spec in specs] == [4, 4, 3, 3]
-    assert [spec["bandwidth"] for spec in specs] == [1.5] * 4
+    assert [spec["n_features_in"] for spec in specs] == [4, 4, 1, 1]
     # random features: the error is a few % of the kernel's scale at D = 8 192 (seeded, so no flakiness)
     np.testing.assert_allclose(result.statistics, exact, rtol=0.1, atol=2e-3)
     # d's delta kernel sees d's shift best, relative to its null spread
@@ -65,12 +64,10 @@ def test_the_default_grid_shares_the_bandwidths_out_over_two_lambdas_and_adds_on
     maps, columns = table_maps(("gaussian",), "auto", "auto", (2, 3), rows, 4, 64, seed=0)
     # two mismatching columns is the median pair (P = 2/3 and 4/5 per column): lambda_auto = 1/2
     assert [m.mismatch_ for m in maps[:10]] == [0.5, 10.0] * 5
-    assert len({m.bandwidth_ for m in maps[:10]}) == 5 and columns == [None] * 10 + [(0, 1, 2), (0, 1, 3)]
-    # the per-column maps: the grid's middle bandwidth on the numeric columns, the column's delta kernel
-    assert [m.bandwidth_ for m in maps[10:]] == [maps[4].bandwidth_] * 2 and [m.categorical for m in maps[10:]] == [
-        [2]
-    ] * 2
-    assert [m.n_features_in_ for m in maps] == [4] * 10 + [3, 3]
+    assert len({m.bandwidth_ for m in maps[:10]}) == 5 and columns == [None] * 10 + [(2,), (3,)]
+    # the per-column maps: one input column, every frequency hashing it (the delta kernel)
+    assert [(m.categorical, m.mismatch_) for m in maps[10:]] == [([0], 30.0)] * 2
+    assert [m.n_features_in_ for m in maps] == [4] * 10 + [1, 1]
 
 
 def test_a_data_frame_gives_its_categorical_columns():
@@ -80,7 +77,7 @@ def test_a_data_frame_gives_its_categorical_columns():
         for _ in range(2)
     ]
     result = srf.two_sample_test(*frames, n_features=64, n_permutations=19, method="aggregated", seed=0)
-    assert [spec.get("categorical") for spec in result.map_specs][-1] == [1] and len(result.map_specs) == 11
+    assert [spec.get("categorical") for spec in result.map_specs][-1] == [0] and len(result.map_specs) == 11
     assert 0.05 <= result.p_value <= 1.0
 
 
