@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--permutations", type=int, default=199)
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--draws", type=int, default=2000, help="Monte-Carlo draws of the spectral null")
+    parser.add_argument("--seed", type=int, default=0, help="block of seeded tables (repetition r: [seed, r])")
     parser.add_argument("--method", choices=("mixed", "aggregated"), default="mixed",
                         help="the mixed map's permutation and spectral nulls, or the aggregated test")  # fmt: skip
     parser.add_argument("--table", action="append", default=None, choices=[name for name, _ in TABLES],
@@ -106,8 +107,8 @@ def main() -> None:
             continue
         start = time.perf_counter()
         rates = rejection_rates(
-            levels, args.rows, args.repetitions, args.permutations, args.features, args.draws, progress=50,
-            method=args.method,
+            levels, args.rows, args.repetitions, args.permutations, args.features, args.draws, seed=args.seed,
+            progress=50, method=args.method,
         )  # fmt: skip
         shown = "".join(f" {rates[m]:>10.3f}{'' if 0.03 <= rates[m] <= 0.07 else ' *':2}" for m in methods)
         print(f"{name:>18}{shown} {time.perf_counter() - start:>8.0f}", flush=True)
