@@ -14,6 +14,9 @@ Each repetition runs, at level 0.05:
   ``srf.RFF(categorical=[2, 3], mismatch=...)`` (median bandwidth) fitted on the pooled rows, once per
   ``--mismatch`` value (default: ``auto``, which gives lambda = 1 here, and 10: a kernel that weighs
   agreement on the categories more);
+* ``aggregated``: ``srf.two_sample_test(method="aggregated", categorical=[2, 3])`` (B = ``--permutations``,
+  D = ``--features`` per map, aggregation ``max``): the mixed kernel at 5 bandwidths x lambda in
+  (auto, 10), and the delta kernel of each categorical column alone, under the same permutations;
 * ``per-column (scipy)``: what alibi-detect's ``TabularDrift`` does, written with scipy: a two-sample
   KS test per numeric column and a chi-square test of homogeneity per categorical column,
   Bonferroni-corrected (drift if any p <= 0.05 / 4);
@@ -23,6 +26,7 @@ Each repetition runs, at level 0.05:
 
     python benchmarks/bench_tables_power.py                                  # 100 repetitions each
     python benchmarks/bench_tables_power.py --alibi-python /tmp/venv-alibi/bin/python
+    python benchmarks/bench_tables_power.py --mismatch "" --alternatives frequency  # the aggregated test, (a)
 """
 
 from __future__ import annotations
@@ -94,7 +98,10 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=512)
     parser.add_argument("--delta", type=float, default=0.015, help="(a): probability moved between two levels of d")
     parser.add_argument("--mu", type=float, default=0.1, help="(b): the mean of x given c, +-mu")
-    parser.add_argument("--mismatch", default="auto,10", help="comma-separated lambdas of the mixed map")
+    parser.add_argument("--mismatch", default="auto,10",
+                        help="comma-separated lambdas of the single mixed map ('' for none)")  # fmt: skip
+    parser.add_argument("--no-aggregated", action="store_true", help="skip the aggregated test")
+    parser.add_argument("--alternatives", default=",".join(ALTERNATIVES), help=f"comma-separated, of {ALTERNATIVES}")
     parser.add_argument("--alibi-python", default=None, help="a Python with alibi-detect installed")
     parser.add_argument("--only-alibi", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -112,11 +119,12 @@ def main() -> None:
     print(f"power at level 0.05, n = {args.rows:,} per sample, {args.repetitions} repetitions; streamrff: "
           f"permutation test, B = {args.permutations}, D = {args.features}; (a) delta = {args.delta}, "
           f"(b) mu = {args.mu}", flush=True)  # fmt: skip
-    mismatches = [value if value == "auto" else float(value) for value in args.mismatch.split(",")]
+    mismatches = [value if value == "auto" else float(value) for value in args.mismatch.split(",") if value]
     heads = "".join(f"{'lambda=' + str(value):>12}" for value in mismatches)
+    heads += "" if args.no_aggregated else f"{'aggregated':>12}"
     print(f"{'alternative':>12}{heads} {'per-column (scipy)':>19} {'TabularDrift':>13} {'seconds':>8}")
-    for alternative in ALTERNATIVES:
-        start, ours, theirs = time.perf_counter(), np.zeros(len(mismatches)), 0
+    for alternative in args.alternatives.split(","):
+        start, ours, theirs = time.perf_counter(), np.zeros(len(mismatches) + (not args.no_aggregated)), 0
         for repetition in range(args.repetitions):
             A, B = tables(alternative, repetition, args.rows, args.delta, args.mu)
             for index, mismatch in enumerate(mismatches):
@@ -127,8 +135,14 @@ def main() -> None:
                     A, B, n_permutations=args.permutations, seed=repetition, feature_map=feature_map
                 )  # fmt: skip
                 ours[index] += result.p_value <= 0.05
+            if not args.no_aggregated:
+                result = srf.two_sample_test(
+                    A, B, n_features=args.features, n_permutations=args.permutations, seed=repetition,
+                    method="aggregated", categorical=[2, 3],
+                )  # fmt: skip
+                ours[-1] += result.p_value <= 0.05
             theirs += per_column_drift(A, B)
-        shown = "n/a" if alibi is None else f"{alibi[alternative]:.2f}"
+        shown = "n/a" if alibi is None or alternative not in alibi else f"{alibi[alternative]:.2f}"
         powers = "".join(f"{value / args.repetitions:>12.2f}" for value in ours)
         print(f"{alternative:>12}{powers} {theirs / args.repetitions:>19.2f} {shown:>13} "
               f"{time.perf_counter() - start:>8.0f}", flush=True)  # fmt: skip

@@ -56,6 +56,7 @@ from .aggregated import (
     auto_bandwidths,
     kernel_grid,
     shared_map_seed,
+    table_maps,
 )
 from .api import aggregated_permutation_test, bandwidth_maps, mmd_test, permutation_test, two_sample_test
 from .effect import EffectSize, mmd2_variance
@@ -88,6 +89,7 @@ __all__ = [
     "aggregated_permutation_test",
     "auto_bandwidths",
     "kernel_grid",
+    "table_maps",
     "bandwidth_maps",
     "shared_map_seed",
     "aggregate",

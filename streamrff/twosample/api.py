@@ -47,11 +47,14 @@ from .aggregated import (
     aggregated_p_value,
     check_aggregated_accumulator_size,
     check_bandwidths,
+    check_categorical,
     check_kernels,
+    check_mismatches,
     kernel_grid,
     kernel_grid_size,
     shared_map_seed,
     standardise,
+    table_maps,
 )
 from .effect import EffectSize, effect_of_sketches, effect_of_sums
 from .nulls import DEFAULT_SPECTRAL_DRAWS, _hotelling_test, _monte_carlo_p_value, _permutation_null, _spectral_test
@@ -466,11 +469,22 @@ def _aggregated_kernel(
     n_y: int,
     n_permutations: int,
     seed: int,
+    columns: tuple[tuple[int, ...] | None, ...] | None = None,
 ) -> AggregatedTwoSampleSketch:
     # As _two_sample_kernel: on_invalid="require", so the chunk's global row indices are exact.
-    return AggregatedTwoSampleSketch(
-        two_sample_sketches_of_chunk(rows, feature_maps, row_offset, n_x, n_y, n_permutations, seed)
-    )
+    # Maps that read the same columns (None: the whole row) share one call; the permutations are keyed
+    # by (seed, global row index), so every call draws the same ones.
+    columns = (None,) * len(feature_maps) if columns is None else columns
+    parts: list[Any] = [None] * len(feature_maps)
+    for selection in dict.fromkeys(columns):
+        indices = [index for index, own in enumerate(columns) if own == selection]
+        selected = rows if selection is None else np.ascontiguousarray(rows[:, list(selection)])
+        group = [feature_maps[index] for index in indices]
+        for index, part in zip(indices, two_sample_sketches_of_chunk(
+            selected, group, row_offset, n_x, n_y, n_permutations, seed
+        )):  # fmt: skip
+            parts[index] = part
+    return AggregatedTwoSampleSketch(parts)
 
 
 def _check_aggregated_fits(
@@ -517,6 +531,8 @@ def _sketch_sources(
     bandwidths: str | tuple[float, ...] = "auto",
     moments: bool = False,
     kernels: tuple[str, ...] = ("gaussian",),
+    categorical: tuple[int, ...] | None = None,
+    mismatches: str | tuple[float, ...] = "auto",
 ) -> Any:
     """Sketch both samples through the Dask engine (numpy, dask, xarray or zarr sources).
 
@@ -528,7 +544,8 @@ def _sketch_sources(
     first reads the pooled landmark sample); the other methods a pair of
     moment sketches. With ``moments`` the permutation and aggregated passes
     also return, per map, the moment sketches of X and Y (same pass):
-    ``(sketch, [(moments_x, moments_y), ...])``.
+    ``(sketch, [(moments_x, moments_y), ...])``. An aggregated test on rows with categorical columns
+    (``categorical``, else the table source's) tests the maps of :func:`~streamrff.twosample.table_maps`.
     """
     sources = open_samples(X, Y, job)
     n_x, n_y = sources[0].shape[0], sources[1].shape[0]
@@ -537,23 +554,32 @@ def _sketch_sources(
         # Every row counts in a test: a NaN is named, with no option to skip it; no checkpoint (two sources).
         job = job.replace(client=active, on_invalid="require", checkpoint=None)
         if method == "aggregated":
-            n_bandwidths = kernel_grid_size(kernels, bandwidths)
+            width = sources[0].shape[1]
+            table = _table_columns(categorical, sources[0])
+            n_mismatches = (2 if mismatches == "auto" else len(mismatches)) if table else 1
+            n_bandwidths = kernel_grid_size(kernels, bandwidths, n_mismatches, len(table))
             _check_aggregated_fits(
-                n_bandwidths, feature_map.n_features, sources[0].shape[1], n_permutations, memory_per_thread(active),
-                task_bytes,
-            )  # fmt: skip
-            sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, job).rows if bandwidths == "auto" else None
-            maps = [
-                bandwidth_maps(
-                    [bandwidth], sources[0].shape[1], feature_map.n_features, seed=seed, variant=feature_map.variant,
-                    kernel=kernel,
-                )[0]
-                for kernel, bandwidth in kernel_grid(kernels, bandwidths, sample)
-            ]  # fmt: skip
-            kernel = functools.partial(
-                _aggregated_kernel, feature_maps=tuple(maps), n_x=n_x, n_y=n_y, n_permutations=n_permutations, seed=seed
+                n_bandwidths, feature_map.n_features, width, n_permutations, memory_per_thread(active), task_bytes
             )
-            return _run_test_pass(sources, kernel, tuple(maps), n_x, moments, job)
+            auto = bandwidths == "auto" or (table and mismatches == "auto")
+            sample = landmark_sample(sources, MEDIAN_SAMPLE_ROWS, seed, job).rows if auto else None
+            columns = None
+            if table:
+                maps, columns = table_maps(
+                    kernels, bandwidths, mismatches, table, sample, width, feature_map.n_features, seed,
+                    feature_map.variant,
+                )  # fmt: skip
+            else:
+                maps = [
+                    bandwidth_maps([bandwidth], width, feature_map.n_features, seed=seed, variant=feature_map.variant,
+                                   kernel=kernel)[0]
+                    for kernel, bandwidth in kernel_grid(kernels, bandwidths, sample)
+                ]  # fmt: skip
+            kernel = functools.partial(
+                _aggregated_kernel, feature_maps=tuple(maps), n_x=n_x, n_y=n_y, n_permutations=n_permutations,
+                seed=seed, columns=None if columns is None else tuple(columns),
+            )  # fmt: skip
+            return _run_test_pass(sources, kernel, tuple(maps), n_x, moments, job, columns)
         check_sizes_fit(  # before any work: B x D permutation sums, D x D moments
             feature_map, sources[0].shape[1], memory_per_thread(active), moments=moments or method != "permutation",
             n_permutations=n_permutations if method == "permutation" else 0,
@@ -568,13 +594,31 @@ def _sketch_sources(
         return _run_test_pass(sources, kernel, (fitted,), n_x, moments, job)
 
 
+def _table_columns(categorical: tuple[int, ...] | None, source: RowSource) -> tuple[int, ...]:
+    """The categorical columns of an aggregated test: ``categorical`` if given, else the table source's."""
+    columns = tuple(getattr(source, "categorical_columns", ())) if categorical is None else categorical
+    outside = [column for column in columns if column >= source.shape[1]]
+    if outside:
+        raise InputError(
+            f"categorical names columns {outside}, but the samples have {source.shape[1]} columns "
+            f"(indices 0 to {source.shape[1] - 1}). Name columns of the samples."
+        )
+    return tuple(sorted(columns))
+
+
 def _run_test_pass(
-    sources: list[Any], kernel: Any, feature_maps: tuple[FeatureMap, ...], n_x: int, moments: bool, job: JobOptions
+    sources: list[Any],
+    kernel: Any,
+    feature_maps: tuple[FeatureMap, ...],
+    n_x: int,
+    moments: bool,
+    job: JobOptions,
+    columns: list[tuple[int, ...] | None] | None = None,
 ) -> Any:
     """One pass of a permutation kernel; with ``moments``, ``(sketch, [(moments_x, moments_y) per map])``."""
     if not moments:
         return run_chunks(sources, kernel, job)
-    joined = functools.partial(with_moments_kernel, kernel=kernel, feature_maps=feature_maps, n_x=n_x)
+    joined = functools.partial(with_moments_kernel, kernel=kernel, feature_maps=feature_maps, n_x=n_x, columns=columns)
     parts = run_chunks(sources, joined, job).parts
     return parts[0], [(parts[1 + 2 * index], parts[2 + 2 * index]) for index in range(len(feature_maps))]
 
@@ -594,6 +638,8 @@ def two_sample_test(
     aggregation: str | None = None,
     moments: bool = False,
     kernels: Sequence[str] | None = None,
+    categorical: Sequence[int] | None = None,
+    mismatches: str | Sequence[float] | None = None,
     **options: Any,
 ) -> TwoSampleResult | AggregatedTwoSampleResult:
     """Kernel (MMD) two-sample test of whether X and Y come from the same distribution.
@@ -656,6 +702,15 @@ def two_sample_test(
         (:func:`streamrff.twosample.kernel_grid`), so the test costs about what the
         Gaussian grid alone does; each map's family is its ``map_specs[l]["kernel"]``
         (absent: Gaussian).
+    categorical : sequence of int, optional
+        ``method="aggregated"`` only: the categorical columns (default: a table source's
+        ``categorical_columns``, none for an array). With categorical columns the maps are those of
+        :func:`streamrff.twosample.table_maps`: the mixed kernel at every bandwidth and lambda of
+        ``mismatches``, and each categorical column's delta kernel alone, so a shift in one
+        column's frequencies is not diluted by the other columns (docs: Tables).
+    mismatches : "auto" or sequence of float, optional
+        ``method="aggregated"`` with categorical columns (default ``"auto"``: the median rule's
+        lambda and 10): the mixed kernel's lambdas aggregated over.
     **options
         The job options (``client``, ``storage_options``, ``sample_dim``,
         ``chunk_rows``, ``progress``, ...), as for :func:`streamrff.sketch`.
@@ -740,7 +795,8 @@ def two_sample_test(
         raise InputError(f"max_accumulator_bytes must be a number of bytes. Got {max_accumulator_bytes!r}.")
     families: tuple[str, ...] = ("gaussian",)
     if method != "aggregated":
-        for name, value in (("bandwidths", bandwidths), ("aggregation", aggregation), ("kernels", kernels)):
+        for name, value in (("bandwidths", bandwidths), ("aggregation", aggregation), ("kernels", kernels),
+                            ("categorical", categorical), ("mismatches", mismatches)):  # fmt: skip
             if value is not None:
                 raise InputError(
                     f"{name} applies to method='aggregated' only. Got {name}={value!r} with method={method!r}; "
@@ -778,7 +834,9 @@ def two_sample_test(
             raise InputError(f"aggregation must be one of {AGGREGATIONS}. Got {aggregation!r}.")
         grid = check_bandwidths("auto" if bandwidths is None else bandwidths)
         families = check_kernels(("gaussian",) if kernels is None else kernels)
-        n_grid = kernel_grid_size(families, grid)
+        lambdas = check_mismatches("auto" if mismatches is None else mismatches)
+        table = None if categorical is None else check_categorical(categorical)
+        n_grid = kernel_grid_size(families, grid, 2 if lambdas == "auto" else len(lambdas), len(table or ()))
         check_aggregated_accumulator_size(n_grid, n_permutations, n_features, max_accumulator_bytes)
     if method == "permutation":
         check_accumulator_size(n_permutations, width, max_accumulator_bytes)
@@ -793,6 +851,7 @@ def two_sample_test(
         bandwidths=grid,
         moments=bool(moments),
         kernels=families,
+        **({"categorical": table, "mismatches": lambdas} if method == "aggregated" else {}),
     )
     moment_sketches = None
     if method in ("aggregated", "permutation") and moments:

@@ -56,14 +56,18 @@ def with_moments_kernel(
     kernel: Callable[[np.ndarray, int, np.ndarray | None], Any],
     feature_maps: tuple[FeatureMap, ...],
     n_x: int,
+    columns: Sequence[Sequence[int] | None] | None = None,
 ) -> JoinedPartials:
     """``kernel``'s partial, then per map the moment sketches of the chunk's X rows and of its Y rows.
 
     Runs with ``on_invalid="require"`` (as the permutation kernels): the chunk's rows are all
-    here, so the global row ``row_offset + i`` is in X when it is below ``n_x``.
+    here, so the global row ``row_offset + i`` is in X when it is below ``n_x``. ``columns[m]``,
+    if not None, are the input columns map m reads (the per-column maps of the aggregated test on tables).
     """
     split = int(np.clip(n_x - row_offset, 0, rows.shape[0]))
     moments = []
-    for feature_map in feature_maps:
-        moments.extend((_moment_sketches(rows[:split], feature_map), _moment_sketches(rows[split:], feature_map)))
+    for index, feature_map in enumerate(feature_maps):
+        column = None if columns is None else columns[index]
+        part = rows if column is None else rows[:, list(column)]
+        moments.extend((_moment_sketches(part[:split], feature_map), _moment_sketches(part[split:], feature_map)))
     return JoinedPartials((kernel(rows, row_offset, valid), *moments))
