@@ -5,6 +5,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
+from scipy.optimize import brentq
 from scipy.spatial.distance import cdist
 
 import streamrff as srf
@@ -94,6 +95,68 @@ def test_confidence_interval_coverage_near_and_away_from_zero(single_threaded_bl
     # 0, 2, 4 and 2 standard errors (benchmarks/check_interval_coverage.py prints the whole grid).
     coverage = _coverage(n, shift, 150, interval, n_features, seed=13)
     assert 0.90 <= coverage <= (1.0 if shift == 0.0 else 0.99), coverage
+
+
+def _reference_inverted_interval(Zx: np.ndarray, Zy: np.ndarray, level: float, joint: bool) -> tuple[float, float]:
+    """The inverted interval of the drawn features' MMD^2 from the features themselves (numpy/scipy, 200 000
+    draws of a law with every eigenvalue): theta passes when the U-statistic lies between the quantiles of
+    ``theta + sqrt(V_0) S + sqrt(a theta) L``, ``S = sum mu_i (g_i^2 - 1)`` and ``L`` normal independent of
+    S, or (``joint``) ``L = sum sqrt(mu_i) |v_i'u| g_i`` with the same g_i; both standardised."""
+    n, m = Zx.shape[0], Zy.shape[0]
+    Kxx, Kyy = Zx @ Zx.T, Zy @ Zy.T
+    statistic = (Kxx.sum() - np.trace(Kxx)) / (n * (n - 1)) + (Kyy.sum() - np.trace(Kyy)) / (m * (m - 1))
+    statistic -= 2 * (Zx @ Zy.T).mean()
+    Cx, Cy = np.cov(Zx.T), np.cov(Zy.T)
+
+    def square(C, rows):  # tr(C^2) without the (tr C)^2 / rows bias of tr(S^2)
+        return (rows - 1) / rows * (np.sum(C * C) - np.trace(C) ** 2 / (rows - 1))
+
+    V0 = 2 * square(Cx, n) / (n * (n - 1)) + 2 * square(Cy, m) / (m * (m - 1)) + 4 * np.sum(Cx * Cy) / (n * m)
+    covariance = Cx / n + Cy / m
+    d = Zx.mean(axis=0) - Zy.mean(axis=0)
+    u = d / np.linalg.norm(d)
+    a = 4 * u @ covariance @ u
+    mu, vectors = np.linalg.eigh(covariance)
+    mu = np.clip(mu, 0, None)
+    g = np.random.default_rng(2024).standard_normal((200_000, mu.shape[0]))
+    S = (g * g - 1) @ mu / np.sqrt(2 * np.sum(mu * mu))
+    if joint:
+        L = g @ (np.sqrt(mu) * np.abs(vectors.T @ u)) / np.sqrt(u @ covariance @ u)
+    else:
+        L = np.random.default_rng(2025).standard_normal(g.shape[0])
+    rank = int((0.5 - level / 2) * g.shape[0]), int((0.5 + level / 2) * g.shape[0])
+
+    def quantile(theta, which):
+        return np.partition(theta + np.sqrt(V0) * S + np.sqrt(a * theta) * L, rank[which])[rank[which]]
+
+    low = 0.0 if quantile(0.0, 1) >= statistic else brentq(lambda t: quantile(t, 1) - statistic, 0.0, statistic)
+    start = max(statistic, 0.0)
+    high = brentq(lambda t: quantile(t, 0) - statistic, start, 10 * start + 10 * np.sqrt(V0))
+    return low, high
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.4])
+def test_interval_ends_match_a_numpy_inversion_of_both_laws(shift):
+    # 8 features, so every eigenvalue is a chi-square in both computations (no normal remainder); the
+    # library's laws have 4 000 draws, the reference's 200 000. At shift 0.4 the joint law's ends are 4% and
+    # 9% of the width below the independent law's: each inversion is checked, then their hull.
+    from streamrff.twosample.effect import _inverted_with_shape
+
+    rff = _fitted_rff(8, 1.0, 1, seed=3)
+    rng = np.random.default_rng(int(1000 * shift))
+    X, Y = rng.normal(size=(400, 1)), rng.normal(shift, 1.0, size=(400, 1))
+    Zx, Zy = rff.transform(X).astype(np.float64), rff.transform(Y).astype(np.float64)
+    result = srf.mmd_test(srf.sketch_array(X, rff, moments=True), srf.sketch_array(Y, rff, moments=True))
+    variance = result.effect.variance
+    independent = _reference_inverted_interval(Zx, Zy, 0.95, joint=False)
+    joint = _reference_inverted_interval(Zx, Zy, 0.95, joint=True)
+    tolerance = 0.025 * (independent[1] - independent[0])
+    for linear_shape, reference in ((None, independent), (variance.linear_shape, joint)):
+        got = _inverted_with_shape(result.statistic, variance, 0.95, "features", 10 * independent[1], linear_shape)
+        np.testing.assert_allclose(got, reference, rtol=0.0, atol=tolerance)
+    hull = min(independent[0], joint[0]), max(independent[1], joint[1])
+    got = result.confidence_interval(0.95, interval="features")
+    np.testing.assert_allclose(got, hull, rtol=0.0, atol=tolerance)
 
 
 def test_confidence_interval_of_a_permutation_test_with_moments_equals_the_moment_sketches_one():
