@@ -20,10 +20,12 @@ proportion does the same): theta is in the interval when ``|MMD^2_u - theta| <= 
 with ``Var(theta) = V_0 + a theta (+ V_w)``: the degenerate part ``V_0`` does not depend on theta,
 and the linear part is ``4 delta' C delta / n + ...``, i.e. ``a theta`` with ``a`` from the
 Rayleigh quotients ``d' C d / d' d`` of the observed difference ``d`` (a direction, which does not
-shrink with the statistic as the plug-in ``d' C d`` does). ``V_w``, for the interval of the
-Gaussian kernel rather than of the drawn features, is the variance of the statistic over the
-random frequencies given the data, estimated from the spread of the frequencies' own
-contributions (:func:`feature_variance`).
+shrink with the statistic as the plug-in ``d' C d`` does). The law at theta has the degenerate part's
+weighted chi-square shape; its linear part is drawn either independently of it or from the same noise
+along ``d``, and the interval is the hull of the two inversions (:func:`inverted_interval`). ``V_w``,
+for the interval of the Gaussian kernel rather than of the drawn features, is the variance of the
+statistic over the random frequencies given the data, estimated from the spread of the frequencies'
+own contributions (:func:`feature_variance`).
 """
 
 from __future__ import annotations
