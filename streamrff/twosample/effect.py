@@ -292,7 +292,7 @@ SHAPE_DRAWS = 4000
 SHAPE_EIGENVALUES = 64
 
 
-def leading_eigen(covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def _leading_eigen(covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """The ``SHAPE_EIGENVALUES`` leading eigenvalues and eigenvectors of a symmetric PSD matrix, and
     ``2 sum mu^2`` over the other eigenvalues (``eigh`` up to ``4 SHAPE_EIGENVALUES`` rows, ``eigsh`` beyond)."""
     width = covariance.shape[0]
@@ -317,12 +317,37 @@ def statistic_shapes(
     ``(||e||^2 - E||e||^2) + 2 sqrt(theta) u'e``: in C's eigenbasis ``sum_i mu_i (g_i^2 - 1)``
     (Gretton et al. 2012, Theorem 12) plus ``2 sqrt(theta) sum_i sqrt(mu_i) u_i g_i``, one normal
     ``g_i`` per eigenvalue. The leading ``SHAPE_EIGENVALUES`` eigenvalues (``eigen``, default
-    :func:`leading_eigen`) give the ``g_i``; the other directions an independent normal of each
+    ``_leading_eigen``) give the ``g_i``; the other directions an independent normal of each
     part's remaining variance. ``u`` is the ``direction`` (the observed difference of the means).
     Both draws are centred and scaled to variance 1; fixed seed (the interval is a function of the
     sketches). A part of zero spread is None (no linear part for a zero direction).
+
+    Parameters
+    ----------
+    covariance : ndarray of shape (D, D)
+        ``C_x / n + C_y / m``, symmetric positive semi-definite.
+    direction : ndarray of shape (D,)
+        The direction of ``delta`` (the observed difference of the means).
+    eigen : (leading, vectors, rest_variance), optional
+        The leading eigenvalues, their eigenvectors (columns) and ``2 sum mu^2`` over the others,
+        when the caller has them.
+
+    Returns
+    -------
+    (degenerate, linear) : ndarray of shape (SHAPE_DRAWS,) or None each
+
+    Examples
+    --------
+    One eigenvalue and the direction on its eigenvector: the linear draws are the normals whose
+    squares make the degenerate draws, ``(g^2 - 1) / sqrt(2)`` and ``g``:
+
+    >>> degenerate, linear = statistic_shapes(np.diag([1.0, 0.0]), np.array([1.0, 0.0]))
+    >>> bool(np.allclose(degenerate, (linear**2 - 1) / np.sqrt(2), atol=0.1))
+    True
+    >>> round(float(np.mean(degenerate * linear**2)), 1)  # E[(g^2 - 1) g^2] / sqrt(2) = sqrt(2)
+    1.4
     """
-    leading, vectors, rest_variance = eigen if eigen is not None else leading_eigen(covariance)
+    leading, vectors, rest_variance = eigen if eigen is not None else _leading_eigen(covariance)
     leading = np.clip(leading, 0.0, None)
     rng = np.random.default_rng(48)
     normals = rng.standard_normal((SHAPE_DRAWS, leading.shape[0]))
