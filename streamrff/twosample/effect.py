@@ -20,12 +20,10 @@ proportion does the same): theta is in the interval when ``|MMD^2_u - theta| <= 
 with ``Var(theta) = V_0 + a theta (+ V_w)``: the degenerate part ``V_0`` does not depend on theta,
 and the linear part is ``4 delta' C delta / n + ...``, i.e. ``a theta`` with ``a`` from the
 Rayleigh quotients ``d' C d / d' d`` of the observed difference ``d`` (a direction, which does not
-shrink with the statistic as the plug-in ``d' C d`` does). The law at theta has the degenerate part's
-weighted chi-square shape; its linear part is drawn either independently of it or from the same noise
-along ``d``, and the interval is the hull of the two inversions (:func:`inverted_interval`). ``V_w``,
-for the interval of the Gaussian kernel rather than of the drawn features, is the variance of the
-statistic over the random frequencies given the data, estimated from the spread of the frequencies'
-own contributions (:func:`feature_variance`).
+shrink with the statistic as the plug-in ``d' C d`` does). ``V_w``, for the interval of the
+Gaussian kernel rather than of the drawn features, is the variance of the statistic over the
+random frequencies given the data, estimated from the spread of the frequencies' own
+contributions (:func:`feature_variance`).
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ __all__ = [
     "effect_of_sketches",
     "effect_of_sums",
     "inverted_interval",
-    "statistic_shapes",
     "INTERVAL_TARGETS",
 ]
 
@@ -123,11 +120,7 @@ class MMD2Variance:
     degenerate_shape : ndarray of float or None
         Draws of the degenerate part divided by its standard deviation (mean 0, variance 1): a
         weighted chi-square ``sum_i mu_i (chi^2_1 - 1)`` over the leading eigenvalues of
-        ``C_x / n + C_y / m`` plus a normal remainder (:func:`statistic_shapes`); None for the normal law.
-    linear_shape : ndarray of float or None
-        Draws of the linear part ``2 delta' e`` divided by its standard deviation, from the same normals
-        as ``degenerate_shape`` with ``delta`` along the observed difference of the means
-        (:func:`statistic_shapes`); None when that difference is 0.
+        ``C_x / n + C_y / m`` plus a normal remainder (:func:`_degenerate_shape`); None for the normal law.
 
     Examples
     --------
@@ -140,7 +133,6 @@ class MMD2Variance:
     plug_in: float
     features: float | None = None
     degenerate_shape: np.ndarray | None = field(default=None, repr=False)
-    linear_shape: np.ndarray | None = field(default=None, repr=False)
 
     def at(self, mmd2: float, interval: str = "features") -> float:
         """The variance of MMD^2_u when the population MMD^2 is ``mmd2`` (``interval="kernel"``: plus ``features``)."""
@@ -276,14 +268,12 @@ def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Varia
     else:
         quotient_x = quotient_y = 0.0
     plug_in = 4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"]
-    degenerate_shape, linear_shape = statistic_shapes(terms["cov_x"] / n + terms["cov_y"] / m, delta)
     return MMD2Variance(
         degenerate=terms["degenerate"],
         slope=4.0 * quotient_x / n + 4.0 * quotient_y / m,
         plug_in=plug_in,
         features=feature_variance(sketch_x, sketch_y),
-        degenerate_shape=degenerate_shape,
-        linear_shape=linear_shape,
+        degenerate_shape=_degenerate_shape(terms["cov_x"] / n + terms["cov_y"] / m),
     )
 
 
@@ -292,77 +282,26 @@ SHAPE_DRAWS = 4000
 SHAPE_EIGENVALUES = 64
 
 
-def _leading_eigen(covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """The ``SHAPE_EIGENVALUES`` leading eigenvalues and eigenvectors of a symmetric PSD matrix, and
-    ``2 sum mu^2`` over the other eigenvalues (``eigh`` up to ``4 SHAPE_EIGENVALUES`` rows, ``eigsh`` beyond)."""
+def _degenerate_shape(covariance: np.ndarray) -> np.ndarray:
+    """Standardised draws of ``sum_i mu_i (chi^2_1 - 1)`` for the eigenvalues mu of the covariance of the
+    difference of the means: the law of the degenerate part (Gretton et al. 2012, Theorem 12), whose right
+    skew a normal law misses near MMD^2 = 0. The leading ``SHAPE_EIGENVALUES`` eigenvalues give the
+    chi-squares, the others a normal term of their variance; draws from a fixed seed (the interval is a
+    function of the sketches)."""
     width = covariance.shape[0]
     if width <= 4 * SHAPE_EIGENVALUES:
-        eigenvalues, vectors = np.linalg.eigh(covariance)
-        rest = eigenvalues[:-SHAPE_EIGENVALUES]
-        return eigenvalues[-SHAPE_EIGENVALUES:], vectors[:, -SHAPE_EIGENVALUES:], 2.0 * float(np.sum(rest * rest))
-    from scipy.sparse.linalg import eigsh
+        eigenvalues = np.linalg.eigvalsh(covariance)
+        leading, rest = eigenvalues[-SHAPE_EIGENVALUES:], eigenvalues[:-SHAPE_EIGENVALUES]
+        rest_variance = 2.0 * float(np.sum(rest * rest))
+    else:
+        from scipy.sparse.linalg import eigsh
 
-    leading, vectors = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", v0=np.ones(width))
-    rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
-    return leading, vectors, rest_variance
-
-
-def statistic_shapes(
-    covariance: np.ndarray, direction: np.ndarray, eigen: tuple[np.ndarray, np.ndarray, float] | None = None
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Standardised draws of the statistic's two parts from the same normals: ``(degenerate, linear)``.
-
-    With ``e ~ N(0, C)`` the noise of the difference of the means (``C = C_x / n + C_y / m``, the
-    ``covariance``) and ``delta = sqrt(theta) u``, ``MMD^2_u - theta`` is close to
-    ``(||e||^2 - E||e||^2) + 2 sqrt(theta) u'e``: in C's eigenbasis ``sum_i mu_i (g_i^2 - 1)``
-    (Gretton et al. 2012, Theorem 12) plus ``2 sqrt(theta) sum_i sqrt(mu_i) u_i g_i``, one normal
-    ``g_i`` per eigenvalue. The leading ``SHAPE_EIGENVALUES`` eigenvalues (``eigen``, default
-    ``_leading_eigen``) give the ``g_i``; the other directions an independent normal of each
-    part's remaining variance. ``u`` is the ``direction`` (the observed difference of the means).
-    Both draws are centred and scaled to variance 1; fixed seed (the interval is a function of the
-    sketches). A part of zero spread is None (no linear part for a zero direction).
-
-    Parameters
-    ----------
-    covariance : ndarray of shape (D, D)
-        ``C_x / n + C_y / m``, symmetric positive semi-definite.
-    direction : ndarray of shape (D,)
-        The direction of ``delta`` (the observed difference of the means).
-    eigen : (leading, vectors, rest_variance), optional
-        The leading eigenvalues, their eigenvectors (columns) and ``2 sum mu^2`` over the others,
-        when the caller has them.
-
-    Returns
-    -------
-    (degenerate, linear) : ndarray of shape (SHAPE_DRAWS,) or None each
-
-    Examples
-    --------
-    One eigenvalue and the direction on its eigenvector: the linear draws are the normals whose
-    squares make the degenerate draws, ``(g^2 - 1) / sqrt(2)`` and ``g``:
-
-    >>> degenerate, linear = statistic_shapes(np.diag([1.0, 0.0]), np.array([1.0, 0.0]))
-    >>> bool(np.allclose(degenerate, (linear**2 - 1) / np.sqrt(2), atol=0.1))
-    True
-    >>> round(float(np.mean(degenerate * linear**2)), 1)  # E[(g^2 - 1) g^2] / sqrt(2) = sqrt(2)
-    1.4
-    """
-    leading, vectors, rest_variance = eigen if eigen is not None else _leading_eigen(covariance)
+        leading = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", return_eigenvectors=False, v0=np.ones(width))
+        rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
     leading = np.clip(leading, 0.0, None)
     rng = np.random.default_rng(48)
-    normals = rng.standard_normal((SHAPE_DRAWS, leading.shape[0]))
-    degenerate = (normals * normals - 1.0) @ leading + np.sqrt(rest_variance) * rng.standard_normal(SHAPE_DRAWS)
-    norm = float(direction @ direction)
-    linear = None
-    if norm > 0:
-        unit = direction / np.sqrt(norm)
-        coordinates = np.abs(vectors.T @ unit)  # an eigenvector's sign is arbitrary; (g^2, g c) ~ (g^2, g |c|)
-        rest = max(float(unit @ covariance @ unit) - float(np.sum(leading * coordinates**2)), 0.0)
-        linear = normals @ (np.sqrt(leading) * coordinates) + np.sqrt(rest) * rng.standard_normal(SHAPE_DRAWS)
-    return _standardised(degenerate), None if linear is None else _standardised(linear)
-
-
-def _standardised(draws: np.ndarray) -> np.ndarray | None:
+    draws = (rng.chisquare(1.0, size=(SHAPE_DRAWS, leading.shape[0])) - 1.0) @ leading
+    draws += np.sqrt(rest_variance) * rng.standard_normal(SHAPE_DRAWS)
     spread = float(np.std(draws))
     if not spread > 0:
         return None
@@ -438,23 +377,14 @@ def feature_variance(sketch_x: MeanSketch, sketch_y: MeanSketch) -> float | None
 def inverted_interval(
     statistic: float, variance: MMD2Variance, level: float, interval: str = "kernel"
 ) -> tuple[float, float]:
-    """The ``level`` interval for MMD^2 that inverts a test of each hypothesised value theta >= 0.
+    """The ``level`` interval for MMD^2 that inverts the normal test of each hypothesised value.
 
-    theta is in the interval when the statistic lies between the ``(1 -/+ level) / 2`` quantiles of
-    its law at theta, ``theta + sqrt(V_0) S + L(theta) (+ sqrt(V_w) N for interval="kernel")``, for
-    either of two laws of the linear part ``L``, whose variance is ``a theta`` (:class:`MMD2Variance`):
-
-    - a normal independent of the degenerate part ``S``;
-    - ``2 delta' e`` with ``delta`` along the observed difference of the means, from the same
-      normals as ``S`` (``linear_shape``): a noncentral quadratic form, whose right skew grows with
-      theta when ``delta`` points where the noise is large.
-
-    The interval is the smallest one holding both inversions: the second lowers the lower end
-    after a statistic far in the right tail; the first keeps the upper end where the observed
-    direction is mostly noise, as it is near zero. Unlike ``T -/+ z sqrt(Var(T))``, the upper
-    end takes the larger variance of the larger values it tests (Wilson 1927 does the same for a
-    proportion). Without ``degenerate_shape`` it is the normal inversion, the roots of a
-    quadratic: ``c -/+ sqrt(c^2 - T^2 + z^2 V)`` with ``c = T + z^2 a / 2``, clipped at 0.
+    theta >= 0 is in the interval when ``(statistic - theta)^2 <= z^2 Var(theta)`` with
+    ``Var(theta) = V_0 + a theta (+ V_w for interval="kernel")`` (:class:`MMD2Variance`), the
+    roots of a quadratic: ``c -/+ sqrt(c^2 - T^2 + z^2 V)`` with ``c = T + z^2 a / 2``, clipped at 0.
+    Unlike ``T -/+ z sqrt(Var(T))``, the upper end takes the larger variance of the larger
+    values it tests, so the interval does not shrink with a small statistic (Wilson 1927 does
+    the same for a proportion).
 
     Examples
     --------
@@ -477,50 +407,27 @@ def inverted_interval(
     normal = max(centre - half_width, 0.0), max(centre + half_width, 0.0)
     if variance.degenerate_shape is None:
         return normal
-    low, high = _inverted_with_shape(statistic, variance, level, interval, normal[1], None)
-    if variance.linear_shape is None:
-        return low, high
-    joint_low, joint_high = _inverted_with_shape(statistic, variance, level, interval, normal[1], variance.linear_shape)
-    return min(low, joint_low), max(high, joint_high)
-
-
-#: The normal draws of the parts independent of the degenerate one (and of the random frequencies).
-_NORMAL_DRAWS = np.random.default_rng(49).standard_normal(SHAPE_DRAWS)
-_NORMAL_DRAWS.setflags(write=False)
+    return _inverted_with_shape(statistic, variance, level, interval, normal)
 
 
 def _inverted_with_shape(
-    statistic: float,
-    variance: MMD2Variance,
-    level: float,
-    interval: str,
-    normal_high: float,
-    linear_shape: np.ndarray | None,
+    statistic: float, variance: MMD2Variance, level: float, interval: str, normal: tuple[float, float]
 ) -> tuple[float, float]:
-    """The inverted interval for the law ``theta + sqrt(V_0) S + sqrt(a theta) L + sqrt(V_w) N`` (``S`` the
-    standardised degenerate draws, ``L`` ``linear_shape``, or independent normal draws when None), each end
-    found by bisection to a relative width of 1e-7."""
+    """The inverted interval with the degenerate part's skewed law: theta passes when ``statistic`` lies
+    between the ``(1 -/+ level) / 2`` quantiles of ``theta + sqrt(V_0) S + sqrt(a theta + V_w) N``
+    (``S`` the standardised degenerate draws, ``N`` normal draws), each end found by bisection."""
     shape = variance.degenerate_shape
+    normal_draws = np.random.default_rng(49).standard_normal(shape.shape[0])
     extra = variance.at(0.0, interval) - variance.degenerate
     spread = np.sqrt(variance.degenerate)
-    position = np.array([0.5 - level / 2.0, 0.5 + level / 2.0]) * (shape.shape[0] - 1)
-    below = np.floor(position).astype(int)  # np.quantile's linear rule, by partition
-    fraction = position - below
-    kth = np.concatenate([below, below + 1])
+    tails = (0.5 - level / 2.0, 0.5 + level / 2.0)
 
     def quantiles(theta: float) -> np.ndarray:
-        if linear_shape is None:
-            draws = theta + spread * shape + np.sqrt(variance.slope * theta + extra) * _NORMAL_DRAWS
-        else:
-            draws = theta + spread * shape + np.sqrt(variance.slope * theta) * linear_shape
-            draws += np.sqrt(extra) * _NORMAL_DRAWS
-        draws = np.partition(draws, kth)
-        return draws[below] + fraction * (draws[below + 1] - draws[below])
+        draws = theta + spread * shape + np.sqrt(variance.slope * theta + extra) * normal_draws
+        return np.quantile(draws, tails)
 
     def bisect(passes, inside: float, outside: float) -> float:
-        for _ in range(60):
-            if abs(outside - inside) <= 1e-7 * max(abs(inside), abs(outside)):
-                break
+        for _ in range(48):
             middle = (inside + outside) / 2.0
             inside, outside = (middle, outside) if passes(middle) else (inside, middle)
         return inside
@@ -532,7 +439,7 @@ def _inverted_with_shape(
     start = max(statistic, low, 0.0)
     if quantiles(start)[0] > statistic:
         return low, low
-    outside = max(normal_high, start) * 2.0 + np.sqrt(variance.at(normal_high, interval)) + 1e-300
+    outside = max(normal[1], start) * 2.0 + np.sqrt(variance.at(normal[1], interval)) + 1e-300
     while quantiles(outside)[0] <= statistic:
         outside *= 2.0
     return low, bisect(lambda theta: quantiles(theta)[0] <= statistic, start, outside)
