@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from importlib import import_module
 from typing import Any, ClassVar
 
 
@@ -29,3 +32,33 @@ class KindRegistry:
         super().__init_subclass__(**kwargs)
         if cls.kind:
             cls._registry[cls.kind] = cls
+
+
+def lazy_names(package: str, homes: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` of a package whose public names load on first use (PEP 562).
+
+    ``homes`` maps each name to the module of ``package`` that defines it; a name is
+    imported from there when first asked for and kept in the package. So importing the
+    package costs nothing, and a command imports only what it uses (start-up time).
+
+    Examples
+    --------
+    >>> import sys, types
+    >>> package = types.ModuleType("streamrff_lazy_example")
+    >>> sys.modules[package.__name__] = package
+    >>> package.__getattr__, package.__dir__ = lazy_names(package.__name__, {"real": "no_such_module"})
+    >>> "real" in dir(package)
+    True
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name not in homes:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(f".{homes[name]}", package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(homes))
+
+    return __getattr__, __dir__

@@ -13,8 +13,7 @@ formats, the maps and the layers below; never an analysis or a surface.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from .._base.registry import lazy_names
 
 #: Each public name and the module that defines it. Loaded on first use (PEP 562), so importing
 #: :mod:`.options` (what the command line needs for every command) costs no scikit-learn, scipy or
@@ -31,13 +30,4 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'streamrff.engine' has no attribute {name!r}")
-    value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

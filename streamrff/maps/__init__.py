@@ -27,8 +27,7 @@ Convention (see DESIGN.md): ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from .._base.registry import lazy_names
 
 #: Each public name and the module that defines it, loaded on first use (PEP 562): the estimators import
 #: scikit-learn, which a command that only reads a sketch file does not need.
@@ -42,13 +41,4 @@ _HOMES = {
 __all__ = ["FeatureMap", "RFF", "JL", "KJL", "exact_kernel", "map_from_spec", "spec_bandwidth"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'streamrff.maps' has no attribute {name!r}")
-    value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -17,7 +17,8 @@ names load on first use (PEP 562): describing or merging a sketch file (``stream
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+
+from .._base.registry import lazy_names
 
 #: Each public name and the module that defines it.
 _HOMES = {
@@ -35,16 +36,7 @@ KIND_NAMES = ("cluster", "index", "landmark", "mean", "nystrom", "nystrom-regres
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'streamrff.sketches' has no attribute {name!r}")
-    value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)
 
 
 def register_kinds() -> None:
