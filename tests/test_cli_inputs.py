@@ -186,3 +186,12 @@ def test_ridge_skip_fits_the_finite_rows(cli_main, dirty, tmp_zarr, tmp_path):
     probe = np.random.default_rng(4).normal(size=(20, 2))
     np.testing.assert_allclose(np.asarray(load_model(out).predict(probe)), np.asarray(expected.predict(probe)),
                                rtol=1e-6, atol=1e-5)  # fmt: skip
+    # A NaN target leaves its row out too.
+    y[50] = np.nan
+    keep[50] = False
+    result = cli_main("ridge", path, "--target", tmp_zarr(y, 32, "y2.zarr"), "-o", out, "--overwrite", *flags,
+                      "--on-invalid", "skip")  # fmt: skip
+    assert result.code == 0 and json.loads(result.out)["n_invalid"] == 4, result.err
+    expected = srf.KernelRidge(alpha=0.5, n_features=32, bandwidth=1.0, seed=0).fit(X[keep], y[keep])
+    np.testing.assert_allclose(np.asarray(load_model(out).predict(probe)), np.asarray(expected.predict(probe)),
+                               rtol=1e-6, atol=1e-5)  # fmt: skip

@@ -165,8 +165,12 @@ def missing_marker(dtype: Any) -> tuple[Any, Any]:
     return "", dtype
 
 
-def finite_rows(source: Any, name: str, client: Any = None) -> FiniteRows:
-    """Open ``source`` with the command's job options and find its finite rows (one pass over it)."""
+def finite_rows(source: Any, name: str, client: Any = None, paired: Any = None) -> FiniteRows:
+    """Open ``source`` with the command's job options and find its finite rows (one pass over it).
+
+    ``paired`` (a dask array with one row per row of ``source``, e.g. ridge's targets) must be finite
+    in a kept row too.
+    """
     import dask.array as da
     import numpy as np
 
@@ -176,6 +180,8 @@ def finite_rows(source: Any, name: str, client: Any = None) -> FiniteRows:
     opened = open_job_source(source, current_job_options(), name=name)
     array = opened.array
     finite = da.isfinite(array).all(axis=1) if array.ndim == 2 else da.isfinite(array)
+    if paired is not None:
+        finite = finite & (da.isfinite(paired).all(axis=1) if paired.ndim == 2 else da.isfinite(paired))
     keep = np.asarray(finite.compute() if client is None else client.compute(finite).result(), dtype=bool)
     if not keep.any():
         raise InputError(f"every row of {name} {source} holds NaN or inf: nothing is left with --on-invalid skip.")

@@ -242,22 +242,24 @@ def _fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str]]:
 
 
 def _finite_data(args: argparse.Namespace, client: Any) -> tuple[Any, Any, Any]:
-    """SOURCE and TARGET as given, or with --on-invalid skip their rows where SOURCE is finite (and those rows)."""
+    """SOURCE and TARGET as given, or with --on-invalid skip their rows where both are finite (and those rows)."""
     if args.on_invalid != "skip":
         return args.source, args.target, None
     import dask.array as da  # here, not at the top: start-up time
 
+    from ..engine import current_job_options, open_job_source
     from ..errors import InputError
     from ..sources.rows import open_zarr_array
 
-    rows = finite_rows(args.source, "SOURCE", client)
     target = da.from_zarr(open_zarr_array(args.target, args.storage_options))
-    if target.shape[0] != rows.keep.size:
+    rows = open_job_source(args.source, current_job_options(), name="SOURCE").array.shape[0]
+    if target.shape[0] != rows:
         raise InputError(
-            f"--target {args.target} has {target.shape[0]:,} rows but SOURCE {args.source} has {rows.keep.size:,}: "
+            f"--target {args.target} has {target.shape[0]:,} rows but SOURCE {args.source} has {rows:,}: "
             "give one target row per row of SOURCE."
         )
-    return rows.clean, target if rows.n_invalid == 0 else target[rows.keep], rows
+    kept = finite_rows(args.source, "SOURCE or --target", client, paired=target)  # a NaN target: the row goes too
+    return kept.clean, target if kept.n_invalid == 0 else target[kept.keep], kept
 
 
 def _skipped_data(skipped: Any) -> dict[str, Any]:
@@ -265,7 +267,7 @@ def _skipped_data(skipped: Any) -> dict[str, Any]:
 
 
 def _skipped_lines(skipped: Any) -> list[str]:
-    return [] if skipped is None else [skipped_line(["SOURCE"], [skipped])]
+    return [] if skipped is None else [skipped_line(["SOURCE or --target"], [skipped])]
 
 
 def _rank_text(model: Any) -> str:
