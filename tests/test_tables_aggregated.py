@@ -79,6 +79,11 @@ def test_a_data_frame_gives_its_categorical_columns():
     result = srf.two_sample_test(*frames, n_features=64, n_permutations=19, method="aggregated", seed=0)
     assert [spec.get("categorical") for spec in result.map_specs][-1] == [0] and len(result.map_specs) == 11
     assert 0.05 <= result.p_value <= 1.0
+    # Each map is named by what it compares: the mixed maps by their lambda, the last by its column ("shop" is 1).
+    lambdas = [f"mixed, lambda {spec['mismatch']:.3g}" for spec in result.map_specs[:-1]]
+    assert result.kernels == (*lambdas, "column 1 ==")
+    assert [row["kernel"] for row in result.to_dict()["bandwidths"]] == list(result.kernels)
+    assert result.table_lines()[-1].split()[:3] == ["column", "1", "=="]
 
 
 @pytest.mark.parametrize(

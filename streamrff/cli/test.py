@@ -114,13 +114,14 @@ def add_parser(commands: Any) -> None:
 def _aggregated_test_lines(result: Any) -> list[str]:
     """The text report of the aggregated test: the p-value, then one row per bandwidth (MMD, interval, p)."""
     verdict = "differ" if result.p_value < 0.05 else "no evidence that they differ"
-    n_bandwidths = result.bandwidths.shape[0]
+    n_maps, unit = result.bandwidths.shape[0], "map" if result.kernels else "bandwidth"
+    kernels = "named per map below" if result.kernels else "Gaussian"
     return [
         f"aggregated two-sample test: {p_equals(result.p_value, result.n_permutations)} ({verdict} at level 0.05)",
-        f"  aggregation:  {result.aggregation} over {n_bandwidths} bandwidths, statistic {result.statistic:.6g}",
-        f"  null:         {result.n_permutations} permutations shared by every bandwidth",
+        f"  aggregation:  {result.aggregation} over {n_maps} {unit}s, statistic {result.statistic:.6g}",
+        f"  null:         {result.n_permutations} permutations shared by every {unit}",
         f"  samples:      n_x = {result.n_x:,}, n_y = {result.n_y:,}",
-        f"  kernels:      Gaussian, D = {result.n_features} per bandwidth",
+        f"  kernels:      {kernels}, D = {result.n_features} per {unit}",
         *result.table_lines(),
     ]
 

@@ -526,6 +526,10 @@ class AggregatedTwoSampleSketch:
     sketches : sequence of TwoSampleSketch
         One per bandwidth, all with the same ``n_x``, ``n_y``,
         ``n_permutations`` and ``seed``.
+    columns : sequence of (tuple of int or None), optional
+        Per component, the input columns its map reads (None: the whole row),
+        as :func:`~streamrff.twosample.table_maps` gives them; kept so the
+        result can name each map. Default: every map reads the whole row.
 
     Examples
     --------
@@ -541,8 +545,9 @@ class AggregatedTwoSampleSketch:
     (70, 2, True)
     """
 
-    def __init__(self, sketches: Sequence[TwoSampleSketch]) -> None:
+    def __init__(self, sketches: Sequence[TwoSampleSketch], columns: Sequence[Any] | None = None) -> None:
         sketches = tuple(sketches)
+        self.columns = (None,) * len(sketches) if columns is None else tuple(columns)
         if not sketches or not all(isinstance(sketch, TwoSampleSketch) for sketch in sketches):
             raise InputError(
                 f"AggregatedTwoSampleSketch needs at least one TwoSampleSketch. Got "
@@ -596,7 +601,13 @@ class AggregatedTwoSampleSketch:
                 f"Cannot merge an aggregated two-sample sketch of {len(self.sketches)} bandwidths with {theirs}. "
                 "Sketch every chunk with the same list of maps."
             )
-        return AggregatedTwoSampleSketch([mine.merge(theirs) for mine, theirs in zip(self.sketches, other.sketches)])
+        if other.columns != self.columns:
+            raise SketchMismatchError(
+                f"Cannot merge aggregated two-sample sketches whose maps read other columns: {self.columns} vs "
+                f"{other.columns}. Sketch every chunk with the same list of maps."
+            )
+        merged = [mine.merge(theirs) for mine, theirs in zip(self.sketches, other.sketches)]
+        return AggregatedTwoSampleSketch(merged, self.columns)
 
     def merge_many(self, others: Sequence[AggregatedTwoSampleSketch]) -> AggregatedTwoSampleSketch:
         """``self.merge(others[0]).merge(others[1])...``: the left fold the engine's merge tree asks for."""

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_AGGREGATION",
     "AUTO_BANDWIDTHS",
     "auto_bandwidths",
+    "kernel_label",
     "shared_map_seed",
     "check_bandwidths",
     "check_kernels",
@@ -297,6 +298,26 @@ def check_mismatches(mismatches: Any) -> str | tuple[float, ...]:
     if len(set(float(v) for v in values)) != len(values):
         raise InputError(f"mismatches must be distinct. Got {values!r}; drop the repeated values.")
     return tuple(float(v) for v in values)
+
+
+def kernel_label(spec: Any, columns: tuple[int, ...] | None) -> str:
+    """How a map of the aggregated test is named in its table: a column's equality kernel, a mixed map's lambda,
+    or the kernel family.
+
+    Examples
+    --------
+    >>> kernel_label({"kind": "rff", "kernel": "laplace"}, None)
+    'laplace'
+    >>> kernel_label({"kind": "rff", "categorical": [2], "mismatch": 0.5}, None)
+    'mixed, lambda 0.5'
+    >>> kernel_label({"categorical": [0], "mismatch": 30.0}, (3,))
+    'column 3 =='
+    """
+    if columns is not None:
+        return f"column {', '.join(str(column) for column in columns)} =="
+    if spec.get("categorical"):
+        return f"mixed, lambda {spec['mismatch']:.3g}"
+    return str(spec.get("kernel", "gaussian"))
 
 
 def table_maps(

@@ -52,6 +52,7 @@ from .aggregated import (
     check_mismatches,
     kernel_grid,
     kernel_grid_size,
+    kernel_label,
     shared_map_seed,
     standardise,
     table_maps,
@@ -232,6 +233,7 @@ def aggregated_permutation_test(
     values = np.column_stack([np.asarray(observed), np.vstack(nulls)])  # (L, B + 1), column 0 observed
     p_value, aggregated, _ = aggregated_p_value(values, aggregation, np.asarray(tolerances))
     own_p_values = [_monte_carlo_p_value(row[1:], row[0], tolerance) for row, tolerance in zip(values, tolerances)]
+    labels = tuple(kernel_label(component.spec, own) for component, own in zip(sketch.sketches, sketch.columns))
     return AggregatedTwoSampleResult(
         statistic=float(aggregated[0]),
         p_value=p_value,
@@ -246,6 +248,7 @@ def aggregated_permutation_test(
         null=aggregated[1:],
         null_statistics=values[:, 1:],
         map_specs=tuple(component.spec for component in sketch.sketches),
+        kernels=labels if len(set(labels)) > 1 else (),  # named only when the maps are not all of one kind
         effects=tuple(
             _effect_of_test(component, None if moments is None else moments[index])
             for index, component in enumerate(sketch.sketches)
@@ -484,7 +487,7 @@ def _aggregated_kernel(
             selected, group, row_offset, n_x, n_y, n_permutations, seed
         )):  # fmt: skip
             parts[index] = part
-    return AggregatedTwoSampleSketch(parts)
+    return AggregatedTwoSampleSketch(parts, columns)
 
 
 def _check_aggregated_fits(

@@ -354,6 +354,9 @@ class AggregatedTwoSampleResult:
         Permuted MMD^2 per bandwidth.
     map_specs : tuple of dict
         Spec of each bandwidth's feature map.
+    kernels : tuple of str
+        Per map, its name in the table when the maps are not all of one kind (a table's mixed maps and
+        per-column equality kernels: :func:`~streamrff.twosample.aggregated.kernel_label`); else empty.
 
     Examples
     --------
@@ -383,6 +386,7 @@ class AggregatedTwoSampleResult:
     null: np.ndarray = field(repr=False)
     null_statistics: np.ndarray = field(repr=False)
     map_specs: tuple[MapSpec, ...] = field(default=(), repr=False)
+    kernels: tuple[str, ...] = field(default=(), repr=False)
     effects: tuple[EffectSize, ...] = field(default=(), repr=False)
 
     method = "aggregated"
@@ -473,16 +477,20 @@ class AggregatedTwoSampleResult:
             target = "kernel" if targets == {"kernel"} else "features"
             intervals = np.sqrt(np.maximum(self.confidence_interval(level, target), 0.0))
         heading = f"{level:.0%} interval for MMD" if intervals is not None else "interval (needs --moments)"
+        unit = "map" if self.kernels else "bandwidth"
+        kernel = f"{'kernel':<18} " if self.kernels else ""
         lines = [
-            "  per bandwidth (p-values NOT corrected for testing several bandwidths; MMD runs from 0 to sqrt(2)"
+            f"  per {unit} (p-values NOT corrected for testing several {unit}s; MMD runs from 0 to sqrt(2)"
             + (f"; intervals for the {INTERVAL_LABELS[target]}):" if intervals is not None else "):"),
-            f"    {'bandwidth':>10} {'MMD':>8} {heading:>26} {'standardised':>12} {'p uncorrected':>20}",
+            f"    {kernel}{'bandwidth':>10} {'MMD':>8} {heading:>26} {'standardised':>12} {'p uncorrected':>20}",
         ]
         for index, bandwidth in enumerate(self.bandwidths):
             ends = "" if intervals is None else f"[{intervals[index, 0]:.4g}, {intervals[index, 1]:.4g}]"
             p_text = format_p_value(self.p_values_uncorrected[index], self.n_permutations)
+            name = f"{self.kernels[index]:<18} " if self.kernels else ""
+            width = "-" if self.kernels and self.kernels[index].startswith("column ") else f"{bandwidth:.4g}"
             lines.append(
-                f"    {bandwidth:>10.4g} {self.mmd[index]:>8.4g} {ends:>26} "
+                f"    {name}{width:>10} {self.mmd[index]:>8.4g} {ends:>26} "
                 f"{self.standardised[index, 0]:>12.3f} {p_text:>20}"
             )
         return lines
@@ -501,6 +509,8 @@ class AggregatedTwoSampleResult:
                 "p_value_text": p_fields["p_value_text"],
                 "mmd": float(self.mmd[index]),
             }
+            if self.kernels:
+                row["kernel"] = self.kernels[index]
             if self.has_interval:
                 row["confidence_interval"] = interval_fields(self.statistics[index], self.effects[index])
             if include_null:
