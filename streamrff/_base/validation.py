@@ -104,6 +104,14 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def is_positive_real(value: Any) -> bool:
+    """Whether ``value`` is a positive finite real number (a bool is not)."""
+    return (
+        not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Real) and bool(np.isfinite(value))
+        and value > 0
+    )  # fmt: skip
+
+
 def check_bandwidth(value: Any, name: str = "bandwidth") -> float | str:
     """Return a positive finite float, or the string ``"median"``."""
     if isinstance(value, str):

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._base.blas import single_blas_thread
 from .._base.sampling import MEDIAN_SAMPLE_ROWS, median_heuristic
-from .._base.validation import check_bandwidth, check_positive_int, normalize_seed
+from .._base.validation import check_bandwidth, check_positive_int, is_positive_real, normalize_seed
 from ..errors import InputError
 from ..typing import MapSpec, Seed
 from . import categorical as mixed
@@ -163,12 +163,6 @@ class FourierFeatureMap(FeatureMap):
         m = projection.shape[1]
         np.cos(projection, out=out[:, :m], dtype=out.dtype)
         np.sin(projection, out=out[:, m:], dtype=out.dtype)
-
-
-def _is_positive_float(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and 0 < value < np.inf
-    )
 
 
 def _check_paired_n_features(n_features: Any, reason: str, alternative: str = "") -> int:
@@ -524,7 +518,7 @@ class RFF(FourierFeatureMap):
                 raise InputError(f"categorical names a column twice. Got {list(columns)!r}.")
             if self.structured and len(columns):
                 raise InputError("categorical columns need a dense map: pass structured=False with categorical.")
-        if not (self.mismatch == "auto" or _is_positive_float(self.mismatch)):
+        if not (self.mismatch == "auto" or is_positive_real(self.mismatch)):
             raise InputError(f"mismatch must be 'auto' or a positive finite number. Got {self.mismatch!r}.")
         if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
             raise InputError(f"kernel must be one of {', '.join(map(repr, KERNELS))}. Got {self.kernel!r}.")

@@ -25,6 +25,7 @@ import numpy as np
 from scipy.spatial.distance import pdist, squareform
 from scipy.special import logsumexp
 
+from .._base.validation import is_positive_real
 from ..errors import InputError
 
 __all__ = [
@@ -173,12 +174,7 @@ def check_bandwidths(bandwidths: Any) -> str | tuple[float, ...]:
     if not values:
         raise InputError("bandwidths must hold at least one bandwidth. Got an empty list; use bandwidths='auto'.")
     for value in values:
-        if (
-            isinstance(value, (bool, np.bool_))
-            or not isinstance(value, numbers.Real)
-            or not np.isfinite(value)
-            or value <= 0
-        ):
+        if not is_positive_real(value):
             raise InputError(
                 f"bandwidths must be positive finite numbers. Got {value!r} in {values!r}; "
                 "drop it or use bandwidths='auto'."
@@ -283,14 +279,7 @@ def check_mismatches(mismatches: Any) -> str | tuple[float, ...]:
         values = list(mismatches)
     except TypeError:
         values = None
-    if (
-        isinstance(mismatches, str)
-        or not values
-        or any(
-            isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0
-            for v in values
-        )
-    ):
+    if isinstance(mismatches, str) or not values or not all(is_positive_real(value) for value in values):
         raise InputError(
             f"mismatches must be 'auto' or a non-empty list of positive numbers. Got {mismatches!r}; "
             "use mismatches='auto' or e.g. mismatches=[1.0, 10.0]."
