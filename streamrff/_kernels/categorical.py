@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import jit
-from .sincos import WIDE_VECTORS, _sincos, _wide_lanes
+from .sincos import MAX_FAST_PHASE, WIDE_VECTORS, _sincos, _wide_lanes, largest_phase
 
-__all__ = ["category_words", "flip_signs"]
+__all__ = ["category_words", "flip_signs", "reduce_phases", "signed_feature_sums", "signed_float32_sums"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -177,3 +177,67 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
         for j in range(m):
             sums[0, j] += first[j]
             sums[1, j] += second[j]
+
+
+@jit(nogil=True, boundscheck=False, error_model="numpy")
+def signed_float32_sums(rows, frequencies, offsets, words, tile_rows, sums):  # pragma: no cover - compiled
+    """:func:`signed_feature_sums` from float32 phases: per tile of ``tile_rows`` rows the projection
+    ``rows @ frequencies`` (BLAS sgemm, as :func:`streamrff._kernels.sincos.sincos_feature_sums`), then
+    the signed ``cos`` and ``sin`` (``offsets`` of length 0) or ``cos(phase + offsets)`` and its square.
+
+    ``rows``: float32 (n, d); ``frequencies``: float32 (d, m); ``offsets``: float32 (m,) or (0,);
+    ``words``: (n, ceil(m / 64)) uint64 (:func:`category_words`); ``sums``: float64 (2, m), added to.
+    The sines and cosines are those of :func:`streamrff._kernels.sincos.rff_features` (a tile with a
+    phase beyond ``MAX_FAST_PHASE``: float32 of libm's float64 ones), so the sums agree with
+    :func:`flip_signs` of its features to float32 rounding; summed in float32 over 256 rows, then float64.
+    """
+    n, m = rows.shape[0], frequencies.shape[1]
+    with_offsets = offsets.shape[0] > 0
+    projection = np.empty((min(tile_rows, n), m), np.float32)
+    first, second = np.zeros(m, dtype=np.float32), np.zeros(m, dtype=np.float32)
+    signs, cosines, sines = np.empty(m, np.float32), np.empty(m, np.float32), np.empty(m, np.float32)
+    one, two = np.float32(1.0), np.float32(2.0)
+    for start in range(0, n, tile_rows):
+        phases = projection[: min(n, start + tile_rows) - start]
+        np.dot(rows[start : start + phases.shape[0]], frequencies, phases)
+        fast = largest_phase(phases, offsets) <= MAX_FAST_PHASE
+        for segment in range(0, phases.shape[0], 256):
+            first[:] = 0.0
+            second[:] = 0.0
+            for i in range(segment, min(phases.shape[0], segment + 256)):
+                for word in range(words.shape[1]):
+                    bits = words[start + i, word]
+                    for b in range(min(64, m - 64 * word)):
+                        signs[64 * word + b] = one - two * np.float32(np.int32((bits >> np.uint64(b)) & _ONE))
+                row = phases[i]
+                low = 0
+                if fast:
+                    if WIDE_VECTORS:
+                        if with_offsets:
+                            low = _wide_lanes(row, offsets, one, cosines, cosines, row, 2)
+                        else:
+                            low = _wide_lanes(row, row, one, cosines, sines, row, 0)
+                    for j in range(low, m):
+                        if with_offsets:
+                            cosines[j] = _sincos(row[j] + offsets[j])[1]
+                        else:
+                            sines[j], cosines[j] = _sincos(row[j])
+                else:
+                    for j in range(m):
+                        if with_offsets:
+                            cosines[j] = np.float32(np.cos(np.float64(row[j] + offsets[j])))
+                        else:
+                            cosines[j] = np.float32(np.cos(np.float64(row[j])))
+                            sines[j] = np.float32(np.sin(np.float64(row[j])))
+                if with_offsets:
+                    for j in range(m):
+                        c = signs[j] * cosines[j]
+                        first[j] += c
+                        second[j] += c * c
+                else:
+                    for j in range(m):
+                        first[j] += signs[j] * cosines[j]
+                        second[j] += signs[j] * sines[j]
+            for j in range(m):
+                sums[0, j] += first[j]
+                sums[1, j] += second[j]

@@ -109,11 +109,16 @@ def signed_sums(
     numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int
 ) -> np.ndarray:
     """Float64 (2, m) unscaled column sums of a mixed map's float32 features (cosines, then sines or the
-    cosines' squares): per tile of ``step`` rows the float64 projection ``numeric @ frequencies``, then
-    one compiled pass (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
-    from .._kernels.categorical import signed_feature_sums
+    cosines' squares). Float32 ``numeric``, ``frequencies`` and ``phases`` (float32 phases): one compiled
+    call (:func:`streamrff._kernels.categorical.signed_float32_sums`). Float64 (float64 phases): per tile
+    of ``step`` rows the float64 projection ``numeric @ frequencies``, then one compiled pass
+    (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
+    from .._kernels.categorical import signed_feature_sums, signed_float32_sums
 
     sums = np.zeros((2, frequencies.shape[1]))
+    if numeric.dtype == np.float32:
+        signed_float32_sums(numeric, frequencies, phases, words, step, sums)
+        return sums
     projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))
     for start in range(0, numeric.shape[0], step):
         tile = projection[: min(step, numeric.shape[0] - start)]
