@@ -26,6 +26,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S63 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(63)
 _ONE, _LOW6, _S6 = np.uint64(1), np.uint64(63), np.uint64(6)
+_NEGATIVE_ZERO = np.uint64(0x8000000000000000)
 
 
 @jit(nogil=True, inline="always")
@@ -37,48 +38,64 @@ def _finalise(z):  # pragma: no cover - compiled
 
 @jit(nogil=True)
 def category_words(
-    bits: np.ndarray, starts: np.ndarray, frequencies: np.ndarray, keys: np.ndarray, words: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """``words[i, j // 64]`` bit ``j % 64``: the parity of row ``i``'s hashes under frequency ``j``.
+    bits, columns, starts, frequencies, keys, slot_codes, slot_ids, values, filled, words
+):  # pragma: no cover - compiled
+    """``words[i, j // 64]`` bit ``j % 64``: the parity of row ``i``'s hashes under frequency ``j``; False
+    (``words`` unfinished) when a table below is full.
 
-    ``bits``: (rows, columns) uint64, the codes' float64 bit patterns. Column ``c`` is hashed by the
-    frequencies ``frequencies[starts[c]:starts[c + 1]]`` with the keys ``keys[starts[c]:starts[c + 1]]``
-    (the mask in compressed columns). ``words``: (rows, ceil(m / 64)) uint64, zeroed here.
+    ``bits``: (rows, any columns) uint64, the rows' float64 bit patterns (-0.0 read as 0.0); the codes
+    are its columns ``columns`` (int64). The ``c``-th of those is hashed by the frequencies
+    ``frequencies[starts[c]:starts[c + 1]]`` with the keys ``keys[starts[c]:starts[c + 1]]`` (the mask in
+    compressed columns). ``words``: (rows, ceil(m / 64)) uint64.
+
+    The tables, kept by the caller across calls: per column an open-addressing table of ``size`` slots
+    (``slot_codes``, ``slot_ids``: (columns, size), id -1 empty, at most half full) from a code to its
+    row of ``values`` ((capacity, ceil(m / 64)) uint64: its flips, packed); ``filled``: (columns + 1,)
+    int64, the codes of each column's table and the rows of ``values`` in use. Column by column each
+    row's code is looked up (hashed when first seen) and its row noted; then row by row the XOR of its
+    columns' rows of ``values``, written once.
     """
-    n_rows, n_columns = bits.shape
+    n_rows, n_columns = bits.shape[0], columns.shape[0]
     n_words = words.shape[1]
-    words[:] = 0
-    size = 16
-    while size < 2 * n_rows:
-        size *= 2
+    size = slot_ids.shape[1]
     slot_mask = np.uint64(size - 1)
-    slot_codes = np.empty(size, dtype=np.uint64)
-    slot_ids = np.empty(size, dtype=np.int64)
-    values = np.empty((min(n_rows, size), n_words), dtype=np.uint64)
+    entries = np.empty((n_rows, n_columns), dtype=np.int64)
     for column in range(n_columns):
         first, last = starts[column], starts[column + 1]
         if first == last:
+            entries[:, column] = -1
             continue
-        slot_ids[:] = -1
-        count = 0
         for i in range(n_rows):
-            code = bits[i, column]
+            code = bits[i, columns[column]]
+            if code == _NEGATIVE_ZERO:
+                code = np.uint64(0)
             slot = _finalise(code + _GOLDEN) & slot_mask
-            while slot_ids[slot] >= 0 and slot_codes[slot] != code:
+            while slot_ids[column, slot] >= 0 and slot_codes[column, slot] != code:
                 slot = (slot + _ONE) & slot_mask
-            value = slot_ids[slot]
+            value = slot_ids[column, slot]
             if value < 0:  # a code first seen here: its flips under every frequency that hashes the column
-                value = count
-                count += 1
-                slot_ids[slot] = value
-                slot_codes[slot] = code
+                if 2 * (filled[column] + 1) > size or filled[n_columns] == values.shape[0]:
+                    return False
+                value = filled[n_columns]
+                filled[n_columns] += 1
+                filled[column] += 1
+                slot_ids[column, slot] = value
+                slot_codes[column, slot] = code
                 values[value, :] = 0
                 for position in range(first, last):
                     z = _finalise((code ^ keys[position]) + _GOLDEN)
                     j = np.uint64(frequencies[position])
                     values[value, j >> _S6] |= (z >> _S63) << (j & _LOW6)
-            for word in range(n_words):
-                words[i, word] ^= values[value, word]
+            entries[i, column] = value
+    for i in range(n_rows):
+        for word in range(n_words):
+            words[i, word] = 0
+        for column in range(n_columns):
+            value = entries[i, column]
+            if value >= 0:
+                for word in range(n_words):
+                    words[i, word] ^= values[value, word]
+    return True
 
 
 @jit(nogil=True)
@@ -180,12 +197,13 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
 
 
 @jit(nogil=True, boundscheck=False, error_model="numpy")
-def signed_float32_sums(rows, frequencies, offsets, words, tile_rows, sums):  # pragma: no cover - compiled
+def signed_float32_sums(rows, columns, frequencies, offsets, words, tile_rows, sums):  # pragma: no cover - compiled
     """:func:`signed_feature_sums` from float32 phases: per tile of ``tile_rows`` rows the projection
     ``rows @ frequencies`` (BLAS sgemm, as :func:`streamrff._kernels.sincos.sincos_feature_sums`), then
     the signed ``cos`` and ``sin`` (``offsets`` of length 0) or ``cos(phase + offsets)`` and its square.
 
-    ``rows``: float32 (n, d); ``frequencies``: float32 (d, m); ``offsets``: float32 (m,) or (0,);
+    ``rows``: float32 or float64 (n, any columns), of which the numeric ``columns`` (int64, d of them) are
+    copied to float32 a tile at a time; ``frequencies``: float32 (d, m); ``offsets``: float32 (m,) or (0,);
     ``words``: (n, ceil(m / 64)) uint64 (:func:`category_words`); ``sums``: float64 (2, m), added to.
     The sines and cosines are those of :func:`streamrff._kernels.sincos.rff_features` (a tile with a
     phase beyond ``MAX_FAST_PHASE``: float32 of libm's float64 ones), so the sums agree with
@@ -194,12 +212,16 @@ def signed_float32_sums(rows, frequencies, offsets, words, tile_rows, sums):  # 
     n, m = rows.shape[0], frequencies.shape[1]
     with_offsets = offsets.shape[0] > 0
     projection = np.empty((min(tile_rows, n), m), np.float32)
+    numeric = np.empty((min(tile_rows, n), columns.shape[0]), np.float32)
     first, second = np.zeros(m, dtype=np.float32), np.zeros(m, dtype=np.float32)
     signs, cosines, sines = np.empty(m, np.float32), np.empty(m, np.float32), np.empty(m, np.float32)
     one, two = np.float32(1.0), np.float32(2.0)
     for start in range(0, n, tile_rows):
-        phases = projection[: min(n, start + tile_rows) - start]
-        np.dot(rows[start : start + phases.shape[0]], frequencies, phases)
+        phases, tile = projection[: min(n, start + tile_rows) - start], numeric[: min(n, start + tile_rows) - start]
+        for i in range(tile.shape[0]):
+            for k in range(columns.shape[0]):
+                tile[i, k] = np.float32(rows[start + i, columns[k]])
+        np.dot(tile, frequencies, phases)
         fast = largest_phase(phases, offsets) <= MAX_FAST_PHASE
         for segment in range(0, phases.shape[0], 256):
             first[:] = 0.0

@@ -17,6 +17,11 @@ never seen at fit is just another code.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 __all__ = [
@@ -67,11 +72,15 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     return signs
 
 
-def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def category_flip_words(
+    codes: np.ndarray, mask: np.ndarray, keys: np.ndarray, columns: Sequence[int] | None = None
+) -> np.ndarray:
     """The signs of :func:`category_signs` packed as bits: (rows, ceil(frequencies / 64)) uint64, bit set = -1.
 
     One hash per distinct code of each column and hashing frequency (a chunk's codes repeat), then
     per row the XOR of its columns' words: a chunk's flips are computed once, before its tiles.
+    With ``columns``, the codes are those columns of ``codes`` (read in place when it is C-contiguous
+    float64, a map's chunk of rows).
 
     Examples
     --------
@@ -84,14 +93,64 @@ def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -
     """
     from .._kernels.categorical import category_words  # here, not at the top: numba's import
 
-    codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one category
-    bits = np.ascontiguousarray(codes).view(np.uint64)
-    columns, frequencies = np.nonzero(np.asarray(mask).T)  # row-major: grouped by column
-    starts = np.searchsorted(columns, np.arange(mask.shape[1] + 1)).astype(np.int64)
-    words = np.empty((codes.shape[0], -(-mask.shape[0] // 64)), dtype=np.uint64)
-    hashed = np.asarray(keys, dtype=np.uint64)[frequencies, columns]
-    category_words(bits, starts, frequencies.astype(np.int64), np.ascontiguousarray(hashed), words)
+    codes = np.asarray(codes, dtype=np.float64)
+    # A contiguous copy of the code columns: read column by column, faster than strided in the rows.
+    bits = np.ascontiguousarray(codes if columns is None else codes[:, list(columns)]).view(np.uint64)
+    mask, keys = np.asarray(mask), np.asarray(keys, dtype=np.uint64)
+    hashing, frequencies = np.nonzero(mask.T)  # row-major: grouped by column
+    starts = np.searchsorted(hashing, np.arange(mask.shape[1] + 1)).astype(np.int64)
+    words = np.empty((bits.shape[0], -(-mask.shape[0] // 64)), dtype=np.uint64)
+    arguments = (bits, np.arange(bits.shape[1]), starts, frequencies.astype(np.int64), keys[frequencies, hashing])
+    table = _flip_table(mask, keys, words.shape[1])
+    with table.lock:  # -0.0 is read as 0.0: one category
+        cached = bool(table.filled[-1])
+        while not category_words(*arguments, table.codes, table.ids, table.values, table.filled, words):
+            if table.values.shape[0] < table.largest or cached:  # grow to the bound, or start afresh there
+                table.allocate(min(2 * table.values.shape[0], table.largest))
+                cached = False
+            else:  # more distinct codes in this chunk than the bound: a table of its own
+                own = _FlipTable(bits.shape[1], words.shape[1], bits.shape[0] * bits.shape[1])
+                category_words(*arguments, own.codes, own.ids, own.values, own.filled, words)
+                break
     return words
+
+
+#: The packed flips of the codes met so far, kept per map (its mask and keys) across the chunks a
+#: process embeds, so that a column of many levels is not hashed again every chunk: at most
+#: ``_CACHED_MAPS`` maps (the least recently used dropped), each table at most ``_CACHE_BYTES``
+#: (its codes then start afresh; a chunk with more distinct codes than that takes a table of its own).
+_CACHE_BYTES = 32 * 2**20
+_CACHED_MAPS = 4
+_TABLES: dict[bytes, _FlipTable] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+class _FlipTable:
+    """The tables of :func:`streamrff._kernels.categorical.category_words`, with a lock (a map's chunks
+    run in threads) and ``largest``, the most codes it may hold under ``_CACHE_BYTES``."""
+
+    def __init__(self, n_columns: int, n_words: int, capacity: int) -> None:
+        self.lock, self.n_columns, self.n_words = threading.Lock(), n_columns, n_words
+        per_code = 2 * 16 * n_columns + 8 * n_words  # at most half full: two slots of code and id per column
+        self.largest = max(capacity, 1 << max(10, (_CACHE_BYTES // per_code).bit_length() - 1))
+        self.allocate(capacity)
+
+    def allocate(self, capacity: int) -> None:
+        size = 1 << (2 * max(capacity, 1) - 1).bit_length()  # a power of two >= 2 capacity
+        self.codes = np.empty((self.n_columns, size), dtype=np.uint64)
+        self.ids = np.full((self.n_columns, size), -1, dtype=np.int64)
+        self.values = np.empty((capacity, self.n_words), dtype=np.uint64)
+        self.filled = np.zeros(self.n_columns + 1, dtype=np.int64)
+
+
+def _flip_table(mask: np.ndarray, keys: np.ndarray, n_words: int) -> _FlipTable:
+    digest = hashlib.blake2b(mask.tobytes() + keys.tobytes(), digest_size=16).digest()
+    with _TABLES_LOCK:
+        table = _TABLES.pop(digest, None) or _FlipTable(mask.shape[1], n_words, 1024)
+        _TABLES[digest] = table  # the most recently used last
+        while len(_TABLES) > _CACHED_MAPS:
+            del _TABLES[next(iter(_TABLES))]
+    return table
 
 
 def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
@@ -106,18 +165,19 @@ def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
 
 
 def signed_sums(
-    numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int
+    numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int, columns: Any = None
 ) -> np.ndarray:
     """Float64 (2, m) unscaled column sums of a mixed map's float32 features (cosines, then sines or the
-    cosines' squares). Float32 ``numeric``, ``frequencies`` and ``phases`` (float32 phases): one compiled
-    call (:func:`streamrff._kernels.categorical.signed_float32_sums`). Float64 (float64 phases): per tile
+    cosines' squares). Float32 ``frequencies`` and ``phases`` (float32 phases): one compiled call
+    (:func:`streamrff._kernels.categorical.signed_float32_sums`) on the ``columns`` of ``numeric``, the
+    rows as given. Float64 (float64 phases; ``numeric`` the numeric columns only, float64): per tile
     of ``step`` rows the float64 projection ``numeric @ frequencies``, then one compiled pass
     (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
     from .._kernels.categorical import signed_feature_sums, signed_float32_sums
 
     sums = np.zeros((2, frequencies.shape[1]))
-    if numeric.dtype == np.float32:
-        signed_float32_sums(numeric, frequencies, phases, words, step, sums)
+    if frequencies.dtype == np.float32:
+        signed_float32_sums(numeric, np.asarray(columns, dtype=np.int64), frequencies, phases, words, step, sums)
         return sums
     projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))
     for start in range(0, numeric.shape[0], step):

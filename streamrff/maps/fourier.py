@@ -626,12 +626,14 @@ class RFF(FourierFeatureMap):
             pass
 
     def _mixed_setup(self, X: np.ndarray, char: str = "d") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Signs of ``X`` as bits (:func:`category_flip_words`), then the numeric columns, frequencies and
-        phases (length 0 for sincos) in float64 (``char`` "d") or float32 ("f")."""
-        params, numeric = self._params(), np.ascontiguousarray(X[:, self._numeric_columns()], dtype=char)
+        """Signs of ``X`` as bits (:func:`category_flip_words`), then the rows to project (``char`` "d": the
+        numeric columns as float64; "f": ``X`` itself, whose numeric columns the compiled float32 pass reads
+        a tile at a time), the frequencies and the phases (length 0 for sincos) in that precision."""
+        params = self._params()
         words = mixed.category_flip_words(
-            X[:, self._categorical_columns], params["category_mask"], params["category_keys"]
+            X, params["category_mask"], params["category_keys"], self._categorical_columns
         )
+        numeric = X if char == "f" else np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
         frequencies, phases = _projection_params(self.kind, spec_key(self.spec), char)
         return words, numeric, frequencies, np.zeros(0, char) if phases is None else phases
 
@@ -684,7 +686,8 @@ class RFF(FourierFeatureMap):
             return super()._feature_sums(X, dtype)
         words, numeric, frequencies, phases = self._mixed_setup(X, "f" if self.phase_precision_ == "float32" else "d")
         m, scale = frequencies.shape[1], float(np.float32(self._scale(frequencies.shape[1])))
-        totals = mixed.signed_sums(numeric, frequencies, phases, words, self._tile_rows(self._output_width()))
+        step = self._tile_rows(self._output_width())
+        totals = mixed.signed_sums(numeric, frequencies, phases, words, step, self._numeric_columns())
         if self.variant == "sincos":
             return totals.reshape(-1) * scale, X.shape[0] * m * scale * scale
         return totals[0] * scale, float(totals[1].sum()) * scale * scale
