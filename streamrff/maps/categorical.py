@@ -26,6 +26,7 @@ import numpy as np
 
 __all__ = [
     "category_flip_words",
+    "category_flips",
     "category_signs",
     "draw_category_params",
     "flip_category_signs",
@@ -77,10 +78,7 @@ def category_flip_words(
 ) -> np.ndarray:
     """The signs of :func:`category_signs` packed as bits: (rows, ceil(frequencies / 64)) uint64, bit set = -1.
 
-    One hash per distinct code of each column and hashing frequency (a chunk's codes repeat), then
-    per row the XOR of its columns' words: a chunk's flips are computed once, before its tiles.
-    With ``columns``, the codes are those columns of ``codes`` (read in place when it is C-contiguous
-    float64, a map's chunk of rows).
+    The XOR, per row, of its columns' entries (:func:`category_flips`); ``columns`` as there.
 
     Examples
     --------
@@ -91,7 +89,21 @@ def category_flip_words(
     >>> words.shape, words.dtype, bool((words[0] == words[1]).all())
     ((2, 2), dtype('uint64'), True)
     """
-    from .._kernels.categorical import category_words  # here, not at the top: numba's import
+    return gather_flips(category_flips(codes, mask, keys, columns))
+
+
+def category_flips(
+    codes: np.ndarray, mask: np.ndarray, keys: np.ndarray, columns: Sequence[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(entries, values)``: per row and categorical column the row of ``values`` ((k, ceil(frequencies /
+    64)) uint64) that packs the flips of its code (-1: a column no frequency hashes).
+
+    One hash per distinct code of each column and hashing frequency, kept across calls per map (its
+    ``mask`` and ``keys``; see ``_CACHE_BYTES``): a chunk's codes repeat, and so do a table's across
+    chunks. With ``columns``, the codes are those columns of ``codes`` (a map's chunk of rows).
+    ``values`` is read-only to the caller (rows are only ever added to it).
+    """
+    from .._kernels.categorical import category_entries  # here, not at the top: numba's import
 
     codes = np.asarray(codes, dtype=np.float64)
     # A contiguous copy of the code columns: read column by column, faster than strided in the rows.
@@ -99,20 +111,20 @@ def category_flip_words(
     mask, keys = np.asarray(mask), np.asarray(keys, dtype=np.uint64)
     hashing, frequencies = np.nonzero(mask.T)  # row-major: grouped by column
     starts = np.searchsorted(hashing, np.arange(mask.shape[1] + 1)).astype(np.int64)
-    words = np.empty((bits.shape[0], -(-mask.shape[0] // 64)), dtype=np.uint64)
+    entries = np.empty(bits.shape, dtype=np.int32)
     arguments = (bits, np.arange(bits.shape[1]), starts, frequencies.astype(np.int64), keys[frequencies, hashing])
-    table = _flip_table(mask, keys, words.shape[1])
+    table = _flip_table(mask, keys, -(-mask.shape[0] // 64))
     with table.lock:  # -0.0 is read as 0.0: one category
         cached = bool(table.filled[-1])
-        while not category_words(*arguments, table.codes, table.ids, table.values, table.filled, words):
+        while not category_entries(*arguments, table.codes, table.ids, table.values, table.filled, entries):
             if table.values.shape[0] < table.largest or cached:  # grow to the bound, or start afresh there
                 table.allocate(min(2 * table.values.shape[0], table.largest))
                 cached = False
             else:  # more distinct codes in this chunk than the bound: a table of its own
-                own = _FlipTable(bits.shape[1], words.shape[1], bits.shape[0] * bits.shape[1])
-                category_words(*arguments, own.codes, own.ids, own.values, own.filled, words)
-                break
-    return words
+                own = _FlipTable(bits.shape[1], table.n_words, bits.shape[0] * bits.shape[1])
+                category_entries(*arguments, own.codes, own.ids, own.values, own.filled, entries)
+                return entries, own.values
+        return entries, table.values
 
 
 #: The packed flips of the codes met so far, kept per map (its mask and keys) across the chunks a
@@ -126,7 +138,7 @@ _TABLES_LOCK = threading.Lock()
 
 
 class _FlipTable:
-    """The tables of :func:`streamrff._kernels.categorical.category_words`, with a lock (a map's chunks
+    """The tables of :func:`streamrff._kernels.categorical.category_entries`, with a lock (a map's chunks
     run in threads) and ``largest``, the most codes it may hold under ``_CACHE_BYTES``."""
 
     def __init__(self, n_columns: int, n_words: int, capacity: int) -> None:
@@ -153,6 +165,15 @@ def _flip_table(mask: np.ndarray, keys: np.ndarray, n_words: int) -> _FlipTable:
     return table
 
 
+def gather_flips(flips: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The packed signs (:func:`category_flip_words`) of :func:`category_flips`' ``(entries, values)``."""
+    from .._kernels.categorical import gather_words
+
+    words = np.empty((flips[0].shape[0], flips[1].shape[1]), dtype=np.uint64)
+    gather_words(*flips, words)
+    return words
+
+
 def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
     """Negate, in place, the float32 or float64 features ``out[:, j]`` (and ``out[:, m + j]`` when ``out``
     has 2m columns, sines beside cosines) whose bit ``j`` is set in ``words`` (:func:`category_flip_words`)."""
@@ -165,7 +186,12 @@ def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
 
 
 def signed_sums(
-    numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int, columns: Any = None
+    numeric: np.ndarray,
+    frequencies: np.ndarray,
+    phases: np.ndarray,
+    flips: tuple[np.ndarray, np.ndarray],
+    step: int,
+    columns: Any = None,
 ) -> np.ndarray:
     """Float64 (2, m) unscaled column sums of a mixed map's float32 features (cosines, then sines or the
     cosines' squares). Float32 ``frequencies`` and ``phases`` (float32 phases): one compiled call
@@ -177,8 +203,9 @@ def signed_sums(
 
     sums = np.zeros((2, frequencies.shape[1]))
     if frequencies.dtype == np.float32:
-        signed_float32_sums(numeric, np.asarray(columns, dtype=np.int64), frequencies, phases, words, step, sums)
+        signed_float32_sums(numeric, np.asarray(columns, dtype=np.int64), frequencies, phases, *flips, step, sums)
         return sums
+    words = gather_flips(flips)
     projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))
     for start in range(0, numeric.shape[0], step):
         tile = projection[: min(step, numeric.shape[0] - start)]

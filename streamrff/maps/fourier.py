@@ -625,17 +625,15 @@ class RFF(FourierFeatureMap):
         for _ in self._mixed_tiles(X, out.dtype, X.shape[0], out):
             pass
 
-    def _mixed_setup(self, X: np.ndarray, char: str = "d") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Signs of ``X`` as bits (:func:`category_flip_words`), then the rows to project (``char`` "d": the
+    def _mixed_setup(self, X: np.ndarray, char: str = "d") -> tuple[tuple, np.ndarray, np.ndarray, np.ndarray]:
+        """Signs of ``X`` (:func:`category_flips`), then the rows to project (``char`` "d": the
         numeric columns as float64; "f": ``X`` itself, whose numeric columns the compiled float32 pass reads
         a tile at a time), the frequencies and the phases (length 0 for sincos) in that precision."""
         params = self._params()
-        words = mixed.category_flip_words(
-            X, params["category_mask"], params["category_keys"], self._categorical_columns
-        )
+        flips = mixed.category_flips(X, params["category_mask"], params["category_keys"], self._categorical_columns)
         numeric = X if char == "f" else np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
         frequencies, phases = _projection_params(self.kind, spec_key(self.spec), char)
-        return words, numeric, frequencies, np.zeros(0, char) if phases is None else phases
+        return flips, numeric, frequencies, np.zeros(0, char) if phases is None else phases
 
     def _mixed_tiles(self, X: np.ndarray, dtype: Any, step: int, out: np.ndarray | None = None) -> Iterator:
         """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out`` or one
@@ -643,7 +641,8 @@ class RFF(FourierFeatureMap):
         (as :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
         from .._kernels.categorical import reduce_phases
 
-        words, numeric, frequencies, phases = self._mixed_setup(X)
+        flips, numeric, frequencies, phases = self._mixed_setup(X)
+        words = mixed.gather_flips(flips)
         m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
         buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
         for start in range(0, X.shape[0], step):
@@ -684,10 +683,10 @@ class RFF(FourierFeatureMap):
         """float32: a compiled pass per tile writing no feature (``signed_sums``; sincos norms m scale^2)."""
         if dtype != np.float32:
             return super()._feature_sums(X, dtype)
-        words, numeric, frequencies, phases = self._mixed_setup(X, "f" if self.phase_precision_ == "float32" else "d")
+        flips, numeric, frequencies, phases = self._mixed_setup(X, "f" if self.phase_precision_ == "float32" else "d")
         m, scale = frequencies.shape[1], float(np.float32(self._scale(frequencies.shape[1])))
         step = self._tile_rows(self._output_width())
-        totals = mixed.signed_sums(numeric, frequencies, phases, words, step, self._numeric_columns())
+        totals = mixed.signed_sums(numeric, frequencies, phases, flips, step, self._numeric_columns())
         if self.variant == "sincos":
             return totals.reshape(-1) * scale, X.shape[0] * m * scale * scale
         return totals[0] * scale, float(totals[1].sum()) * scale * scale
