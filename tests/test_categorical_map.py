@@ -195,6 +195,46 @@ def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
         expected = np.hstack([np.cos(phases) * signs, np.sin(phases) * signs]) / np.sqrt(m)
     else:
         expected = np.cos(phases + params["phases"]) * signs * np.sqrt(2.0 / n_features)
-    np.testing.assert_allclose(feature_map.transform(X), expected, rtol=1e-5, atol=2e-6)
+    # float32 phases (|phase| < 6 here): a phase error of a few ulps, ~1e-6 rad, moves a feature of size
+    # m^-1/2 by ~2e-7; float32 sines and cosines add ~1.5 ulp
+    assert feature_map.phase_precision_ == "float32"
+    np.testing.assert_allclose(feature_map.transform(X), expected, rtol=1e-5, atol=5e-7)
     sketch = srf.sketch_array(X, feature_map)
     np.testing.assert_allclose(sketch.feature_sum, expected.sum(axis=0), rtol=1e-5, atol=1e-4)
+    chunked = srf.sketch(X, feature_map, chunk_rows=97)  # the compiled pass's tiles fall elsewhere
+    np.testing.assert_allclose(chunked.feature_sum, sketch.feature_sum, rtol=1e-6, atol=1e-5)
+
+
+def numpy_mixed_features(X: np.ndarray, spec: dict) -> np.ndarray:
+    """Float64 sincos features of a mixed map with ``CATEGORICAL`` columns, from its drawn parameters."""
+    params = srf.map_from_spec(spec)._params()
+    signs = numpy_signs(X[:, CATEGORICAL], params["category_mask"], params["category_keys"]).astype(np.float64)
+    phases = X[:, [0, 2]] @ params["frequencies"].T
+    return np.hstack([np.cos(phases) * signs, np.sin(phases) * signs]) / np.sqrt(phases.shape[1])
+
+
+def test_mixed_map_specs_from_before_float32_phases_embed_as_before():
+    # Every mixed map saved before mixed maps had float32 phases records "phase_precision": "float64"
+    # (then their only path): such a spec keeps float64 phases. Rows ~40 bandwidths from the origin have
+    # phases of ~100 rad, where float32 phases would be off by ~1e-5 rad (features by ~1e-6).
+    old = {
+        "kind": "rff", "n_features_in": 4, "n_features": 130, "bandwidth": 1.0, "variant": "sincos",
+        "orthogonal": False, "phase_precision": "float64", "categorical": CATEGORICAL, "mismatch": 0.8, "seed": 4,
+    }  # fmt: skip
+    X = mixed_rows(300, seed=9)
+    X[:, [0, 2]] += 40.0
+    loaded = srf.map_from_spec(old)
+    assert loaded.phase_precision_ == "float64" and loaded.spec == old
+    expected = numpy_mixed_features(X, old)
+    np.testing.assert_allclose(loaded.transform(X), expected, rtol=0, atol=1e-7)  # float32 sin/cos rounding only
+    np.testing.assert_allclose(srf.sketch_array(X, loaded).feature_sum, expected.sum(0), rtol=1e-6, atol=1e-5)
+    # without the key (a map fitted now with float32 phases): float32 phases, documented error
+    new = srf.map_from_spec({k: v for k, v in old.items() if k != "phase_precision"})
+    assert new.phase_precision_ == "float32" and new.fingerprint != loaded.fingerprint
+    assert np.abs(new.transform(X) - expected).max() > 1e-7
+    np.testing.assert_allclose(new.transform(X), expected, rtol=0, atol=1e-5)
+    # "auto" on the numeric columns: float64 for these far rows, float32 for standardised ones
+    far = srf.RFF(n_features=130, bandwidth=1.0, categorical=CATEGORICAL, seed=4).fit(X)
+    near = srf.RFF(n_features=130, bandwidth=1.0, categorical=CATEGORICAL, seed=4).fit(mixed_rows(300, seed=9))
+    assert far.phase_precision_ == "float64" and far.spec["phase_precision"] == "float64"
+    assert near.phase_precision_ == "float32" and "phase_precision" not in near.spec
