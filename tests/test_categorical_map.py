@@ -206,19 +206,22 @@ def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
 
 
 def numpy_mixed_features(X: np.ndarray, spec: dict) -> np.ndarray:
-    """Float64 sincos features of a mixed map with ``CATEGORICAL`` columns, from its drawn parameters."""
+    """Float64 features of a mixed map with ``CATEGORICAL`` columns, from its drawn parameters."""
     params = srf.map_from_spec(spec)._params()
     signs = numpy_signs(X[:, CATEGORICAL], params["category_mask"], params["category_keys"]).astype(np.float64)
     phases = X[:, [0, 2]] @ params["frequencies"].T
+    if spec["variant"] == "cosphase":
+        return np.cos(phases + params["phases"]) * signs * np.sqrt(2.0 / spec["n_features"])
     return np.hstack([np.cos(phases) * signs, np.sin(phases) * signs]) / np.sqrt(phases.shape[1])
 
 
-def test_mixed_map_specs_from_before_float32_phases_embed_as_before():
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+def test_mixed_map_specs_from_before_float32_phases_embed_as_before(variant):
     # Every mixed map saved before mixed maps had float32 phases records "phase_precision": "float64"
     # (then their only path): such a spec keeps float64 phases. Rows ~40 bandwidths from the origin have
     # phases of ~100 rad, where float32 phases would be off by ~1e-5 rad (features by ~1e-6).
     old = {
-        "kind": "rff", "n_features_in": 4, "n_features": 130, "bandwidth": 1.0, "variant": "sincos",
+        "kind": "rff", "n_features_in": 4, "n_features": 130, "bandwidth": 1.0, "variant": variant,
         "orthogonal": False, "phase_precision": "float64", "categorical": CATEGORICAL, "mismatch": 0.8, "seed": 4,
     }  # fmt: skip
     X = mixed_rows(300, seed=9)
@@ -234,7 +237,8 @@ def test_mixed_map_specs_from_before_float32_phases_embed_as_before():
     assert np.abs(new.transform(X) - expected).max() > 1e-7
     np.testing.assert_allclose(new.transform(X), expected, rtol=0, atol=1e-5)
     # "auto" on the numeric columns: float64 for these far rows, float32 for standardised ones
-    far = srf.RFF(n_features=130, bandwidth=1.0, categorical=CATEGORICAL, seed=4).fit(X)
-    near = srf.RFF(n_features=130, bandwidth=1.0, categorical=CATEGORICAL, seed=4).fit(mixed_rows(300, seed=9))
+    far = srf.RFF(n_features=130, bandwidth=1.0, variant=variant, categorical=CATEGORICAL, seed=4).fit(X)
+    near = srf.RFF(n_features=130, bandwidth=1.0, variant=variant, categorical=CATEGORICAL, seed=4)
+    near.fit(mixed_rows(300, seed=9))
     assert far.phase_precision_ == "float64" and far.spec["phase_precision"] == "float64"
     assert near.phase_precision_ == "float32" and "phase_precision" not in near.spec

@@ -30,7 +30,9 @@ __all__ = [
     "category_signs",
     "draw_category_params",
     "flip_category_signs",
+    "gather_flips",
     "median_mismatch_rate",
+    "reduced_phase_features",
     "signed_sums",
 ]
 
@@ -212,6 +214,26 @@ def signed_sums(
         np.matmul(numeric[start : start + tile.shape[0]], frequencies, out=tile)
         signed_feature_sums(tile, phases, words[start : start + tile.shape[0]], sums)
     return sums
+
+
+def reduced_phase_features(
+    rows: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, scale: np.float32, out: np.ndarray
+) -> None:
+    """Float32 features (unsigned) of float64 ``rows`` from float64 phases: the float64 projection, reduced
+    by one compiled pass (:func:`streamrff._kernels.categorical.reduce_phases`) as
+    ``RFF._embed_float64_phases`` reduces it with numpy (bit for bit), then the compiled sin/cos;
+    ``out`` has 2m columns (sincos) or m (cosphase, ``phases`` added before the reduction)."""
+    from .._kernels import sincos as kernels
+    from .._kernels.categorical import reduce_phases
+
+    m = frequencies.shape[1]
+    projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
+    np.matmul(rows, frequencies, out=projection)
+    reduce_phases(projection, phases, reduced)
+    if out.shape[1] == 2 * m:
+        kernels.sincos_features(reduced, scale, out)
+    else:
+        kernels.cos_features(reduced, np.zeros(m, dtype=np.float32), scale, out)
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:

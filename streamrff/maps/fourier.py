@@ -332,8 +332,9 @@ class RFF(FourierFeatureMap):
         probability ``1 - exp(-mismatch)``, by a seeded +/-1 hash of the code
         (:mod:`streamrff.maps.categorical`), so the estimate is unbiased and no
         vocabulary is stored. Codes must come as float64 (float32 rounds them).
-        Such a map embeds through float64 phases and numpy (no compiled fast
-        path) and cannot be ``structured``.
+        Its phases follow ``phase_precision`` on the numeric columns; the
+        compiled kernels of k-means, the drift window and the shared-draw
+        tests serve numeric maps only. Cannot be ``structured``.
     mismatch : float or "auto", default="auto"
         lambda of the categorical factor (with ``categorical``).
         ``"auto"``: ``1 / max(1, median number of differing categorical columns
@@ -355,6 +356,8 @@ class RFF(FourierFeatureMap):
         sees exceeds ``PHASE_PRECISION_LIMIT`` (64 radians; see Notes), else
         float32. The spec records ``"phase_precision": "float64"`` only: maps
         with float32 phases keep the specs, fingerprints and files they had.
+        Mixed maps follow the rule on their numeric columns; before 2026-11
+        they had float64 phases only, and every spec of theirs recorded it.
 
     Attributes
     ----------
@@ -637,13 +640,10 @@ class RFF(FourierFeatureMap):
 
     def _mixed_tiles(self, X: np.ndarray, dtype: Any, step: int, out: np.ndarray | None = None) -> Iterator:
         """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out`` or one
-        buffer, after the signs of all of ``X`` (:meth:`_mixed_setup`); float32 features take float64 phases
-        (as :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
-        from .._kernels.categorical import reduce_phases
-
+        buffer, after the signs of all of ``X`` (:meth:`_mixed_setup`): the numeric tile's features
+        (:meth:`_embed_numeric_tile`; float64 phases by ``mixed.reduced_phase_features``), signed."""
         flips, numeric, frequencies, phases = self._mixed_setup(X)
-        words = mixed.gather_flips(flips)
-        m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
+        words, m, scale = mixed.gather_flips(flips), frequencies.shape[1], np.float32(self._scale(frequencies.shape[1]))
         buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
         for start in range(0, X.shape[0], step):
             rows = numeric[start : start + step]
@@ -651,13 +651,7 @@ class RFF(FourierFeatureMap):
             if np.dtype(dtype) != np.float32 or self.phase_precision_ == "float32":
                 self._embed_numeric_tile(rows, tile)
             else:
-                projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
-                _project(rows, frequencies, out=projection)
-                reduce_phases(projection, phases, reduced)
-                if self.variant == "sincos":
-                    kernels.sincos_features(reduced, scale, tile)
-                else:
-                    kernels.cos_features(reduced, _zero_offsets(m), scale, tile)
+                mixed.reduced_phase_features(rows, frequencies, phases, scale, tile)
             mixed.flip_category_signs(words[start : start + rows.shape[0]], tile, m)
             yield start, tile
 
