@@ -172,6 +172,27 @@ def test_category_signs_compiled_equal_the_documented_hash():
     assert np.array_equal(category_signs(np.zeros((2, 3)), mask, keys), category_signs(-np.zeros((2, 3)), mask, keys))
 
 
+def test_category_signs_cached_across_chunks_equal_the_documented_hash(monkeypatch):
+    # Each code's signs are kept per map across calls, in tables of bounded size: a chunk of new codes
+    # grows the table, one with more codes than the bound takes a table of its own, and a full table
+    # starts afresh; the signs are the per-row hash's every time.
+    from streamrff.maps import categorical
+
+    # 2 columns, 2 words: 80 bytes a code, so a table holds at most 2 048 codes (it starts at 1 024)
+    monkeypatch.setattr(categorical, "_CACHE_BYTES", 2048 * 80)
+    monkeypatch.setattr(categorical, "_TABLES", {})
+    rng = np.random.default_rng(8)
+    params = categorical.draw_category_params(rng, 70, 2, mismatch=0.9)
+    mask, keys = params["category_mask"], params["category_keys"]
+    for codes in (
+        rng.integers(0, 700, (4000, 2)).astype(float),  # ~1 400 codes: the table grows to 2 048
+        rng.integers(0, 700, (4000, 2)).astype(float),  # all cached
+        rng.integers(0, 3000, (8000, 2)).astype(float),  # ~6 000: more than the bound, a table of its own
+        rng.integers(5000, 5400, (2000, 2)).astype(float),  # the full table starts afresh
+    ):
+        np.testing.assert_array_equal(categorical.category_signs(codes, mask, keys), numpy_signs(codes, mask, keys))
+
+
 @pytest.mark.parametrize("variant, n_features", [("sincos", 130), ("cosphase", 70)])
 def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
     # Codes hashed once per distinct value must give every row the per-row hash: many repeated

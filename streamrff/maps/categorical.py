@@ -123,7 +123,7 @@ def category_flips(
                 table.allocate(min(2 * table.values.shape[0], table.largest))
                 cached = False
             else:  # more distinct codes in this chunk than the bound: a table of its own
-                own = _FlipTable(bits.shape[1], table.n_words, bits.shape[0] * bits.shape[1])
+                own = _FlipTable(bits.shape[1], table.n_words, bits.shape[0] * bits.shape[1], bits.shape[0])
                 category_entries(*arguments, own.codes, own.ids, own.values, own.filled, entries)
                 return entries, own.values
         return entries, table.values
@@ -143,14 +143,15 @@ class _FlipTable:
     """The tables of :func:`streamrff._kernels.categorical.category_entries`, with a lock (a map's chunks
     run in threads) and ``largest``, the most codes it may hold under ``_CACHE_BYTES``."""
 
-    def __init__(self, n_columns: int, n_words: int, capacity: int) -> None:
+    def __init__(self, n_columns: int, n_words: int, capacity: int, per_column: int | None = None) -> None:
         self.lock, self.n_columns, self.n_words = threading.Lock(), n_columns, n_words
         per_code = 2 * 16 * n_columns + 8 * n_words  # at most half full: two slots of code and id per column
         self.largest = max(capacity, 1 << max(10, (_CACHE_BYTES // per_code).bit_length() - 1))
-        self.allocate(capacity)
+        self.allocate(capacity, per_column)
 
-    def allocate(self, capacity: int) -> None:
-        size = 1 << (2 * max(capacity, 1) - 1).bit_length()  # a power of two >= 2 capacity
+    def allocate(self, capacity: int, per_column: int | None = None) -> None:
+        """Empty tables for ``capacity`` codes, ``per_column`` (default: all of them) in any one column."""
+        size = 1 << (2 * max(capacity if per_column is None else per_column, 1) - 1).bit_length()  # >= twice
         self.codes = np.empty((self.n_columns, size), dtype=np.uint64)
         self.ids = np.full((self.n_columns, size), -1, dtype=np.int64)
         self.values = np.empty((capacity, self.n_words), dtype=np.uint64)
