@@ -61,19 +61,19 @@ def category_entries(
     The tables, kept by the caller across calls: per column an open-addressing table of ``size`` slots
     (``slot_codes``, ``slot_ids``: (columns, size), id -1 empty, at most half full) from a code to its
     row of ``values`` ((capacity, ceil(m / 64)) uint64: its flips, packed); ``filled``: (columns + 1,)
-    int64, the codes of each column's table and the rows of ``values`` in use. Column by column each
-    row's code is looked up (hashed when first seen, bit ``j % 64`` of word ``j // 64`` the flip of
-    frequency ``j``) and its row noted.
+    int64, the codes of each column's table and the rows of ``values`` in use. Row by row (one read of
+    the rows, in place) each code is looked up (hashed when first seen, bit ``j % 64`` of word ``j // 64``
+    the flip of frequency ``j``) and its row noted.
     """
     n_rows, n_columns = bits.shape[0], columns.shape[0]
     size = slot_ids.shape[1]
     slot_mask = np.uint64(size - 1)
-    for column in range(n_columns):
-        first, last = starts[column], starts[column + 1]
-        if first == last:
-            entries[:, column] = -1
-            continue
-        for i in range(n_rows):
+    for i in range(n_rows):
+        for column in range(n_columns):
+            first, last = starts[column], starts[column + 1]
+            if first == last:
+                entries[i, column] = -1
+                continue
             code = bits[i, columns[column]]
             if code == _NEGATIVE_ZERO:
                 code = np.uint64(0)

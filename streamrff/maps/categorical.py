@@ -102,19 +102,19 @@ def category_flips(
 
     One hash per distinct code of each column and hashing frequency, kept across calls per map (its
     ``mask`` and ``keys``; see ``_CACHE_BYTES``): a chunk's codes repeat, and so do a table's across
-    chunks. With ``columns``, the codes are those columns of ``codes`` (a map's chunk of rows).
+    chunks. With ``columns``, the codes are those columns of ``codes`` (a map's chunk of rows, read in
+    place when it is C-contiguous float64).
     ``values`` is read-only to the caller (rows are only ever added to it).
     """
     from .._kernels.categorical import category_entries  # here, not at the top: numba's import
 
-    codes = np.asarray(codes, dtype=np.float64)
-    # A contiguous copy of the code columns: read column by column, faster than strided in the rows.
-    bits = np.ascontiguousarray(codes if columns is None else codes[:, list(columns)]).view(np.uint64)
+    bits = np.ascontiguousarray(codes, dtype=np.float64).view(np.uint64)  # read in place, row by row
+    columns = np.arange(bits.shape[1]) if columns is None else np.asarray(columns, dtype=np.int64)
     mask, keys = np.asarray(mask), np.asarray(keys, dtype=np.uint64)
     hashing, frequencies = np.nonzero(mask.T)  # row-major: grouped by column
     starts = np.searchsorted(hashing, np.arange(mask.shape[1] + 1)).astype(np.int64)
-    entries = np.empty(bits.shape, dtype=np.int32)
-    arguments = (bits, np.arange(bits.shape[1]), starts, frequencies.astype(np.int64), keys[frequencies, hashing])
+    entries = np.empty((bits.shape[0], columns.shape[0]), dtype=np.int32)
+    arguments = (bits, columns, starts, frequencies.astype(np.int64), keys[frequencies, hashing])
     table = _flip_table(mask, keys, -(-mask.shape[0] // 64))
     with table.lock:  # -0.0 is read as 0.0: one category
         cached = bool(table.filled[-1])
@@ -123,7 +123,7 @@ def category_flips(
                 table.allocate(min(2 * table.values.shape[0], table.largest))
                 cached = False
             else:  # more distinct codes in this chunk than the bound: a table of its own
-                own = _FlipTable(bits.shape[1], table.n_words, bits.shape[0] * bits.shape[1], bits.shape[0])
+                own = _FlipTable(columns.shape[0], table.n_words, entries.size, bits.shape[0])
                 category_entries(*arguments, own.codes, own.ids, own.values, own.filled, entries)
                 return entries, own.values
         return entries, table.values
