@@ -172,6 +172,27 @@ def test_category_signs_compiled_equal_the_documented_hash():
     assert np.array_equal(category_signs(np.zeros((2, 3)), mask, keys), category_signs(-np.zeros((2, 3)), mask, keys))
 
 
+def test_category_signs_cached_across_chunks_equal_the_documented_hash(monkeypatch):
+    # Each code's signs are kept per map across calls, in tables of bounded size: a chunk of new codes
+    # grows the table, one with more codes than the bound takes a table of its own, and a full table
+    # starts afresh; the signs are the per-row hash's every time.
+    from streamrff.maps import categorical
+
+    # 2 columns, 2 words: 80 bytes a code, so a table holds at most 2 048 codes (it starts at 1 024)
+    monkeypatch.setattr(categorical, "_CACHE_BYTES", 2048 * 80)
+    monkeypatch.setattr(categorical, "_TABLES", {})
+    rng = np.random.default_rng(8)
+    params = categorical.draw_category_params(rng, 70, 2, mismatch=0.9)
+    mask, keys = params["category_mask"], params["category_keys"]
+    for codes in (
+        rng.integers(0, 700, (4000, 2)).astype(float),  # ~1 400 codes: the table grows to 2 048
+        rng.integers(0, 700, (4000, 2)).astype(float),  # all cached
+        rng.integers(0, 3000, (8000, 2)).astype(float),  # ~6 000: more than the bound, a table of its own
+        rng.integers(5000, 5400, (2000, 2)).astype(float),  # the full table starts afresh
+    ):
+        np.testing.assert_array_equal(categorical.category_signs(codes, mask, keys), numpy_signs(codes, mask, keys))
+
+
 @pytest.mark.parametrize("variant, n_features", [("sincos", 130), ("cosphase", 70)])
 def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
     # Codes hashed once per distinct value must give every row the per-row hash: many repeated
@@ -195,6 +216,50 @@ def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
         expected = np.hstack([np.cos(phases) * signs, np.sin(phases) * signs]) / np.sqrt(m)
     else:
         expected = np.cos(phases + params["phases"]) * signs * np.sqrt(2.0 / n_features)
-    np.testing.assert_allclose(feature_map.transform(X), expected, rtol=1e-5, atol=2e-6)
+    # float32 phases (|phase| < 6 here): a phase error of a few ulps, ~1e-6 rad, moves a feature of size
+    # m^-1/2 by ~2e-7; float32 sines and cosines add ~1.5 ulp
+    assert feature_map.phase_precision_ == "float32"
+    np.testing.assert_allclose(feature_map.transform(X), expected, rtol=1e-5, atol=5e-7)
     sketch = srf.sketch_array(X, feature_map)
     np.testing.assert_allclose(sketch.feature_sum, expected.sum(axis=0), rtol=1e-5, atol=1e-4)
+    chunked = srf.sketch(X, feature_map, chunk_rows=97)  # the compiled pass's tiles fall elsewhere
+    np.testing.assert_allclose(chunked.feature_sum, sketch.feature_sum, rtol=1e-6, atol=1e-5)
+
+
+def numpy_mixed_features(X: np.ndarray, spec: dict) -> np.ndarray:
+    """Float64 features of a mixed map with ``CATEGORICAL`` columns, from its drawn parameters."""
+    params = srf.map_from_spec(spec)._params()
+    signs = numpy_signs(X[:, CATEGORICAL], params["category_mask"], params["category_keys"]).astype(np.float64)
+    phases = X[:, [0, 2]] @ params["frequencies"].T
+    if spec["variant"] == "cosphase":
+        return np.cos(phases + params["phases"]) * signs * np.sqrt(2.0 / spec["n_features"])
+    return np.hstack([np.cos(phases) * signs, np.sin(phases) * signs]) / np.sqrt(phases.shape[1])
+
+
+@pytest.mark.parametrize("variant", ["sincos", "cosphase"])
+def test_mixed_map_specs_from_before_float32_phases_embed_as_before(variant):
+    # Every mixed map saved before mixed maps had float32 phases records "phase_precision": "float64"
+    # (then their only path): such a spec keeps float64 phases. Rows ~40 bandwidths from the origin have
+    # phases of ~100 rad, where float32 phases would be off by ~1e-5 rad (features by ~1e-6).
+    old = {
+        "kind": "rff", "n_features_in": 4, "n_features": 130, "bandwidth": 1.0, "variant": variant,
+        "orthogonal": False, "phase_precision": "float64", "categorical": CATEGORICAL, "mismatch": 0.8, "seed": 4,
+    }  # fmt: skip
+    X = mixed_rows(300, seed=9)
+    X[:, [0, 2]] += 40.0
+    loaded = srf.map_from_spec(old)
+    assert loaded.phase_precision_ == "float64" and loaded.spec == old
+    expected = numpy_mixed_features(X, old)
+    np.testing.assert_allclose(loaded.transform(X), expected, rtol=0, atol=1e-7)  # float32 sin/cos rounding only
+    np.testing.assert_allclose(srf.sketch_array(X, loaded).feature_sum, expected.sum(0), rtol=1e-6, atol=1e-5)
+    # without the key (a map fitted now with float32 phases): float32 phases, documented error
+    new = srf.map_from_spec({k: v for k, v in old.items() if k != "phase_precision"})
+    assert new.phase_precision_ == "float32" and new.fingerprint != loaded.fingerprint
+    assert np.abs(new.transform(X) - expected).max() > 1e-7
+    np.testing.assert_allclose(new.transform(X), expected, rtol=0, atol=1e-5)
+    # "auto" on the numeric columns: float64 for these far rows, float32 for standardised ones
+    far = srf.RFF(n_features=130, bandwidth=1.0, variant=variant, categorical=CATEGORICAL, seed=4).fit(X)
+    near = srf.RFF(n_features=130, bandwidth=1.0, variant=variant, categorical=CATEGORICAL, seed=4)
+    near.fit(mixed_rows(300, seed=9))
+    assert far.phase_precision_ == "float64" and far.spec["phase_precision"] == "float64"
+    assert near.phase_precision_ == "float32" and "phase_precision" not in near.spec

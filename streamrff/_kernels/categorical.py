@@ -3,13 +3,14 @@
 For row ``i`` and frequency ``j`` the sign is the parity of the top bits of splitmix64's finaliser
 applied to ``bits[i, c] ^ keys[j, c] + golden`` over the categorical columns ``c`` that frequency
 ``j`` hashes (``mask[j, c]``). A column's hash depends on the row only through its code, so
-:func:`category_words` hashes each distinct code of a chunk once: an open-addressing table (in the
-kernel, no sort) finds a code's first row, its flips under every frequency are packed into
-``ceil(m / 64)`` uint64 words, and a row's words are the XOR of its columns' words (a few dozen
-XORs per row instead of one hash per row and hashed frequency). :func:`flip_signs` then negates the
-features whose bit is set. The arithmetic is uint64 throughout (constants and shift counts typed as
-such: numba would promote a uint64 mixed with an int64 to float64), so the result is bit for bit
-that of the formula; a sign flip is exactly a product by -1.
+:func:`category_entries` hashes each distinct code once: an open-addressing table per column (in the
+kernel, no sort; the caller keeps it across chunks) finds a code's entry, its flips under every
+frequency packed into ``ceil(m / 64)`` uint64 words, and a row's words are the XOR of its columns'
+entries (a few dozen XORs per row instead of one hash per row and hashed frequency), formed where
+they are used: in the fused float32 sums (:func:`signed_float32_sums`), or by :func:`gather_words`
+for :func:`flip_signs`, which negates the features whose bit is set. The arithmetic is uint64
+throughout (constants and shift counts typed as such: numba would promote a uint64 mixed with an
+int64 to float64), so the result is bit for bit that of the formula; a sign flip is exactly a product by -1.
 """
 
 from __future__ import annotations
@@ -17,15 +18,24 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import jit
-from .sincos import WIDE_VECTORS, _sincos, _wide_lanes
+from .sincos import MAX_FAST_PHASE, WIDE_VECTORS, _sincos, _wide_lanes, largest_phase
 
-__all__ = ["category_words", "flip_signs"]
+__all__ = [
+    "category_entries",
+    "flip_signs",
+    "gather_words",
+    "reduce_phases",
+    "signed_feature_sums",
+    "signed_float32_sums",
+]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S63 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(63)
 _ONE, _LOW6, _S6 = np.uint64(1), np.uint64(63), np.uint64(6)
+_NEGATIVE_ZERO = np.uint64(0x8000000000000000)
+_ONE_BITS, _S31_32 = np.uint32(0x3F800000), np.uint64(31)  # float32 1.0; a flip sets its sign bit
 
 
 @jit(nogil=True, inline="always")
@@ -36,49 +46,74 @@ def _finalise(z):  # pragma: no cover - compiled
 
 
 @jit(nogil=True)
-def category_words(
-    bits: np.ndarray, starts: np.ndarray, frequencies: np.ndarray, keys: np.ndarray, words: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """``words[i, j // 64]`` bit ``j % 64``: the parity of row ``i``'s hashes under frequency ``j``.
+def category_entries(
+    bits, columns, starts, frequencies, keys, slot_codes, slot_ids, values, filled, entries
+):  # pragma: no cover - compiled
+    """``entries[i, c]``: the row of ``values`` holding the flips of row ``i``'s code in column ``c`` (-1 for a
+    column no frequency hashes), whose XOR over the columns packs row ``i``'s signs (:func:`gather_words`);
+    False (``entries`` unfinished) when a table below is full.
 
-    ``bits``: (rows, columns) uint64, the codes' float64 bit patterns. Column ``c`` is hashed by the
-    frequencies ``frequencies[starts[c]:starts[c + 1]]`` with the keys ``keys[starts[c]:starts[c + 1]]``
-    (the mask in compressed columns). ``words``: (rows, ceil(m / 64)) uint64, zeroed here.
+    ``bits``: (rows, any columns) uint64, the rows' float64 bit patterns (-0.0 read as 0.0); the codes
+    are its columns ``columns`` (int64). The ``c``-th of those is hashed by the frequencies
+    ``frequencies[starts[c]:starts[c + 1]]`` with the keys ``keys[starts[c]:starts[c + 1]]`` (the mask in
+    compressed columns). ``entries``: (rows, columns) int32.
+
+    The tables, kept by the caller across calls: per column an open-addressing table of ``size`` slots
+    (``slot_codes``, ``slot_ids``: (columns, size), id -1 empty, at most half full) from a code to its
+    row of ``values`` ((capacity, ceil(m / 64)) uint64: its flips, packed); ``filled``: (columns + 1,)
+    int64, the codes of each column's table and the rows of ``values`` in use. Row by row (one read of
+    the rows, in place) each code is looked up (hashed when first seen, bit ``j % 64`` of word ``j // 64``
+    the flip of frequency ``j``) and its row noted.
     """
-    n_rows, n_columns = bits.shape
-    n_words = words.shape[1]
-    words[:] = 0
-    size = 16
-    while size < 2 * n_rows:
-        size *= 2
+    n_rows, n_columns = bits.shape[0], columns.shape[0]
+    size = slot_ids.shape[1]
     slot_mask = np.uint64(size - 1)
-    slot_codes = np.empty(size, dtype=np.uint64)
-    slot_ids = np.empty(size, dtype=np.int64)
-    values = np.empty((min(n_rows, size), n_words), dtype=np.uint64)
-    for column in range(n_columns):
-        first, last = starts[column], starts[column + 1]
-        if first == last:
-            continue
-        slot_ids[:] = -1
-        count = 0
-        for i in range(n_rows):
-            code = bits[i, column]
+    for i in range(n_rows):
+        for column in range(n_columns):
+            first, last = starts[column], starts[column + 1]
+            if first == last:
+                entries[i, column] = -1
+                continue
+            code = bits[i, columns[column]]
+            if code == _NEGATIVE_ZERO:
+                code = np.uint64(0)
             slot = _finalise(code + _GOLDEN) & slot_mask
-            while slot_ids[slot] >= 0 and slot_codes[slot] != code:
+            while slot_ids[column, slot] >= 0 and slot_codes[column, slot] != code:
                 slot = (slot + _ONE) & slot_mask
-            value = slot_ids[slot]
+            value = slot_ids[column, slot]
             if value < 0:  # a code first seen here: its flips under every frequency that hashes the column
-                value = count
-                count += 1
-                slot_ids[slot] = value
-                slot_codes[slot] = code
+                if 2 * (filled[column] + 1) > size or filled[n_columns] == values.shape[0]:
+                    return False
+                value = filled[n_columns]
+                filled[n_columns] += 1
+                filled[column] += 1
+                slot_ids[column, slot] = value
+                slot_codes[column, slot] = code
                 values[value, :] = 0
                 for position in range(first, last):
                     z = _finalise((code ^ keys[position]) + _GOLDEN)
                     j = np.uint64(frequencies[position])
                     values[value, j >> _S6] |= (z >> _S63) << (j & _LOW6)
-            for word in range(n_words):
-                words[i, word] ^= values[value, word]
+            entries[i, column] = value
+    return True
+
+
+@jit(nogil=True, inline="always")
+def _row_words(entries, values, i, row):  # pragma: no cover - compiled
+    """``row`` = the XOR of row ``i``'s entries' rows of ``values`` (its packed signs)."""
+    row[:] = 0
+    for column in range(entries.shape[1]):
+        value = entries[i, column]
+        if value >= 0:
+            for word in range(row.shape[0]):
+                row[word] ^= values[value, word]
+
+
+@jit(nogil=True)
+def gather_words(entries, values, words):  # pragma: no cover - compiled
+    """``words[i]``: row ``i``'s packed signs from :func:`category_entries` ((rows, ceil(m / 64)) uint64)."""
+    for i in range(entries.shape[0]):
+        _row_words(entries, values, i, words[i])
 
 
 @jit(nogil=True)
@@ -132,7 +167,7 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
     """Add to ``sums`` (float64, (2, m)) the column sums of a mixed map's unscaled features of one tile.
 
     The features are ``sign * cos`` and ``sign * sin`` (or, with ``phases``, ``sign * cos`` and its
-    square) of the phases :func:`reduce_phases` gives, signs from ``words`` (:func:`category_words`),
+    square) of the phases :func:`reduce_phases` gives, signs from ``words`` (:func:`gather_words`),
     sines and cosines from the kernels of :mod:`streamrff._kernels.sincos` (16 lanes at a time where
     the CPU has them), so they agree with :func:`flip_signs` of ``sincos_features`` to float32
     rounding. Summed in float32 over segments of 256 rows, the segments in float64 (as
@@ -177,3 +212,74 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
         for j in range(m):
             sums[0, j] += first[j]
             sums[1, j] += second[j]
+
+
+@jit(nogil=True, boundscheck=False, error_model="numpy")
+def signed_float32_sums(
+    rows, columns, frequencies, offsets, entries, values, tile_rows, sums
+):  # pragma: no cover - compiled
+    """:func:`signed_feature_sums` from float32 phases: per tile of ``tile_rows`` rows the projection
+    ``rows @ frequencies`` (BLAS sgemm, as :func:`streamrff._kernels.sincos.sincos_feature_sums`), then
+    the signed ``cos`` and ``sin`` (``offsets`` of length 0) or ``cos(phase + offsets)`` and its square.
+
+    ``rows``: float32 or float64 (n, any columns), of which the numeric ``columns`` (int64, d of them) are
+    copied to float32 a tile at a time; ``frequencies``: float32 (d, m); ``offsets``: float32 (m,) or (0,);
+    ``entries``, ``values``: the signs (:func:`category_entries`, XORed here row by row);
+    ``sums``: float64 (2, m), added to.
+    The sines and cosines are those of :func:`streamrff._kernels.sincos.rff_features` (a tile with a
+    phase beyond ``MAX_FAST_PHASE``: float32 of libm's float64 ones), so the sums agree with
+    :func:`flip_signs` of its features to float32 rounding; summed in float32 over 256 rows, then float64.
+    """
+    n, m = rows.shape[0], frequencies.shape[1]
+    with_offsets = offsets.shape[0] > 0
+    projection = np.empty((min(tile_rows, n), m), np.float32)
+    numeric = np.empty((min(tile_rows, n), columns.shape[0]), np.float32)
+    first, second = np.zeros(m, dtype=np.float32), np.zeros(m, dtype=np.float32)
+    signs, words = np.empty(m, np.float32), np.empty(values.shape[1], dtype=np.uint64)
+    sign_bits = signs.view(np.uint32)  # +/-1.0 written as bits: a loop with no branch, which vectorises
+    one = np.float32(1.0)
+    for start in range(0, n, tile_rows):
+        phases, tile = projection[: min(n, start + tile_rows) - start], numeric[: min(n, start + tile_rows) - start]
+        for i in range(tile.shape[0]):
+            for k in range(columns.shape[0]):
+                tile[i, k] = np.float32(rows[start + i, columns[k]])
+        np.dot(tile, frequencies, phases)
+        fast = largest_phase(phases, offsets) <= MAX_FAST_PHASE
+        for segment in range(0, phases.shape[0], 256):
+            first[:] = 0.0
+            second[:] = 0.0
+            for i in range(segment, min(phases.shape[0], segment + 256)):
+                _row_words(entries, values, start + i, words)
+                for word in range(words.shape[0]):
+                    bits = words[word]
+                    for b in range(min(64, m - 64 * word)):
+                        sign_bits[64 * word + b] = _ONE_BITS | np.uint32(((bits >> np.uint64(b)) & _ONE) << _S31_32)
+                row = phases[i]
+                low = 0
+                if fast:
+                    if WIDE_VECTORS:  # 16 lanes at a time, the signs applied and summed in the vector
+                        if with_offsets:
+                            low = _wide_lanes(row, offsets, one, first, second, signs, 5)
+                        else:
+                            low = _wide_lanes(row, row, one, first, second, signs, 4)
+                    for j in range(low, m):
+                        if with_offsets:
+                            c = signs[j] * _sincos(row[j] + offsets[j])[1]
+                            first[j] += c
+                            second[j] += c * c
+                        else:
+                            sine, cosine = _sincos(row[j])
+                            first[j] += signs[j] * cosine
+                            second[j] += signs[j] * sine
+                else:
+                    for j in range(m):
+                        if with_offsets:
+                            c = signs[j] * np.float32(np.cos(np.float64(row[j] + offsets[j])))
+                            first[j] += c
+                            second[j] += c * c
+                        else:
+                            first[j] += signs[j] * np.float32(np.cos(np.float64(row[j])))
+                            second[j] += signs[j] * np.float32(np.sin(np.float64(row[j])))
+            for j in range(m):
+                sums[0, j] += first[j]
+                sums[1, j] += second[j]

@@ -138,7 +138,9 @@ def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, larges
     0: ``out_a = factor * cos``, ``out_b = factor * sin`` (sin/cos features);
     1: ``out_a += cos``, ``out_b += sin``, ``largest = max(largest, |x|)`` (their sums);
     2: ``out_a = factor * cos(x + offsets)`` (cos+phase features; ``out_b`` unused);
-    3: ``out_a += cos(x + offsets)``, ``out_b += its square``, ``largest`` as in 1.
+    3: ``out_a += cos(x + offsets)``, ``out_b += its square``, ``largest`` as in 1;
+    4: ``out_a += largest * cos``, ``out_b += largest * sin`` (``largest`` holds +/-1 signs);
+    5: ``c = largest * cos(x + offsets)``, ``out_a += c``, ``out_b += c * c`` (signs as in 4).
 
     All arrays are 1-D float32 with unit stride (the caller checks); the same lanes of each
     are used (``largest`` too), so every lane equals the scalar loop's result bit for bit.
@@ -158,7 +160,7 @@ def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, larges
             return _vector_pointer(context, builder, array_types[position], args[position], first_index)
 
         x = builder.load(pointer(0), align=4)
-        if kind in (2, 3):
+        if kind in (2, 3, 5):
             x = builder.fadd(x, builder.load(pointer(1), align=4))
         sin_x, cos_x = _emit_sincos(builder, x)
         if kind in (0, 2):
@@ -168,6 +170,12 @@ def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, larges
             builder.store(builder.fmul(scale, cos_x), pointer(4), align=4)
             if kind == 0:
                 builder.store(builder.fmul(scale, sin_x), pointer(5), align=4)
+        elif kind in (4, 5):  # signed sums (the mixed map's): signs in the ``largest`` slot
+            signs, first_sum, second_sum = builder.load(pointer(6), align=4), pointer(4), pointer(5)
+            first = builder.fmul(signs, cos_x)
+            second = builder.fmul(signs, sin_x) if kind == 4 else builder.fmul(first, first)
+            builder.store(builder.fadd(builder.load(first_sum, align=4), first), first_sum, align=4)
+            builder.store(builder.fadd(builder.load(second_sum, align=4), second), second_sum, align=4)
         else:
             first_sum, second_sum = pointer(4), pointer(5)
             second = sin_x if kind == 1 else builder.fmul(cos_x, cos_x)

@@ -17,14 +17,22 @@ never seen at fit is just another code.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 __all__ = [
     "category_flip_words",
+    "category_flips",
     "category_signs",
     "draw_category_params",
     "flip_category_signs",
+    "gather_flips",
     "median_mismatch_rate",
+    "reduced_phase_features",
     "signed_sums",
 ]
 
@@ -67,11 +75,12 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     return signs
 
 
-def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def category_flip_words(
+    codes: np.ndarray, mask: np.ndarray, keys: np.ndarray, columns: Sequence[int] | None = None
+) -> np.ndarray:
     """The signs of :func:`category_signs` packed as bits: (rows, ceil(frequencies / 64)) uint64, bit set = -1.
 
-    One hash per distinct code of each column and hashing frequency (a chunk's codes repeat), then
-    per row the XOR of its columns' words: a chunk's flips are computed once, before its tiles.
+    The XOR, per row, of its columns' entries (:func:`category_flips`); ``columns`` as there.
 
     Examples
     --------
@@ -82,15 +91,89 @@ def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -
     >>> words.shape, words.dtype, bool((words[0] == words[1]).all())
     ((2, 2), dtype('uint64'), True)
     """
-    from .._kernels.categorical import category_words  # here, not at the top: numba's import
+    return gather_flips(category_flips(codes, mask, keys, columns))
 
-    codes = np.asarray(codes, dtype=np.float64) + 0.0  # -0.0 + 0.0 is 0.0: one category
-    bits = np.ascontiguousarray(codes).view(np.uint64)
-    columns, frequencies = np.nonzero(np.asarray(mask).T)  # row-major: grouped by column
-    starts = np.searchsorted(columns, np.arange(mask.shape[1] + 1)).astype(np.int64)
-    words = np.empty((codes.shape[0], -(-mask.shape[0] // 64)), dtype=np.uint64)
-    hashed = np.asarray(keys, dtype=np.uint64)[frequencies, columns]
-    category_words(bits, starts, frequencies.astype(np.int64), np.ascontiguousarray(hashed), words)
+
+def category_flips(
+    codes: np.ndarray, mask: np.ndarray, keys: np.ndarray, columns: Sequence[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(entries, values)``: per row and categorical column the row of ``values`` ((k, ceil(frequencies /
+    64)) uint64) that packs the flips of its code (-1: a column no frequency hashes).
+
+    One hash per distinct code of each column and hashing frequency, kept across calls per map (its
+    ``mask`` and ``keys``; see ``_CACHE_BYTES``): a chunk's codes repeat, and so do a table's across
+    chunks. With ``columns``, the codes are those columns of ``codes`` (a map's chunk of rows, read in
+    place when it is C-contiguous float64).
+    ``values`` is read-only to the caller (rows are only ever added to it).
+    """
+    from .._kernels.categorical import category_entries  # here, not at the top: numba's import
+
+    bits = np.ascontiguousarray(codes, dtype=np.float64).view(np.uint64)  # read in place, row by row
+    columns = np.arange(bits.shape[1]) if columns is None else np.asarray(columns, dtype=np.int64)
+    mask, keys = np.asarray(mask), np.asarray(keys, dtype=np.uint64)
+    hashing, frequencies = np.nonzero(mask.T)  # row-major: grouped by column
+    starts = np.searchsorted(hashing, np.arange(mask.shape[1] + 1)).astype(np.int64)
+    entries = np.empty((bits.shape[0], columns.shape[0]), dtype=np.int32)
+    arguments = (bits, columns, starts, frequencies.astype(np.int64), keys[frequencies, hashing])
+    table = _flip_table(mask, keys, -(-mask.shape[0] // 64))
+    with table.lock:  # -0.0 is read as 0.0: one category
+        cached = bool(table.filled[-1])
+        while not category_entries(*arguments, table.codes, table.ids, table.values, table.filled, entries):
+            if table.values.shape[0] < table.largest or cached:  # grow to the bound, or start afresh there
+                table.allocate(min(2 * table.values.shape[0], table.largest))
+                cached = False
+            else:  # more distinct codes in this chunk than the bound: a table of its own
+                own = _FlipTable(columns.shape[0], table.n_words, entries.size, bits.shape[0])
+                category_entries(*arguments, own.codes, own.ids, own.values, own.filled, entries)
+                return entries, own.values
+        return entries, table.values
+
+
+#: The packed flips of the codes met so far, kept per map (its mask and keys) across the chunks a
+#: process embeds, so that a column of many levels is not hashed again every chunk: at most
+#: ``_CACHED_MAPS`` maps (the least recently used dropped), each table at most ``_CACHE_BYTES``
+#: (its codes then start afresh; a chunk with more distinct codes than that takes a table of its own).
+_CACHE_BYTES = 32 * 2**20
+_CACHED_MAPS = 4
+_TABLES: dict[bytes, _FlipTable] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+class _FlipTable:
+    """The tables of :func:`streamrff._kernels.categorical.category_entries`, with a lock (a map's chunks
+    run in threads) and ``largest``, the most codes it may hold under ``_CACHE_BYTES``."""
+
+    def __init__(self, n_columns: int, n_words: int, capacity: int, per_column: int | None = None) -> None:
+        self.lock, self.n_columns, self.n_words = threading.Lock(), n_columns, n_words
+        per_code = 2 * 16 * n_columns + 8 * n_words  # at most half full: two slots of code and id per column
+        self.largest = max(capacity, 1 << max(10, (_CACHE_BYTES // per_code).bit_length() - 1))
+        self.allocate(capacity, per_column)
+
+    def allocate(self, capacity: int, per_column: int | None = None) -> None:
+        """Empty tables for ``capacity`` codes, ``per_column`` (default: all of them) in any one column."""
+        size = 1 << (2 * max(capacity if per_column is None else per_column, 1) - 1).bit_length()  # >= twice
+        self.codes = np.empty((self.n_columns, size), dtype=np.uint64)
+        self.ids = np.full((self.n_columns, size), -1, dtype=np.int64)
+        self.values = np.empty((capacity, self.n_words), dtype=np.uint64)
+        self.filled = np.zeros(self.n_columns + 1, dtype=np.int64)
+
+
+def _flip_table(mask: np.ndarray, keys: np.ndarray, n_words: int) -> _FlipTable:
+    digest = hashlib.blake2b(mask.tobytes() + keys.tobytes(), digest_size=16).digest()
+    with _TABLES_LOCK:
+        table = _TABLES.pop(digest, None) or _FlipTable(mask.shape[1], n_words, 1024)
+        _TABLES[digest] = table  # the most recently used last
+        while len(_TABLES) > _CACHED_MAPS:
+            del _TABLES[next(iter(_TABLES))]
+    return table
+
+
+def gather_flips(flips: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The packed signs (:func:`category_flip_words`) of :func:`category_flips`' ``(entries, values)``."""
+    from .._kernels.categorical import gather_words
+
+    words = np.empty((flips[0].shape[0], flips[1].shape[1]), dtype=np.uint64)
+    gather_words(*flips, words)
     return words
 
 
@@ -106,20 +189,52 @@ def flip_category_signs(words: np.ndarray, out: np.ndarray, m: int) -> None:
 
 
 def signed_sums(
-    numeric: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, words: np.ndarray, step: int
+    numeric: np.ndarray,
+    frequencies: np.ndarray,
+    phases: np.ndarray,
+    flips: tuple[np.ndarray, np.ndarray],
+    step: int,
+    columns: Any = None,
 ) -> np.ndarray:
     """Float64 (2, m) unscaled column sums of a mixed map's float32 features (cosines, then sines or the
-    cosines' squares): per tile of ``step`` rows the float64 projection ``numeric @ frequencies``, then
-    one compiled pass (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
-    from .._kernels.categorical import signed_feature_sums
+    cosines' squares). Float32 ``frequencies`` and ``phases`` (float32 phases): one compiled call
+    (:func:`streamrff._kernels.categorical.signed_float32_sums`) on the ``columns`` of ``numeric``, the
+    rows as given. Float64 (float64 phases; ``numeric`` the numeric columns only, float64): per tile
+    of ``step`` rows the float64 projection ``numeric @ frequencies``, then one compiled pass
+    (:func:`streamrff._kernels.categorical.signed_feature_sums`)."""
+    from .._kernels.categorical import signed_feature_sums, signed_float32_sums
 
     sums = np.zeros((2, frequencies.shape[1]))
+    if frequencies.dtype == np.float32:
+        signed_float32_sums(numeric, np.asarray(columns, dtype=np.int64), frequencies, phases, *flips, step, sums)
+        return sums
+    words = gather_flips(flips)
     projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))
     for start in range(0, numeric.shape[0], step):
         tile = projection[: min(step, numeric.shape[0] - start)]
         np.matmul(numeric[start : start + tile.shape[0]], frequencies, out=tile)
         signed_feature_sums(tile, phases, words[start : start + tile.shape[0]], sums)
     return sums
+
+
+def reduced_phase_features(
+    rows: np.ndarray, frequencies: np.ndarray, phases: np.ndarray, scale: np.float32, out: np.ndarray
+) -> None:
+    """Float32 features (unsigned) of float64 ``rows`` from float64 phases: the float64 projection, reduced
+    by one compiled pass (:func:`streamrff._kernels.categorical.reduce_phases`) as
+    ``RFF._embed_float64_phases`` reduces it with numpy (bit for bit), then the compiled sin/cos;
+    ``out`` has 2m columns (sincos) or m (cosphase, ``phases`` added before the reduction)."""
+    from .._kernels import sincos as kernels
+    from .._kernels.categorical import reduce_phases
+
+    m = frequencies.shape[1]
+    projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
+    np.matmul(rows, frequencies, out=projection)
+    reduce_phases(projection, phases, reduced)
+    if out.shape[1] == 2 * m:
+        kernels.sincos_features(reduced, scale, out)
+    else:
+        kernels.cos_features(reduced, np.zeros(m, dtype=np.float32), scale, out)
 
 
 def median_mismatch_rate(codes: np.ndarray) -> float:

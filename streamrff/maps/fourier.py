@@ -332,8 +332,9 @@ class RFF(FourierFeatureMap):
         probability ``1 - exp(-mismatch)``, by a seeded +/-1 hash of the code
         (:mod:`streamrff.maps.categorical`), so the estimate is unbiased and no
         vocabulary is stored. Codes must come as float64 (float32 rounds them).
-        Such a map embeds through float64 phases and numpy (no compiled fast
-        path) and cannot be ``structured``.
+        Its phases follow ``phase_precision`` on the numeric columns; the
+        compiled kernels of k-means, the drift window and the shared-draw
+        tests serve numeric maps only. Cannot be ``structured``.
     mismatch : float or "auto", default="auto"
         lambda of the categorical factor (with ``categorical``).
         ``"auto"``: ``1 / max(1, median number of differing categorical columns
@@ -355,6 +356,8 @@ class RFF(FourierFeatureMap):
         sees exceeds ``PHASE_PRECISION_LIMIT`` (64 radians; see Notes), else
         float32. The spec records ``"phase_precision": "float64"`` only: maps
         with float32 phases keep the specs, fingerprints and files they had.
+        Mixed maps follow the rule on their numeric columns; before 2026-11
+        they had float64 phases only, and every spec of theirs recorded it.
 
     Attributes
     ----------
@@ -551,13 +554,15 @@ class RFF(FourierFeatureMap):
         return sample_rows, sample_seed
 
     def _in_memory_sample_rows(self, X: np.ndarray) -> int:
-        if self._categorical_columns or self.phase_precision != "auto" or self.bandwidth == "median":
-            return 0  # nothing to decide, or the median's sample is drawn anyway
+        mixed_auto = self._categorical_columns and self.mismatch == "auto"
+        if mixed_auto or self.phase_precision != "auto" or self.bandwidth == "median":
+            return 0  # nothing to decide, or a sample is drawn anyway (the median's, or lambda's)
         # The norm bound over all rows first (one cheap pass, no hashing of row indices): if it is
         # within the limit, so is every sample's, and the sample would decide float32 too.
         super()._finish_fit(X[:0])  # the numeric bandwidth, which the frequencies need
-        self.phase_precision_ = "float32"
-        if _largest_phase_bound(X, self._frequencies(), self.variant, exact=False) <= PHASE_PRECISION_LIMIT:
+        self.phase_precision_, self.mismatch_ = "float32", float(self.mismatch) if self._categorical_columns else 0.0
+        numeric = X[:, self._numeric_columns()] if self._categorical_columns else X
+        if _largest_phase_bound(numeric, self._frequencies(), self.variant, exact=False) <= PHASE_PRECISION_LIMIT:
             return 0
         return MEDIAN_SAMPLE_ROWS
 
@@ -571,22 +576,26 @@ class RFF(FourierFeatureMap):
             )
             codes = sample[:, list(self._categorical_columns)]
             self.mismatch_ = mixed.median_mismatch_rate(codes) if self.mismatch == "auto" else float(self.mismatch)
-            self.phase_precision_ = "float64"  # the numpy path; the compiled float32 kernels know no categories
+            self._resolve_phase_precision(numeric)
             return self
         self.mismatch_ = 0.0
         super()._finish_fit(sample)
-        # float32 first: the spec (which the frequencies are regenerated from) needs a value.
-        self.phase_precision_ = "float32" if self.phase_precision == "auto" else str(self.phase_precision)
-        if self.phase_precision == "auto" and sample.shape[0]:
-            if _largest_phase_bound(sample, self._frequencies(), self.variant) > PHASE_PRECISION_LIMIT:
-                self.phase_precision_ = "float64"
+        self._resolve_phase_precision(sample)
         return self
 
+    def _resolve_phase_precision(self, numeric: np.ndarray) -> None:
+        """``phase_precision_`` from the fit sample's numeric columns (see the class's Notes)."""
+        # float32 first: the spec (which the frequencies are regenerated from) needs a value.
+        self.phase_precision_ = "float32" if self.phase_precision == "auto" else str(self.phase_precision)
+        if self.phase_precision == "auto" and numeric.shape[0]:
+            if _largest_phase_bound(numeric, self._frequencies(), self.variant) > PHASE_PRECISION_LIMIT:
+                self.phase_precision_ = "float64"
+
     def _float32_phases(self) -> bool:
-        """Whether the float32 features come from float32 phases: the compiled kernels that project
-        float32 rows themselves (k-means' Lloyd step, the drift window, the shared-draw two-sample
-        embedder) serve only such maps; the others take :meth:`_embed_tile`."""
-        return self.phase_precision_ == "float32"
+        """Whether the compiled kernels that project float32 rows themselves (k-means' Lloyd step, the
+        drift window, the shared-draw two-sample embedder) serve this map: float32 phases and no
+        categorical column. The others take :meth:`_embed_tile`."""
+        return self.phase_precision_ == "float32" and not self._categorical_columns
 
     def _spec_entries(self) -> MapSpec:
         entries = super()._spec_entries()
@@ -619,37 +628,30 @@ class RFF(FourierFeatureMap):
         for _ in self._mixed_tiles(X, out.dtype, X.shape[0], out):
             pass
 
-    def _mixed_setup(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Signs of ``X`` as bits (:func:`category_flip_words`), numeric columns, float64 frequencies, phases."""
-        params, numeric = self._params(), np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
-        words = mixed.category_flip_words(
-            X[:, self._categorical_columns], params["category_mask"], params["category_keys"]
-        )
-        frequencies, phases = _projection_params(self.kind, spec_key(self.spec), "d")
-        return words, numeric, frequencies, np.zeros(0) if phases is None else phases
+    def _mixed_setup(self, X: np.ndarray, char: str = "d") -> tuple[tuple, np.ndarray, np.ndarray, np.ndarray]:
+        """Signs of ``X`` (:func:`category_flips`), then the rows to project (``char`` "d": the
+        numeric columns as float64; "f": ``X`` itself, whose numeric columns the compiled float32 pass reads
+        a tile at a time), the frequencies and the phases (length 0 for sincos) in that precision."""
+        params = self._params()
+        flips = mixed.category_flips(X, params["category_mask"], params["category_keys"], self._categorical_columns)
+        numeric = X if char == "f" else np.ascontiguousarray(X[:, self._numeric_columns()], dtype=np.float64)
+        frequencies, phases = _projection_params(self.kind, spec_key(self.spec), char)
+        return flips, numeric, frequencies, np.zeros(0, char) if phases is None else phases
 
     def _mixed_tiles(self, X: np.ndarray, dtype: Any, step: int, out: np.ndarray | None = None) -> Iterator:
         """Yield ``(start, features)`` of a mixed map for tiles of ``step`` rows of ``X``, in ``out`` or one
-        buffer, after the signs of all of ``X`` (:meth:`_mixed_setup`); float32 features take float64 phases
-        (as :meth:`_embed_float64_phases`, bit for bit) reduced by one compiled pass (``reduce_phases``)."""
-        from .._kernels.categorical import reduce_phases
-
-        words, numeric, frequencies, phases = self._mixed_setup(X)
-        m, scale, kernels = frequencies.shape[1], np.float32(self._scale(frequencies.shape[1])), _compiled_sincos()
+        buffer, after the signs of all of ``X`` (:meth:`_mixed_setup`): the numeric tile's features
+        (:meth:`_embed_numeric_tile`; float64 phases by ``mixed.reduced_phase_features``), signed."""
+        flips, numeric, frequencies, phases = self._mixed_setup(X)
+        words, m, scale = mixed.gather_flips(flips), frequencies.shape[1], np.float32(self._scale(frequencies.shape[1]))
         buffer = np.empty((min(step, X.shape[0]), self._output_width()), dtype=dtype) if out is None else None
         for start in range(0, X.shape[0], step):
             rows = numeric[start : start + step]
             tile = buffer[: rows.shape[0]] if out is None else out[start : start + rows.shape[0]]
-            if np.dtype(dtype) != np.float32:
+            if np.dtype(dtype) != np.float32 or self.phase_precision_ == "float32":
                 self._embed_numeric_tile(rows, tile)
             else:
-                projection, reduced = np.empty((rows.shape[0], m)), np.empty((rows.shape[0], m), dtype=np.float32)
-                _project(rows, frequencies, out=projection)
-                reduce_phases(projection, phases, reduced)
-                if self.variant == "sincos":
-                    kernels.sincos_features(reduced, scale, tile)
-                else:
-                    kernels.cos_features(reduced, _zero_offsets(m), scale, tile)
+                mixed.reduced_phase_features(rows, frequencies, phases, scale, tile)
             mixed.flip_category_signs(words[start : start + rows.shape[0]], tile, m)
             yield start, tile
 
@@ -675,9 +677,10 @@ class RFF(FourierFeatureMap):
         """float32: a compiled pass per tile writing no feature (``signed_sums``; sincos norms m scale^2)."""
         if dtype != np.float32:
             return super()._feature_sums(X, dtype)
-        words, numeric, frequencies, phases = self._mixed_setup(X)
+        flips, numeric, frequencies, phases = self._mixed_setup(X, "f" if self.phase_precision_ == "float32" else "d")
         m, scale = frequencies.shape[1], float(np.float32(self._scale(frequencies.shape[1])))
-        totals = mixed.signed_sums(numeric, frequencies, phases, words, self._tile_rows(self._output_width()))
+        step = self._tile_rows(self._output_width())
+        totals = mixed.signed_sums(numeric, frequencies, phases, flips, step, self._numeric_columns())
         if self.variant == "sincos":
             return totals.reshape(-1) * scale, X.shape[0] * m * scale * scale
         return totals[0] * scale, float(totals[1].sum()) * scale * scale
@@ -687,7 +690,7 @@ class RFF(FourierFeatureMap):
         # it: the phase is rounded to float32 before the cosine anyway, and a float64
         # projection would cost twice the GEMM. It goes to its own contiguous buffer: numpy's
         # matmul, cos and sin run ~15% faster on it than on column halves of `out`.
-        if out.dtype == np.float32 and not self._float32_phases():
+        if out.dtype == np.float32 and self.phase_precision_ == "float64":
             self._embed_float64_phases(X, out)
             return
         if out.dtype == np.float32 and self.structured:

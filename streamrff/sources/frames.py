@@ -238,19 +238,20 @@ def encode_frame(frame: Any, columns: Sequence[str], categorical_columns: Sequen
 
 
 def _read_parquet_file(
-    path: str, storage_options: dict | None, columns: tuple[str, ...], categorical: tuple[int, ...]
+    path: str,
+    storage_options: dict | None,
+    columns: tuple[str, ...],
+    categorical: tuple[int, ...],
+    text: tuple[str, ...],
 ) -> np.ndarray:
-    """One task: a parquet file's rows, encoded; its text columns read dictionary-encoded (each distinct
-    label decoded and coded once, :func:`encode_table`)."""
+    """One task: a parquet file's rows, encoded; its ``text`` columns (the dataset's categorical text
+    columns) read dictionary-encoded (each distinct label decoded and coded once, :func:`encode_table`)."""
     import fsspec
     import pyarrow.parquet as pq
 
     filesystem, _ = fsspec.core.url_to_fs(path, **(storage_options or {}))
     with filesystem.open(path, "rb") as handle:
-        schema = pq.ParquetFile(handle).schema_arrow
-        text = [columns[index] for index in categorical if _is_text(schema.field(columns[index]).type)]
-        handle.seek(0)
-        table = pq.ParquetFile(handle, read_dictionary=text).read(columns=list(columns))
+        table = pq.ParquetFile(handle, read_dictionary=list(text)).read(columns=list(columns))
     return encode_table(table, columns, categorical)
 
 
@@ -364,9 +365,10 @@ def _parquet_rows(
     description = f"parquet {url}"
     chosen, categorical_columns = _column_kinds(dtypes, columns, categorical, description)
     full = [path if protocol in ("file", "local") else f"{protocol}://{path}" for path in files]
+    text = tuple(chosen[index] for index in categorical_columns if _is_text(schema.field(chosen[index]).type))
     blocks = [
         da.from_delayed(
-            dask.delayed(_read_parquet_file, pure=True)(path, storage_options, chosen, categorical_columns),
+            dask.delayed(_read_parquet_file, pure=True)(path, storage_options, chosen, categorical_columns, text),
             shape=(count, len(chosen)),
             dtype=np.float64,
         )
