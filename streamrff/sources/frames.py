@@ -248,10 +248,14 @@ def _read_parquet_file(
     columns) read dictionary-encoded (each distinct label decoded and coded once, :func:`encode_table`)."""
     import fsspec
     import pyarrow.parquet as pq
+    from fsspec.implementations.local import LocalFileSystem
 
-    filesystem, _ = fsspec.core.url_to_fs(path, **(storage_options or {}))
-    with filesystem.open(path, "rb") as handle:
-        table = pq.ParquetFile(handle, read_dictionary=list(text)).read(columns=list(columns))
+    filesystem, local_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    if isinstance(filesystem, LocalFileSystem):  # pyarrow's own file: no Python file object in between
+        table = pq.ParquetFile(local_path, read_dictionary=list(text)).read(columns=list(columns))
+    else:
+        with filesystem.open(path, "rb") as handle:
+            table = pq.ParquetFile(handle, read_dictionary=list(text)).read(columns=list(columns))
     return encode_table(table, columns, categorical)
 
 
@@ -267,9 +271,17 @@ def encode_table(table: Any, columns: Sequence[str], categorical_columns: Sequen
         column = table.column(name)
         if index in categorical_columns:
             out[:, index] = _arrow_codes(column)
+        elif column.null_count == 0 and _is_number(column.type):
+            out[:, index] = column.to_numpy()  # the values pandas would give, without building a Series
         else:
             out[:, index] = column.to_pandas().to_numpy(dtype=np.float64, na_value=np.nan)
     return out
+
+
+def _is_number(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_floating(kind) or pa.types.is_integer(kind)
 
 
 def _dictionary_codable(kind: Any, null_count: int) -> bool:
