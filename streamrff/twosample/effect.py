@@ -446,8 +446,7 @@ def inverted_interval(
     extra = variance.at(0.0, interval) - variance.degenerate
     tails = (0.5 - tested / 2.0, 0.5 + tested / 2.0)
     shape = variance.degenerate_shape
-    if shape is None:
-        shape = np.array([NormalDist().inv_cdf(tail) for tail in tails])
+    if shape is None:  # the normal law: its two quantiles in place of draws
         normal_draws, tails = np.array([NormalDist().inv_cdf(tail) for tail in tails]), None
     else:
         normal_draws = np.random.default_rng(49).standard_normal(shape.shape[0])
