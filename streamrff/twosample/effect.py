@@ -16,15 +16,11 @@ moments, so two :class:`~streamrff.MeanSketch` made with ``moments=True`` give i
 (:func:`mmd2_variance`).
 
 The interval inverts the test of each hypothesised value theta (Wilson's interval for a
-proportion does the same): theta is in the interval when the statistic lies between the quantiles
-of its law at theta, ``theta + sqrt(V_0) S + sqrt(L + V_w) N``: the degenerate part ``V_0`` (of
-skewed shape ``S``) does not depend on theta; the linear part ``L = 4 delta' C delta`` (``C = C_x / n
-+ C_y / m``) depends on where ``delta`` points, a nuisance that the observed difference ``d`` does
-not tell near zero. It is handled as Berger & Boos (1994) do: with ``gamma = level_share * (1 -
-level)``, ``L`` lies below the (1 - gamma) upper confidence bound ``L_max`` from its unbiased
-estimate ``4 (d' C d - tr C^2)``, and at most ``4 lambda_1 theta`` (delta along the leading
-eigenvector of C); theta is tested at level ``level + gamma`` with the largest ``L`` of that set,
-``min(4 lambda_1 theta, L_max)``, which gives the widest acceptance region. ``V_w``, for the interval of the
+proportion does the same): theta is in the interval when ``|MMD^2_u - theta| <= z sd(theta)``,
+with ``Var(theta) = V_0 + a theta (+ V_w)``: the degenerate part ``V_0`` does not depend on theta,
+and the linear part is ``4 delta' C delta / n + ...``, i.e. ``a theta`` with ``a`` from the
+Rayleigh quotients ``d' C d / d' d`` of the observed difference ``d`` (a direction, which does not
+shrink with the statistic as the plug-in ``d' C d`` does). ``V_w``, for the interval of the
 Gaussian kernel rather than of the drawn features, is the variance of the statistic over the
 random frequencies given the data, estimated from the spread of the frequencies' own
 contributions (:func:`feature_variance`).
@@ -105,20 +101,17 @@ class EffectSize:
 
 @dataclass(frozen=True, eq=False)
 class MMD2Variance:
-    """``Var[MMD^2_u]`` as a function of the hypothesised population MMD^2 theta: ``degenerate + L(theta)``,
+    """``Var[MMD^2_u]`` as a function of the hypothesised population MMD^2 theta: ``degenerate + slope * theta``,
     plus ``features`` for the Gaussian kernel's interval.
-
-    The linear part ``L = 4 delta' C delta`` (``C = C_x / n + C_y / m``) is at most ``slope * theta``
-    (delta along the leading eigenvector of C) and is estimated, without bias, by ``linear``
-    (standard error ``linear_error``); :func:`inverted_interval` takes the largest value of a
-    confidence set for it (:meth:`linear_bound`).
 
     Attributes
     ----------
     degenerate : float
         ``V_0``, the variance of the statistic's degenerate second-order part (all of it when theta = 0).
     slope : float
-        ``4 lambda_1``, four times the largest eigenvalue of ``C_x / n + C_y / m``: ``L <= slope * theta``.
+        ``a``: the linear part ``4 delta' C_x delta / n + 4 delta' C_y delta / m`` is ``a theta``,
+        ``a = 4 q_x / n + 4 q_y / m`` with ``q`` the Rayleigh quotient of the covariance in the
+        direction of the observed difference of the means.
     plug_in : float
         :func:`mmd2_variance`, the estimate at the observed statistic (kept for reference).
     features : float or None
@@ -128,18 +121,11 @@ class MMD2Variance:
         Draws of the degenerate part divided by its standard deviation (mean 0, variance 1): a
         weighted chi-square ``sum_i mu_i (chi^2_1 - 1)`` over the leading eigenvalues of
         ``C_x / n + C_y / m`` plus a normal remainder (:func:`_degenerate_shape`); None for the normal law.
-    linear : float
-        ``4 (d' C d - tr C^2)``, the unbiased estimate of ``L`` from the observed difference d of the
-        means (``E[d d'] = delta delta' + C``); may be negative. Infinite when unknown (no bound).
-    linear_error : float
-        Its standard error, ``4 sqrt(2 tr C^4 + 4 delta' C^3 delta)`` with ``delta' C^3 delta``
-        estimated by ``d' C^3 d - tr C^4`` (clipped at 0).
 
     Examples
     --------
-    >>> parts = MMD2Variance(1e-6, 2e-3, 1.5e-6, 4e-7, linear=1e-7, linear_error=5e-7)
-    >>> parts.at(0.001), parts.at(0.001, "kernel"), round(parts.at(0.001, cap=parts.linear_bound(0.005)), 10)
-    (3e-06, 3.4e-06, 2.3879e-06)
+    >>> MMD2Variance(1e-6, 2e-3, 1.5e-6, 4e-7).at(0.001), MMD2Variance(1e-6, 2e-3, 1.5e-6, 4e-7).at(0.001, "kernel")
+    (3e-06, 3.4e-06)
     """
 
     degenerate: float
@@ -147,18 +133,11 @@ class MMD2Variance:
     plug_in: float
     features: float | None = None
     degenerate_shape: np.ndarray | None = field(default=None, repr=False)
-    linear: float = float("inf")
-    linear_error: float = 0.0
 
-    def at(self, mmd2: float, interval: str = "features", cap: float = float("inf")) -> float:
-        """The variance of MMD^2_u when the population MMD^2 is ``mmd2``, with the linear part at most ``cap``
-        (``interval="kernel"``: plus ``features``)."""
+    def at(self, mmd2: float, interval: str = "features") -> float:
+        """The variance of MMD^2_u when the population MMD^2 is ``mmd2`` (``interval="kernel"``: plus ``features``)."""
         extra = self.features or 0.0 if interval == "kernel" else 0.0
-        return self.degenerate + min(self.slope * max(mmd2, 0.0), max(cap, 0.0)) + extra
-
-    def linear_bound(self, gamma: float) -> float:
-        """The (1 - gamma) upper confidence bound of the linear part ``L``: ``linear + z_(1-gamma) linear_error``."""
-        return self.linear + NormalDist().inv_cdf(1.0 - gamma) * self.linear_error
+        return self.degenerate + self.slope * max(mmd2, 0.0) + extra
 
 
 def _centred_covariance(sketch: MeanSketch) -> np.ndarray:
@@ -254,9 +233,6 @@ def _variance_terms(sketch_x: MeanSketch, sketch_y: MeanSketch) -> dict[str, Any
         "delta": delta,
         "linear_x": max(float(delta @ cov_x @ delta) - square_x / n - cross / m, 0.0),
         "linear_y": max(float(delta @ cov_y @ delta) - cross / n - square_y / m, 0.0),
-        "square_x": square_x,
-        "square_y": square_y,
-        "cross": cross,
         "degenerate": 2.0 * square_x / (n * (n - 1.0)) + 2.0 * square_y / (m * (m - 1.0)) + 4.0 * cross / (n * m),
     }
 
@@ -264,11 +240,12 @@ def _variance_terms(sketch_x: MeanSketch, sketch_y: MeanSketch) -> dict[str, Any
 def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Variance:
     """``Var[MMD^2_u]`` of two moment sketches as a function of the population MMD^2 (:class:`MMD2Variance`).
 
-    The degenerate part is :func:`mmd2_variance`'s. The linear part ``L = 4 delta' C delta``
-    (``C = C_x / n + C_y / m``) is bounded by ``4 lambda_1 theta`` and estimated without bias by
-    ``4 (d' C d - tr C^2)``, ``tr C^2`` from the debiased ``tr(C_x^2)``, ``tr(C_y^2)`` and
-    ``tr(C_x C_y)``; its standard error uses ``tr C^4`` from the leading eigenvalues of C and
-    ``d' C^3 d - tr C^4`` for ``delta' C^3 delta``. ``features`` is :func:`feature_variance`.
+    The degenerate part is :func:`mmd2_variance`'s; the linear part ``4 delta' C delta / n + ...``
+    is written ``a ||delta||^2`` with ``a`` from the Rayleigh quotients ``d' C d / d' d`` of the
+    observed difference ``d`` of the means: a direction, whose quotient is bounded by the
+    covariance's eigenvalues and does not fall with the statistic as ``d' C d`` does. With
+    ``delta`` the quotient is exact; near theta = 0, where ``d`` is mostly noise, the linear part
+    is small against the degenerate one. ``features`` is :func:`feature_variance`.
 
     Examples
     --------
@@ -278,27 +255,25 @@ def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Varia
     >>> sx = srf.sketch_array(rng.normal(size=(300, 1)), rff, moments=True)
     >>> sy = srf.sketch_array(rng.normal(0.5, 1.0, size=(300, 1)), rff, moments=True)
     >>> parts = mmd2_variance_parts(sx, sy)
-    >>> bool(parts.degenerate < parts.at(0.05) < parts.at(0.1)), parts.features > 0, parts.linear_error > 0
-    (True, True, True)
+    >>> bool(parts.degenerate < parts.at(0.05) < parts.at(0.1)), parts.features > 0
+    (True, True)
     """
     terms = _variance_terms(sketch_x, sketch_y)
     n, m = float(sketch_x.count), float(sketch_y.count)
     delta = terms["delta"]
-    covariance = terms["cov_x"] / n + terms["cov_y"] / m
-    shape, leading = _degenerate_shape(covariance)
-    square = terms["square_x"] / (n * n) + 2.0 * terms["cross"] / (n * m) + terms["square_y"] / (m * m)
-    moved = covariance @ delta
-    fourth = float(np.sum(leading**4))
-    cubic = max(float(moved @ covariance @ moved) - fourth, 0.0)
+    norm = float(delta @ delta)
+    if norm > 0:
+        quotient_x = float(delta @ terms["cov_x"] @ delta) / norm
+        quotient_y = float(delta @ terms["cov_y"] @ delta) / norm
+    else:
+        quotient_x = quotient_y = 0.0
     plug_in = 4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"]
     return MMD2Variance(
         degenerate=terms["degenerate"],
-        slope=4.0 * float(leading[-1]) if leading.shape[0] else 0.0,
+        slope=4.0 * quotient_x / n + 4.0 * quotient_y / m,
         plug_in=plug_in,
         features=feature_variance(sketch_x, sketch_y),
-        degenerate_shape=shape,
-        linear=4.0 * (float(delta @ moved) - square),
-        linear_error=4.0 * float(np.sqrt(2.0 * fourth + 4.0 * cubic)),
+        degenerate_shape=_degenerate_shape(terms["cov_x"] / n + terms["cov_y"] / m),
     )
 
 
@@ -307,13 +282,12 @@ SHAPE_DRAWS = 4000
 SHAPE_EIGENVALUES = 64
 
 
-def _degenerate_shape(covariance: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+def _degenerate_shape(covariance: np.ndarray) -> np.ndarray:
     """Standardised draws of ``sum_i mu_i (chi^2_1 - 1)`` for the eigenvalues mu of the covariance of the
     difference of the means: the law of the degenerate part (Gretton et al. 2012, Theorem 12), whose right
     skew a normal law misses near MMD^2 = 0. The leading ``SHAPE_EIGENVALUES`` eigenvalues give the
     chi-squares, the others a normal term of their variance; draws from a fixed seed (the interval is a
-    function of the sketches). Returns the draws (None when they do not vary) and the leading eigenvalues
-    (ascending, clipped at 0)."""
+    function of the sketches)."""
     width = covariance.shape[0]
     if width <= 4 * SHAPE_EIGENVALUES:
         eigenvalues = np.linalg.eigvalsh(covariance)
@@ -324,16 +298,16 @@ def _degenerate_shape(covariance: np.ndarray) -> tuple[np.ndarray | None, np.nda
 
         leading = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", return_eigenvectors=False, v0=np.ones(width))
         rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
-    leading = np.sort(np.clip(leading, 0.0, None))
+    leading = np.clip(leading, 0.0, None)
     rng = np.random.default_rng(48)
     draws = (rng.chisquare(1.0, size=(SHAPE_DRAWS, leading.shape[0])) - 1.0) @ leading
     draws += np.sqrt(rest_variance) * rng.standard_normal(SHAPE_DRAWS)
     spread = float(np.std(draws))
     if not spread > 0:
-        return None, leading
+        return None
     shape = (draws - draws.mean()) / spread
     shape.setflags(write=False)
-    return shape, leading
+    return shape
 
 
 def _frequency_groups(spec: dict[str, Any], n_features: int) -> np.ndarray | None:
@@ -400,83 +374,75 @@ def feature_variance(sketch_x: MeanSketch, sketch_y: MeanSketch) -> float | None
     return float(blocks.shape[0] * np.var(blocks, ddof=1))
 
 
-#: The share of ``1 - level`` spent on the confidence bound of the linear part (Berger & Boos 1994).
-NUISANCE_SHARE = 0.1
-
-
 def inverted_interval(
     statistic: float, variance: MMD2Variance, level: float, interval: str = "kernel"
 ) -> tuple[float, float]:
-    """The ``level`` interval for MMD^2 that inverts the test of each hypothesised value, its nuisance bounded.
+    """The ``level`` interval for MMD^2 that inverts the normal test of each hypothesised value.
 
-    theta >= 0 is in the interval when ``statistic`` lies between the ``(1 -/+ level') / 2``
-    quantiles of ``theta + sqrt(V_0) S + sqrt(min(slope theta, L_max) + V_w) N``
-    (``S`` the standardised degenerate draws of :class:`MMD2Variance`, or normal without them;
-    ``N`` normal; ``V_w`` for ``interval="kernel"`` only). The linear part ``L = 4 delta' C delta``
-    is a nuisance: with ``gamma = NUISANCE_SHARE (1 - level)`` it lies in ``[0, L_max]``
-    (``L_max = variance.linear_bound(gamma)``) with probability ``1 - gamma``, and at most
-    ``slope theta``; the largest value of that set widens the acceptance region most, and the test is made
-    at ``level' = level + gamma``, so the interval has coverage ``level`` or more whatever the
-    direction of delta (Berger & Boos 1994). Each end is found by bisection. Like Wilson's interval
-    for a proportion, the upper end takes the larger variance of the larger values it tests.
-
-    References
-    ----------
-    Berger, R. L. & Boos, D. D. (1994). P values maximized over a confidence set for the nuisance
-    parameter. JASA 89, 1012-1016.
+    theta >= 0 is in the interval when ``(statistic - theta)^2 <= z^2 Var(theta)`` with
+    ``Var(theta) = V_0 + a theta (+ V_w for interval="kernel")`` (:class:`MMD2Variance`), the
+    roots of a quadratic: ``c -/+ sqrt(c^2 - T^2 + z^2 V)`` with ``c = T + z^2 a / 2``, clipped at 0.
+    Unlike ``T -/+ z sqrt(Var(T))``, the upper end takes the larger variance of the larger
+    values it tests, so the interval does not shrink with a small statistic (Wilson 1927 does
+    the same for a proportion).
 
     Examples
     --------
-    With no linear part it is the normal interval at the level ``level + gamma``:
+    With no linear part it is the normal interval; a slope lifts the upper end more than the lower:
 
-    >>> low, high = inverted_interval(0.1, MMD2Variance(1e-4, 0.0, 1e-4), 0.95, "features")
-    >>> round(low, 5), round(high, 5)
-    (0.07995, 0.12005)
-
-    A bound on the linear part narrows the upper end:
-
-    >>> inverted_interval(0.001, MMD2Variance(1e-6, 1e-3, 1e-6), 0.95, "features")[1] > inverted_interval(
-    ...     0.001, MMD2Variance(1e-6, 1e-3, 1e-6, linear=1e-6, linear_error=1e-6), 0.95, "features")[1]
-    True
+    >>> inverted_interval(0.1, MMD2Variance(1e-4, 0.0, 1e-4), 0.95, "features")
+    (0.08040036015459947, 0.11959963984540054)
+    >>> low, high = inverted_interval(0.001, MMD2Variance(1e-6, 1e-3, 1e-6), 0.95, "features")
+    >>> low, round(high, 5)
+    (0.0, 0.00629)
     """
     level = check_level(level)
-    gamma = NUISANCE_SHARE * (1.0 - level)
-    tested = level + gamma
-    cap = variance.linear_bound(gamma)
-    extra = variance.at(0.0, interval) - variance.degenerate
-    tails = (0.5 - tested / 2.0, 0.5 + tested / 2.0)
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    constant = variance.at(0.0, interval)
+    centre = statistic + z * z * variance.slope / 2.0
+    discriminant = centre * centre - statistic * statistic + z * z * constant
+    if discriminant < 0:  # no theta >= 0 passes (a statistic far below 0): the value closest to passing
+        return 0.0, max(centre, 0.0)
+    half_width = float(np.sqrt(discriminant))
+    normal = max(centre - half_width, 0.0), max(centre + half_width, 0.0)
+    if variance.degenerate_shape is None:
+        return normal
+    return _inverted_with_shape(statistic, variance, level, interval, normal)
+
+
+def _inverted_with_shape(
+    statistic: float, variance: MMD2Variance, level: float, interval: str, normal: tuple[float, float]
+) -> tuple[float, float]:
+    """The inverted interval with the degenerate part's skewed law: theta passes when ``statistic`` lies
+    between the ``(1 -/+ level) / 2`` quantiles of ``theta + sqrt(V_0) S + sqrt(a theta + V_w) N``
+    (``S`` the standardised degenerate draws, ``N`` normal draws), each end found by bisection."""
     shape = variance.degenerate_shape
-    if shape is None:  # the normal law: its two quantiles in place of draws
-        normal_draws, tails = np.array([NormalDist().inv_cdf(tail) for tail in tails]), None
-    else:
-        normal_draws = np.random.default_rng(49).standard_normal(shape.shape[0])
+    normal_draws = np.random.default_rng(49).standard_normal(shape.shape[0])
+    extra = variance.at(0.0, interval) - variance.degenerate
     spread = np.sqrt(variance.degenerate)
+    tails = (0.5 - level / 2.0, 0.5 + level / 2.0)
 
     def quantiles(theta: float) -> np.ndarray:
-        linear = np.sqrt(min(variance.slope * theta, max(cap, 0.0)) + extra)
-        if tails is None:  # normal law: the quantiles of theta + sqrt(V_0 + L + V_w) N
-            return theta + np.sqrt(spread * spread + linear * linear) * normal_draws
-        return np.quantile(theta + spread * shape + linear * normal_draws, tails)
+        draws = theta + spread * shape + np.sqrt(variance.slope * theta + extra) * normal_draws
+        return np.quantile(draws, tails)
 
     def bisect(passes, inside: float, outside: float) -> float:
-        for _ in range(60):
-            if abs(outside - inside) <= 1e-9 * max(abs(inside), abs(outside)):
-                break
+        for _ in range(48):
             middle = (inside + outside) / 2.0
             inside, outside = (middle, outside) if passes(middle) else (inside, middle)
         return inside
 
     if quantiles(0.0)[1] >= statistic:
         low = 0.0
-    else:  # quantiles(statistic)[1] >= statistic: the upper quantile lies above its centre
+    else:  # quantiles(max(statistic, 0))[1] >= statistic: the upper quantile lies above its centre
         low = bisect(lambda theta: quantiles(theta)[1] < statistic, 0.0, max(statistic, 0.0))
     start = max(statistic, low, 0.0)
-    if quantiles(start)[0] > statistic:  # no theta >= 0 passes (a statistic far below 0)
-        return float(low), float(low)
-    outside = 2.0 * start + 10.0 * np.sqrt(variance.at(start, interval) + variance.slope * start) + 1e-300
+    if quantiles(start)[0] > statistic:
+        return low, low
+    outside = max(normal[1], start) * 2.0 + np.sqrt(variance.at(normal[1], interval)) + 1e-300
     while quantiles(outside)[0] <= statistic:
         outside *= 2.0
-    return float(low), float(bisect(lambda theta: quantiles(theta)[0] <= statistic, start, outside))
+    return low, bisect(lambda theta: quantiles(theta)[0] <= statistic, start, outside)
 
 
 def check_interval(interval: object, effect: EffectSize) -> str:

@@ -134,9 +134,8 @@ class TwoSampleResult:
 
         It inverts the test of each hypothesised value theta
         (:func:`streamrff.twosample.effect.inverted_interval`): the statistic's variance at theta,
-        ``V_0 + L`` (degenerate part plus witness part, from the centred second moments, the witness
-        part at the largest value of its confidence set, Berger & Boos 1994), and the skewed law of
-        the degenerate part, so it covers near MMD^2 = 0 as well as far from it
+        ``V_0 + a theta`` (degenerate part plus witness part, from the centred second moments), and
+        the skewed law of the degenerate part, so it covers near MMD^2 = 0 as well as far from it
         (coverage table in the guide "Where and how much two samples differ"). With
         ``interval="kernel"`` it adds the variance over the random frequencies, estimated from the
         frequencies' own contributions, and covers the Gaussian kernel's MMD^2; ``"features"``
