@@ -170,8 +170,8 @@ def main() -> None:
                 shares, labels = shares + level_shares(result.standardised) / args.repetitions, result.kernels
             theirs += per_column_drift(A, B)
         shown = "n/a" if alibi is None or alternative not in alibi else f"{alibi[alternative]:.2f}"
-        powers = "".join(f"{value / args.repetitions:>12.2f}" for value in ours)
-        print(f"{alternative:>12}{powers} {theirs / args.repetitions:>19.2f} {shown:>13} "
+        powers = "".join(f"{value / args.repetitions:>12.3f}" for value in ours)
+        print(f"{alternative:>12}{powers} {theirs / args.repetitions:>19.3f} {shown:>13} "
               f"{time.perf_counter() - start:>8.0f}", flush=True)  # fmt: skip
         if alternative == "null" and labels:
             print("  null: each map's share of the aggregated test's 0.05 (the map whose z-score is the max): "
