@@ -303,18 +303,23 @@ def _is_text(kind: Any) -> bool:
     )
 
 
-#: Codes of labels met in earlier dictionaries, keyed by (type, label); cleared when it grows past 2^20.
-_LABEL_CODES: dict[tuple[type, Any], float] = {}
+#: Codes of labels met in earlier dictionaries, per Python type of label (a dictionary's labels share
+#: one: True and 1 are equal keys but not one category); a type's codes are cleared past 2^20 labels.
+_LABEL_CODES: dict[type, dict[Any, float]] = {}
 
 
-def _label_code(label: Any) -> float:
-    key = (type(label), label)
-    code = _LABEL_CODES.get(key)
-    if code is None:
-        if len(_LABEL_CODES) >= 1 << 20:
-            _LABEL_CODES.clear()
-        code = _LABEL_CODES[key] = category_code(label)
-    return code
+def _dictionary_codes(labels: list) -> np.ndarray:
+    """The codes of one arrow dictionary's labels (:func:`category_code`), then ``MISSING_CODE``."""
+    known = _LABEL_CODES.setdefault(type(labels[0]) if labels else str, {})
+    codes = list(map(known.get, labels))  # one C-level pass; None where a label is new
+    if None in codes:
+        if len(known) >= 1 << 20:
+            known.clear()
+        for index, code in enumerate(codes):
+            if code is None:
+                codes[index] = known[labels[index]] = category_code(labels[index])
+    codes.append(MISSING_CODE)
+    return np.array(codes, dtype=np.float64)
 
 
 def _arrow_codes(column: Any) -> np.ndarray:
@@ -331,7 +336,7 @@ def _arrow_codes(column: Any) -> np.ndarray:
     start = 0
     for chunk in column.chunks:
         labels = chunk.dictionary.to_pylist()
-        table = np.array([_label_code(label) for label in labels] + [MISSING_CODE], dtype=np.float64)
+        table = _dictionary_codes(labels)
         indices = chunk.indices.fill_null(len(labels)).to_numpy(zero_copy_only=False)
         out[start : start + len(chunk)] = table[indices]
         start += len(chunk)
