@@ -236,6 +236,7 @@ def signed_float32_sums(
     numeric = np.empty((min(tile_rows, n), columns.shape[0]), np.float32)
     first, second = np.zeros(m, dtype=np.float32), np.zeros(m, dtype=np.float32)
     signs, words = np.empty(m, np.float32), np.empty(values.shape[1], dtype=np.uint64)
+    packed = words.view(np.uint16)  # 16 lanes' signs each, for the wide loop (little-endian: lane order)
     sign_bits = signs.view(np.uint32)  # +/-1.0 written as bits: a loop with no branch, which vectorises
     one = np.float32(1.0)
     for start in range(0, n, tile_rows):
@@ -250,18 +251,19 @@ def signed_float32_sums(
             second[:] = 0.0
             for i in range(segment, min(phases.shape[0], segment + 256)):
                 _row_words(entries, values, start + i, words)
-                for word in range(words.shape[0]):
-                    bits = words[word]
-                    for b in range(min(64, m - 64 * word)):
-                        sign_bits[64 * word + b] = _ONE_BITS | np.uint32(((bits >> np.uint64(b)) & _ONE) << _S31_32)
                 row = phases[i]
                 low = 0
+                if fast and WIDE_VECTORS:  # 16 lanes at a time, the packed signs applied and summed in the vector
+                    if with_offsets:
+                        low = _wide_lanes(row, offsets, one, first, second, packed, 5)
+                    else:
+                        low = _wide_lanes(row, row, one, first, second, packed, 4)
+                if low < m:  # the lanes left to the loops below: their signs as +/-1.0
+                    for word in range(words.shape[0]):
+                        bits = words[word]
+                        for b in range(min(64, m - 64 * word)):
+                            sign_bits[64 * word + b] = _ONE_BITS | np.uint32(((bits >> np.uint64(b)) & _ONE) << _S31_32)
                 if fast:
-                    if WIDE_VECTORS:  # 16 lanes at a time, the signs applied and summed in the vector
-                        if with_offsets:
-                            low = _wide_lanes(row, offsets, one, first, second, signs, 5)
-                        else:
-                            low = _wide_lanes(row, row, one, first, second, signs, 4)
                     for j in range(low, m):
                         if with_offsets:
                             c = signs[j] * _sincos(row[j] + offsets[j])[1]

@@ -125,6 +125,32 @@ def _emit_sincos(builder: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value
     return sin_x, cos_x
 
 
+def _is_uint16_vector(array: types.Type) -> bool:
+    return isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint16
+
+
+def _sign_masks(context, builder, array_type, array_value, first):
+    """``<16 x i32>``: the float32 sign bit in each lane ``l`` whose bit ``l`` is set in the uint16
+    ``array[first // 16]``, else 0."""
+    data = context.make_array(array_type)(context, builder, array_value).data
+    index = builder.lshr(first, ir.Constant(first.type, 4))
+    packed = builder.zext(builder.load(builder.gep(data, [index]), align=2), ir.IntType(32))
+    splat = builder.shuffle_vector(
+        builder.insert_element(ir.Constant(_int_vector, None), packed, ir.Constant(ir.IntType(32), 0)),
+        ir.Constant(_int_vector, None),
+        ir.Constant(_int_vector, [0] * LANES),
+    )
+    lane_bits = ir.Constant(_int_vector, [1 << lane for lane in range(LANES)])
+    flipped = builder.icmp_unsigned("!=", builder.and_(splat, lane_bits), ir.Constant(_int_vector, [0] * LANES))
+    sign_bit = ir.Constant(_int_vector, [-(1 << 31)] * LANES)
+    return builder.select(flipped, sign_bit, ir.Constant(_int_vector, [0] * LANES))
+
+
+def _flip_signs(builder, values, masks):
+    """``values`` (``<16 x float>``) with the sign bits of ``masks`` flipped: the product by -1 exactly."""
+    return builder.bitcast(builder.xor(builder.bitcast(values, _int_vector), masks), _vector)
+
+
 def _vector_pointer(context, builder, array_type, array_value, index):
     data = context.make_array(array_type)(context, builder, array_value).data
     return builder.bitcast(builder.gep(data, [index]), _vector.as_pointer())
@@ -139,17 +165,23 @@ def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, larges
     1: ``out_a += cos``, ``out_b += sin``, ``largest = max(largest, |x|)`` (their sums);
     2: ``out_a = factor * cos(x + offsets)`` (cos+phase features; ``out_b`` unused);
     3: ``out_a += cos(x + offsets)``, ``out_b += its square``, ``largest`` as in 1;
-    4: ``out_a += largest * cos``, ``out_b += largest * sin`` (``largest`` holds +/-1 signs);
-    5: ``c = largest * cos(x + offsets)``, ``out_a += c``, ``out_b += c * c`` (signs as in 4).
+    4: ``out_a += s * cos``, ``out_b += s * sin``, with ``s`` = -1 where the lane's bit is set in
+    ``largest``, a uint16 vector of packed signs (bit ``l`` of ``largest[first // 16]`` for lane
+    ``l``; the sign bit is flipped, which is the product by -1 exactly), else 1;
+    5: ``c = s * cos(x + offsets)``, ``out_a += c``, ``out_b += c * c`` (signs as in 4).
 
-    All arrays are 1-D float32 with unit stride (the caller checks); the same lanes of each
-    are used (``largest`` too), so every lane equals the scalar loop's result bit for bit.
+    The other arrays are 1-D float32 (``largest`` too, but in modes 4 and 5) with unit stride (the
+    caller checks; ``first`` a multiple of 16 in modes 4 and 5); the same lanes of each are used,
+    so every lane equals the scalar loop's result bit for bit.
     """
     if not isinstance(mode, types.IntegerLiteral):
         return None
-    if not all(_is_float32_vector(array) for array in (phases, offsets, out_a, out_b, largest)):
-        return None
     kind = mode.literal_value
+    signs_packed = kind in (4, 5)
+    if not all(_is_float32_vector(array) for array in (phases, offsets, out_a, out_b)):
+        return None
+    if not (_is_uint16_vector(largest) if signs_packed else _is_float32_vector(largest)):
+        return None
     signature = types.void(phases, offsets, first, factor, out_a, out_b, largest, mode)
 
     def codegen(context, builder, signature, args):
@@ -170,10 +202,11 @@ def _wide_sincos(typingctx, phases, offsets, first, factor, out_a, out_b, larges
             builder.store(builder.fmul(scale, cos_x), pointer(4), align=4)
             if kind == 0:
                 builder.store(builder.fmul(scale, sin_x), pointer(5), align=4)
-        elif kind in (4, 5):  # signed sums (the mixed map's): signs in the ``largest`` slot
-            signs, first_sum, second_sum = builder.load(pointer(6), align=4), pointer(4), pointer(5)
-            first = builder.fmul(signs, cos_x)
-            second = builder.fmul(signs, sin_x) if kind == 4 else builder.fmul(first, first)
+        elif signs_packed:  # signed sums (the mixed map's): the lanes' sign bits in the ``largest`` slot
+            first_sum, second_sum = pointer(4), pointer(5)
+            flips = _sign_masks(context, builder, array_types[6], args[6], first_index)
+            first = _flip_signs(builder, cos_x, flips)
+            second = _flip_signs(builder, sin_x, flips) if kind == 4 else builder.fmul(first, first)
             builder.store(builder.fadd(builder.load(first_sum, align=4), first), first_sum, align=4)
             builder.store(builder.fadd(builder.load(second_sum, align=4), second), second_sum, align=4)
         else:
