@@ -75,12 +75,10 @@ def category_signs(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.
     return signs
 
 
-def category_flip_words(
-    codes: np.ndarray, mask: np.ndarray, keys: np.ndarray, columns: Sequence[int] | None = None
-) -> np.ndarray:
+def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The signs of :func:`category_signs` packed as bits: (rows, ceil(frequencies / 64)) uint64, bit set = -1.
 
-    The XOR, per row, of its columns' entries (:func:`category_flips`); ``columns`` as there.
+    The XOR, per row, of its columns' entries (:func:`category_flips`).
 
     Examples
     --------
@@ -91,7 +89,7 @@ def category_flip_words(
     >>> words.shape, words.dtype, bool((words[0] == words[1]).all())
     ((2, 2), dtype('uint64'), True)
     """
-    return gather_flips(category_flips(codes, mask, keys, columns))
+    return gather_flips(category_flips(codes, mask, keys))
 
 
 def category_flips(

@@ -14,6 +14,7 @@ encoded in memory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -251,11 +252,10 @@ def _read_parquet_file(
     from fsspec.implementations.local import LocalFileSystem
 
     filesystem, local_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
-    if isinstance(filesystem, LocalFileSystem):  # pyarrow's own file: no Python file object in between
-        table = pq.ParquetFile(local_path, read_dictionary=list(text)).read(columns=list(columns))
-    else:
-        with filesystem.open(path, "rb") as handle:
-            table = pq.ParquetFile(handle, read_dictionary=list(text)).read(columns=list(columns))
+    # A local file is opened by pyarrow itself: no Python file object in between.
+    local = isinstance(filesystem, LocalFileSystem)
+    with contextlib.nullcontext(local_path) if local else filesystem.open(path, "rb") as source:
+        table = pq.ParquetFile(source, read_dictionary=list(text)).read(columns=list(columns))
     return encode_table(table, columns, categorical)
 
 
