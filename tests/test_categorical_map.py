@@ -222,6 +222,8 @@ def test_mixed_features_equal_numpy_with_the_per_row_hash(variant, n_features):
     np.testing.assert_allclose(feature_map.transform(X), expected, rtol=1e-5, atol=5e-7)
     sketch = srf.sketch_array(X, feature_map)
     np.testing.assert_allclose(sketch.feature_sum, expected.sum(axis=0), rtol=1e-5, atol=1e-4)
+    # column-major rows (as tables are read) are read in place, to the same sums
+    np.testing.assert_array_equal(srf.sketch_array(np.asfortranarray(X), feature_map).feature_sum, sketch.feature_sum)
     chunked = srf.sketch(X, feature_map, chunk_rows=97)  # the compiled pass's tiles fall elsewhere
     np.testing.assert_allclose(chunked.feature_sum, sketch.feature_sum, rtol=1e-6, atol=1e-5)
 

@@ -164,9 +164,16 @@ def test_a_table_test_uses_the_mixed_kernel_and_finds_a_change_in_category_frequ
         srf.sketch(A, srf.JL(srf.RFF(n_features=32), n_components=8))
 
 
-def test_parquet_labels_read_through_dictionaries_get_the_documented_codes(tmp_path):
+@pytest.mark.parametrize("known_labels", [2**20, 2])
+def test_parquet_labels_read_through_dictionaries_get_the_documented_codes(tmp_path, monkeypatch, known_labels):
     # Row groups of 50 rows: each chunk has its own dictionary; text, a pandas category, floats and
-    # integers named categorical (with and without nulls), booleans with a missing value.
+    # integers named categorical (with and without nulls), booleans with a missing value. The labels
+    # met are kept across dictionaries; with room for 2 labels per column, they start afresh each time
+    # a dictionary brings new ones.
+    from streamrff.sources import frames as frames_module
+
+    monkeypatch.setattr(frames_module, "_KNOWN_LABELS", {})
+    monkeypatch.setattr(frames_module, "_KNOWN_LABELS_LIMIT", known_labels)
     rng = np.random.default_rng(8)
     rows = 230
     frame = pd.DataFrame(

@@ -47,48 +47,53 @@ def _finalise(z):  # pragma: no cover - compiled
 
 @jit(nogil=True)
 def category_entries(
-    bits, columns, starts, frequencies, keys, slot_codes, slot_ids, values, filled, entries
+    bits, by_column, columns, starts, frequencies, keys, slots, values, filled, entries
 ):  # pragma: no cover - compiled
     """``entries[i, c]``: the row of ``values`` holding the flips of row ``i``'s code in column ``c`` (-1 for a
     column no frequency hashes), whose XOR over the columns packs row ``i``'s signs (:func:`gather_words`);
     False (``entries`` unfinished) when a table below is full.
 
-    ``bits``: (rows, any columns) uint64, the rows' float64 bit patterns (-0.0 read as 0.0); the codes
-    are its columns ``columns`` (int64). The ``c``-th of those is hashed by the frequencies
+    ``bits``: (rows, any columns) uint64, the rows' float64 bit patterns (-0.0 read as 0.0), or its
+    transpose with ``by_column`` (a column-major chunk, read in place); the codes are its columns
+    ``columns`` (int64). The ``c``-th of those is hashed by the frequencies
     ``frequencies[starts[c]:starts[c + 1]]`` with the keys ``keys[starts[c]:starts[c + 1]]`` (the mask in
     compressed columns). ``entries``: (rows, columns) int32.
 
     The tables, kept by the caller across calls: per column an open-addressing table of ``size`` slots
-    (``slot_codes``, ``slot_ids``: (columns, size), id -1 empty, at most half full) from a code to its
-    row of ``values`` ((capacity, ceil(m / 64)) uint64: its flips, packed); ``filled``: (columns + 1,)
+    (``slots``: (columns, size, 2) uint64, a code beside its row of ``values`` plus one, 0 for an empty
+    slot; at most half full; a code's first slot the top bits of its product by the golden ratio) from a
+    code to its row of ``values`` ((capacity, ceil(m / 64)) uint64: its flips, packed); ``filled``: (columns + 1,)
     int64, the codes of each column's table and the rows of ``values`` in use. Row by row (one read of
     the rows, in place) each code is looked up (hashed when first seen, bit ``j % 64`` of word ``j // 64``
     the flip of frequency ``j``) and its row noted.
     """
-    n_rows, n_columns = bits.shape[0], columns.shape[0]
-    size = slot_ids.shape[1]
-    slot_mask = np.uint64(size - 1)
+    n_rows, n_columns = bits.shape[1] if by_column else bits.shape[0], columns.shape[0]
+    size = slots.shape[1]
+    log_size = 1  # size: a power of two, at least 2
+    while (1 << log_size) < size:
+        log_size += 1
+    slot_mask, shift = np.uint64(size - 1), np.uint64(64 - log_size)
     for i in range(n_rows):
         for column in range(n_columns):
             first, last = starts[column], starts[column + 1]
             if first == last:
                 entries[i, column] = -1
                 continue
-            code = bits[i, columns[column]]
+            code = bits[columns[column], i] if by_column else bits[i, columns[column]]
             if code == _NEGATIVE_ZERO:
                 code = np.uint64(0)
-            slot = _finalise(code + _GOLDEN) & slot_mask
-            while slot_ids[column, slot] >= 0 and slot_codes[column, slot] != code:
+            slot = (code * _GOLDEN) >> shift
+            while slots[column, slot, 1] != 0 and slots[column, slot, 0] != code:
                 slot = (slot + _ONE) & slot_mask
-            value = slot_ids[column, slot]
+            value = np.int64(slots[column, slot, 1]) - 1
             if value < 0:  # a code first seen here: its flips under every frequency that hashes the column
                 if 2 * (filled[column] + 1) > size or filled[n_columns] == values.shape[0]:
                     return False
                 value = filled[n_columns]
                 filled[n_columns] += 1
                 filled[column] += 1
-                slot_ids[column, slot] = value
-                slot_codes[column, slot] = code
+                slots[column, slot, 0] = code
+                slots[column, slot, 1] = np.uint64(value + 1)
                 values[value, :] = 0
                 for position in range(first, last):
                     z = _finalise((code ^ keys[position]) + _GOLDEN)
@@ -216,21 +221,22 @@ def signed_feature_sums(projection, phases, words, sums):  # pragma: no cover - 
 
 @jit(nogil=True, boundscheck=False, error_model="numpy")
 def signed_float32_sums(
-    rows, columns, frequencies, offsets, entries, values, tile_rows, sums
+    rows, by_column, columns, frequencies, offsets, entries, values, tile_rows, sums
 ):  # pragma: no cover - compiled
     """:func:`signed_feature_sums` from float32 phases: per tile of ``tile_rows`` rows the projection
     ``rows @ frequencies`` (BLAS sgemm, as :func:`streamrff._kernels.sincos.sincos_feature_sums`), then
     the signed ``cos`` and ``sin`` (``offsets`` of length 0) or ``cos(phase + offsets)`` and its square.
 
-    ``rows``: float32 or float64 (n, any columns), of which the numeric ``columns`` (int64, d of them) are
-    copied to float32 a tile at a time; ``frequencies``: float32 (d, m); ``offsets``: float32 (m,) or (0,);
+    ``rows``: float32 or float64 (n, any columns), or its transpose with ``by_column`` (a column-major
+    chunk, read in place), of which the numeric ``columns`` (int64, d of them) are copied to float32 a
+    tile at a time; ``frequencies``: float32 (d, m); ``offsets``: float32 (m,) or (0,);
     ``entries``, ``values``: the signs (:func:`category_entries`, XORed here row by row);
     ``sums``: float64 (2, m), added to.
     The sines and cosines are those of :func:`streamrff._kernels.sincos.rff_features` (a tile with a
     phase beyond ``MAX_FAST_PHASE``: float32 of libm's float64 ones), so the sums agree with
     :func:`flip_signs` of its features to float32 rounding; summed in float32 over 256 rows, then float64.
     """
-    n, m = rows.shape[0], frequencies.shape[1]
+    n, m = rows.shape[1] if by_column else rows.shape[0], frequencies.shape[1]
     with_offsets = offsets.shape[0] > 0
     projection = np.empty((min(tile_rows, n), m), np.float32)
     numeric = np.empty((min(tile_rows, n), columns.shape[0]), np.float32)
@@ -239,13 +245,29 @@ def signed_float32_sums(
     packed = words.view(np.uint16)  # 16 lanes' signs each, for the wide loop (little-endian: lane order)
     sign_bits = signs.view(np.uint32)  # +/-1.0 written as bits: a loop with no branch, which vectorises
     one = np.float32(1.0)
+    # |phase| <= sum_k |x_k| max_j |W_kj| (+ the largest offset): when that bound, with room for the
+    # GEMM's rounding, is within MAX_FAST_PHASE the tile needs no pass over its phases to say so.
+    reach = np.zeros(columns.shape[0])
+    for k in range(columns.shape[0]):
+        for j in range(m):
+            reach[k] = max(reach[k], abs(np.float64(frequencies[k, j])))
+    largest_offset = 0.0
+    for j in range(offsets.shape[0]):
+        largest_offset = max(largest_offset, abs(np.float64(offsets[j])))
     for start in range(0, n, tile_rows):
         phases, tile = projection[: min(n, start + tile_rows) - start], numeric[: min(n, start + tile_rows) - start]
+        bound = 0.0
         for i in range(tile.shape[0]):
+            row_bound = 0.0
             for k in range(columns.shape[0]):
-                tile[i, k] = np.float32(rows[start + i, columns[k]])
+                value = np.float32(rows[columns[k], start + i] if by_column else rows[start + i, columns[k]])
+                tile[i, k] = value
+                row_bound += abs(np.float64(value)) * reach[k]
+            if row_bound > bound or row_bound != row_bound:  # a NaN stays: the pass below then decides
+                bound = row_bound
         np.dot(tile, frequencies, phases)
-        fast = largest_phase(phases, offsets) <= MAX_FAST_PHASE
+        fast = (bound + largest_offset) * 1.001 <= MAX_FAST_PHASE and np.isfinite(bound)
+        fast = fast or largest_phase(phases, offsets) <= MAX_FAST_PHASE
         for segment in range(0, phases.shape[0], 256):
             first[:] = 0.0
             second[:] = 0.0

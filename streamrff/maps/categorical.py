@@ -92,6 +92,15 @@ def category_flip_words(codes: np.ndarray, mask: np.ndarray, keys: np.ndarray) -
     return gather_flips(category_flips(codes, mask, keys))
 
 
+def _row_layout(rows: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``(array, by_column)`` for the compiled kernels, which read ``array[i, c]``, or ``array[c, i]`` when
+    ``by_column``: ``rows`` when C-contiguous, its transpose when that is (a column-major chunk, as
+    tables are read), else a C-contiguous copy."""
+    if rows.flags.c_contiguous or not rows.T.flags.c_contiguous:
+        return np.ascontiguousarray(rows), False
+    return rows.T, True
+
+
 def category_flips(
     codes: np.ndarray, mask: np.ndarray, keys: np.ndarray, columns: Sequence[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -101,28 +110,31 @@ def category_flips(
     One hash per distinct code of each column and hashing frequency, kept across calls per map (its
     ``mask`` and ``keys``; see ``_CACHE_BYTES``): a chunk's codes repeat, and so do a table's across
     chunks. With ``columns``, the codes are those columns of ``codes`` (a map's chunk of rows, read in
-    place when it is C-contiguous float64).
+    place when it is float64, row-major or column-major).
     ``values`` is read-only to the caller (rows are only ever added to it).
     """
     from .._kernels.categorical import category_entries  # here, not at the top: numba's import
 
-    bits = np.ascontiguousarray(codes, dtype=np.float64).view(np.uint64)  # read in place, row by row
-    columns = np.arange(bits.shape[1]) if columns is None else np.asarray(columns, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.float64)
+    n_rows = codes.shape[0]
+    columns = np.arange(codes.shape[1]) if columns is None else np.asarray(columns, dtype=np.int64)
+    bits, by_column = _row_layout(codes)
+    bits = bits.view(np.uint64)  # read in place
     mask, keys = np.asarray(mask), np.asarray(keys, dtype=np.uint64)
     hashing, frequencies = np.nonzero(mask.T)  # row-major: grouped by column
     starts = np.searchsorted(hashing, np.arange(mask.shape[1] + 1)).astype(np.int64)
-    entries = np.empty((bits.shape[0], columns.shape[0]), dtype=np.int32)
-    arguments = (bits, columns, starts, frequencies.astype(np.int64), keys[frequencies, hashing])
+    entries = np.empty((n_rows, columns.shape[0]), dtype=np.int32)
+    arguments = (bits, by_column, columns, starts, frequencies.astype(np.int64), keys[frequencies, hashing])
     table = _flip_table(mask, keys, -(-mask.shape[0] // 64))
     with table.lock:  # -0.0 is read as 0.0: one category
         cached = bool(table.filled[-1])
-        while not category_entries(*arguments, table.codes, table.ids, table.values, table.filled, entries):
+        while not category_entries(*arguments, table.slots, table.values, table.filled, entries):
             if table.values.shape[0] < table.largest or cached:  # grow to the bound, or start afresh there
                 table.allocate(min(2 * table.values.shape[0], table.largest))
                 cached = False
             else:  # more distinct codes in this chunk than the bound: a table of its own
-                own = _FlipTable(columns.shape[0], table.n_words, entries.size, bits.shape[0])
-                category_entries(*arguments, own.codes, own.ids, own.values, own.filled, entries)
+                own = _FlipTable(columns.shape[0], table.n_words, entries.size, n_rows)
+                category_entries(*arguments, own.slots, own.values, own.filled, entries)
                 return entries, own.values
         return entries, table.values
 
@@ -150,8 +162,7 @@ class _FlipTable:
     def allocate(self, capacity: int, per_column: int | None = None) -> None:
         """Empty tables for ``capacity`` codes, ``per_column`` (default: all of them) in any one column."""
         size = 1 << (2 * max(capacity if per_column is None else per_column, 1) - 1).bit_length()  # >= twice
-        self.codes = np.empty((self.n_columns, size), dtype=np.uint64)
-        self.ids = np.full((self.n_columns, size), -1, dtype=np.int64)
+        self.slots = np.zeros((self.n_columns, size, 2), dtype=np.uint64)
         self.values = np.empty((capacity, self.n_words), dtype=np.uint64)
         self.filled = np.zeros(self.n_columns + 1, dtype=np.int64)
 
@@ -204,7 +215,9 @@ def signed_sums(
 
     sums = np.zeros((2, frequencies.shape[1]))
     if frequencies.dtype == np.float32:
-        signed_float32_sums(numeric, np.asarray(columns, dtype=np.int64), frequencies, phases, *flips, step, sums)
+        rows, by_column = _row_layout(numeric)
+        columns = np.asarray(columns, dtype=np.int64)
+        signed_float32_sums(rows, by_column, columns, frequencies, phases, *flips, step, sums)
         return sums
     words = gather_flips(flips)
     projection = np.empty((min(step, numeric.shape[0]), frequencies.shape[1]))

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -228,7 +229,7 @@ def _column_kinds(
 
 def encode_frame(frame: Any, columns: Sequence[str], categorical_columns: Sequence[int]) -> np.ndarray:
     """A pandas DataFrame's ``columns`` as float64 rows: numeric values, category codes where categorical."""
-    out = np.empty((len(frame), len(columns)), dtype=np.float64)
+    out = np.empty((len(frame), len(columns)), dtype=np.float64, order="F")  # written column by column
     for index, name in enumerate(columns):
         column = frame[name]
         if index in categorical_columns:
@@ -255,7 +256,7 @@ def _read_parquet_file(
     # A local file is opened by pyarrow itself: no Python file object in between.
     local = isinstance(filesystem, LocalFileSystem)
     with contextlib.nullcontext(local_path) if local else filesystem.open(path, "rb") as source:
-        table = pq.ParquetFile(source, read_dictionary=list(text)).read(columns=list(columns))
+        table = pq.ParquetFile(source, read_dictionary=list(text), memory_map=local).read(columns=list(columns))
     return encode_table(table, columns, categorical)
 
 
@@ -266,11 +267,11 @@ def encode_table(table: Any, columns: Sequence[str], categorical_columns: Sequen
     dictionary (its own, or one :func:`pyarrow.compute.dictionary_encode` builds): one code per
     distinct label (cached across calls), then gathered by the indices. Others go through pandas.
     """
-    out = np.empty((table.num_rows, len(columns)), dtype=np.float64)
+    out = np.empty((table.num_rows, len(columns)), dtype=np.float64, order="F")  # written column by column
     for index, name in enumerate(columns):
         column = table.column(name)
         if index in categorical_columns:
-            out[:, index] = _arrow_codes(column)
+            out[:, index] = _arrow_codes(column, name)
         elif column.null_count == 0 and _is_number(column.type):
             out[:, index] = column.to_numpy()  # the values pandas would give, without building a Series
         else:
@@ -303,27 +304,45 @@ def _is_text(kind: Any) -> bool:
     )
 
 
-#: Codes of labels met in earlier dictionaries, per Python type of label (a dictionary's labels share
-#: one: True and 1 are equal keys but not one category); a type's codes are cleared past 2^20 labels.
-_LABEL_CODES: dict[type, dict[Any, float]] = {}
+#: Labels met in earlier dictionaries of a column and their codes, per column name and arrow type of
+#: label (true and 1 are not one category), as ``(labels, codes)``: an arrow array and float64 codes in
+#: the same order. Past ``_KNOWN_LABELS_LIMIT`` labels of a column they start afresh.
+_KNOWN_LABELS: dict[tuple[str, str], tuple[Any, np.ndarray]] = {}
+_KNOWN_LABELS_LIMIT = 1 << 20
+_KNOWN_LABELS_LOCK = threading.Lock()
 
 
-def _dictionary_codes(labels: list) -> np.ndarray:
-    """The codes of one arrow dictionary's labels (:func:`category_code`), then ``MISSING_CODE``."""
-    known = _LABEL_CODES.setdefault(type(labels[0]) if labels else str, {})
-    codes = list(map(known.get, labels))  # one C-level pass; None where a label is new
-    if None in codes:
-        if len(known) >= 1 << 20:
-            known.clear()
-        for index, code in enumerate(codes):
-            if code is None:
-                codes[index] = known[labels[index]] = category_code(labels[index])
-    codes.append(MISSING_CODE)
-    return np.array(codes, dtype=np.float64)
+def _dictionary_codes(dictionary: Any, name: str) -> np.ndarray:
+    """The codes of one arrow dictionary's labels (:func:`category_code`), then ``MISSING_CODE``.
+
+    The labels are looked up among those of column ``name``'s earlier dictionaries by arrow
+    (``index_in``, without the GIL); only labels not met before become Python objects, to be coded.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key = (name, str(dictionary.type))
+    with _KNOWN_LABELS_LOCK:
+        labels, codes = _KNOWN_LABELS.get(key) or (pa.array([], type=dictionary.type), np.empty(0))
+    positions = pc.index_in(dictionary, value_set=labels).to_numpy(zero_copy_only=False)
+    new = np.isnan(positions) if positions.dtype.kind == "f" else np.zeros(len(positions), dtype=bool)
+    if new.any():  # a label met first here: coded, and kept
+        fresh = dictionary.filter(pa.array(new))
+        fresh_codes = np.array([category_code(label) for label in fresh.to_pylist()], dtype=np.float64)
+        positions[new] = len(labels) + np.arange(len(fresh))
+        if len(labels) + len(fresh) > _KNOWN_LABELS_LIMIT:
+            labels, codes = fresh, fresh_codes
+            positions[new] = np.arange(len(fresh))
+        else:
+            labels, codes = pa.concat_arrays([labels, fresh]), np.concatenate([codes, fresh_codes])
+        with _KNOWN_LABELS_LOCK:
+            _KNOWN_LABELS[key] = (labels, codes)
+    return np.append(codes[positions.astype(np.int64)], MISSING_CODE)
 
 
-def _arrow_codes(column: Any) -> np.ndarray:
-    """The codes of a pyarrow ChunkedArray of labels, one code per distinct label of each chunk's dictionary."""
+def _arrow_codes(column: Any, name: str) -> np.ndarray:
+    """The codes of a pyarrow ChunkedArray of labels (column ``name``), one code per distinct label of each
+    chunk's dictionary."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -335,10 +354,9 @@ def _arrow_codes(column: Any) -> np.ndarray:
     out = np.empty(len(column), dtype=np.float64)
     start = 0
     for chunk in column.chunks:
-        labels = chunk.dictionary.to_pylist()
-        table = _dictionary_codes(labels)
-        indices = chunk.indices.fill_null(len(labels)).to_numpy(zero_copy_only=False)
-        out[start : start + len(chunk)] = table[indices]
+        table = _dictionary_codes(chunk.dictionary, name)
+        indices = chunk.indices.fill_null(len(chunk.dictionary)).to_numpy(zero_copy_only=False)
+        np.take(table, indices, out=out[start : start + len(chunk)])
         start += len(chunk)
     return out
 
