@@ -63,9 +63,9 @@ def category_entries(
     (``slots``: (columns, size, 2) uint64, a code beside its row of ``values`` plus one, 0 for an empty
     slot; at most half full; a code's first slot the top bits of its product by the golden ratio) from a
     code to its row of ``values`` ((capacity, ceil(m / 64)) uint64: its flips, packed); ``filled``: (columns + 1,)
-    int64, the codes of each column's table and the rows of ``values`` in use. Row by row (one read of
-    the rows, in place) each code is looked up (hashed when first seen, bit ``j % 64`` of word ``j // 64``
-    the flip of frequency ``j``) and its row noted.
+    int64, the codes of each column's table and the rows of ``values`` in use. Column by column (read in
+    place) each code is looked up (hashed when first seen, bit ``j % 64`` of word ``j // 64`` the flip of
+    frequency ``j``) and its row noted.
     """
     n_rows, n_columns = bits.shape[1] if by_column else bits.shape[0], columns.shape[0]
     size = slots.shape[1]
@@ -73,12 +73,12 @@ def category_entries(
     while (1 << log_size) < size:
         log_size += 1
     slot_mask, shift = np.uint64(size - 1), np.uint64(64 - log_size)
-    for i in range(n_rows):
-        for column in range(n_columns):
-            first, last = starts[column], starts[column + 1]
-            if first == last:
-                entries[i, column] = -1
-                continue
+    for column in range(n_columns):  # a column at a time: its table stays in cache
+        first, last = starts[column], starts[column + 1]
+        if first == last:
+            entries[:, column] = -1
+            continue
+        for i in range(n_rows):
             code = bits[columns[column], i] if by_column else bits[i, columns[column]]
             if code == _NEGATIVE_ZERO:
                 code = np.uint64(0)
