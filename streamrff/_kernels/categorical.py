@@ -254,17 +254,25 @@ def signed_float32_sums(
     largest_offset = 0.0
     for j in range(offsets.shape[0]):
         largest_offset = max(largest_offset, abs(np.float64(offsets[j])))
+    row_bounds = np.empty(min(tile_rows, n))
     for start in range(0, n, tile_rows):
         phases, tile = projection[: min(n, start + tile_rows) - start], numeric[: min(n, start + tile_rows) - start]
+        bounds = row_bounds[: tile.shape[0]]
+        bounds[:] = 0.0
+        for k in range(columns.shape[0]):  # a column at a time: read in place either way
+            column = columns[k]
+            if by_column:
+                for i in range(tile.shape[0]):
+                    tile[i, k] = np.float32(rows[column, start + i])
+            else:
+                for i in range(tile.shape[0]):
+                    tile[i, k] = np.float32(rows[start + i, column])
+            for i in range(tile.shape[0]):
+                bounds[i] += abs(np.float64(tile[i, k])) * reach[k]
         bound = 0.0
         for i in range(tile.shape[0]):
-            row_bound = 0.0
-            for k in range(columns.shape[0]):
-                value = np.float32(rows[columns[k], start + i] if by_column else rows[start + i, columns[k]])
-                tile[i, k] = value
-                row_bound += abs(np.float64(value)) * reach[k]
-            if row_bound > bound or row_bound != row_bound:  # a NaN stays: the pass below then decides
-                bound = row_bound
+            if bounds[i] > bound or bounds[i] != bounds[i]:  # a NaN stays: the pass below then decides
+                bound = bounds[i]
         np.dot(tile, frequencies, phases)
         fast = (bound + largest_offset) * 1.001 <= MAX_FAST_PHASE and np.isfinite(bound)
         fast = fast or largest_phase(phases, offsets) <= MAX_FAST_PHASE

@@ -355,7 +355,8 @@ def _arrow_codes(column: Any, name: str) -> np.ndarray:
     start = 0
     for chunk in column.chunks:
         table = _dictionary_codes(chunk.dictionary, name)
-        indices = chunk.indices.fill_null(len(chunk.dictionary)).to_numpy(zero_copy_only=False)
+        indices = chunk.indices
+        indices = (indices.fill_null(len(chunk.dictionary)) if indices.null_count else indices).to_numpy()
         np.take(table, indices, out=out[start : start + len(chunk)])
         start += len(chunk)
     return out
