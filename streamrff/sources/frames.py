@@ -14,6 +14,7 @@ encoded in memory.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -362,6 +363,10 @@ def _arrow_codes(column: Any, name: str) -> np.ndarray:
     return out
 
 
+#: Footers of a parquet dataset on object storage read at once when it is opened.
+_FOOTER_READERS = 16
+
+
 def _parquet_rows(
     url: str, storage_options: dict | None, columns: Sequence[str] | None, categorical: Sequence[str] | None
 ) -> TableRows:
@@ -384,13 +389,20 @@ def _parquet_rows(
         raise SourceError(f"Cannot list the parquet source {url}: {type(error).__name__}.") from None
     if not files:
         raise SourceError(f"No parquet file at {url}. Check the path; a dataset is a folder of *.parquet files.")
-    counts, schema = [], None
-    for path in files:
+    def footer(path: str) -> Any:
         try:
             with filesystem.open(path, "rb") as handle:
-                metadata = pq.ParquetFile(handle).metadata
+                return pq.ParquetFile(handle).metadata
         except Exception as error:  # a file that is not parquet, or cut short
             raise SourceError(f"Cannot read the parquet footer of {path}: {error}.") from None
+
+    if protocol in ("file", "local"):
+        footers = [footer(path) for path in files]
+    else:  # side by side: on object storage each footer is a round trip or two
+        with concurrent.futures.ThreadPoolExecutor(min(_FOOTER_READERS, len(files))) as readers:
+            footers = list(readers.map(footer, files))
+    counts, schema = [], None
+    for path, metadata in zip(files, footers):
         file_schema = metadata.schema.to_arrow_schema()
         if schema is None:
             schema = file_schema
@@ -402,18 +414,34 @@ def _parquet_rows(
     chosen, categorical_columns = _column_kinds(dtypes, columns, categorical, description)
     full = [path if protocol in ("file", "local") else f"{protocol}://{path}" for path in files]
     text = tuple(chosen[index] for index in categorical_columns if _is_text(schema.field(chosen[index]).type))
-    blocks = [
-        da.from_delayed(
-            dask.delayed(_read_parquet_file, pure=True)(path, storage_options, chosen, categorical_columns, text),
-            shape=(count, len(chosen)),
-            dtype=np.float64,
-        )
-        for path, count in zip(full, counts)
-        if count
-    ]
-    if not blocks:
+    kept = [(path, count) for path, count in zip(full, counts) if count]
+    if not kept:
         raise InputError(f"The parquet source {url} has no rows.")
-    return TableRows(da.concatenate(blocks, axis=0), description, chosen, categorical_columns)
+    reader = _ParquetFiles(tuple(path for path, _ in kept), storage_options, chosen, categorical_columns, text)
+    rows = da.map_blocks(  # one layer, one task per file: a graph built in O(1) Python calls per file
+        reader,
+        chunks=(tuple(count for _, count in kept), (len(chosen),)),
+        dtype=np.float64,
+        meta=np.empty((0, len(chosen))),
+        name="parquet-" + dask.base.tokenize(reader, counts),
+    )
+    return TableRows(rows, description, chosen, categorical_columns)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParquetFiles:
+    """The blocks of a parquet source's rows (:func:`dask.array.map_blocks`): block ``i`` is file ``paths[i]``
+    (:func:`_read_parquet_file`)."""
+
+    paths: tuple[str, ...]
+    storage_options: dict | None
+    columns: tuple[str, ...]
+    categorical: tuple[int, ...]
+    text: tuple[str, ...]
+
+    def __call__(self, block_info: dict | None = None) -> np.ndarray:
+        path = self.paths[block_info[None]["chunk-location"][0]]
+        return _read_parquet_file(path, self.storage_options, self.columns, self.categorical, self.text)
 
 
 def table_rows(
