@@ -230,7 +230,7 @@ def _column_kinds(
 
 def encode_frame(frame: Any, columns: Sequence[str], categorical_columns: Sequence[int]) -> np.ndarray:
     """A pandas DataFrame's ``columns`` as float64 rows: numeric values, category codes where categorical."""
-    out = np.empty((len(frame), len(columns)), dtype=np.float64, order="F")  # written column by column
+    out = np.empty((len(frame), len(columns)), dtype=np.float64)
     for index, name in enumerate(columns):
         column = frame[name]
         if index in categorical_columns:
@@ -265,7 +265,8 @@ def _read_parquet_file(
 
 
 def encode_table(table: Any, columns: Sequence[str], categorical_columns: Sequence[int]) -> np.ndarray:
-    """A pyarrow Table's ``columns`` as float64 rows, as :func:`encode_frame` encodes its pandas frame.
+    """A pyarrow Table's ``columns`` as float64 rows, as :func:`encode_frame` encodes its pandas frame, but
+    column-major (a parquet file is one chunk, whose columns are written and then read in place).
 
     A categorical column of text, booleans, floats or integers without nulls is coded through a
     dictionary (its own, or one :func:`pyarrow.compute.dictionary_encode` builds): one code per
@@ -392,6 +393,7 @@ def _parquet_rows(
         raise SourceError(f"Cannot list the parquet source {url}: {type(error).__name__}.") from None
     if not files:
         raise SourceError(f"No parquet file at {url}. Check the path; a dataset is a folder of *.parquet files.")
+
     def footer(path: str) -> Any:
         try:
             with filesystem.open(path, "rb") as handle:
