@@ -422,30 +422,25 @@ def _parquet_rows(
     kept = [(path, count) for path, count in zip(full, counts) if count]
     if not kept:
         raise InputError(f"The parquet source {url} has no rows.")
-    reader = _ParquetFiles(tuple(path for path, _ in kept), storage_options, chosen, categorical_columns, text)
-    rows = da.map_blocks(  # one layer, one task per file: a graph built in O(1) Python calls per file
-        reader,
-        chunks=(tuple(count for _, count in kept), (len(chosen),)),
-        dtype=np.float64,
-        meta=np.empty((0, len(chosen))),
-        name="parquet-" + dask.base.tokenize(reader, counts),
-    )
+    reader = _ParquetFileReader(storage_options, chosen, categorical_columns, text)
+    # One task per file, written out (a graph of O(files), built without a delayed object per file).
+    name = "parquet-" + dask.base.tokenize(reader, kept)
+    graph = {(name, index, 0): (reader, path) for index, (path, _) in enumerate(kept)}
+    chunks = (tuple(count for _, count in kept), (len(chosen),))
+    rows = da.Array(graph, name, chunks=chunks, dtype=np.float64, meta=np.empty((0, len(chosen))))
     return TableRows(rows, description, chosen, categorical_columns)
 
 
 @dataclasses.dataclass(frozen=True)
-class _ParquetFiles:
-    """The blocks of a parquet source's rows (:func:`dask.array.map_blocks`): block ``i`` is file ``paths[i]``
-    (:func:`_read_parquet_file`)."""
+class _ParquetFileReader:
+    """A parquet file's rows, encoded (:func:`_read_parquet_file`): the task of each file of a source."""
 
-    paths: tuple[str, ...]
     storage_options: dict | None
     columns: tuple[str, ...]
     categorical: tuple[int, ...]
     text: tuple[str, ...]
 
-    def __call__(self, block_info: dict | None = None) -> np.ndarray:
-        path = self.paths[block_info[None]["chunk-location"][0]]
+    def __call__(self, path: str) -> np.ndarray:
         return _read_parquet_file(path, self.storage_options, self.columns, self.categorical, self.text)
 
 
