@@ -6,8 +6,8 @@ categorical columns hashed, the labels coded by ``streamrff.sources.frames``). T
 same number of rows and 16 float32 columns in chunks of ``--file-rows`` rows, sketched with a
 Gaussian map of the same D. Each is fitted first (not timed), then sketched ``--rounds`` times,
 alternately; the best time of each is kept. Target (issue 47, at 1e7 rows): parquet >= 0.8x the zarr
-rate. Measured 2026-11-29 at 1e7 rows, idle 2-core machine (load average below 2), five runs: 0.80x,
-0.83x, 0.80x, 0.82x, 0.83x (4.21-4.28M against 5.12-5.26M rows/s).
+rate. Measured 2026-11-29 at 1e7 rows, idle 2-core machine (load average below 2), eight runs: 0.80x,
+0.83x, 0.80x, 0.82x, 0.83x, 0.83x, 0.84x, 0.84x (4.21-4.34M against 5.03-5.26M rows/s).
 
     python benchmarks/bench_tables_sketch.py                  # 1e6 rows
     python benchmarks/bench_tables_sketch.py --rows 10000000  # the issue's size
