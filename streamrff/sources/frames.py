@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -329,20 +330,21 @@ def _dictionary_codes(dictionary: Any, name: str) -> np.ndarray:
     key = (name, str(dictionary.type))
     with _KNOWN_LABELS_LOCK:
         labels, codes = _KNOWN_LABELS.get(key) or (pa.array([], type=dictionary.type), np.empty(0))
-    positions = pc.index_in(dictionary, value_set=labels).to_numpy(zero_copy_only=False)
-    new = np.isnan(positions) if positions.dtype.kind == "f" else np.zeros(len(positions), dtype=bool)
+    found = pc.index_in(dictionary, value_set=labels)
+    positions = found.fill_null(0).to_numpy().astype(np.int64)  # a writable copy
+    new = found.is_null().to_numpy(zero_copy_only=False)
     if new.any():  # a label met first here: coded, and kept
         fresh = dictionary.filter(pa.array(new))
         fresh_codes = np.array([category_code(label) for label in fresh.to_pylist()], dtype=np.float64)
-        positions[new] = len(labels) + np.arange(len(fresh))
-        if len(labels) + len(fresh) > _KNOWN_LABELS_LIMIT:
+        afresh = len(labels) + len(fresh) > _KNOWN_LABELS_LIMIT
+        positions[new] = (0 if afresh else len(labels)) + np.arange(len(fresh))
+        if afresh:
             labels, codes = fresh, fresh_codes
-            positions[new] = np.arange(len(fresh))
         else:
             labels, codes = pa.concat_arrays([labels, fresh]), np.concatenate([codes, fresh_codes])
         with _KNOWN_LABELS_LOCK:
             _KNOWN_LABELS[key] = (labels, codes)
-    return np.append(codes[positions.astype(np.int64)], MISSING_CODE)
+    return np.append(codes[positions], MISSING_CODE)
 
 
 def _arrow_codes(column: Any, name: str) -> np.ndarray:
@@ -422,26 +424,15 @@ def _parquet_rows(
     kept = [(path, count) for path, count in zip(full, counts) if count]
     if not kept:
         raise InputError(f"The parquet source {url} has no rows.")
-    reader = _ParquetFileReader(storage_options, chosen, categorical_columns, text)
+    reader = functools.partial(
+        _read_parquet_file, storage_options=storage_options, columns=chosen, categorical=categorical_columns, text=text
+    )
     # One task per file, written out (a graph of O(files), built without a delayed object per file).
     name = "parquet-" + dask.base.tokenize(reader, kept)
     graph = {(name, index, 0): (reader, path) for index, (path, _) in enumerate(kept)}
     chunks = (tuple(count for _, count in kept), (len(chosen),))
     rows = da.Array(graph, name, chunks=chunks, dtype=np.float64, meta=np.empty((0, len(chosen))))
     return TableRows(rows, description, chosen, categorical_columns)
-
-
-@dataclasses.dataclass(frozen=True)
-class _ParquetFileReader:
-    """A parquet file's rows, encoded (:func:`_read_parquet_file`): the task of each file of a source."""
-
-    storage_options: dict | None
-    columns: tuple[str, ...]
-    categorical: tuple[int, ...]
-    text: tuple[str, ...]
-
-    def __call__(self, path: str) -> np.ndarray:
-        return _read_parquet_file(path, self.storage_options, self.columns, self.categorical, self.text)
 
 
 def table_rows(
