@@ -78,6 +78,25 @@ def test_test_on_two_parquet_sources_equals_two_sample_test_on_the_frames(tmp_pa
     assert expected.p_value <= 0.05  # the city frequencies moved
 
 
+def test_the_aggregated_test_of_two_parquet_sources_reports_its_questions(tmp_path, cli_main):
+    a, b = str(tmp_path / "before.parquet"), str(tmp_path / "after.parquet")
+    frame(10).to_parquet(a)
+    frame(11, city_p=(0.2, 0.3, 0.5)).to_parquet(b)
+    options = ["--select", ",".join(SELECT), "--categorical", "zip", "--null", "aggregated", "--permutations", "99",
+               "--features", "64", "--seed", "1"]  # fmt: skip
+    ran = cli_main("test", a, b, *options)
+    assert ran.code == 0, ran.err
+    line = next(text for text in ran.out.splitlines() if text.strip().startswith("questions:"))
+    assert [part.split(" p = ")[0] for part in line.split(":", 1)[1].split(" (each")[0].strip().split("; ")] == [
+        "whole row (10 maps)", "column 1 ==", "column 2 ==",
+    ]  # fmt: skip
+    got = json.loads(cli_main("test", a, b, *options, "--json").out)
+    questions = {row["question"]: row["p_value"] for row in got["questions"]}
+    # the city column (1) moved: its question's p-value is the smallest (the whole row sees it too), zip's is not
+    assert questions["column 1 =="] == min(questions.values()) < questions["column 2 =="]
+    assert got["p_value"] <= 0.05 and got["statistic"] == pytest.approx(-questions["column 1 =="])
+
+
 def test_test_columns_names_the_parquet_columns(tmp_path, cli_main):
     a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
     frame(20).to_parquet(a)

@@ -118,10 +118,12 @@ def _aggregated_test_lines(result: Any) -> list[str]:
     kernels = "named per map below" if result.kernels else "Gaussian"
     return [
         f"aggregated two-sample test: {p_equals(result.p_value, result.n_permutations)} ({verdict} at level 0.05)",
-        f"  aggregation:  {result.aggregation} over {n_maps} {unit}s, statistic {result.statistic:.6g}",
+        f"  aggregation:  {result.aggregation} over {n_maps} {unit}s, statistic {result.statistic:.6g}"
+        + (" (minus the smallest of the questions' p-values below)" if result.questions else ""),
         f"  null:         {result.n_permutations} permutations shared by every {unit}",
         f"  samples:      n_x = {result.n_x:,}, n_y = {result.n_y:,}",
         f"  kernels:      {kernels}, D = {result.n_features} per {unit}",
+        *result.question_lines(),
         *result.table_lines(),
     ]
 

@@ -55,6 +55,7 @@ from .aggregated import (
     aggregate,
     auto_bandwidths,
     kernel_grid,
+    questions_p_value,
     shared_map_seed,
     table_maps,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "bandwidth_maps",
     "shared_map_seed",
     "aggregate",
+    "questions_p_value",
     "AGGREGATIONS",
     "AUTO_BANDWIDTHS",
     "DEFAULT_AGGREGATION",

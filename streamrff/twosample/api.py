@@ -44,7 +44,6 @@ from ..typing import Seed
 from .aggregated import (
     AGGREGATIONS,
     DEFAULT_AGGREGATION,
-    aggregated_p_value,
     check_aggregated_accumulator_size,
     check_bandwidths,
     check_categorical,
@@ -53,6 +52,8 @@ from .aggregated import (
     kernel_grid,
     kernel_grid_size,
     kernel_label,
+    question_groups,
+    questions_p_value,
     shared_map_seed,
     standardise,
     table_maps,
@@ -231,9 +232,14 @@ def aggregated_permutation_test(
     _check_sizes(first.n_x, first.n_y)
     observed, nulls, tolerances = zip(*(_permutation_null(component) for component in sketch.sketches))
     values = np.column_stack([np.asarray(observed), np.vstack(nulls)])  # (L, B + 1), column 0 observed
-    p_value, aggregated, _ = aggregated_p_value(values, aggregation, np.asarray(tolerances))
+    groups = question_groups(sketch.columns)
+    p_value, aggregated, _, question_p_values = questions_p_value(values, groups, aggregation, np.asarray(tolerances))
     own_p_values = [_monte_carlo_p_value(row[1:], row[0], tolerance) for row, tolerance in zip(values, tolerances)]
     labels = tuple(kernel_label(component.spec, own) for component, own in zip(sketch.sketches, sketch.columns))
+    questions = () if len(groups) == 1 else tuple(
+        (labels[group[0]] if sketch.columns[group[0]] is not None else f"whole row ({group.shape[0]} maps)", float(p))
+        for group, p in zip(groups, question_p_values)
+    )  # fmt: skip
     return AggregatedTwoSampleResult(
         statistic=float(aggregated[0]),
         p_value=p_value,
@@ -249,6 +255,7 @@ def aggregated_permutation_test(
         null_statistics=values[:, 1:],
         map_specs=tuple(component.spec for component in sketch.sketches),
         kernels=labels if len(set(labels)) > 1 else (),  # named only when the maps are not all of one kind
+        questions=questions,
         effects=tuple(
             _effect_of_test(component, None if moments is None else moments[index])
             for index, component in enumerate(sketch.sketches)
@@ -710,7 +717,11 @@ def two_sample_test(
         ``categorical_columns``, none for an array). With categorical columns the maps are those of
         :func:`streamrff.twosample.table_maps`: the mixed kernel at every bandwidth and lambda of
         ``mismatches``, and each categorical column's delta kernel alone, so a shift in one
-        column's frequencies is not diluted by the other columns (docs: Tables).
+        column's frequencies is not diluted by the other columns (docs: Tables). These are the
+        test's questions: the whole row (its maps combined by ``aggregation``) and each column;
+        the p-value is that of the smallest question p-value, calibrated on the same permutations
+        (:func:`streamrff.twosample.questions_p_value`), and the result's ``questions``
+        gives each one's own.
     mismatches : "auto" or sequence of float, optional
         ``method="aggregated"`` with categorical columns (default ``"auto"``: the median rule's
         lambda and 10): the mixed kernel's lambdas aggregated over.

@@ -330,7 +330,8 @@ class AggregatedTwoSampleResult:
     Attributes
     ----------
     statistic : float
-        Observed aggregated statistic (see ``aggregation``).
+        Observed aggregated statistic (see ``aggregation``; with ``questions``, minus the smallest
+        question's p-value).
     p_value : float
         Aggregated permutation p-value ``(1 + #{b : A_b >= A}) / (1 + B)``.
     aggregation : str
@@ -357,6 +358,11 @@ class AggregatedTwoSampleResult:
     kernels : tuple of str
         Per map, its name in the table when the maps are not all of one kind (a table's mixed maps and
         per-column equality kernels: :func:`~streamrff.twosample.aggregated.kernel_label`); else empty.
+    questions : tuple of (str, float)
+        On a table with categorical columns, the questions the test asks and each one's own permutation
+        p-value: the whole row (its maps aggregated by ``aggregation``) and each categorical column's delta
+        kernel. ``p_value`` is calibrated on the smallest of them
+        (:func:`~streamrff.twosample.questions_p_value`). Empty with one question.
 
     Examples
     --------
@@ -388,6 +394,7 @@ class AggregatedTwoSampleResult:
     map_specs: tuple[MapSpec, ...] = field(default=(), repr=False)
     kernels: tuple[str, ...] = field(default=(), repr=False)
     effects: tuple[EffectSize, ...] = field(default=(), repr=False)
+    questions: tuple[tuple[str, float], ...] = field(default=(), repr=False)
 
     method = "aggregated"
 
@@ -459,14 +466,24 @@ class AggregatedTwoSampleResult:
         lines = [
             f"AggregatedTwoSampleResult(aggregation={self.aggregation!r})",
             f"  p-value (aggregated):  {format_p_value(self.p_value, self.n_permutations)}",
-            f"  statistic:             {self.statistic:.6g}",
+            f"  statistic:             {self.statistic:.6g}"
+            + (" (minus the smallest question's p-value)" if self.questions else ""),
             f"  null:                  {self.n_permutations} permutations shared by "
             f"{self.bandwidths.shape[0]} bandwidths",
             f"  samples:               n_x={self.n_x}, n_y={self.n_y}",
             f"  kernels:               Gaussian, n_features={self.n_features} per bandwidth",
+            *self.question_lines(23),
             *self.table_lines(),
         ]
         return "\n".join(lines)
+
+    def question_lines(self, width: int = 14) -> list[str]:
+        """On a table, the questions with their own p-values (the aggregated p-value takes the smallest),
+        after a label ``width`` characters wide."""
+        if not self.questions:
+            return []
+        parts = [f"{label} p = {format_p_value(p, self.n_permutations)}" for label, p in self.questions]
+        return [f"  {'questions:':<{width}}{'; '.join(parts)} (each its own permutation p-value)"]
 
     def table_lines(self, level: float = 0.95) -> list[str]:
         """The per-bandwidth table as printed: MMD (0 to sqrt 2) with its interval for the Gaussian kernel
@@ -528,6 +545,10 @@ class AggregatedTwoSampleResult:
             "bandwidths": rows,
             "maps": list(self.map_specs),
         }
+        if self.questions:
+            out["questions"] = [
+                {"question": label, **p_value_fields(p, self.n_permutations)} for label, p in self.questions
+            ]
         if include_null:
             out["null"] = [float(value) for value in self.null]
         return out
