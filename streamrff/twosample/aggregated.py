@@ -529,8 +529,8 @@ def question_groups(columns: tuple[tuple[int, ...] | None, ...]) -> list[np.ndar
 
 def questions_p_value(
     values: np.ndarray, groups: list[np.ndarray], aggregation: str, tolerances: np.ndarray
-) -> tuple[float, np.ndarray, float, np.ndarray]:
-    """The aggregated test over several questions: ``(p, statistics (B + 1,), tie tolerance, p per question)``.
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """The aggregated test over several questions: ``(p, statistics (B + 1,), p per question)``.
 
     A question is a group of maps (:func:`question_groups`): the whole row's maps, aggregated by
     ``aggregation`` over their bandwidths and lambdas, and each categorical column's delta kernel.
@@ -560,18 +560,15 @@ def questions_p_value(
 
     >>> import numpy as np
     >>> values = np.array([[4.0, 1.0, 2.0, 1.0, 0.0], [1.0, 2.0, 1.0, 0.0, 1.0], [0.0, 3.0, 1.0, 2.0, 1.0]])
-    >>> p, statistics, _, own = questions_p_value(values, [np.array([0, 1]), np.array([2])], "max", np.zeros(3))
+    >>> p, statistics, own = questions_p_value(values, [np.array([0, 1]), np.array([2])], "max", np.zeros(3))
     >>> p, own.tolist(), statistics.tolist()
     (0.4, [0.2, 1.0], [-0.2, -0.2, -0.6, -0.4, -0.8])
     """
     if len(groups) == 1:
-        p_value, statistics, tolerance = aggregated_p_value(values, aggregation, tolerances)
-        return p_value, statistics, tolerance, np.array([p_value])
-    questions, question_tolerances, own = [], [], []
-    for group in groups:
-        p_value, statistics, tolerance = aggregated_p_value(values[group], aggregation, tolerances[group])
-        questions.append(statistics)
-        question_tolerances.append(tolerance)
-        own.append(p_value)
-    p_value, statistics, tolerance = aggregated_p_value(np.array(questions), "mmdagg", np.array(question_tolerances))
-    return p_value, statistics, tolerance, np.array(own)
+        p_value, statistics, _ = aggregated_p_value(values, aggregation, tolerances)
+        return p_value, statistics, np.array([p_value])
+    own, questions, question_tolerances = zip(
+        *(aggregated_p_value(values[group], aggregation, tolerances[group]) for group in groups)
+    )
+    p_value, statistics, _ = aggregated_p_value(np.array(questions), "mmdagg", np.array(question_tolerances))
+    return p_value, statistics, np.array(own)

@@ -233,7 +233,7 @@ def aggregated_permutation_test(
     observed, nulls, tolerances = zip(*(_permutation_null(component) for component in sketch.sketches))
     values = np.column_stack([np.asarray(observed), np.vstack(nulls)])  # (L, B + 1), column 0 observed
     groups = question_groups(sketch.columns)
-    p_value, aggregated, _, question_p_values = questions_p_value(values, groups, aggregation, np.asarray(tolerances))
+    p_value, aggregated, question_p_values = questions_p_value(values, groups, aggregation, np.asarray(tolerances))
     own_p_values = [_monte_carlo_p_value(row[1:], row[0], tolerance) for row, tolerance in zip(values, tolerances)]
     labels = tuple(kernel_label(component.spec, own) for component, own in zip(sketch.sketches, sketch.columns))
     questions = () if len(groups) == 1 else tuple(
