@@ -136,106 +136,34 @@ def narrow(total: np.ndarray, moment: np.ndarray, k_all: int, k: int) -> tuple[n
     return total[index] * np.sqrt(scale), moment[np.ix_(index, index)] * scale
 
 
-def leading_eigenvalues(matrix: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """The ``count`` leading eigenvalues of a symmetric PSD matrix: randomised range finder, 2 power iterations."""
+def leading_eigenpairs(matrix: np.ndarray, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` leading eigenpairs of a symmetric PSD matrix: randomised range finder, 2 power iterations."""
     basis = matrix @ rng.standard_normal((matrix.shape[0], count + 16))
     for _ in range(2):
         basis, _ = np.linalg.qr(basis)
         basis = matrix @ basis
     basis, _ = np.linalg.qr(basis)
-    return np.linalg.eigvalsh(basis.T @ matrix @ basis)[-count:]
-
-
-@functools.cache
-def shape_draws(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The fixed draws of ``effect._degenerate_shape`` (seed 48): chi-square(1) - 1 and the normal remainder."""
-    rng = np.random.default_rng(48)
-    return rng.chisquare(1.0, size=(E.SHAPE_DRAWS, count)) - 1.0, rng.standard_normal(E.SHAPE_DRAWS)
-
-
-def degenerate_shape(covariance: np.ndarray) -> np.ndarray | None:
-    """``effect._degenerate_shape``, its draws made once, the leading eigenvalues beyond D = 256 from
-    :func:`leading_eigenvalues`."""
-    width = covariance.shape[0]
-    if width <= 4 * E.SHAPE_EIGENVALUES:
-        eigenvalues = np.linalg.eigvalsh(covariance)
-        leading, rest = eigenvalues[-E.SHAPE_EIGENVALUES :], eigenvalues[: -E.SHAPE_EIGENVALUES]
-        rest_variance = 2.0 * float(np.sum(rest * rest))
-    else:
-        leading = leading_eigenvalues(covariance, E.SHAPE_EIGENVALUES, np.random.default_rng(width))
-        rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
-    chi, normal = shape_draws(leading.shape[0])
-    draws = chi @ np.clip(leading, 0.0, None) + np.sqrt(rest_variance) * normal
-    spread = float(np.std(draws))
-    if not spread > 0:
-        return None
-    shape = (draws - draws.mean()) / spread
-    shape.setflags(write=False)
-    return shape
+    values, vectors = np.linalg.eigh(basis.T @ matrix @ basis)
+    return values[-count:], basis @ vectors[:, -count:]
 
 
 def variance_parts(sx: MeanSketch, sy: MeanSketch) -> E.MMD2Variance:
-    """``effect.mmd2_variance_parts`` with :func:`degenerate_shape`."""
+    """``effect.mmd2_variance_parts``, the leading eigenpairs beyond D = 256 from :func:`leading_eigenpairs`."""
+    width = sx.mean.shape[0]
+    if width <= 4 * E.SHAPE_EIGENVALUES:
+        return E.mmd2_variance_parts(sx, sy)
     terms = E._variance_terms(sx, sy)
     n, m = float(sx.count), float(sy.count)
-    delta = terms["delta"]
-    norm = float(delta @ delta)
-    quotient_x = float(delta @ terms["cov_x"] @ delta) / norm if norm > 0 else 0.0
-    quotient_y = float(delta @ terms["cov_y"] @ delta) / norm if norm > 0 else 0.0
+    covariance = terms["cov_x"] / n + terms["cov_y"] / m
+    eigenpairs = leading_eigenpairs(covariance, E.SHAPE_EIGENVALUES, np.random.default_rng(width))
+    slope, law = E.statistic_law(covariance, terms["delta"], eigenpairs)
     return E.MMD2Variance(
         degenerate=terms["degenerate"],
-        slope=4.0 * quotient_x / n + 4.0 * quotient_y / m,
+        slope=slope,
         plug_in=4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"],
         features=E.feature_variance(sx, sy),
-        degenerate_shape=degenerate_shape(terms["cov_x"] / n + terms["cov_y"] / m),
+        law=law,
     )
-
-
-NORMAL_DRAWS = np.random.default_rng(49).standard_normal(E.SHAPE_DRAWS)
-
-
-def interval(statistic: float, variance: E.MMD2Variance, level: float, target: str) -> tuple[float, float]:
-    """``effect.inverted_interval`` with its bisections stopped at a relative width of 1e-7 (not 48 steps)."""
-    if variance.degenerate_shape is None:
-        return E.inverted_interval(statistic, variance, level, target)
-    z = E.NormalDist().inv_cdf(0.5 + level / 2.0)
-    centre = statistic + z * z * variance.slope / 2.0
-    discriminant = centre * centre - statistic * statistic + z * z * variance.at(0.0, target)
-    if discriminant < 0:
-        return 0.0, max(centre, 0.0)
-    normal_high = max(centre + float(np.sqrt(discriminant)), 0.0)
-    shape, extra = variance.degenerate_shape, variance.at(0.0, target) - variance.degenerate
-    spread = np.sqrt(variance.degenerate)
-    tails = (0.5 - level / 2.0, 0.5 + level / 2.0)
-
-    position = np.array(tails) * (shape.shape[0] - 1)  # np.quantile's default (linear) rule, by partition
-    below = np.floor(position).astype(int)
-    fraction = position - below
-    kth = np.concatenate([below, below + 1])
-
-    def quantiles(theta: float) -> np.ndarray:
-        draws = np.partition(theta + spread * shape + np.sqrt(variance.slope * theta + extra) * NORMAL_DRAWS, kth)
-        return draws[below] + fraction * (draws[below + 1] - draws[below])
-
-    def bisect(passes, inside: float, outside: float) -> float:
-        for _ in range(48):
-            if abs(outside - inside) <= 1e-7 * max(abs(inside), abs(outside)):
-                break
-            middle = (inside + outside) / 2.0
-            inside, outside = (middle, outside) if passes(middle) else (inside, middle)
-        return inside
-
-    if quantiles(0.0)[1] >= statistic:
-        low = 0.0
-    else:
-        low = bisect(lambda theta: quantiles(theta)[1] < statistic, 0.0, max(statistic, 0.0))
-    start = max(statistic, low, 0.0)
-    if quantiles(start)[0] > statistic:
-        return low, low
-    outside = max(normal_high, start) * 2.0 + np.sqrt(variance.at(normal_high, target)) + 1e-300
-    while quantiles(outside)[0] <= statistic:
-        outside *= 2.0
-    return low, bisect(lambda theta: quantiles(theta)[0] <= statistic, start, outside)
 
 
 @functools.cache
@@ -301,7 +229,7 @@ class Cell:
         self.errors.append(statistic - truth)
         self.variances.append(variance.at(truth, target))
         for level in LEVELS:
-            low, high = interval(statistic, variance, level, target)
+            low, high = E.inverted_interval(statistic, variance, level, target)
             self.covered[level] += low <= truth <= high
             self.above += level == 0.95 and truth > high
             self.below += level == 0.95 and truth < low
@@ -371,7 +299,7 @@ def verify(distribution: str, n: int, m: int, shift: float, seeds: int = 3) -> N
             for target in TARGETS:
                 for level in LEVELS:
                     expected = np.array(E.inverted_interval(statistic, library.variance, level, target))
-                    got = np.array(interval(statistic, mine, level, target))
+                    got = np.array(E.inverted_interval(statistic, mine, level, target))
                     worst = max(worst, float(np.max(np.abs(got - expected) / np.maximum(np.abs(expected), 1e-12))))
     print(f"# verify {distribution} n={n}/{m} h={shift}: largest relative difference of an interval end {worst:.2e}")
 

@@ -16,11 +16,13 @@ moments, so two :class:`~streamrff.MeanSketch` made with ``moments=True`` give i
 (:func:`mmd2_variance`).
 
 The interval inverts the test of each hypothesised value theta (Wilson's interval for a
-proportion does the same): theta is in the interval when ``|MMD^2_u - theta| <= z sd(theta)``,
-with ``Var(theta) = V_0 + a theta (+ V_w)``: the degenerate part ``V_0`` does not depend on theta,
-and the linear part is ``4 delta' C delta / n + ...``, i.e. ``a theta`` with ``a`` from the
-Rayleigh quotients ``d' C d / d' d`` of the observed difference ``d`` (a direction, which does not
-shrink with the statistic as the plug-in ``d' C d`` does). ``V_w``, for the interval of the
+proportion does the same): theta is in the interval when the statistic lies between the quantiles
+of its law at theta. With ``e`` the noise of the difference of the means and ``delta = sqrt(theta) u``,
+``MMD^2_u - theta = (||e||^2 - tr C) + 2 sqrt(theta) u'e``: the degenerate part, of variance ``V_0``
+whatever theta, and the linear part, of variance ``a theta`` (``a = 4 u' C u``), from the same noise
+(:func:`law_draws`). The direction u is the observed difference ``d`` of the means shrunk toward
+the leading eigenvector of ``C = C_x / n + C_y / m`` by the share of ``||d||^2`` that is noise
+(:func:`delta_direction`). ``V_w``, for the interval of the
 Gaussian kernel rather than of the drawn features, is the variance of the statistic over the
 random frequencies given the data, estimated from the spread of the frequencies' own
 contributions (:func:`feature_variance`).
@@ -47,6 +49,9 @@ __all__ = [
     "effect_of_sketches",
     "effect_of_sums",
     "inverted_interval",
+    "statistic_law",
+    "delta_direction",
+    "law_draws",
     "INTERVAL_TARGETS",
 ]
 
@@ -102,25 +107,23 @@ class EffectSize:
 @dataclass(frozen=True, eq=False)
 class MMD2Variance:
     """``Var[MMD^2_u]`` as a function of the hypothesised population MMD^2 theta: ``degenerate + slope * theta``,
-    plus ``features`` for the Gaussian kernel's interval.
+    plus ``features`` for the Gaussian kernel's interval, and the law of the statistic around theta.
 
     Attributes
     ----------
     degenerate : float
         ``V_0``, the variance of the statistic's degenerate second-order part (all of it when theta = 0).
     slope : float
-        ``a``: the linear part ``4 delta' C_x delta / n + 4 delta' C_y delta / m`` is ``a theta``,
-        ``a = 4 q_x / n + 4 q_y / m`` with ``q`` the Rayleigh quotient of the covariance in the
-        direction of the observed difference of the means.
+        ``a``: the linear part ``4 delta' C delta`` (``C = C_x / n + C_y / m``) is ``a theta``,
+        ``a = 4 u' C u`` for the direction u of delta (:func:`delta_direction`).
     plug_in : float
         :func:`mmd2_variance`, the estimate at the observed statistic (kept for reference).
     features : float or None
         Variance of MMD^2_u over the random frequencies given the data (:func:`feature_variance`);
         None when the map has no i.i.d. frequency blocks to resample.
-    degenerate_shape : ndarray of float or None
-        Draws of the degenerate part divided by its standard deviation (mean 0, variance 1): a
-        weighted chi-square ``sum_i mu_i (chi^2_1 - 1)`` over the leading eigenvalues of
-        ``C_x / n + C_y / m`` plus a normal remainder (:func:`_degenerate_shape`); None for the normal law.
+    law : ndarray of shape (2, SHAPE_DRAWS) or None
+        Standardised joint draws of the degenerate and the linear part (:func:`law_draws`); None for
+        the normal law.
 
     Examples
     --------
@@ -132,7 +135,7 @@ class MMD2Variance:
     slope: float
     plug_in: float
     features: float | None = None
-    degenerate_shape: np.ndarray | None = field(default=None, repr=False)
+    law: np.ndarray | None = field(default=None, repr=False)
 
     def at(self, mmd2: float, interval: str = "features") -> float:
         """The variance of MMD^2_u when the population MMD^2 is ``mmd2`` (``interval="kernel"``: plus ``features``)."""
@@ -240,12 +243,10 @@ def _variance_terms(sketch_x: MeanSketch, sketch_y: MeanSketch) -> dict[str, Any
 def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Variance:
     """``Var[MMD^2_u]`` of two moment sketches as a function of the population MMD^2 (:class:`MMD2Variance`).
 
-    The degenerate part is :func:`mmd2_variance`'s; the linear part ``4 delta' C delta / n + ...``
-    is written ``a ||delta||^2`` with ``a`` from the Rayleigh quotients ``d' C d / d' d`` of the
-    observed difference ``d`` of the means: a direction, whose quotient is bounded by the
-    covariance's eigenvalues and does not fall with the statistic as ``d' C d`` does. With
-    ``delta`` the quotient is exact; near theta = 0, where ``d`` is mostly noise, the linear part
-    is small against the degenerate one. ``features`` is :func:`feature_variance`.
+    The degenerate part is :func:`mmd2_variance`'s; the linear part ``4 delta' C delta`` is written
+    ``a ||delta||^2``, ``a = 4 u' C u`` for the direction u of :func:`delta_direction` (a direction,
+    whose quotient is bounded by the covariance's eigenvalues and does not fall with the statistic as
+    the plug-in ``d' C d`` does). ``law`` is :func:`statistic_law`'s, ``features`` :func:`feature_variance`.
 
     Examples
     --------
@@ -260,54 +261,90 @@ def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Varia
     """
     terms = _variance_terms(sketch_x, sketch_y)
     n, m = float(sketch_x.count), float(sketch_y.count)
-    delta = terms["delta"]
-    norm = float(delta @ delta)
-    if norm > 0:
-        quotient_x = float(delta @ terms["cov_x"] @ delta) / norm
-        quotient_y = float(delta @ terms["cov_y"] @ delta) / norm
-    else:
-        quotient_x = quotient_y = 0.0
-    plug_in = 4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"]
+    slope, law = statistic_law(terms["cov_x"] / n + terms["cov_y"] / m, terms["delta"])
     return MMD2Variance(
         degenerate=terms["degenerate"],
-        slope=4.0 * quotient_x / n + 4.0 * quotient_y / m,
-        plug_in=plug_in,
+        slope=slope,
+        plug_in=4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"],
         features=feature_variance(sketch_x, sketch_y),
-        degenerate_shape=_degenerate_shape(terms["cov_x"] / n + terms["cov_y"] / m),
+        law=law,
     )
 
 
-#: Draws of the degenerate part's law, and the leading eigenvalues that shape it (the rest is normal).
+#: Draws of the statistic's law, and the leading eigenvalues that shape it (the rest is normal).
 SHAPE_DRAWS = 4000
 SHAPE_EIGENVALUES = 64
 
 
-def _degenerate_shape(covariance: np.ndarray) -> np.ndarray:
-    """Standardised draws of ``sum_i mu_i (chi^2_1 - 1)`` for the eigenvalues mu of the covariance of the
-    difference of the means: the law of the degenerate part (Gretton et al. 2012, Theorem 12), whose right
-    skew a normal law misses near MMD^2 = 0. The leading ``SHAPE_EIGENVALUES`` eigenvalues give the
-    chi-squares, the others a normal term of their variance; draws from a fixed seed (the interval is a
-    function of the sketches)."""
-    width = covariance.shape[0]
-    if width <= 4 * SHAPE_EIGENVALUES:
-        eigenvalues = np.linalg.eigvalsh(covariance)
-        leading, rest = eigenvalues[-SHAPE_EIGENVALUES:], eigenvalues[:-SHAPE_EIGENVALUES]
-        rest_variance = 2.0 * float(np.sum(rest * rest))
-    else:
-        from scipy.sparse.linalg import eigsh
+def statistic_law(
+    covariance: np.ndarray, difference: np.ndarray, eigenpairs: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[float, np.ndarray | None]:
+    """The slope ``a`` of the linear part's variance and :func:`law_draws`, for the covariance C of the difference
+    of the means and its observed value; ``eigenpairs``: C's ``SHAPE_EIGENVALUES`` leading eigenvalues and
+    eigenvectors (default: all of them up to ``4 SHAPE_EIGENVALUES`` features, else ``eigsh``)."""
+    if eigenpairs is None:
+        if covariance.shape[0] <= 4 * SHAPE_EIGENVALUES:
+            eigenvalues, vectors = np.linalg.eigh(covariance)
+            eigenpairs = eigenvalues[-SHAPE_EIGENVALUES:], vectors[:, -SHAPE_EIGENVALUES:]
+        else:
+            from scipy.sparse.linalg import eigsh
 
-        leading = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", return_eigenvectors=False, v0=np.ones(width))
-        rest_variance = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading**2)), 0.0)
-    leading = np.clip(leading, 0.0, None)
+            eigenpairs = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", v0=np.ones(covariance.shape[0]))
+    eigenvalues, vectors = eigenpairs
+    direction = delta_direction(covariance, difference, vectors[:, int(np.argmax(eigenvalues))])
+    slope = 4.0 * max(float(direction @ covariance @ direction), 0.0)
+    return slope, law_draws(covariance, eigenvalues, vectors, direction)
+
+
+def delta_direction(covariance: np.ndarray, difference: np.ndarray, leading: np.ndarray) -> np.ndarray:
+    """The direction u of ``delta = mu_x - mu_y`` that the law takes: the observed difference d of the means,
+    shrunk toward the leading eigenvector of its covariance C by the share of ``||d||^2`` that is noise.
+
+    ``E ||d||^2 = ||delta||^2 + tr C``, so ``rho = 1 - tr C / ||d||^2`` (clipped to [0, 1]) estimates the
+    share that is ``delta``; ``u`` is ``sqrt(rho) d / ||d|| + sqrt(1 - rho) v_1``, normalised. When d is
+    mostly noise its direction says nothing of delta's, and ``v_1`` is where a small change of the
+    distribution moves the features' mean most (and the largest linear part the covariance allows).
+    """
+    norm = float(np.linalg.norm(difference))
+    if not norm > 0:
+        return leading
+    observed = difference / norm
+    share = min(max(1.0 - float(np.trace(covariance)) / (norm * norm), 0.0), 1.0)
+    toward = leading if float(leading @ observed) >= 0 else -leading
+    direction = np.sqrt(share) * observed + np.sqrt(1.0 - share) * toward
+    return direction / np.linalg.norm(direction)
+
+
+def law_draws(
+    covariance: np.ndarray, eigenvalues: np.ndarray, vectors: np.ndarray, direction: np.ndarray
+) -> np.ndarray | None:
+    """Joint draws of the statistic's two parts, each standardised (mean 0, variance 1), shape (2, SHAPE_DRAWS).
+
+    With ``e`` the noise of the difference of the means (normal, covariance ``C = C_x / n + C_y / m``) and
+    ``delta = sqrt(theta) u`` (u a unit ``direction``), ``MMD^2_u - theta`` is
+    ``(||e||^2 - tr C) + 2 sqrt(theta) u'e``: a degenerate part ``sum_i mu_i (xi_i^2 - 1)`` over the
+    eigenvalues mu of C (Gretton et al. 2012, Theorem 12) and a linear part of the *same* normals xi. Together
+    they are a noncentral quadratic form, more right-skewed than the two parts drawn independently. The
+    eigenpairs given (the leading ones) carry the normals; the rest of each part is an independent normal of
+    its variance. Fixed seed: the interval is a function of the sketches. None if C is 0.
+    """
+    leading = np.clip(eigenvalues, 0.0, None)
     rng = np.random.default_rng(48)
-    draws = (rng.chisquare(1.0, size=(SHAPE_DRAWS, leading.shape[0])) - 1.0) @ leading
-    draws += np.sqrt(rest_variance) * rng.standard_normal(SHAPE_DRAWS)
-    spread = float(np.std(draws))
-    if not spread > 0:
+    normals = rng.standard_normal((SHAPE_DRAWS, leading.shape[0]))
+    remainder = rng.standard_normal((2, SHAPE_DRAWS))
+    rest = max(2.0 * float(np.sum(covariance * covariance)) - 2.0 * float(np.sum(leading * leading)), 0.0)
+    degenerate = (normals * normals - 1.0) @ leading + np.sqrt(rest) * remainder[0]
+    projection = np.abs(vectors.T @ direction)  # each eigenvector's sign taken along the direction
+    rest = max(float(direction @ covariance @ direction) - float(np.sum(leading * projection**2)), 0.0)
+    linear = normals @ (np.sqrt(leading) * projection) + np.sqrt(rest) * remainder[1]
+    draws = np.stack([degenerate, linear])
+    draws -= draws.mean(axis=1, keepdims=True)
+    spread = draws.std(axis=1, keepdims=True)
+    if not (spread[0, 0] > 0 and spread[1, 0] > 0):
         return None
-    shape = (draws - draws.mean()) / spread
-    shape.setflags(write=False)
-    return shape
+    draws /= spread
+    draws.setflags(write=False)
+    return draws
 
 
 def _frequency_groups(spec: dict[str, Any], n_features: int) -> np.ndarray | None:
@@ -377,14 +414,17 @@ def feature_variance(sketch_x: MeanSketch, sketch_y: MeanSketch) -> float | None
 def inverted_interval(
     statistic: float, variance: MMD2Variance, level: float, interval: str = "kernel"
 ) -> tuple[float, float]:
-    """The ``level`` interval for MMD^2 that inverts the normal test of each hypothesised value.
+    """The ``level`` interval for MMD^2 that inverts the test of each hypothesised value theta.
 
-    theta >= 0 is in the interval when ``(statistic - theta)^2 <= z^2 Var(theta)`` with
-    ``Var(theta) = V_0 + a theta (+ V_w for interval="kernel")`` (:class:`MMD2Variance`), the
-    roots of a quadratic: ``c -/+ sqrt(c^2 - T^2 + z^2 V)`` with ``c = T + z^2 a / 2``, clipped at 0.
-    Unlike ``T -/+ z sqrt(Var(T))``, the upper end takes the larger variance of the larger
-    values it tests, so the interval does not shrink with a small statistic (Wilson 1927 does
-    the same for a proportion).
+    theta >= 0 is in the interval when the statistic lies between the ``(1 -/+ level) / 2`` quantiles
+    of its law at theta, ``theta + sqrt(V_0) S + sqrt(a theta) L (+ sqrt(V_w) N for interval="kernel")``
+    (:class:`MMD2Variance`): ``S`` the degenerate part and ``L`` the linear part along the direction of
+    :func:`delta_direction`, drawn from the same normals (:func:`law_draws`), ``N`` normal. Each end is
+    found by bisection (48 halvings at most, or to a relative width of 1e-7). Unlike
+    ``T -/+ z sqrt(Var(T))``, the upper end takes the larger variance of the larger values it tests, so
+    the interval does not shrink with a small statistic (Wilson 1927 does the same for a proportion).
+    Without a law the law is normal and the ends are the roots of ``(T - theta)^2 = z^2 Var(theta)``,
+    ``c -/+ sqrt(c^2 - T^2 + z^2 V)`` with ``c = T + z^2 a / 2``. Ends are clipped at 0.
 
     Examples
     --------
@@ -405,29 +445,28 @@ def inverted_interval(
         return 0.0, max(centre, 0.0)
     half_width = float(np.sqrt(discriminant))
     normal = max(centre - half_width, 0.0), max(centre + half_width, 0.0)
-    if variance.degenerate_shape is None:
+    if variance.law is None:
         return normal
-    return _inverted_with_shape(statistic, variance, level, interval, normal)
+    return _inverted_with_law(statistic, variance, level, interval, normal[1])
 
 
-def _inverted_with_shape(
-    statistic: float, variance: MMD2Variance, level: float, interval: str, normal: tuple[float, float]
+def _inverted_with_law(
+    statistic: float, variance: MMD2Variance, level: float, interval: str, normal_high: float
 ) -> tuple[float, float]:
-    """The inverted interval with the degenerate part's skewed law: theta passes when ``statistic`` lies
-    between the ``(1 -/+ level) / 2`` quantiles of ``theta + sqrt(V_0) S + sqrt(a theta + V_w) N``
-    (``S`` the standardised degenerate draws, ``N`` normal draws), each end found by bisection."""
-    shape = variance.degenerate_shape
-    normal_draws = np.random.default_rng(49).standard_normal(shape.shape[0])
-    extra = variance.at(0.0, interval) - variance.degenerate
-    spread = np.sqrt(variance.degenerate)
+    """The inverted interval with the noncentral law of :func:`law_draws`, each end by bisection."""
+    degenerate, linear = variance.law
+    independent = np.random.default_rng(49).standard_normal(degenerate.shape[0])
+    base = np.sqrt(variance.degenerate) * degenerate
+    base = base + np.sqrt(variance.at(0.0, interval) - variance.degenerate) * independent
     tails = (0.5 - level / 2.0, 0.5 + level / 2.0)
 
     def quantiles(theta: float) -> np.ndarray:
-        draws = theta + spread * shape + np.sqrt(variance.slope * theta + extra) * normal_draws
-        return np.quantile(draws, tails)
+        return np.quantile(theta + base + np.sqrt(variance.slope * theta) * linear, tails)
 
     def bisect(passes, inside: float, outside: float) -> float:
         for _ in range(48):
+            if abs(outside - inside) <= 1e-7 * max(abs(inside), abs(outside)):
+                break
             middle = (inside + outside) / 2.0
             inside, outside = (middle, outside) if passes(middle) else (inside, middle)
         return inside
@@ -439,7 +478,7 @@ def _inverted_with_shape(
     start = max(statistic, low, 0.0)
     if quantiles(start)[0] > statistic:
         return low, low
-    outside = max(normal[1], start) * 2.0 + np.sqrt(variance.at(normal[1], interval)) + 1e-300
+    outside = max(normal_high, start) * 2.0 + np.sqrt(variance.at(normal_high, interval)) + 1e-300
     while quantiles(outside)[0] <= statistic:
         outside *= 2.0
     return low, bisect(lambda theta: quantiles(theta)[0] <= statistic, start, outside)

@@ -133,10 +133,11 @@ class TwoSampleResult:
         """A ``level`` confidence interval for the population MMD^2 of the Gaussian kernel (or of the drawn features).
 
         It inverts the test of each hypothesised value theta
-        (:func:`streamrff.twosample.effect.inverted_interval`): the statistic's variance at theta,
-        ``V_0 + a theta`` (degenerate part plus witness part, from the centred second moments), and
-        the skewed law of the degenerate part, so it covers near MMD^2 = 0 as well as far from it
-        (coverage table in the guide "Where and how much two samples differ"). With
+        (:func:`streamrff.twosample.effect.inverted_interval`): the statistic's law at theta, its
+        degenerate part (variance ``V_0``) and its witness part (variance ``a theta``) drawn from the
+        same noise of the difference of the means (from the centred second moments), so it covers
+        near MMD^2 = 0 as well as far from it, with its misses on both sides (coverage table in the
+        guide "Where do they differ?"). With
         ``interval="kernel"`` it adds the variance over the random frequencies, estimated from the
         frequencies' own contributions, and covers the Gaussian kernel's MMD^2; ``"features"``
         covers the MMD^2 of the drawn features' kernel. Take square roots of both ends for an
