@@ -21,7 +21,7 @@ from moment sketches formed here without the D x D moments being recomputed for 
 - the moments of B at shift h are those at shift 0 rotated (``z(x + h) = R(h) z(x)`` for sincos
   features), so one draw of the data serves the five shifts (the cells of a row share draws);
 - the moments of the narrower maps are blocks of the widest one's;
-- beyond D = 256 the degenerate part's 64 leading eigenvalues come from a randomised range finder
+- beyond D = 256 the law's 64 leading eigenpairs come from a randomised range finder
   (two power iterations) instead of ``eigsh``; ``--verify`` checks the whole path against
   ``srf.sketch_array`` + ``effect_of_sketches`` + ``inverted_interval`` on fresh maps first.
 

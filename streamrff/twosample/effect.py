@@ -326,7 +326,7 @@ def law_draws(
     eigenvalues mu of C (Gretton et al. 2012, Theorem 12) and a linear part of the *same* normals xi. Together
     they are a noncentral quadratic form, more right-skewed than the two parts drawn independently. The
     eigenpairs given (the leading ones) carry the normals; the rest of each part is an independent normal of
-    its variance. Fixed seed: the interval is a function of the sketches. None if C is 0.
+    its variance. Fixed seed: the interval is a function of the sketches. None if the degenerate part is 0.
     """
     leading = np.clip(eigenvalues, 0.0, None)
     rng = np.random.default_rng(48)
@@ -340,9 +340,9 @@ def law_draws(
     draws = np.stack([degenerate, linear])
     draws -= draws.mean(axis=1, keepdims=True)
     spread = draws.std(axis=1, keepdims=True)
-    if not (spread[0, 0] > 0 and spread[1, 0] > 0):
+    if not spread[0, 0] > 0:
         return None
-    draws /= spread
+    draws /= np.where(spread > 0, spread, 1.0)  # a linear part of variance 0 stays 0 (then the slope is 0)
     draws.setflags(write=False)
     return draws
 
