@@ -260,7 +260,7 @@ class TwoSampleResult:
         >>> sx = srf.sketch_array(rng.normal(size=(2000, 2)), rff, moments=True)
         >>> sy = srf.sketch_array(rng.normal(0.3, 1.0, size=(2000, 2)), rff, moments=True)
         >>> srf.mmd_test(sx, sy).effect_text()
-        'MMD = 0.1584 (range 0 to sqrt(2)), 95% interval [0.1321, 0.1877] (Gaussian kernel)'
+        'MMD = 0.1584 (range 0 to sqrt(2)), 95% interval [0.131, 0.1863] (Gaussian kernel)'
         """
         if not self.has_interval:
             return format_mmd(self.statistic) + " (interval: sketch with --moments)"
