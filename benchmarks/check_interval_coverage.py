@@ -152,18 +152,8 @@ def variance_parts(sx: MeanSketch, sy: MeanSketch) -> E.MMD2Variance:
     width = sx.mean.shape[0]
     if width <= 4 * E.SHAPE_EIGENVALUES:
         return E.mmd2_variance_parts(sx, sy)
-    terms = E._variance_terms(sx, sy)
-    n, m = float(sx.count), float(sy.count)
-    covariance = terms["cov_x"] / n + terms["cov_y"] / m
-    eigenpairs = leading_eigenpairs(covariance, E.SHAPE_EIGENVALUES, np.random.default_rng(width))
-    slope, law = E.statistic_law(covariance, terms["delta"], eigenpairs)
-    return E.MMD2Variance(
-        degenerate=terms["degenerate"],
-        slope=slope,
-        plug_in=4.0 * terms["linear_x"] / n + 4.0 * terms["linear_y"] / m + terms["degenerate"],
-        features=E.feature_variance(sx, sy),
-        law=law,
-    )
+    rng = np.random.default_rng(width)
+    return E.mmd2_variance_parts(sx, sy, lambda covariance: leading_eigenpairs(covariance, E.SHAPE_EIGENVALUES, rng))
 
 
 @functools.cache

@@ -30,6 +30,7 @@ contributions (:func:`feature_variance`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
@@ -49,6 +50,7 @@ __all__ = [
     "effect_of_sketches",
     "effect_of_sums",
     "inverted_interval",
+    "leading_eigenpairs",
     "statistic_law",
     "delta_direction",
     "law_draws",
@@ -240,13 +242,14 @@ def _variance_terms(sketch_x: MeanSketch, sketch_y: MeanSketch) -> dict[str, Any
     }
 
 
-def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Variance:
+def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch, eigenpairs: Callable | None = None) -> MMD2Variance:
     """``Var[MMD^2_u]`` of two moment sketches as a function of the population MMD^2 (:class:`MMD2Variance`).
 
     The degenerate part is :func:`mmd2_variance`'s; the linear part ``4 delta' C delta`` is written
     ``a ||delta||^2``, ``a = 4 u' C u`` for the direction u of :func:`delta_direction` (a direction,
     whose quotient is bounded by the covariance's eigenvalues and does not fall with the statistic as
-    the plug-in ``d' C d`` does). ``law`` is :func:`statistic_law`'s, ``features`` :func:`feature_variance`.
+    the plug-in ``d' C d`` does). ``law`` is :func:`statistic_law`'s (its eigenpairs from ``eigenpairs``,
+    default :func:`leading_eigenpairs`), ``features`` :func:`feature_variance`.
 
     Examples
     --------
@@ -261,7 +264,9 @@ def mmd2_variance_parts(sketch_x: MeanSketch, sketch_y: MeanSketch) -> MMD2Varia
     """
     terms = _variance_terms(sketch_x, sketch_y)
     n, m = float(sketch_x.count), float(sketch_y.count)
-    slope, law = statistic_law(terms["cov_x"] / n + terms["cov_y"] / m, terms["delta"])
+    slope, law = statistic_law(
+        terms["cov_x"] / n + terms["cov_y"] / m, terms["delta"], eigenpairs or leading_eigenpairs
+    )
     return MMD2Variance(
         degenerate=terms["degenerate"],
         slope=slope,
@@ -276,21 +281,24 @@ SHAPE_DRAWS = 4000
 SHAPE_EIGENVALUES = 64
 
 
+def leading_eigenpairs(covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``SHAPE_EIGENVALUES`` leading eigenvalues and eigenvectors of a symmetric matrix (all of them up to
+    ``4 SHAPE_EIGENVALUES`` rows, else ``eigsh``)."""
+    if covariance.shape[0] <= 4 * SHAPE_EIGENVALUES:
+        eigenvalues, vectors = np.linalg.eigh(covariance)
+        return eigenvalues[-SHAPE_EIGENVALUES:], vectors[:, -SHAPE_EIGENVALUES:]
+    from scipy.sparse.linalg import eigsh
+
+    return eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", v0=np.ones(covariance.shape[0]))
+
+
 def statistic_law(
-    covariance: np.ndarray, difference: np.ndarray, eigenpairs: tuple[np.ndarray, np.ndarray] | None = None
+    covariance: np.ndarray, difference: np.ndarray, eigenpairs: Callable = leading_eigenpairs
 ) -> tuple[float, np.ndarray | None]:
     """The slope ``a`` of the linear part's variance and :func:`law_draws`, for the covariance C of the difference
-    of the means and its observed value; ``eigenpairs``: C's ``SHAPE_EIGENVALUES`` leading eigenvalues and
-    eigenvectors (default: all of them up to ``4 SHAPE_EIGENVALUES`` features, else ``eigsh``)."""
-    if eigenpairs is None:
-        if covariance.shape[0] <= 4 * SHAPE_EIGENVALUES:
-            eigenvalues, vectors = np.linalg.eigh(covariance)
-            eigenpairs = eigenvalues[-SHAPE_EIGENVALUES:], vectors[:, -SHAPE_EIGENVALUES:]
-        else:
-            from scipy.sparse.linalg import eigsh
-
-            eigenpairs = eigsh(covariance, k=SHAPE_EIGENVALUES, which="LA", v0=np.ones(covariance.shape[0]))
-    eigenvalues, vectors = eigenpairs
+    of the means and its observed value; ``eigenpairs(C)`` gives C's ``SHAPE_EIGENVALUES`` leading eigenvalues
+    and eigenvectors."""
+    eigenvalues, vectors = eigenpairs(covariance)
     direction = delta_direction(covariance, difference, vectors[:, int(np.argmax(eigenvalues))])
     slope = 4.0 * max(float(direction @ covariance @ direction), 0.0)
     return slope, law_draws(covariance, eigenvalues, vectors, direction)
